@@ -48,7 +48,7 @@ namespace detail {
 template <typename... Args>
 std::string str_cat(Args&&... args) {
   std::ostringstream out;
-  (out << ... << std::forward<Args>(args));
+  if constexpr (sizeof...(Args) > 0) (out << ... << std::forward<Args>(args));
   return out.str();
 }
 
