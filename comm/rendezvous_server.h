@@ -1,0 +1,72 @@
+#pragma once
+// RendezvousServer: the key-value server processes of a job meet through (hsgd-rendezvous,
+// embedded by `hsgd-run --standalone`). TcpStore is its client.
+//
+// Contract:
+// - Asynchronous (Boost.Asio) on `threads` threads it owns; one thread serves thousands of
+//   connections. Speaks the protocol of comm/proto/rendezvous.proto over TCP (IPv4 or IPv6,
+//   TCP_NODELAY, listen backlog = /proc/sys/net/core/somaxconn).
+// - Every connection starts with a handshake naming its job id (and the token, when the server
+//   has one); keys are namespaced by job id, so two jobs never see each other's keys.
+// - get/wait/multi_get are push-based: a waiter is registered on its missing keys and woken by
+//   set/add/compare_set/multi_set; a timer answers TIMEOUT at the deadline. Nothing polls.
+// - A client that disconnects has its pending waits dropped. An oversized or malformed frame
+//   closes that connection only; a request that breaks a key limit gets an INVALID_ARGUMENT
+//   answer and the connection stays open.
+// - Connections, refusals and errors are logged through comm::logger() (connections at debug
+//   level, so a 1,000-rank job does not flood stderr at the default level).
+//
+// Usage:
+//   hsgd::comm::RendezvousServer server({.host = "127.0.0.1", .port = 0});
+//   server.start();                      // bound and listening when it returns
+//   hsgd::comm::TcpStore store({.port = server.port(), .job_id = "job-1"});
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+namespace hsgd::comm {
+
+struct RendezvousServerOptions {
+  std::string host = "127.0.0.1";   // address to bind: "127.0.0.1", "::1", "0.0.0.0", a name
+  int port = 29400;                 // 0 = let the kernel pick a free port (see port())
+  std::string token;                // empty = no token required
+  size_t max_frame_bytes = 8 << 20; // larger frames close the connection
+  size_t max_key_bytes = 4096;
+  size_t max_keys_per_request = 65536;
+  int threads = 1;                  // I/O threads
+};
+
+class RendezvousServer {
+ public:
+  // Validates the options (hsgd::InvalidArgument naming the bad value); does not bind yet.
+  explicit RendezvousServer(RendezvousServerOptions options);
+  // Stops the server (see stop()).
+  ~RendezvousServer();
+
+  RendezvousServer(const RendezvousServer&) = delete;
+  RendezvousServer& operator=(const RendezvousServer&) = delete;
+
+  // Binds, listens and starts the I/O threads; returns when connections are accepted. Throws
+  // hsgd::CommError naming host:port when the address cannot be resolved or bound. Calling it
+  // twice throws hsgd::InvalidArgument.
+  void start();
+
+  // The bound port (the kernel's choice when options.port was 0). Valid after start().
+  int port() const;
+  // The host the server was asked to bind, as given in the options.
+  std::string host() const;
+
+  // Closes the listener and every connection, drops pending waits and joins the I/O threads.
+  // Idempotent; safe to call before start().
+  void stop();
+
+  // Number of open client connections (handshake done or not). For tests and benchmarks.
+  size_t num_connections() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace hsgd::comm
