@@ -1,0 +1,230 @@
+#include "framework/tensor/conv_kernels.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+
+#include "comm/error.h"
+
+namespace hsgd::kernels {
+namespace {
+
+// A gemm narrower than this many columns runs well below OpenBLAS's peak, so small output maps
+// are unfolded several samples at a time. The column block is capped to bound the workspace.
+constexpr int64_t kMinGemmColumns = 512;
+constexpr int64_t kMaxColumnFloats = int64_t{4} << 20;  // 16 MiB
+
+// Number of samples unfolded together.
+int64_t samples_per_block(const Conv2dGeometry& g) {
+  const int64_t plane = g.out_plane();
+  int64_t block = (kMinGemmColumns + plane - 1) / plane;
+  const int64_t by_memory = kMaxColumnFloats / std::max<int64_t>(1, g.col_rows() * plane);
+  block = std::min(block, std::max<int64_t>(1, by_memory));
+  return std::clamp<int64_t>(block, 1, g.n);
+}
+
+// For kernel column j, the output columns [lo, hi) whose input column ox*sw - pw + j lies inside
+// [0, W); the others read padding.
+struct ValidRange {
+  int64_t lo, hi;
+};
+
+ValidRange valid_outputs(int64_t j, int64_t stride, int64_t pad, int64_t in, int64_t out) {
+  const int64_t first = pad - j;  // smallest ox*stride that is valid
+  const int64_t lo = first <= 0 ? 0 : (first + stride - 1) / stride;
+  const int64_t last = in - 1 + pad - j;  // largest ox*stride that is valid
+  const int64_t hi = last < 0 ? 0 : std::min(out, last / stride + 1);
+  return {std::min(lo, hi), hi};
+}
+
+// Visits every (row r of col, output row oy) pair of im2col with the offset of the matching input
+// row in x, or -1 when that row lies in the padding. Shared by im2col and col2im so that they stay adjoint.
+template <typename RowFn>
+void for_each_unfolded_row(const Conv2dGeometry& g, RowFn&& fn) {
+  for (int64_t c = 0; c < g.c; ++c) {
+    for (int64_t i = 0; i < g.kh; ++i) {
+      for (int64_t j = 0; j < g.kw; ++j) {
+        const int64_t r = (c * g.kh + i) * g.kw + j;
+        const ValidRange cols = valid_outputs(j, g.sw, g.pw, g.w, g.ow);
+        const int64_t x_offset = j - g.pw;  // input column under output column 0
+        for (int64_t oy = 0; oy < g.oh; ++oy) {
+          const int64_t iy = oy * g.sh - g.ph + i;
+          const bool inside = iy >= 0 && iy < g.h;
+          fn(r, oy, inside ? (c * g.h + iy) * g.w : int64_t{-1}, x_offset, cols);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+Conv2dGeometry make_conv2d_geometry(int64_t n, int64_t c, int64_t h, int64_t w, int64_t o,
+                                    int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph,
+                                    int64_t pw) {
+  HSGD_CHECK(n > 0 && c > 0 && h > 0 && w > 0, "conv2d: input sizes (N,C,H,W) = (", n, ",", c,
+             ",", h, ",", w, ") must all be positive");
+  HSGD_CHECK(o > 0 && kh > 0 && kw > 0, "conv2d: weight sizes (O,kh,kw) = (", o, ",", kh, ",",
+             kw, ") must all be positive");
+  HSGD_CHECK(sh > 0 && sw > 0, "conv2d: stride (", sh, ",", sw, ") must be positive");
+  HSGD_CHECK(ph >= 0 && pw >= 0, "conv2d: padding (", ph, ",", pw, ") must be non-negative");
+  HSGD_CHECK(kh <= h + 2 * ph && kw <= w + 2 * pw, "conv2d: kernel (", kh, ",", kw,
+             ") is larger than the padded input (", h + 2 * ph, ",", w + 2 * pw, ")");
+  Conv2dGeometry g;
+  g.n = n, g.c = c, g.h = h, g.w = w;
+  g.o = o, g.kh = kh, g.kw = kw;
+  g.sh = sh, g.sw = sw, g.ph = ph, g.pw = pw;
+  g.oh = (h + 2 * ph - kh) / sh + 1;
+  g.ow = (w + 2 * pw - kw) / sw + 1;
+  return g;
+}
+
+void im2col(const float* x, const Conv2dGeometry& g, float* col, int64_t ld) {
+  const int64_t ow = g.ow, sw = g.sw;
+  for_each_unfolded_row(g, [&](int64_t r, int64_t oy, int64_t x_row, int64_t x_offset,
+                               ValidRange cols) {
+    float* dst = col + r * ld + oy * ow;
+    if (x_row < 0) {
+      std::fill(dst, dst + ow, 0.0f);
+      return;
+    }
+    const float* src = x + x_row;  // src[ox * sw + x_offset] is the input under output column ox
+    std::fill(dst, dst + cols.lo, 0.0f);
+    if (sw == 1) {
+      std::memcpy(dst + cols.lo, src + cols.lo + x_offset, sizeof(float) * (cols.hi - cols.lo));
+    } else {
+      for (int64_t ox = cols.lo; ox < cols.hi; ++ox) dst[ox] = src[ox * sw + x_offset];
+    }
+    std::fill(dst + cols.hi, dst + ow, 0.0f);
+  });
+}
+
+void col2im(const float* col, const Conv2dGeometry& g, float* x, int64_t ld) {
+  const int64_t ow = g.ow, sw = g.sw;
+  for_each_unfolded_row(g, [&](int64_t r, int64_t oy, int64_t x_row, int64_t x_offset,
+                               ValidRange cols) {
+    if (x_row < 0) return;  // padding receives no gradient
+    const float* src = col + r * ld + oy * ow;
+    float* dst = x + x_row;
+    for (int64_t ox = cols.lo; ox < cols.hi; ++ox) dst[ox * sw + x_offset] += src[ox];
+  });
+}
+
+void conv2d_forward(const float* x, const float* w, const float* b, const Conv2dGeometry& g,
+                    float* y) {
+  const int64_t rows = g.col_rows(), plane = g.out_plane();
+  const int64_t x_size = g.c * g.in_plane(), y_size = g.o * plane;
+  const int64_t block = samples_per_block(g);
+  const bool direct = block == 1 && g.is_pointwise();
+
+  // col is (C*kh*kw, block*OH*OW); wide is (O, block*OH*OW), the gemm result before it is
+  // scattered back to (block,O,OH,OW).
+  std::unique_ptr<float[]> col, wide;
+  if (!direct) col = std::make_unique_for_overwrite<float[]>(rows * block * plane);
+  if (block > 1) wide = std::make_unique_for_overwrite<float[]>(g.o * block * plane);
+
+  for (int64_t n0 = 0; n0 < g.n; n0 += block) {
+    const int64_t nb = std::min(block, g.n - n0);
+    const int64_t ld = nb * plane;
+    const float* a = x + n0 * x_size;  // the unfolded input
+    if (!direct) {
+      for (int64_t s = 0; s < nb; ++s) im2col(x + (n0 + s) * x_size, g, col.get() + s * plane, ld);
+      a = col.get();
+    }
+    float* out = nb == 1 ? y + n0 * y_size : wide.get();
+    // out (O, ld) = w (O, rows) * a (rows, ld)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g.o, ld, rows, 1.0f, w, rows, a, ld,
+                0.0f, out, ld);
+    if (nb > 1) {
+      for (int64_t s = 0; s < nb; ++s) {
+        for (int64_t oc = 0; oc < g.o; ++oc) {
+          std::memcpy(y + (n0 + s) * y_size + oc * plane, out + oc * ld + s * plane,
+                      sizeof(float) * plane);
+        }
+      }
+    }
+  }
+  if (b != nullptr) {
+    for (int64_t s = 0; s < g.n; ++s) {
+      for (int64_t oc = 0; oc < g.o; ++oc) {
+        float* p = y + s * y_size + oc * plane;
+        const float bias = b[oc];
+        for (int64_t k = 0; k < plane; ++k) p[k] += bias;
+      }
+    }
+  }
+}
+
+void conv2d_backward(const float* x, const float* w, const float* gy, const Conv2dGeometry& g,
+                     float* gx, float* gw, float* gb) {
+  const int64_t rows = g.col_rows(), plane = g.out_plane();
+  const int64_t x_size = g.c * g.in_plane(), y_size = g.o * plane;
+
+  if (gb != nullptr) {
+    // gb[o] = sum over samples and output positions of gy
+    for (int64_t oc = 0; oc < g.o; ++oc) {
+      double total = 0.0;
+      for (int64_t s = 0; s < g.n; ++s) {
+        const float* p = gy + s * y_size + oc * plane;
+        float partial = 0.0f;
+        for (int64_t k = 0; k < plane; ++k) partial += p[k];
+        total += partial;
+      }
+      gb[oc] = static_cast<float>(total);
+    }
+  }
+  if (gx == nullptr && gw == nullptr) return;
+
+  const int64_t block = samples_per_block(g);
+  const bool direct = block == 1 && g.is_pointwise();
+  // col is (C*kh*kw, block*OH*OW): first the unfolded input (for gw), then the unfolded
+  // input gradient (for gx). wide is gy of the block laid out as (O, block*OH*OW).
+  std::unique_ptr<float[]> col, wide;
+  if (!direct) col = std::make_unique_for_overwrite<float[]>(rows * block * plane);
+  if (block > 1) wide = std::make_unique_for_overwrite<float[]>(g.o * block * plane);
+
+  for (int64_t n0 = 0; n0 < g.n; n0 += block) {
+    const int64_t nb = std::min(block, g.n - n0);
+    const int64_t ld = nb * plane;
+    const float* gy_block = gy + n0 * y_size;
+    if (nb > 1) {
+      for (int64_t s = 0; s < nb; ++s) {
+        for (int64_t oc = 0; oc < g.o; ++oc) {
+          std::memcpy(wide.get() + oc * ld + s * plane, gy + (n0 + s) * y_size + oc * plane,
+                      sizeof(float) * plane);
+        }
+      }
+      gy_block = wide.get();
+    }
+    if (gw != nullptr) {
+      const float* a = x + n0 * x_size;
+      if (!direct) {
+        for (int64_t s = 0; s < nb; ++s) {
+          im2col(x + (n0 + s) * x_size, g, col.get() + s * plane, ld);
+        }
+        a = col.get();
+      }
+      // gw (O, rows) (+)= gy_block (O, ld) * a^T (ld, rows)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, g.o, rows, ld, 1.0f, gy_block, ld, a,
+                  ld, n0 == 0 ? 0.0f : 1.0f, gw, rows);
+    }
+    if (gx != nullptr) {
+      float* gx_block = gx + n0 * x_size;
+      if (direct) {
+        // gx_n (C, H*W) = w^T (C, O) * gy_n (O, H*W)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rows, ld, g.o, 1.0f, w, rows,
+                    gy_block, ld, 0.0f, gx_block, ld);
+        continue;
+      }
+      // col (rows, ld) = w^T (rows, O) * gy_block (O, ld), then fold back into gx
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rows, ld, g.o, 1.0f, w, rows, gy_block,
+                  ld, 0.0f, col.get(), ld);
+      std::fill(gx_block, gx_block + nb * x_size, 0.0f);
+      for (int64_t s = 0; s < nb; ++s) col2im(col.get() + s * plane, g, gx_block + s * x_size, ld);
+    }
+  }
+}
+
+}  // namespace hsgd::kernels
