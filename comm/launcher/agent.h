@@ -1,0 +1,105 @@
+#pragma once
+// LaunchAgent: the per-node part of hsgd-run. It meets the agents of the other nodes through a
+// Store, starts this node's workers, watches them, and stops / restarts the whole job together.
+//
+// One run() goes through attempts 0 .. max_restarts. Each attempt:
+//   1. node rendezvous under the attempt's own key prefix (comm/launcher/node_rendezvous.h), and
+//      logs the node table;
+//   2. spawns nproc_per_node workers (each in its own process group, see worker_process.h) with
+//      the torchrun variables (worker_env.h), HSGD_RESTART_COUNT = attempt;
+//   3. monitors: forwards output (output_router.h), notices exits, and polls the attempt's
+//      "failed" key every monitor_interval, so a failure on any node is seen by all agents;
+//   4. when a local worker fails, publishes a FailureRecord (the first one wins: the root cause,
+//      with exit status and last output lines), then on every node sends SIGTERM to all workers,
+//      SIGKILL after grace_period, and reaps them;
+//   5. when every local worker succeeded, sets "done/<node>" and waits for the other nodes' done
+//      keys (still watching "failed": a late failure elsewhere restarts this node too).
+// A restartable failure starts the next attempt on all nodes; after max_restarts the job fails.
+//
+// Contract:
+// - run() returns the exit code for hsgd-run: 0 only if every worker of the last attempt on every
+//   node exited 0; 1 if the job failed; 128 + signal if it was interrupted by request_stop().
+//   It throws hsgd::Timeout / hsgd::InvalidArgument from the rendezvous and hsgd::CommError if the
+//   store fails. Whatever way run() ends, no worker process is left running.
+// - request_stop(sig) may be called from any thread or a signal handler: sig is forwarded to the
+//   workers (SIGKILL after the grace period; a second request skips the grace period) and the
+//   other nodes are told to stop.
+// - Call run() from a thread that outlives it (workers die with the thread that forked them).
+//
+// Usage:
+//   LaunchAgent agent(AgentOptions{.nproc_per_node = 4, .master_port = port,
+//                                  .program = {"./train"}}, store);
+//   int code = agent.run();
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "comm/launcher/failure_record.h"
+#include "comm/launcher/node_rendezvous.h"
+#include "comm/launcher/output_router.h"
+#include "comm/store.h"
+
+namespace hsgd::comm::launcher {
+
+struct AgentOptions {
+  int nnodes = 1;
+  int nproc_per_node = 1;
+  int node_rank = -1;  // -1: by order of arrival
+  std::string run_id = "default";
+  int max_restarts = 0;
+  std::chrono::milliseconds rdzv_timeout = std::chrono::seconds(300);
+  std::chrono::milliseconds grace_period = std::chrono::seconds(10);
+  std::chrono::milliseconds monitor_interval = std::chrono::milliseconds(100);
+  std::string master_addr = "127.0.0.1";  // the store, as workers must reach it
+  int master_port = 0;
+  std::string token_file;  // passed to workers as HSGD_TOKEN_FILE
+  std::string hostname;    // for the node table; empty = gethostname()
+  std::vector<std::string> program;  // argv of the worker program
+  OutputOptions output;
+};
+
+class LaunchAgent {
+ public:
+  // Validates the options (hsgd::InvalidArgument naming the bad value).
+  LaunchAgent(AgentOptions options, std::shared_ptr<Store> store);
+  ~LaunchAgent();
+  LaunchAgent(const LaunchAgent&) = delete;
+  LaunchAgent& operator=(const LaunchAgent&) = delete;
+
+  int run();
+  void request_stop(int sig);
+
+  // The root cause of the last failed attempt, if any (for tests and the final report).
+  const std::optional<FailureRecord>& last_failure() const { return last_failure_; }
+
+ private:
+  enum class Outcome { kSucceeded, kFailed, kInterrupted };
+  struct Attempt;
+
+  Outcome run_attempt(int attempt);
+  Outcome monitor(Attempt& a);
+  // SIGTERM (or the forwarded signal), SIGKILL after grace_period, reap.
+  void stop_workers(Attempt& a, int sig);
+  void signal_workers(Attempt& a, int sig);
+  void wait_and_reap(Attempt& a, int sig);
+  FailureRecord publish_failure(Attempt& a, FailureRecord record);
+  FailureRecord describe_worker_failure(Attempt& a, int local_rank);
+  bool stop_requested() const { return stop_signal_.load() != 0; }
+
+  // Constant after construction.
+  const AgentOptions options_;
+  const std::shared_ptr<Store> store_;
+  const std::string endpoint_;  // "host:port", for messages
+  const int wake_fd_;           // eventfd written by request_stop()
+  // Set by request_stop() from any thread.
+  std::atomic<int> stop_signal_{0};
+  std::atomic<int> stop_requests_{0};
+  // Used by the run() thread only.
+  std::optional<FailureRecord> last_failure_;
+};
+
+}  // namespace hsgd::comm::launcher

@@ -1,0 +1,44 @@
+#include "comm/launcher/failure_record.h"
+
+#include <sstream>
+
+#include "comm/error.h"
+
+namespace hsgd::comm::launcher {
+
+// Format: four header lines (kind, node rank, rank, signal), then the message verbatim.
+std::string FailureRecord::encode() const {
+  std::ostringstream out;
+  out << static_cast<int>(kind) << '\n'
+      << node_rank << '\n'
+      << rank << '\n'
+      << signal << '\n'
+      << message;
+  return out.str();
+}
+
+FailureRecord FailureRecord::decode(const std::string& text) {
+  std::istringstream in(text);
+  std::string kind, node, rank, sig;
+  FailureRecord r;
+  try {
+    if (!std::getline(in, kind) || !std::getline(in, node) || !std::getline(in, rank) ||
+        !std::getline(in, sig)) {
+      throw std::invalid_argument("missing header line");
+    }
+    const int k = std::stoi(kind);
+    if (k < 0 || k > static_cast<int>(Kind::kFatal)) throw std::invalid_argument("kind");
+    r.kind = static_cast<Kind>(k);
+    r.node_rank = std::stoi(node);
+    r.rank = std::stoi(rank);
+    r.signal = std::stoi(sig);
+  } catch (const std::exception&) {
+    HSGD_THROW(CommError, "hsgd-run: malformed failure record in the store: '", text, "'");
+  }
+  std::ostringstream rest;
+  rest << in.rdbuf();
+  r.message = rest.str();
+  return r;
+}
+
+}  // namespace hsgd::comm::launcher

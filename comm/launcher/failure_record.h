@@ -1,0 +1,34 @@
+#pragma once
+// FailureRecord: what an agent publishes in the store when its part of the job fails, so that the
+// agents on the other nodes stop their workers too and all report the same root cause.
+//
+// The first record written for an attempt wins (compare_set on an empty key): it is the root
+// cause. kWorkerFailed allows a restart; kInterrupted (SIGINT/SIGTERM to an agent) and kFatal
+// (e.g. the program cannot be executed) end the job on every node.
+//
+// Usage:
+//   FailureRecord r{.kind = FailureRecord::Kind::kWorkerFailed, .node_rank = 0, .rank = 3,
+//                   .message = "rank 3 ... exit code 1"};
+//   store.compare_set(key, {}, to_bytes(r.encode()));
+
+#include <string>
+
+namespace hsgd::comm::launcher {
+
+struct FailureRecord {
+  enum class Kind { kWorkerFailed, kInterrupted, kFatal };
+
+  Kind kind = Kind::kWorkerFailed;
+  int node_rank = -1;
+  int rank = -1;    // global rank of the failed worker, -1 if not a worker failure
+  int signal = 0;   // kInterrupted: the signal the agent received
+  std::string message;  // human-readable, already names rank, node, status and last lines
+
+  bool restartable() const { return kind == Kind::kWorkerFailed; }
+
+  std::string encode() const;
+  // Throws hsgd::CommError on a malformed record.
+  static FailureRecord decode(const std::string& text);
+};
+
+}  // namespace hsgd::comm::launcher
