@@ -1,0 +1,62 @@
+#pragma once
+// init_process_group: creates the world ProcessGroup of a job (like torch's
+// init_process_group(backend="gloo", init_method="env://")). There is no hidden default group:
+// the returned group is passed explicitly to whatever needs it.
+//
+// Usage, under hsgd-run or torchrun-style variables:
+//   auto world = hsgd::comm::init_process_group(hsgd::comm::InitOptions::from_env());
+// or explicitly, e.g. in a test with a shared store:
+//   auto world = hsgd::comm::init_process_group({.rank = r, .world_size = 4, .store = store});
+
+#include <memory>
+#include <string>
+
+#include "comm/store.h"
+
+namespace hsgd::comm {
+
+class ProcessGroup;
+
+struct InitOptions {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_world_size = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  // If set, used instead of connecting to master_addr:master_port (FileStore, HashStore...).
+  std::shared_ptr<Store> store;
+  std::string job_id = "default";  // namespaces keys on the rendezvous server
+  // Prefix of every key this job writes; distinct per restart attempt so that a restarted job
+  // never reads the keys of the previous attempt. from_env() sets it to
+  // "<HSGD_RUN_ID>/<HSGD_RESTART_COUNT>/" when launched by hsgd-run.
+  std::string key_prefix;
+  std::string token;          // rendezvous token (HSGD_RDZV_TOKEN)
+  std::string socket_ifname;  // network interface for Gloo (HSGD_SOCKET_IFNAME); "" = the
+                              // address that reaches master_addr
+  Duration timeout = kDefaultTimeout;  // connect and every collective
+  // Without a store and with world_size > 1, rank 0 hosts a rendezvous server on
+  // master_addr:master_port (torch's env:// behaviour). from_env() clears it when the job was
+  // launched by hsgd-run (HSGD_RUN_ID set), which runs the server itself.
+  bool embedded_server = true;
+
+  // Reads RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
+  // HSGD_RDZV_TOKEN, HSGD_SOCKET_IFNAME, HSGD_RUN_ID, HSGD_RESTART_COUNT, HSGD_JOB_ID and
+  // HSGD_TIMEOUT_MS. Without RANK, falls back to SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID /
+  // SLURM_NTASKS_PER_NODE, and without those to a world of one. Throws hsgd::InvalidArgument
+  // naming the variable and its value when a value is not a number or out of range.
+  static InitOptions from_env();
+};
+
+// Creates the world group: ranks() = 0..world_size-1. Without options.store: world_size 1 uses a
+// HashStore; otherwise a TcpStore to master_addr:master_port, and (like env://) rank 0 hosts an
+// embedded rendezvous server on master_port when the job was not launched by hsgd-run (no
+// HSGD_RUN_ID). Blocks until every rank arrived; throws hsgd::Timeout naming the ranks missing
+// after options.timeout, hsgd::InvalidArgument for inconsistent options.
+std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options);
+
+// The local address Gloo binds to for reaching host: the interface's address when ifname is
+// set, else the source address the kernel picks for a route to host (127.0.0.1 for loopback).
+std::string gloo_bind_address(const std::string& host, const std::string& ifname);
+
+}  // namespace hsgd::comm

@@ -1,0 +1,162 @@
+#pragma once
+// ProcessGroup: a set of ranks that run collectives together over Gloo's TCP transport (like
+// torch's ProcessGroupGloo). Works on raw buffers; knows nothing of Tensor.
+//
+// CONTRACT: collectives are called in the same order on every rank of a group, with the same
+// sizes, types, ops and roots. Breaking it leads to a timeout error (or wrong results), never to
+// a silent hang: every collective has the group's deadline (InitOptions::timeout, default
+// 300 s). When a peer does not arrive, the error is hsgd::Timeout naming the operation, its
+// sequence number, the group and the ranks that did not arrive.
+//
+// Each group owns one worker thread: collectives are queued (FIFO) and run there, so the caller
+// can compute while they run; each returns a Work to wait on. Buffers must stay alive and
+// untouched until that Work completed. After a failed collective the group is broken (Gloo's
+// connections may hold half a message): later collectives fail at once with hsgd::CommError
+// quoting the first failure. Create a new group (or restart the job) to recover.
+//
+// Groups are made by init_process_group() (the world) and new_group() / new_subgroups() /
+// new_subgroups_by_enumeration() (declared at the end of this header). Each group has its own
+// key prefix in the store and its own Gloo context; all groups of one process tree share one
+// Gloo device (one network thread).
+//
+// Usage:
+//   auto world = hsgd::comm::init_process_group(hsgd::comm::InitOptions::from_env());
+//   std::vector<float> grad(1000, 1.0f);
+//   world->allreduce(grad, hsgd::comm::ReduceOp::kAvg)->wait();
+//   auto [node, all_nodes] = hsgd::comm::new_subgroups(world, 4);
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/store.h"
+#include "comm/work.h"
+
+namespace gloo {
+class Context;
+namespace transport {
+class Device;
+}
+}  // namespace gloo
+
+namespace hsgd::comm {
+
+enum class ReduceOp { kSum, kAvg, kMin, kMax };
+const char* to_string(ReduceOp op);
+
+// Buffers of at most this many bytes are allreduced with Gloo's halving-doubling algorithm
+// (log2(p) rounds: latency-bound messages), larger ones with Gloo's ring (bandwidth-optimal,
+// zero-copy). See process_group.cpp for the measurements behind the number.
+inline constexpr size_t kSmallAllreduceBytes = 64 * 1024;
+
+class ProcessGroup {
+ public:
+  // How a group is built; filled in by init_process_group() and new_group().
+  struct Options {
+    std::shared_ptr<Store> store;  // shared by every group of the job
+    std::string key_prefix;        // unique to this group, e.g. "run/0/pg/g3/"
+    std::string name;              // for messages and logs, e.g. "world/g3"
+    int rank = 0;                  // rank of this process within the group
+    std::vector<int> ranks;        // global ranks of the members, indexed by group rank
+    Duration timeout = kDefaultTimeout;
+    std::shared_ptr<gloo::transport::Device> device;
+    // Kept alive as long as the group (e.g. the embedded rendezvous server of rank 0);
+    // subgroups share their parent's.
+    std::shared_ptr<void> resources;
+  };
+
+  // Connects to every other member (blocks until all arrived). Throws hsgd::Timeout naming the
+  // ranks that did not arrive within options.timeout; hsgd::InvalidArgument on bad options.
+  // Prefer init_process_group() / new_group().
+  explicit ProcessGroup(Options options);
+  // Runs the collectives still queued (each bounded by the group timeout), then stops.
+  ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  int rank() const { return options_.rank; }
+  int size() const { return static_cast<int>(options_.ranks.size()); }
+  const std::string& name() const { return options_.name; }
+  const std::vector<int>& ranks() const { return options_.ranks; }  // global ranks of members
+  Duration timeout() const { return options_.timeout; }
+  std::shared_ptr<Store> store() const { return options_.store; }
+  const std::string& key_prefix() const { return options_.key_prefix; }
+
+  // ---- collectives: each queues the operation and returns at once ----
+
+  // Element-wise reduction across the group, in place. kAvg divides the sum by size().
+  std::shared_ptr<Work> allreduce(std::span<float> data, ReduceOp op = ReduceOp::kSum);
+  std::shared_ptr<Work> allreduce(std::span<double> data, ReduceOp op = ReduceOp::kSum);
+
+  // Copies root's data into data on every rank. root is a rank within this group.
+  std::shared_ptr<Work> broadcast(std::span<float> data, int root);
+  std::shared_ptr<Work> broadcast(std::span<double> data, int root);
+  std::shared_ptr<Work> broadcast(std::span<int64_t> data, int root);
+
+  // out[r * in.size() .. (r+1) * in.size()) receives rank r's in; out.size() == size()*in.size().
+  std::shared_ptr<Work> allgather(std::span<const float> in, std::span<float> out);
+  std::shared_ptr<Work> allgather(std::span<const int64_t> in, std::span<int64_t> out);
+
+  // Completes once every rank of the group has called barrier().
+  std::shared_ptr<Work> barrier();
+
+  // ---- for new_group() ----
+  // The id of the next child group; every member calls new_group in the same order, so the
+  // same child gets the same id (and key prefix) on every rank.
+  int64_t next_child_id() { return next_child_id_++; }
+  const std::shared_ptr<gloo::transport::Device>& device() const { return options_.device; }
+  const std::shared_ptr<void>& resources() const { return options_.resources; }
+
+ private:
+  struct Task {
+    std::shared_ptr<Work> work;
+    std::string what;        // "allreduce (1000 x float, sum) #7"
+    uint64_t seq = 0;
+    std::function<void(uint32_t tag)> run;
+  };
+  struct SmallAllreduceCache;  // halving-doubling algorithms kept per (type, count, op)
+
+  std::shared_ptr<Work> enqueue(std::string what, std::function<void(uint32_t tag)> run);
+  void worker_loop();
+  void run_task(Task& task);
+  // After a failure: which members did not reach collective seq (see process_group.cpp).
+  std::string diagnose_failure(uint64_t seq);
+  template <typename T>
+  std::shared_ptr<Work> allreduce_impl(std::span<T> data, ReduceOp op, const char* type);
+  template <typename T>
+  std::shared_ptr<Work> broadcast_impl(std::span<T> data, int root, const char* type);
+  template <typename T>
+  std::shared_ptr<Work> allgather_impl(std::span<const T> in, std::span<T> out, const char* type);
+  void connect();
+
+  // Constant after construction.
+  const Options options_;
+  std::shared_ptr<gloo::Context> context_;
+
+  std::atomic<int64_t> next_child_id_{0};
+
+  // Used only by the worker thread.
+  std::unique_ptr<SmallAllreduceCache> small_cache_;
+  std::exception_ptr broken_;  // first failure; later collectives fail fast
+  std::string broken_what_;
+
+  std::mutex mu_;
+  std::condition_variable wake_;
+  std::deque<Task> queue_;  // guarded by mu_
+  uint64_t next_seq_ = 0;   // guarded by mu_
+  bool stopping_ = false;   // guarded by mu_
+  std::thread worker_;      // started last in the constructor
+};
+
+}  // namespace hsgd::comm
+
+#include "comm/init.h"       // IWYU pragma: export
+#include "comm/subgroups.h"  // IWYU pragma: export
