@@ -1,0 +1,81 @@
+#include "framework/tensor/generator.h"
+
+#include <cmath>
+#include <numbers>
+
+#include "comm/error.h"
+
+namespace hsgd {
+
+namespace {
+
+uint64_t splitmix64(uint64_t& x) {
+  uint64_t z = (x += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+constexpr uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+// Uniform double in [0, 1) from the top 53 bits.
+double unit_double(uint64_t bits) { return static_cast<double>(bits >> 11) * 0x1.0p-53; }
+
+}  // namespace
+
+Generator::Generator(uint64_t seed) { this->seed(seed); }
+
+void Generator::seed(uint64_t seed) {
+  uint64_t x = seed;
+  for (uint64_t& s : state_) s = splitmix64(x);
+  has_spare_normal_ = false;
+}
+
+uint64_t Generator::next_u64() {
+  const uint64_t result = rotl(state_[1] * 5, 7) * 9;
+  const uint64_t t = state_[1] << 17;
+  state_[2] ^= state_[0];
+  state_[3] ^= state_[1];
+  state_[1] ^= state_[2];
+  state_[0] ^= state_[3];
+  state_[2] ^= t;
+  state_[3] = rotl(state_[3], 45);
+  return result;
+}
+
+float Generator::uniform(float lo, float hi) {
+  // 24 bits: every value is exactly representable, and the result is < 1 before scaling.
+  const float u = static_cast<float>(next_u64() >> 40) * 0x1.0p-24f;
+  const float v = lo + (hi - lo) * u;
+  return v < hi ? v : lo;  // rounding of lo + (hi-lo)*u may reach hi
+}
+
+float Generator::normal(float mean, float std) {
+  double z;
+  if (has_spare_normal_) {
+    z = spare_normal_;
+    has_spare_normal_ = false;
+  } else {
+    const double u1 = 1.0 - unit_double(next_u64());  // (0, 1]: log is finite
+    const double u2 = unit_double(next_u64());
+    const double r = std::sqrt(-2.0 * std::log(u1));
+    const double theta = 2.0 * std::numbers::pi * u2;
+    z = r * std::cos(theta);
+    spare_normal_ = r * std::sin(theta);
+    has_spare_normal_ = true;
+  }
+  return static_cast<float>(mean + std * z);
+}
+
+uint64_t Generator::next_below(uint64_t n) {
+  HSGD_CHECK(n > 0, "Generator::next_below: n must be positive, got ", n);
+  // Rejection sampling removes the modulo bias.
+  const uint64_t limit = UINT64_MAX - UINT64_MAX % n;
+  uint64_t x;
+  do {
+    x = next_u64();
+  } while (x >= limit);
+  return x % n;
+}
+
+}  // namespace hsgd

@@ -1,0 +1,129 @@
+// log_softmax, softmax, nll_loss, cross_entropy, mse_loss.
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "comm/error.h"
+#include "framework/autograd/node.h"
+#include "framework/tensor/ops.h"
+#include "framework/tensor/tensor_impl.h"
+
+namespace hsgd {
+
+using autograd::NeedsGrad;
+
+namespace {
+
+struct Split {
+  int64_t outer = 1, len = 1, inner = 1;
+};
+
+Split split_at(const Tensor& x, int64_t& dim, const char* op) {
+  const int64_t n = x.dim();
+  HSGD_CHECK(dim >= -n && dim < n, op, ": dim ", dim, " out of range for shape ",
+             shape_str(x.shape()));
+  if (dim < 0) dim += n;
+  Split r;
+  for (int64_t i = 0; i < dim; ++i) r.outer *= x.size(i);
+  r.len = x.size(dim);
+  for (int64_t i = dim + 1; i < n; ++i) r.inner *= x.size(i);
+  return r;
+}
+
+// y = log_softmax(x) along len; x, y are (outer, len, inner) contiguous.
+void log_softmax_kernel(const float* x, const Split& sp, float* y) {
+  for (int64_t o = 0; o < sp.outer; ++o) {
+    for (int64_t i = 0; i < sp.inner; ++i) {
+      const float* px = x + o * sp.len * sp.inner + i;
+      float* py = y + o * sp.len * sp.inner + i;
+      float max = -std::numeric_limits<float>::infinity();
+      for (int64_t k = 0; k < sp.len; ++k) max = std::max(max, px[k * sp.inner]);
+      double total = 0;
+      for (int64_t k = 0; k < sp.len; ++k) total += std::exp(px[k * sp.inner] - max);
+      const float shift = max + static_cast<float>(std::log(total));
+      for (int64_t k = 0; k < sp.len; ++k) py[k * sp.inner] = px[k * sp.inner] - shift;
+    }
+  }
+}
+
+// gx = g - exp(y) * sum(g) along len (the log_softmax backward).
+void log_softmax_backward_kernel(const float* g, const float* y, const Split& sp, float* gx) {
+  for (int64_t o = 0; o < sp.outer; ++o) {
+    for (int64_t i = 0; i < sp.inner; ++i) {
+      const int64_t base = o * sp.len * sp.inner + i;
+      double total = 0;
+      for (int64_t k = 0; k < sp.len; ++k) total += g[base + k * sp.inner];
+      const float s = static_cast<float>(total);
+      for (int64_t k = 0; k < sp.len; ++k) {
+        const int64_t at = base + k * sp.inner;
+        gx[at] = g[at] - std::exp(y[at]) * s;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+Tensor log_softmax(const Tensor& x, int64_t dim) {
+  HSGD_CHECK(x.defined(), "log_softmax: the input is undefined");
+  const Split sp = split_at(x, dim, "log_softmax");
+  const Tensor c = x.detach().contiguous();
+  Tensor out = empty(x.shape());
+  log_softmax_kernel(c.data(), sp, out.data());
+  if (autograd::needs_grad({x})) {
+    autograd::record(out, "LogSoftmaxBackward", {x},
+                     [y = out.detach(), sp](const Tensor& g, const NeedsGrad&) {
+                       const Tensor gc = g.contiguous();
+                       Tensor gx = empty(y.shape());
+                       log_softmax_backward_kernel(gc.data(), y.data(), sp, gx.data());
+                       return std::vector<Tensor>{gx};
+                     });
+  }
+  return out;
+}
+
+Tensor softmax(const Tensor& x, int64_t dim) { return exp(log_softmax(x, dim)); }
+
+Tensor nll_loss(const Tensor& logp, const std::vector<int64_t>& targets) {
+  HSGD_CHECK(logp.defined(), "nll_loss: the input is undefined");
+  HSGD_CHECK(logp.dim() == 2, "nll_loss: input must be (N,C), got shape ",
+             shape_str(logp.shape()));
+  const int64_t n = logp.size(0), c = logp.size(1);
+  HSGD_CHECK(static_cast<int64_t>(targets.size()) == n, "nll_loss: got ", targets.size(),
+             " targets for a batch of ", n, " (input shape ", shape_str(logp.shape()), ")");
+  HSGD_CHECK(n > 0, "nll_loss: the batch is empty");
+  for (int64_t i = 0; i < n; ++i) {
+    HSGD_CHECK(targets[i] >= 0 && targets[i] < c, "nll_loss: target ", i, " is ", targets[i],
+               ", expected a class index in [0, ", c, ")");
+  }
+  const Tensor lc = logp.detach().contiguous();
+  double total = 0;
+  for (int64_t i = 0; i < n; ++i) total += lc.data()[i * c + targets[i]];
+  Tensor out = full({}, static_cast<float>(-total / static_cast<double>(n)));
+  if (autograd::needs_grad({logp})) {
+    autograd::record(out, "NllLossBackward", {logp},
+                     [targets, n, c](const Tensor& g, const NeedsGrad&) {
+                       Tensor gx = zeros({n, c});
+                       const float v = -g.item() / static_cast<float>(n);
+                       for (int64_t i = 0; i < n; ++i) gx.data()[i * c + targets[i]] = v;
+                       return std::vector<Tensor>{gx};
+                     });
+  }
+  return out;
+}
+
+Tensor cross_entropy(const Tensor& logits, const std::vector<int64_t>& targets) {
+  HSGD_CHECK(logits.defined() && logits.dim() == 2, "cross_entropy: logits must be (N,C), got ",
+             logits.defined() ? shape_str(logits.shape()) : std::string("undefined"));
+  return nll_loss(log_softmax(logits, 1), targets);
+}
+
+Tensor mse_loss(const Tensor& a, const Tensor& b) {
+  HSGD_CHECK(a.shape() == b.shape(), "mse_loss: shapes differ: ", shape_str(a.shape()), " vs ",
+             shape_str(b.shape()));
+  const Tensor d = sub(a, b);
+  return mean(mul(d, d));
+}
+
+}  // namespace hsgd

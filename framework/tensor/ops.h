@@ -1,0 +1,101 @@
+#pragma once
+// Differentiable tensor functions. Every function here records autograd history when grad mode
+// is on and an input requires grad (see framework/autograd/node.h for how ops are written), and
+// throws hsgd::InvalidArgument naming the shapes or values when its inputs do not fit.
+//
+// Binary elementwise ops broadcast like torch: shapes are aligned from the right and each pair of
+// sizes must be equal or contain a 1.
+//
+//   Tensor logits = linear(x, w, b);                  // x (N,in), w (out,in), b (out)
+//   Tensor loss = cross_entropy(logits, targets);     // mean over the batch
+//   loss.backward();
+
+#include <cstdint>
+#include <vector>
+
+#include "framework/tensor/tensor.h"
+
+namespace hsgd {
+
+// ---- broadcasting helpers (also used by backward functions) ----
+// The broadcast shape of a and b; InvalidArgument when they do not broadcast.
+Shape broadcast_shapes(const Shape& a, const Shape& b);
+// Sums g over the dimensions that broadcasting expanded so the result has shape `shape`
+// (the gradient of a broadcast). Returns g itself when the shapes already match.
+Tensor sum_to(const Tensor& g, const Shape& shape);
+// A contiguous copy of t broadcast to shape.
+Tensor expand_copy(const Tensor& t, const Shape& shape);
+
+// ---- elementwise binary (broadcasting) ----
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor add(const Tensor& a, float s);
+Tensor mul(const Tensor& a, float s);
+// a + alpha * b in one pass.
+Tensor add(const Tensor& a, const Tensor& b, float alpha);
+
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator+(const Tensor& a, float s);
+Tensor operator-(const Tensor& a, float s);
+Tensor operator*(const Tensor& a, float s);
+Tensor operator/(const Tensor& a, float s);
+Tensor operator+(float s, const Tensor& a);
+Tensor operator-(float s, const Tensor& a);
+Tensor operator*(float s, const Tensor& a);
+Tensor operator/(float s, const Tensor& a);
+Tensor operator-(const Tensor& a);
+
+// ---- elementwise unary ----
+Tensor neg(const Tensor& x);
+Tensor relu(const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor pow(const Tensor& x, float exponent);
+Tensor tanh(const Tensor& x);
+Tensor sigmoid(const Tensor& x);
+Tensor abs(const Tensor& x);
+
+// ---- linear algebra (OpenBLAS sgemm; transposed views are passed as flags, not copied) ----
+// a (M,K) @ b (K,N) -> (M,N). Also: a (...,M,K) @ b (K,N); a (B...,M,K) @ b (B...,K,N) with equal
+// batch dims; a 1-D a or b is treated as a row / column vector and its dim removed, as in torch.
+Tensor matmul(const Tensor& a, const Tensor& b);
+// x (...,in) @ w^T + b: w is (out,in), b is (out) or undefined. Output (...,out).
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = Tensor());
+
+// ---- reductions ----
+Tensor sum(const Tensor& x);  // 0-d
+Tensor sum(const Tensor& x, int64_t dim, bool keepdim = false);
+Tensor mean(const Tensor& x);  // 0-d
+Tensor mean(const Tensor& x, int64_t dim, bool keepdim = false);
+// Index of the largest value along dim (first on ties), as float values. Not differentiable.
+Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
+
+// ---- losses ----
+// log(softmax(x)) along dim, computed stably.
+Tensor log_softmax(const Tensor& x, int64_t dim);
+Tensor softmax(const Tensor& x, int64_t dim);
+// Mean over the batch of -logp[i, targets[i]]. logp is (N,C); targets has N entries in [0, C).
+Tensor nll_loss(const Tensor& logp, const std::vector<int64_t>& targets);
+// nll_loss(log_softmax(logits, 1), targets): logits (N,C).
+Tensor cross_entropy(const Tensor& logits, const std::vector<int64_t>& targets);
+// Mean of (a - b)^2 over all elements.
+Tensor mse_loss(const Tensor& a, const Tensor& b);
+
+// ---- shape (free-function forms of the Tensor methods) ----
+Tensor reshape(const Tensor& x, Shape shape);
+Tensor flatten(const Tensor& x, int64_t start = 0, int64_t end = -1);
+Tensor transpose(const Tensor& x, int64_t d0, int64_t d1);
+// Joins tensors along dim; all other sizes must match.
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
+
+// ---- comparisons ----
+// True when shapes are equal and every |a-b| <= atol + rtol*|b|.
+bool allclose(const Tensor& a, const Tensor& b, float rtol = 1e-5f, float atol = 1e-8f);
+
+}  // namespace hsgd
