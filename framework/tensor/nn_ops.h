@@ -1,0 +1,63 @@
+#pragma once
+// Differentiable neural-network ops: convolution, pooling, batch normalisation and dropout.
+// They follow torch.nn.functional (conv2d without groups/dilation, pooling with ceil_mode=False,
+// avg_pool2d with count_include_pad=True) and, like everything in ops.h, record autograd history
+// when grad mode is on and an input requires grad. Bad input (wrong rank, channel mismatch, a
+// kernel larger than the padded input, p outside [0,1), ...) throws hsgd::InvalidArgument naming
+// the values. Inputs may be non-contiguous; they are copied once when they are.
+//
+// The raw kernels are in conv_kernels.h, pool_kernels.h and batch_norm_kernels.h.
+//
+//   Tensor h = conv2d(x, w, b, {1, 1}, {1, 1});       // x (N,3,32,32), w (16,3,3,3) -> (N,16,32,32)
+//   h = relu(batch_norm(h, gamma, beta, running_mean, running_var, /*training=*/true));
+//   h = max_pool2d(h, {2, 2}, {2, 2});                // (N,16,16,16)
+//   h = adaptive_avg_pool2d(h, {1, 1});               // (N,16,1,1)
+
+#include <array>
+#include <cstdint>
+
+#include "framework/tensor/generator.h"
+#include "framework/tensor/tensor.h"
+
+namespace hsgd {
+
+using Size2 = std::array<int64_t, 2>;  // (height, width)
+
+// 2-D cross-correlation, as torch.nn.functional.conv2d. x is (N,C,H,W), w is (O,C,kh,kw),
+// b is (O) or undefined (no bias). Output (N,O,OH,OW), OH = (H + 2*padding[0] - kh) / stride[0] + 1.
+// Computed with im2col + OpenBLAS sgemm; 1x1 stride-1 unpadded convolutions skip the unfold.
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b = Tensor(), Size2 stride = {1, 1},
+              Size2 padding = {0, 0});
+
+// Max over kernel windows of each plane of x, (N,C,H,W) or (C,H,W). stride {0,0} means
+// stride = kernel (torch's default). Padding (at most half the kernel) counts as -inf. A NaN in
+// a window wins. The gradient goes to the position of the maximum.
+Tensor max_pool2d(const Tensor& x, Size2 kernel, Size2 stride = {0, 0}, Size2 padding = {0, 0});
+
+// Mean over kernel windows; zero padding is included in the divisor (count_include_pad=True),
+// so every window divides by kernel[0]*kernel[1]. stride {0,0} means stride = kernel.
+Tensor avg_pool2d(const Tensor& x, Size2 kernel, Size2 stride = {0, 0}, Size2 padding = {0, 0});
+
+// Mean pooling to a fixed output size: output row i averages input rows
+// floor(i*H/OH) .. ceil((i+1)*H/OH) - 1, likewise for columns. x is (N,C,H,W) or (C,H,W).
+Tensor adaptive_avg_pool2d(const Tensor& x, Size2 output_size);
+
+// Batch normalisation over dim 1 of x, (N,C), (N,C,L) or (N,C,H,W), as
+// torch.nn.functional.batch_norm:
+//   training: normalises with the batch mean and BIASED batch variance, and when running_mean /
+//             running_var are defined updates them IN PLACE (not recorded by autograd):
+//             running = (1 - momentum) * running + momentum * batch_stat, using the UNBIASED
+//             batch variance for running_var. Needs more than one value per channel.
+//   eval:     normalises with running_mean and running_var, which must be defined.
+// y = (x - mean) / sqrt(var + eps) * weight + bias; weight and bias are (C) or undefined
+// (meaning 1 and 0). Gradients flow to x, weight and bias, never to the running statistics.
+Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor running_mean,
+                  Tensor running_var, bool training, double momentum = 0.1, double eps = 1e-5);
+
+// Inverted dropout: in training each element is zeroed with probability p and the survivors are
+// scaled by 1/(1-p), so the expected value is unchanged; the mask is drawn from gen, so the same
+// generator state gives the same mask. In eval (or with p == 0) returns x itself.
+// p must be in [0, 1).
+Tensor dropout(const Tensor& x, double p, bool training, Generator& gen);
+
+}  // namespace hsgd
