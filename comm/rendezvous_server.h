@@ -30,7 +30,7 @@ namespace hsgd::comm {
 struct RendezvousServerOptions {
   std::string host = "127.0.0.1";   // address to bind: "127.0.0.1", "::1", "0.0.0.0", a name
   int port = 29400;                 // 0 = let the kernel pick a free port (see port())
-  std::string token;                // empty = no token required
+  std::string token = {};           // empty = no token required
   size_t max_frame_bytes = 8 << 20; // larger frames close the connection
   size_t max_key_bytes = 4096;
   size_t max_keys_per_request = 65536;
@@ -63,6 +63,8 @@ class RendezvousServer {
 
   // Number of open client connections (handshake done or not). For tests and benchmarks.
   size_t num_connections() const;
+  // Number of get/wait/multi_get requests waiting for keys, over all jobs. For tests.
+  size_t num_pending_waits() const;
 
  private:
   class Impl;

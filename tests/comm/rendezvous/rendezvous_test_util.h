@@ -1,0 +1,69 @@
+#pragma once
+// Helpers shared by the rendezvous server and TcpStore suites: a raw protocol client (to send
+// malformed frames the real client never would), a bounded polling helper for test conditions,
+// and a child-process handle that always kills what it started.
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "proto/rendezvous.pb.h"
+
+namespace hsgd::comm::testing {
+
+// Waits until condition() is true or the deadline passes; returns the last value. Used only for
+// conditions the server reaches asynchronously (connection counts), never for timing claims.
+bool eventually(const std::function<bool()>& condition,
+                std::chrono::milliseconds deadline = std::chrono::seconds(20));
+
+// A plain blocking TCP socket speaking raw frames, with a receive timeout on every read.
+class RawClient {
+ public:
+  RawClient(const std::string& host, int port);
+  ~RawClient();
+  RawClient(const RawClient&) = delete;
+  RawClient& operator=(const RawClient&) = delete;
+
+  void send_bytes(const std::string& bytes);
+  // Sends header + payload as one frame.
+  void send_frame(const std::string& payload);
+  // Hello with the given fields; returns the server's reply.
+  proto::HelloReply hello(const std::string& job, const std::string& token = "",
+                          uint32_t version = 0 /* 0 = current */);
+  // Reads one frame; std::nullopt when the server closed the connection.
+  std::optional<std::string> read_frame(std::chrono::milliseconds timeout = std::chrono::seconds(20));
+  // True when the server closed the connection (EOF) within the timeout.
+  bool closed_by_server(std::chrono::milliseconds timeout = std::chrono::seconds(20));
+  void close();
+
+ private:
+  int fd_ = -1;
+};
+
+// A child process whose stdout is a pipe. The destructor SIGKILLs it (by pid) if still running.
+class ChildProcess {
+ public:
+  explicit ChildProcess(const std::vector<std::string>& argv);
+  ~ChildProcess();
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+
+  // One line of stdout (without the newline), or std::nullopt at EOF or timeout.
+  std::optional<std::string> read_line(std::chrono::milliseconds timeout);
+  void signal(int sig);
+  // Waits for exit; returns the exit status as from waitpid, or std::nullopt on timeout.
+  std::optional<int> wait(std::chrono::milliseconds timeout);
+  pid_t pid() const { return pid_; }
+
+ private:
+  pid_t pid_ = -1;
+  int out_fd_ = -1;
+  std::string buffer_;
+  bool exited_ = false;
+};
+
+}  // namespace hsgd::comm::testing
