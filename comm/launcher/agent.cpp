@@ -101,19 +101,19 @@ int LaunchAgent::run() {
                       last_failure_ ? last_failure_->message : "interrupted");
       return 1;
     }
-    logger()->error("hsgd-run: job '{}' attempt {} failed. Root cause (first failure): {}",
-                    options_.run_id, attempt, last_failure_->message);
-    if (!last_failure_->restartable()) return 1;
-    if (attempt < options_.max_restarts) {
+    if (last_failure_->restartable() && attempt < options_.max_restarts) {
+      logger()->error("hsgd-run: job '{}' attempt {} failed. Root cause: {}", options_.run_id,
+                      attempt, last_failure_->message);
       logger()->warn("hsgd-run: restarting all nodes: attempt {} of {} (--max-restarts {})",
                      attempt + 1, options_.max_restarts + 1, options_.max_restarts);
+      continue;
     }
+    logger()->error("hsgd-run: job '{}' failed after {} restart(s) (--max-restarts {}). Root "
+                    "cause: {}",
+                    options_.run_id, attempt, options_.max_restarts, last_failure_->message);
+    return 1;
   }
-  logger()->error("hsgd-run: job '{}' failed after {} restart(s) (--max-restarts {}). Root "
-                  "cause: {}",
-                  options_.run_id, options_.max_restarts, options_.max_restarts,
-                  last_failure_->message);
-  return 1;
+  return 1;  // not reached: the last attempt returns above
 }
 
 LaunchAgent::Outcome LaunchAgent::run_attempt(int attempt) {
@@ -161,6 +161,7 @@ LaunchAgent::Outcome LaunchAgent::run_attempt(int attempt) {
                                               .run_id = options_.run_id,
                                               .restart_count = attempt,
                                               .max_restarts = options_.max_restarts,
+                                              .token = options_.token,
                                               .token_file = options_.token_file,
                                           });
     try {

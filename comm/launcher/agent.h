@@ -56,10 +56,11 @@ struct AgentOptions {
   std::chrono::milliseconds monitor_interval = std::chrono::milliseconds(100);
   std::string master_addr = "127.0.0.1";  // the store, as workers must reach it
   int master_port = 0;
-  std::string token_file;  // passed to workers as HSGD_TOKEN_FILE
-  std::string hostname;    // for the node table; empty = gethostname()
-  std::vector<std::string> program;  // argv of the worker program
-  OutputOptions output;
+  std::string token{};     // passed to workers as HSGD_RDZV_TOKEN
+  std::string token_file{};  // passed to workers as HSGD_TOKEN_FILE
+  std::string hostname{};  // for the node table; empty = gethostname()
+  std::vector<std::string> program{};  // argv of the worker program
+  OutputOptions output{};
 };
 
 class LaunchAgent {

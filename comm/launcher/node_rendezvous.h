@@ -32,7 +32,7 @@ namespace hsgd::comm::launcher {
 
 // What one agent tells the others about its node.
 struct NodeInfo {
-  std::string host;
+  std::string host{};
   int pid = 0;               // of the agent: tells apart several agents on one host
   int local_world_size = 1;  // workers on this node (--nproc-per-node)
   int requested_rank = -1;   // --node-rank, or -1 for "by order of arrival"
@@ -46,7 +46,7 @@ struct NodeAssignment {
   int node_rank = 0;
   int world_size = 0;   // sum of local_world_size over all nodes
   int rank_offset = 0;  // global rank of this node's local rank 0
-  std::vector<NodeInfo> nodes;  // indexed by node rank
+  std::vector<NodeInfo> nodes{};  // indexed by node rank
 
   // A table "node-rank  host  pid  local-world-size  first-rank" for the log.
   std::string table() const;
@@ -60,12 +60,12 @@ class RendezvousInterrupted : public Error {
 
 struct NodeRendezvousOptions {
   int nnodes = 1;
-  std::string job_id;      // for messages
-  std::string endpoint;    // "host:port" of the store, for messages
-  std::string key_prefix;  // unique per job attempt
+  std::string job_id{};    // for messages
+  std::string endpoint{};  // "host:port" of the store, for messages
+  std::string key_prefix{};  // unique per job attempt
   std::chrono::milliseconds timeout = std::chrono::seconds(300);
   std::chrono::milliseconds poll_interval = std::chrono::milliseconds(50);
-  std::function<bool()> interrupted;  // polled while waiting; may be empty
+  std::function<bool()> interrupted{};  // polled while waiting; may be empty
 };
 
 // Runs the protocol above. Throws hsgd::Timeout (nodes missing), hsgd::InvalidArgument (too many

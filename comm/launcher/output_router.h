@@ -31,7 +31,7 @@ namespace hsgd::comm::launcher {
 struct OutputOptions {
   int stdout_fd = STDOUT_FILENO;  // not owned
   int stderr_fd = STDERR_FILENO;  // not owned
-  std::string log_dir;            // empty: prefix lines on the terminal
+  std::string log_dir{};          // empty: prefix lines on the terminal
   size_t tail_lines = 20;
 };
 

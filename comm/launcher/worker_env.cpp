@@ -31,8 +31,10 @@ std::vector<std::string> build_worker_env(const std::vector<std::string>& base,
   set("MASTER_ADDR", o.master_addr);
   set("MASTER_PORT", std::to_string(o.master_port));
   set("HSGD_RUN_ID", o.run_id);
+  set("HSGD_JOB_ID", o.run_id);
   set("HSGD_RESTART_COUNT", std::to_string(o.restart_count));
   set("HSGD_MAX_RESTARTS", std::to_string(o.max_restarts));
+  if (!o.token.empty()) set("HSGD_RDZV_TOKEN", o.token);
   if (!o.token_file.empty()) set("HSGD_TOKEN_FILE", o.token_file);
   if (o.local_world_size > 1) {
     for (const char* name : {"OMP_NUM_THREADS", "HSGD_NUM_THREADS", "OPENBLAS_NUM_THREADS"}) {

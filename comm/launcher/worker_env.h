@@ -3,8 +3,10 @@
 // variables. Overriding is deliberate: a stale RANK inherited from an outer job must not leak in.
 //
 // Variables set: RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE,
-// MASTER_ADDR, MASTER_PORT (the rendezvous store), HSGD_RUN_ID (the store's job id),
-// HSGD_RESTART_COUNT, HSGD_MAX_RESTARTS, and HSGD_TOKEN_FILE when the store needs a token.
+// MASTER_ADDR, MASTER_PORT (the rendezvous store), HSGD_RUN_ID and HSGD_JOB_ID (both the
+// --rdzv-id: init_process_group uses the first for its per-attempt key prefix, the second as the
+// store's job namespace), HSGD_RESTART_COUNT, HSGD_MAX_RESTARTS, and HSGD_RDZV_TOKEN /
+// HSGD_TOKEN_FILE when the store needs a token.
 // When local_world_size > 1, OMP_NUM_THREADS, HSGD_NUM_THREADS and OPENBLAS_NUM_THREADS are set
 // to 1 unless the user set them: P workers with P threads each would oversubscribe the cores.
 //
@@ -28,7 +30,8 @@ struct WorkerEnvOptions {
   std::string run_id = "default";
   int restart_count = 0;
   int max_restarts = 0;
-  std::string token_file;  // empty: the store has no token
+  std::string token{};     // empty: the store has no token
+  std::string token_file{};  // where the token came from, if a file
 };
 
 // The process environment as "NAME=value" entries.

@@ -1,0 +1,224 @@
+// hsgd-run end to end: the real launcher, the real hsgd-rendezvous and a real worker program
+// (launcher_test_worker), all as separate processes on loopback. Several "nodes" are several
+// hsgd-run processes. Every process is started through Command, which kills it (and its process
+// group) at the end of the test at the latest.
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "command.h"
+#include "tests/support/multiprocess.h"
+
+namespace hsgd::testing {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+namespace fs = std::filesystem;
+
+const std::string kRun = HSGD_RUN_PATH;
+const std::string kRendezvous = HSGD_RENDEZVOUS_PATH;
+const std::string kWorker = LAUNCHER_TEST_WORKER_PATH;
+constexpr auto kJobTimeout = seconds(90);
+
+std::string slurp(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+bool process_exists(pid_t pid) { return ::kill(pid, 0) == 0 || errno != ESRCH; }
+
+// Output of a finished command, for failure messages.
+std::string show(const Command::Result& r) {
+  return "exit status: " + r.status.describe() + (r.timed_out ? " (timed out, killed)" : "") +
+         "\n--- output ---\n" + r.output;
+}
+
+// A started hsgd-rendezvous and the port it printed.
+struct Rendezvous {
+  Command command;
+  int port = 0;
+};
+
+Rendezvous start_rendezvous() {
+  auto cmd = Command::start({kRendezvous, "--host", "127.0.0.1", "--port", "0"});
+  EXPECT_TRUE(cmd.wait_for_output("\n", seconds(30))) << cmd.output();
+  std::smatch m;
+  const std::string out = cmd.output();
+  EXPECT_TRUE(std::regex_search(out, m, std::regex("listening on 127\\.0\\.0\\.1:(\\d+)"))) << out;
+  int port = m.empty() ? 0 : std::stoi(m[1]);
+  return Rendezvous{std::move(cmd), port};
+}
+
+// A loopback port nobody listens on (bound once by the kernel, then released).
+int unused_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+TEST(HsgdRunTest, Standalone_AllreduceOfRanksWith1_2_4Workers) {
+  for (int nproc : {1, 2, 4}) {
+    const auto dir = unique_temp_dir("hsgd_run_allreduce");
+    auto result = Command::start({kRun, "--nproc-per-node", std::to_string(nproc), "--", kWorker,
+                                  "allreduce", dir.string()})
+                      .wait(kJobTimeout);
+    ASSERT_TRUE(result.status.success()) << "nproc " << nproc << "\n" << show(result);
+    const int sum = nproc * (nproc - 1) / 2;
+    for (int rank = 0; rank < nproc; ++rank) {
+      EXPECT_TRUE(fs::exists(dir / ("allreduce_rank" + std::to_string(rank))))
+          << "nproc " << nproc << " rank " << rank << "\n" << show(result);
+      const std::string line = "[rank " + std::to_string(rank) + "] allreduce sum " +
+                               std::to_string(sum) + " count " + std::to_string(nproc);
+      EXPECT_NE(result.output.find(line), std::string::npos) << line << "\n" << show(result);
+    }
+  }
+}
+
+TEST(HsgdRunTest, Standalone_WorkerEnvironmentAndFlagsFromEnv) {
+  const auto dir = unique_temp_dir("hsgd_run_env");
+  // --nproc-per-node from HSGD_NPROC_PER_NODE; the program without "--" (torchrun style).
+  auto result = Command::start({kRun, "--rdzv-id", "env-job", kWorker, "env", dir.string()},
+                               {"HSGD_NPROC_PER_NODE=2", "RANK=77"})
+                    .wait(kJobTimeout);
+  ASSERT_TRUE(result.status.success()) << show(result);
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string env = slurp(dir / ("env_attempt0_rank" + std::to_string(rank)));
+    EXPECT_NE(env.find("RANK=" + std::to_string(rank) + "\n"), std::string::npos) << env;
+    EXPECT_NE(env.find("LOCAL_RANK=" + std::to_string(rank) + "\n"), std::string::npos) << env;
+    EXPECT_NE(env.find("WORLD_SIZE=2\n"), std::string::npos) << env;
+    EXPECT_NE(env.find("GROUP_RANK=0\n"), std::string::npos) << env;
+    EXPECT_NE(env.find("MASTER_ADDR=127.0.0.1\n"), std::string::npos) << env;
+    EXPECT_NE(env.find("HSGD_RUN_ID=env-job\n"), std::string::npos) << env;
+    EXPECT_NE(env.find("HSGD_RESTART_COUNT=0\n"), std::string::npos) << env;
+    EXPECT_NE(env.find("OMP_NUM_THREADS=1\n"), std::string::npos) << env;
+  }
+}
+
+TEST(HsgdRunTest, TwoNodes_AgainstOneHsgdRendezvous) {
+  auto server = start_rendezvous();
+  ASSERT_GT(server.port, 0);
+  const auto dir = unique_temp_dir("hsgd_run_two_nodes");
+  const std::string endpoint = "127.0.0.1:" + std::to_string(server.port);
+  std::vector<Command> nodes;
+  for (int n = 0; n < 2; ++n) {
+    nodes.push_back(Command::start({kRun, "--nnodes", "2", "--nproc-per-node", "2",
+                                    "--rdzv-endpoint", endpoint, "--rdzv-id", "two-nodes",
+                                    "--rdzv-timeout", "60", "--", kWorker, "allreduce",
+                                    dir.string()}));
+  }
+  for (int n = 0; n < 2; ++n) {
+    auto result = nodes[n].wait(kJobTimeout);
+    EXPECT_TRUE(result.status.success()) << "node process " << n << "\n" << show(result);
+    EXPECT_NE(result.output.find("node-rank"), std::string::npos) << show(result);
+    EXPECT_NE(result.output.find("allreduce sum 6 count 4"), std::string::npos) << show(result);
+  }
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_TRUE(fs::exists(dir / ("allreduce_rank" + std::to_string(rank)))) << "rank " << rank;
+  }
+}
+
+TEST(HsgdRunTest, FailsOnce_RestartsWithRestartCountOneAndSucceeds) {
+  const auto dir = unique_temp_dir("hsgd_run_fail_once");
+  auto result = Command::start({kRun, "--nproc-per-node", "2", "--max-restarts", "2",
+                                "--grace-period", "5", "--", kWorker, "fail-once",
+                                dir.string()})
+                    .wait(kJobTimeout);
+  ASSERT_TRUE(result.status.success()) << show(result);
+  EXPECT_NE(result.output.find("exit code 7"), std::string::npos) << show(result);
+  EXPECT_NE(result.output.find("failing on purpose"), std::string::npos) << show(result);
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(slurp(dir / ("ran_attempt1_rank" + std::to_string(rank))), "HSGD_RESTART_COUNT=1\n")
+        << "rank " << rank;
+  }
+  EXPECT_FALSE(fs::exists(dir / "ran_attempt2_rank0")) << "restarted after success";
+}
+
+TEST(HsgdRunTest, AlwaysFails_NonZeroAfterRestartsWithRootCause) {
+  auto result = Command::start({kRun, "--nproc-per-node", "3", "--max-restarts", "1",
+                                "--grace-period", "5", "--", kWorker, "always-fail"})
+                    .wait(kJobTimeout);
+  EXPECT_FALSE(result.timed_out) << show(result);
+  EXPECT_EQ(result.status.exit_code, 1) << show(result);
+  EXPECT_NE(result.output.find("failed after 1 restart(s)"), std::string::npos) << show(result);
+  // The root cause: first failing rank, its exit status and its last lines.
+  const std::regex root("Root cause: rank 1 \\(node 0 .*exit code 3 in attempt 1");
+  EXPECT_TRUE(std::regex_search(result.output, root)) << show(result);
+  EXPECT_NE(result.output.find("    [rank 1] boom: rank 1 gives up"), std::string::npos)
+      << show(result);
+}
+
+TEST(HsgdRunTest, MissingNode_ClearErrorWithinTimeout) {
+  auto server = start_rendezvous();
+  ASSERT_GT(server.port, 0);
+  const auto dir = unique_temp_dir("hsgd_run_missing");
+  auto result = Command::start({kRun, "--nnodes", "2", "--rdzv-endpoint",
+                                "127.0.0.1:" + std::to_string(server.port), "--rdzv-id", "lonely",
+                                "--rdzv-timeout", "2", "--", kWorker, "env", dir.string()})
+                    .wait(kJobTimeout);
+  EXPECT_FALSE(result.timed_out) << show(result);
+  EXPECT_EQ(result.status.exit_code, 1) << show(result);
+  EXPECT_NE(result.output.find("1 of 2 nodes joined"), std::string::npos) << show(result);
+  EXPECT_NE(result.output.find("1 missing"), std::string::npos) << show(result);
+  EXPECT_TRUE(fs::is_empty(dir)) << "a worker started without its peers";
+}
+
+TEST(HsgdRunTest, UnreachableEndpoint_ClearErrorNamingHostPort) {
+  const auto dir = unique_temp_dir("hsgd_run_unreachable");
+  const std::string endpoint = "127.0.0.1:" + std::to_string(unused_port());
+  auto result = Command::start({kRun, "--nnodes", "2", "--rdzv-endpoint", endpoint,
+                                "--rdzv-timeout", "2", "--", kWorker, "env", dir.string()})
+                    .wait(kJobTimeout);
+  EXPECT_FALSE(result.timed_out) << show(result);
+  EXPECT_EQ(result.status.exit_code, 1) << show(result);
+  EXPECT_NE(result.output.find("cannot reach the rendezvous endpoint " + endpoint),
+            std::string::npos)
+      << show(result);
+  EXPECT_TRUE(fs::is_empty(dir)) << "a worker started without a store";
+}
+
+TEST(HsgdRunTest, Sigterm_AllWorkersGoneWithinGracePeriod) {
+  const auto dir = unique_temp_dir("hsgd_run_sigterm");
+  // Every worker ignores SIGTERM: hsgd-run must escalate to SIGKILL after --grace-period.
+  auto run = Command::start({kRun, "--nproc-per-node", "3", "--grace-period", "1", "--", kWorker,
+                             "sleep", dir.string(), "ignore-term"});
+  ASSERT_TRUE(run.wait_for_output("[rank 2] ready", seconds(60))) << run.output();
+  ASSERT_TRUE(run.wait_for_output("[rank 0] ready", seconds(60))) << run.output();
+  ASSERT_TRUE(run.wait_for_output("[rank 1] ready", seconds(60))) << run.output();
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < 3; ++rank) {
+    pids.push_back(std::stoi(slurp(dir / ("pid_rank" + std::to_string(rank)))));
+    ASSERT_TRUE(process_exists(pids.back()));
+  }
+  run.signal(SIGTERM);
+  auto result = run.wait(seconds(60));
+  EXPECT_FALSE(result.timed_out) << show(result);
+  EXPECT_EQ(result.status.exit_code, 128 + SIGTERM) << show(result);
+  EXPECT_NE(result.output.find("sent SIGKILL"), std::string::npos) << show(result);
+  for (int rank = 0; rank < 3; ++rank) {
+    EXPECT_FALSE(process_exists(pids[rank])) << "rank " << rank << " pid " << pids[rank]
+                                             << " survived hsgd-run";
+  }
+}
+
+}  // namespace
+}  // namespace hsgd::testing

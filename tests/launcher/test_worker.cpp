@@ -1,0 +1,133 @@
+// launcher_test_worker: the worker program the hsgd-run tests launch.
+//   launcher_test_worker allreduce [DIR]   allreduce RANK over the world group, check the sum
+//   launcher_test_worker env DIR           check the torchrun variables, record them in DIR
+//   launcher_test_worker fail-once DIR     rank 1 exits 7 in attempt 0; every run is recorded
+//   launcher_test_worker always-fail       rank 1 exits 3 after printing a marker; others sleep
+//   launcher_test_worker sleep DIR [ignore-term]  record pid in DIR, then sleep 60 s
+// Exit code 0 = checks passed; anything else = a failure hsgd-run must report.
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/init.h"
+#include "comm/process_group.h"
+
+namespace {
+
+int env_int(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr) {
+    std::cerr << "missing environment variable " << name << std::endl;
+    std::exit(20);
+  }
+  return std::atoi(v);
+}
+
+std::string env_str(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? v : "<unset>";
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream(path) << text;
+}
+
+void sleep_seconds(int s) { std::this_thread::sleep_for(std::chrono::seconds(s)); }
+
+int check_env(const std::string& dir) {
+  const int rank = env_int("RANK"), world = env_int("WORLD_SIZE");
+  const int local = env_int("LOCAL_RANK"), local_world = env_int("LOCAL_WORLD_SIZE");
+  const int group = env_int("GROUP_RANK"), restart = env_int("HSGD_RESTART_COUNT");
+  env_int("MASTER_PORT");
+  int bad = 0;
+  auto expect = [&](bool ok, const std::string& what) {
+    if (!ok) {
+      std::cerr << "env check failed: " << what << std::endl;
+      ++bad;
+    }
+  };
+  expect(rank >= 0 && rank < world, "RANK in [0, WORLD_SIZE)");
+  expect(local >= 0 && local < local_world, "LOCAL_RANK in [0, LOCAL_WORLD_SIZE)");
+  expect(rank == group * local_world + local, "RANK == GROUP_RANK * LOCAL_WORLD_SIZE + LOCAL_RANK");
+  if (local_world > 1) {
+    expect(env_str("OMP_NUM_THREADS") == "1", "OMP_NUM_THREADS=1 with several workers");
+    expect(env_str("HSGD_NUM_THREADS") == "1", "HSGD_NUM_THREADS=1 with several workers");
+  }
+  std::string record;
+  for (const char* name : {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                           "MASTER_ADDR", "MASTER_PORT", "HSGD_RUN_ID", "HSGD_RESTART_COUNT",
+                           "OMP_NUM_THREADS"}) {
+    record += std::string(name) + "=" + env_str(name) + "\n";
+  }
+  write_file(dir + "/env_attempt" + std::to_string(restart) + "_rank" + std::to_string(rank),
+             record);
+  std::cout << "env ok" << std::endl;
+  return bad == 0 ? 0 : 1;
+}
+
+int allreduce(const std::string& dir) {
+  auto world = hsgd::comm::init_process_group(hsgd::comm::InitOptions::from_env());
+  const int n = world->size();
+  std::vector<float> value{static_cast<float>(world->rank()), 1.0f};
+  world->allreduce(value, hsgd::comm::ReduceOp::kSum)->wait();
+  const float expected = static_cast<float>(n * (n - 1) / 2);
+  std::cout << "allreduce sum " << value[0] << " count " << value[1] << std::endl;
+  if (value[0] != expected || value[1] != static_cast<float>(n)) {
+    std::cerr << "allreduce: expected sum " << expected << " and count " << n << std::endl;
+    return 1;
+  }
+  if (!dir.empty()) write_file(dir + "/allreduce_rank" + std::to_string(world->rank()), "ok\n");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "";
+  const std::string dir = argc > 2 ? argv[2] : "";
+  try {
+    if (mode == "allreduce") return allreduce(dir);
+    if (mode == "env") return check_env(dir);
+    if (mode == "fail-once") {
+      const int rank = env_int("RANK"), restart = env_int("HSGD_RESTART_COUNT");
+      write_file(dir + "/ran_attempt" + std::to_string(restart) + "_rank" + std::to_string(rank),
+                 "HSGD_RESTART_COUNT=" + std::to_string(restart) + "\n");
+      if (restart == 0 && rank == 1) {
+        std::cerr << "failing on purpose in attempt 0" << std::endl;
+        return 7;
+      }
+      if (restart == 0) sleep_seconds(60);  // stopped by hsgd-run when rank 1 fails
+      return 0;
+    }
+    if (mode == "always-fail") {
+      if (env_int("RANK") == 1) {
+        std::cout << "about to fail" << std::endl;
+        std::cerr << "boom: rank 1 gives up" << std::endl;
+        return 3;
+      }
+      sleep_seconds(60);
+      return 0;
+    }
+    if (mode == "sleep") {
+      if (argc > 3 && std::string(argv[3]) == "ignore-term") signal(SIGTERM, SIG_IGN);
+      write_file(dir + "/pid_rank" + std::to_string(env_int("RANK")),
+                 std::to_string(getpid()) + "\n");
+      std::cout << "ready" << std::endl;
+      sleep_seconds(60);
+      return 0;
+    }
+  } catch (const std::exception& e) {
+    std::cerr << "launcher_test_worker: " << e.what() << std::endl;
+    return 10;
+  }
+  std::cerr << "launcher_test_worker: unknown mode '" << mode << "'" << std::endl;
+  return 2;
+}
