@@ -25,14 +25,14 @@ struct InitOptions {
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   // If set, used instead of connecting to master_addr:master_port (FileStore, HashStore...).
-  std::shared_ptr<Store> store;
+  std::shared_ptr<Store> store = nullptr;
   std::string job_id = "default";  // namespaces keys on the rendezvous server
   // Prefix of every key this job writes; distinct per restart attempt so that a restarted job
   // never reads the keys of the previous attempt. from_env() sets it to
   // "<HSGD_RUN_ID>/<HSGD_RESTART_COUNT>/" when launched by hsgd-run.
-  std::string key_prefix;
-  std::string token;          // rendezvous token (HSGD_RDZV_TOKEN)
-  std::string socket_ifname;  // network interface for Gloo (HSGD_SOCKET_IFNAME); "" = the
+  std::string key_prefix = "";
+  std::string token = "";     // rendezvous token (HSGD_RDZV_TOKEN)
+  std::string socket_ifname = "";  // network interface for Gloo (HSGD_SOCKET_IFNAME); "" = the
                               // address that reaches master_addr
   Duration timeout = kDefaultTimeout;  // connect and every collective
   // Without a store and with world_size > 1, rank 0 hosts a rendezvous server on

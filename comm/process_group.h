@@ -61,16 +61,16 @@ class ProcessGroup {
  public:
   // How a group is built; filled in by init_process_group() and new_group().
   struct Options {
-    std::shared_ptr<Store> store;  // shared by every group of the job
-    std::string key_prefix;        // unique to this group, e.g. "run/0/pg/g3/"
-    std::string name;              // for messages and logs, e.g. "world/g3"
+    std::shared_ptr<Store> store = nullptr;  // shared by every group of the job
+    std::string key_prefix = "";   // unique to this group, e.g. "run/0/pg/g3/"
+    std::string name = "";         // for messages and logs, e.g. "world/g3"
     int rank = 0;                  // rank of this process within the group
-    std::vector<int> ranks;        // global ranks of the members, indexed by group rank
+    std::vector<int> ranks = {};   // global ranks of the members, indexed by group rank
     Duration timeout = kDefaultTimeout;
-    std::shared_ptr<gloo::transport::Device> device;
+    std::shared_ptr<gloo::transport::Device> device = nullptr;
     // Kept alive as long as the group (e.g. the embedded rendezvous server of rank 0);
     // subgroups share their parent's.
-    std::shared_ptr<void> resources;
+    std::shared_ptr<void> resources = nullptr;
   };
 
   // Connects to every other member (blocks until all arrived). Throws hsgd::Timeout naming the

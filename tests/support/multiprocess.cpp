@@ -60,7 +60,7 @@ struct Child {
   pid_t pid = -1;
   int pipe_fd = -1;       // read end; the child writes its failure message
   bool done = false;
-  std::string reason;     // empty = success
+  std::string reason = "";  // empty = success
 };
 
 std::string describe_status(int status, const std::string& message) {

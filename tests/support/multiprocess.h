@@ -32,12 +32,12 @@ namespace hsgd::testing {
 
 struct RankFailure {
   int rank = 0;
-  std::string reason;  // the exception message, "GoogleTest assertion failed", signal, timeout
+  std::string reason = "";  // the exception message, "GoogleTest assertion failed", signal, timeout
 };
 
 struct RunResult {
   int world_size = 0;
-  std::vector<RankFailure> failures;  // ordered by rank
+  std::vector<RankFailure> failures = {};  // ordered by rank
   bool ok() const { return failures.empty(); }
   // "rank 2: Timeout: ...\nrank 3: killed after the 30000 ms deadline"
   std::string describe() const;

@@ -1,0 +1,118 @@
+// InitOptions::from_env: torchrun variables, SLURM fallback, hsgd-run's restart prefix, and
+// errors naming the variable. Each case runs in a forked child so the environment changes
+// never leak into other tests.
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "comm/error.h"
+#include "comm/process_group.h"
+#include "tests/support/multiprocess.h"
+
+namespace hsgd::comm {
+namespace {
+
+using namespace std::chrono_literals;
+
+const char* const kVars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+                             "MASTER_ADDR", "MASTER_PORT", "HSGD_RUN_ID", "HSGD_RESTART_COUNT",
+                             "HSGD_RDZV_TOKEN", "HSGD_SOCKET_IFNAME", "SLURM_PROCID",
+                             "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE",
+                             "HSGD_TIMEOUT_MS", "HSGD_JOB_ID"};
+
+// Runs body in a child with exactly the given variables set.
+void with_env(std::vector<std::pair<const char*, const char*>> vars,
+              const std::function<void()>& body) {
+  auto result = hsgd::testing::run_ranks(1, 30s, [&](int) {
+    for (const char* v : kVars) ::unsetenv(v);
+    for (auto [k, v] : vars) ::setenv(k, v, 1);
+    body();
+  });
+  EXPECT_RANKS_OK(result);
+}
+
+void expect_invalid(std::vector<std::pair<const char*, const char*>> vars,
+                    const std::string& expected_in_message) {
+  with_env(vars, [&] {
+    try {
+      InitOptions::from_env();
+      ADD_FAILURE() << "expected InvalidArgument mentioning " << expected_in_message;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(expected_in_message), std::string::npos) << e.what();
+    }
+  });
+}
+
+TEST(InitEnvTest, NoVariablesMeansWorldOfOne) {
+  with_env({}, [] {
+    auto o = InitOptions::from_env();
+    EXPECT_EQ(o.rank, 0);
+    EXPECT_EQ(o.world_size, 1);
+    EXPECT_TRUE(o.embedded_server);
+    auto pg = init_process_group(o);
+    EXPECT_EQ(pg->size(), 1);
+  });
+}
+
+TEST(InitEnvTest, TorchrunVariables) {
+  with_env({{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "4"},
+            {"MASTER_ADDR", "::1"}, {"MASTER_PORT", "1234"}, {"HSGD_RDZV_TOKEN", "secret"},
+            {"HSGD_TIMEOUT_MS", "1500"}},
+           [] {
+             auto o = InitOptions::from_env();
+             EXPECT_EQ(o.rank, 5);
+             EXPECT_EQ(o.world_size, 8);
+             EXPECT_EQ(o.local_rank, 1);
+             EXPECT_EQ(o.local_world_size, 4);
+             EXPECT_EQ(o.master_addr, "::1");
+             EXPECT_EQ(o.master_port, 1234);
+             EXPECT_EQ(o.token, "secret");
+             EXPECT_EQ(o.timeout, 1500ms);
+             EXPECT_TRUE(o.key_prefix.empty());
+           });
+}
+
+TEST(InitEnvTest, HsgdRunSetsRestartPrefixAndNoEmbeddedServer) {
+  with_env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"HSGD_RUN_ID", "job7"},
+            {"HSGD_RESTART_COUNT", "3"}},
+           [] {
+             auto o = InitOptions::from_env();
+             EXPECT_EQ(o.key_prefix, "job7/3/");
+             EXPECT_FALSE(o.embedded_server);
+           });
+}
+
+TEST(InitEnvTest, SlurmFallback) {
+  with_env({{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "6"}, {"SLURM_LOCALID", "0"},
+            {"SLURM_NTASKS_PER_NODE", "3"}},
+           [] {
+             auto o = InitOptions::from_env();
+             EXPECT_EQ(o.rank, 3);
+             EXPECT_EQ(o.world_size, 6);
+             EXPECT_EQ(o.local_rank, 0);
+             EXPECT_EQ(o.local_world_size, 3);
+           });
+}
+
+TEST(InitEnvTest, BadValuesNameTheVariable) {
+  expect_invalid({{"RANK", "4"}, {"WORLD_SIZE", "4"}}, "RANK=4");
+  expect_invalid({{"RANK", "abc"}, {"WORLD_SIZE", "4"}}, "RANK='abc'");
+  expect_invalid({{"RANK", "0"}, {"WORLD_SIZE", "0"}}, "WORLD_SIZE=0");
+  expect_invalid({{"RANK", "0"}}, "WORLD_SIZE");
+  expect_invalid({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "70000"}},
+                 "MASTER_PORT=70000");
+  expect_invalid({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "2"},
+                  {"LOCAL_WORLD_SIZE", "2"}},
+                 "LOCAL_RANK=2");
+  expect_invalid({{"SLURM_PROCID", "x"}, {"SLURM_NTASKS", "2"}}, "SLURM_PROCID='x'");
+}
+
+TEST(InitEnvTest, SocketInterfaceMustExist) {
+  EXPECT_EQ(gloo_bind_address("127.0.0.1", ""), "127.0.0.1");
+  EXPECT_EQ(gloo_bind_address("127.0.0.1", "lo"), "127.0.0.1");
+  EXPECT_THROW(gloo_bind_address("127.0.0.1", "no-such-if0"), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace hsgd::comm
