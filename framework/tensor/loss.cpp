@@ -41,8 +41,9 @@ void log_softmax_kernel(const float* x, const Split& sp, float* y) {
       for (int64_t k = 0; k < sp.len; ++k) max = std::max(max, px[k * sp.inner]);
       double total = 0;
       for (int64_t k = 0; k < sp.len; ++k) total += std::exp(px[k * sp.inner] - max);
-      const float shift = max + static_cast<float>(std::log(total));
-      for (int64_t k = 0; k < sp.len; ++k) py[k * sp.inner] = px[k * sp.inner] - shift;
+      // (x - max) - log(total), not x - (max + log(total)): for large logits the latter rounds.
+      const float log_total = static_cast<float>(std::log(total));
+      for (int64_t k = 0; k < sp.len; ++k) py[k * sp.inner] = (px[k * sp.inner] - max) - log_total;
     }
   }
 }
