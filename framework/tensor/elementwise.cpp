@@ -223,7 +223,8 @@ Tensor operator-(const Tensor& a) { return neg(a); }
 Tensor neg(const Tensor& x) { return mul(x, -1.0f); }
 
 Tensor relu(const Tensor& x) {
-  Tensor out = unary_kernel(x, [](float v) { return v > 0.0f ? v : 0.0f; });
+  // std::max(v, 0) keeps NaN (as torch) and compiles to maxps.
+  Tensor out = unary_kernel(x, [](float v) { return std::max(v, 0.0f); });
   if (autograd::needs_grad({x})) {
     // The output is saved (detached): y > 0 exactly where x > 0.
     autograd::record(out, "ReluBackward", {x}, [y = out.detach()](const Tensor& g, const NeedsGrad&) {

@@ -43,14 +43,29 @@ Shape reduced_shape(const Shape& s, int64_t d, bool keepdim) {
   return out;
 }
 
+// Sum of n contiguous floats. 16 independent float lanes (which the compiler vectorises) over
+// blocks short enough that float rounding stays small, blocks added in double.
+double sum_contiguous(const float* x, int64_t n) {
+  constexpr int64_t kLanes = 16;
+  constexpr int64_t kBlock = 1024;
+  double total = 0;
+  int64_t i = 0;
+  for (; i + kBlock <= n; i += kBlock) {
+    float lanes[kLanes] = {};
+    for (int64_t j = 0; j < kBlock; j += kLanes) {
+      for (int64_t l = 0; l < kLanes; ++l) lanes[l] += x[i + j + l];
+    }
+    for (float v : lanes) total += v;
+  }
+  for (; i < n; ++i) total += x[i];
+  return total;
+}
+
 // out (outer, inner) = sum over len of x (outer, len, inner); x contiguous.
 void sum_kernel(const float* x, const Split& sp, float* out) {
   if (sp.inner == 1) {
     for (int64_t o = 0; o < sp.outer; ++o) {
-      const float* row = x + o * sp.len;
-      double acc = 0;
-      for (int64_t k = 0; k < sp.len; ++k) acc += row[k];
-      out[o] = static_cast<float>(acc);
+      out[o] = static_cast<float>(sum_contiguous(x + o * sp.len, sp.len));
     }
     return;
   }
