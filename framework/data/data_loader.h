@@ -1,0 +1,90 @@
+#pragma once
+// DataLoader: iterates over a Dataset in batches, optionally in a seeded shuffled order and
+// optionally over one shard of it for distributed training.
+//
+// Order of an epoch: 0..N-1, or with shuffle a permutation drawn from Generator(seed + epoch),
+// so every rank that uses the same seed and epoch sees the same permutation (as
+// torch.utils.data.DistributedSampler). With world_size > 1 the order is padded by repeating
+// its first indices up to a multiple of world_size, and rank r takes positions r, r + W, r + 2W,
+// ...: every rank gets ceil(N / W) samples and the same number of batches (DistributedSampler
+// with drop_last=False). drop_last drops this rank's last batch when it is short.
+//
+// Call set_epoch(e) at the start of each epoch to get a new shuffle; without it every pass
+// repeats epoch 0's order (as with DistributedSampler).
+//
+//   data::DataLoader loader(dataset, {.batch_size = 64, .shuffle = true, .seed = 1,
+//                                     .rank = rank, .world_size = world});
+//   for (int64_t epoch = 0; epoch < epochs; ++epoch) {
+//     loader.set_epoch(epoch);
+//     for (const data::Batch& batch : loader) { ... batch.inputs, batch.targets ... }
+//   }
+//
+// Errors: batch_size < 1, world_size < 1, rank outside [0, world_size), null dataset:
+// InvalidArgument naming the value.
+
+#include <cstdint>
+#include <iterator>
+#include <memory>
+#include <vector>
+
+#include "framework/data/dataset.h"
+
+namespace hsgd::data {
+
+struct DataLoaderOptions {
+  int64_t batch_size = 64;
+  bool shuffle = false;
+  uint64_t seed = 0;
+  bool drop_last = false;
+  int rank = 0;
+  int world_size = 1;
+};
+
+class DataLoader {
+ public:
+  DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions options);
+
+  // Selects the order of the following passes (see above).
+  void set_epoch(int64_t epoch);
+  int64_t epoch() const { return epoch_; }
+
+  // This rank's dataset indices for the current epoch, in order.
+  const std::vector<int64_t>& indices() const { return indices_; }
+  int64_t num_batches() const;
+  // Batch i of the current epoch, i in [0, num_batches()).
+  Batch batch(int64_t i) const;
+
+  class Iterator {
+   public:
+    using iterator_category = std::input_iterator_tag;
+    using value_type = Batch;
+    using difference_type = std::ptrdiff_t;
+    using pointer = const Batch*;
+    using reference = const Batch&;
+
+    Iterator(const DataLoader* loader, int64_t index);
+    const Batch& operator*() const { return current_; }
+    const Batch* operator->() const { return &current_; }
+    Iterator& operator++();
+    bool operator==(const Iterator& other) const { return index_ == other.index_; }
+
+   private:
+    void load();
+    const DataLoader* loader_;
+    int64_t index_;
+    Batch current_;
+  };
+  Iterator begin() const { return Iterator(this, 0); }
+  Iterator end() const { return Iterator(this, num_batches()); }
+
+  const DataLoaderOptions& options() const { return options_; }
+  const Dataset& dataset() const { return *dataset_; }
+
+ private:
+  std::shared_ptr<const Dataset> dataset_;
+  DataLoaderOptions options_;
+  int64_t epoch_ = 0;
+  std::vector<int64_t> indices_;
+};
+
+}  // namespace hsgd::data

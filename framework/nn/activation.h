@@ -1,0 +1,33 @@
+#pragma once
+// Parameter-free layers: ReLU, Flatten.
+//
+//   auto net = std::make_shared<nn::Sequential>();
+//   net->push_back(std::make_shared<nn::Flatten>());      // (N,1,28,28) -> (N,784)
+//   net->push_back(std::make_shared<nn::ReLU>());
+
+#include <cstdint>
+
+#include "framework/nn/module.h"
+
+namespace hsgd::nn {
+
+// y = max(x, 0) elementwise.
+class ReLU : public Module {
+ public:
+  ReLU() : Module("ReLU") {}
+  Tensor forward(const Tensor& x) override;
+};
+
+// Merges dimensions start_dim..end_dim (torch's defaults: 1..-1, i.e. keep the batch dim).
+class Flatten : public Module {
+ public:
+  explicit Flatten(int64_t start_dim = 1, int64_t end_dim = -1)
+      : Module("Flatten"), start_dim_(start_dim), end_dim_(end_dim) {}
+  Tensor forward(const Tensor& x) override;
+
+ private:
+  int64_t start_dim_;
+  int64_t end_dim_;
+};
+
+}  // namespace hsgd::nn

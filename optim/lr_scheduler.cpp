@@ -1,0 +1,87 @@
+#include "optim/lr_scheduler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
+#include "comm/error.h"
+
+namespace hsgd::optim {
+
+LRScheduler::LRScheduler(Optimizer& optimizer) : optimizer_(optimizer) {
+  const std::vector<ParamGroup>& groups = optimizer_.param_groups();
+  for (size_t g = 0; g < groups.size(); ++g) {
+    HSGD_CHECK(groups[g].lr.has_value(), "LRScheduler: param group ", g, " has no lr");
+    base_lrs_.push_back(*groups[g].lr);
+  }
+}
+
+void LRScheduler::step() { set_last_epoch(last_epoch_ + 1); }
+
+void LRScheduler::set_last_epoch(int64_t epoch) {
+  HSGD_CHECK_GE(epoch, 0, "LRScheduler: epoch must be non-negative");
+  std::vector<ParamGroup>& groups = optimizer_.param_groups();
+  HSGD_CHECK_EQ(groups.size(), base_lrs_.size(),
+                "LRScheduler: the optimizer's number of param groups changed");
+  last_epoch_ = epoch;
+  last_lr_.clear();
+  for (size_t g = 0; g < groups.size(); ++g) {
+    groups[g].lr = lr_at(epoch, base_lrs_[g]);
+    last_lr_.push_back(*groups[g].lr);
+  }
+}
+
+StepLR::StepLR(Optimizer& optimizer, StepLROptions options)
+    : LRScheduler(optimizer), options_(options) {
+  HSGD_CHECK(options.step_size > 0, "StepLR: step_size ", options.step_size, " must be positive");
+  initialize();
+}
+
+double StepLR::lr_at(int64_t epoch, double base_lr) const {
+  return base_lr * std::pow(options_.gamma, static_cast<double>(epoch / options_.step_size));
+}
+
+MultiStepLR::MultiStepLR(Optimizer& optimizer, MultiStepLROptions options)
+    : LRScheduler(optimizer), options_(std::move(options)) {
+  for (int64_t m : options_.milestones) {
+    HSGD_CHECK(m >= 0, "MultiStepLR: milestone ", m, " must be non-negative");
+  }
+  initialize();
+}
+
+double MultiStepLR::lr_at(int64_t epoch, double base_lr) const {
+  const auto passed = std::count_if(options_.milestones.begin(), options_.milestones.end(),
+                                    [epoch](int64_t m) { return m <= epoch; });
+  return base_lr * std::pow(options_.gamma, static_cast<double>(passed));
+}
+
+CosineAnnealingLR::CosineAnnealingLR(Optimizer& optimizer, CosineAnnealingLROptions options)
+    : LRScheduler(optimizer), options_(options) {
+  HSGD_CHECK(options.t_max > 0, "CosineAnnealingLR: t_max ", options.t_max, " must be positive");
+  initialize();
+}
+
+double CosineAnnealingLR::lr_at(int64_t epoch, double base_lr) const {
+  const double phase = std::numbers::pi * static_cast<double>(epoch) /
+                       static_cast<double>(options_.t_max);
+  return options_.eta_min + (base_lr - options_.eta_min) * (1 + std::cos(phase)) / 2;
+}
+
+LinearWarmup::LinearWarmup(Optimizer& optimizer, LinearWarmupOptions options)
+    : LRScheduler(optimizer), options_(options) {
+  HSGD_CHECK(options.start_factor > 0 && options.start_factor <= 1, "LinearWarmup: start_factor ",
+             options.start_factor, " must be in (0, 1]");
+  HSGD_CHECK(options.end_factor >= 0 && options.end_factor <= 1, "LinearWarmup: end_factor ",
+             options.end_factor, " must be in [0, 1]");
+  HSGD_CHECK(options.total_iters > 0, "LinearWarmup: total_iters ", options.total_iters,
+             " must be positive");
+  initialize();
+}
+
+double LinearWarmup::lr_at(int64_t epoch, double base_lr) const {
+  const double progress = static_cast<double>(std::min(epoch, options_.total_iters)) /
+                          static_cast<double>(options_.total_iters);
+  return base_lr * (options_.start_factor + (options_.end_factor - options_.start_factor) * progress);
+}
+
+}  // namespace hsgd::optim

@@ -1,0 +1,112 @@
+#pragma once
+// Learning-rate schedulers, as torch.optim.lr_scheduler in PyTorch 1.13. A scheduler remembers
+// each group's learning rate at construction (base_lr) and, at epoch e (the number of step()
+// calls so far), sets every group's lr to the closed form f(e, base_lr):
+//   StepLR             base_lr * gamma^floor(e / step_size)
+//   MultiStepLR        base_lr * gamma^(number of milestones <= e)
+//   CosineAnnealingLR  eta_min + (base_lr - eta_min) * (1 + cos(pi * e / t_max)) / 2
+//   LinearWarmup       base_lr * (start + (end - start) * min(e, total_iters) / total_iters)
+//                      (torch's LinearLR)
+// Construction already applies epoch 0 (as torch does, so LinearWarmup starts at
+// start_factor * lr). Call step() after optimizer.step(), once per epoch (or per iteration if
+// the schedule is counted in iterations).
+//
+// Torch computes the same values recursively from the current lr; the closed form here gives the
+// same numbers when one scheduler owns the lr, but overwrites changes made to lr by others.
+//
+//   optim::SGD opt(params, {.lr = 0.1, .momentum = 0.9});
+//   optim::StepLR sched(opt, {.step_size = 30, .gamma = 0.1});
+//   for (int epoch = 0; epoch < 90; ++epoch) { train_one_epoch(); sched.step(); }
+//
+// The optimizer must outlive the scheduler. Bad options throw InvalidArgument naming the value.
+
+#include <cstdint>
+#include <vector>
+
+#include "framework/train/optimizer.h"
+
+namespace hsgd::optim {
+
+class LRScheduler {
+ public:
+  virtual ~LRScheduler() = default;
+  LRScheduler(const LRScheduler&) = delete;
+  LRScheduler& operator=(const LRScheduler&) = delete;
+
+  // Advances one epoch and updates every group's lr.
+  void step();
+  // Jumps to epoch (e.g. when resuming from a checkpoint) and updates every group's lr.
+  void set_last_epoch(int64_t epoch);
+  int64_t last_epoch() const { return last_epoch_; }
+  // The lr of each group as last set by this scheduler.
+  std::vector<double> get_last_lr() const { return last_lr_; }
+  const std::vector<double>& base_lrs() const { return base_lrs_; }
+  // The schedule's closed form.
+  virtual double lr_at(int64_t epoch, double base_lr) const = 0;
+
+ protected:
+  explicit LRScheduler(Optimizer& optimizer);
+  // Sets epoch 0; derived constructors call it after validating their options.
+  void initialize() { set_last_epoch(0); }
+
+ private:
+  Optimizer& optimizer_;
+  std::vector<double> base_lrs_;
+  std::vector<double> last_lr_;
+  int64_t last_epoch_ = 0;
+};
+
+struct StepLROptions {
+  int64_t step_size = 1;
+  double gamma = 0.1;
+};
+class StepLR : public LRScheduler {
+ public:
+  StepLR(Optimizer& optimizer, StepLROptions options);
+  double lr_at(int64_t epoch, double base_lr) const override;
+
+ private:
+  StepLROptions options_;
+};
+
+struct MultiStepLROptions {
+  std::vector<int64_t> milestones;  // any order; repeats multiply gamma again, as in torch
+  double gamma = 0.1;
+};
+class MultiStepLR : public LRScheduler {
+ public:
+  MultiStepLR(Optimizer& optimizer, MultiStepLROptions options);
+  double lr_at(int64_t epoch, double base_lr) const override;
+
+ private:
+  MultiStepLROptions options_;
+};
+
+struct CosineAnnealingLROptions {
+  int64_t t_max = 1;
+  double eta_min = 0;
+};
+class CosineAnnealingLR : public LRScheduler {
+ public:
+  CosineAnnealingLR(Optimizer& optimizer, CosineAnnealingLROptions options);
+  double lr_at(int64_t epoch, double base_lr) const override;
+
+ private:
+  CosineAnnealingLROptions options_;
+};
+
+struct LinearWarmupOptions {
+  double start_factor = 1.0 / 3;
+  double end_factor = 1.0;
+  int64_t total_iters = 5;
+};
+class LinearWarmup : public LRScheduler {
+ public:
+  LinearWarmup(Optimizer& optimizer, LinearWarmupOptions options);
+  double lr_at(int64_t epoch, double base_lr) const override;
+
+ private:
+  LinearWarmupOptions options_;
+};
+
+}  // namespace hsgd::optim
