@@ -85,6 +85,12 @@ int allreduce(const std::string& dir) {
     return 1;
   }
   if (!dir.empty()) write_file(dir + "/allreduce_rank" + std::to_string(world->rank()), "ok\n");
+  // Exit barrier over the store: a rank that exits while a peer still reads its last Gloo
+  // message can reset the connection under it (seen here with 2 ranks), so leave together.
+  auto store = world->store();
+  const std::string key = "launcher_test_worker/exit/" + std::to_string(env_int("HSGD_RESTART_COUNT"));
+  if (store->add(key, 1) == n) store->set(key + "/all", hsgd::comm::to_bytes("1"));
+  store->wait({key + "/all"}, std::chrono::seconds(60));
   return 0;
 }
 
