@@ -1,0 +1,48 @@
+#pragma once
+// Post-local SGD DDP hook (torch.distributed.algorithms.ddp_comm_hooks.post_localSGD_hook).
+//
+// For the first start_localSGD_iter iterations the hook averages gradients over process_group
+// (plain DDP). Afterwards it averages them only within subgroup (normally the ranks of one node,
+// where communication is cheap), or not at all when post_local_gradient_allreduce is false; a
+// model averager run after optimizer.step() (PeriodicModelAverager, HierarchicalModelAverager)
+// then keeps the replicas close. iter counts the iterations (it advances on the last bucket).
+//
+// process_group is required (there is no default group in hsgd). A null subgroup means the
+// intra-node group: LOCAL_WORLD_SIZE contiguous ranks of process_group, created when the hook
+// is registered with DistributedDataParallel::register_comm_hook (a collective on every rank),
+// never lazily during backward.
+//
+// Usage:
+//   auto state = std::make_shared<hsgd::distributed::PostLocalSGDState>(
+//       hsgd::distributed::PostLocalSGDState{.process_group = pg, .start_localSGD_iter = 100});
+//   ddp.register_comm_hook(state, hsgd::distributed::post_localSGD_hook);
+//   auto averager = std::make_shared<PeriodicModelAverager>(4, /*warmup_steps=*/100, pg);
+
+#include <cstdint>
+#include <memory>
+
+#include "comm/process_group.h"
+#include "framework/distributed/grad_bucket.h"
+
+namespace hsgd::distributed {
+
+struct PostLocalSGDState {
+  std::shared_ptr<comm::ProcessGroup> process_group, subgroup;
+  int64_t start_localSGD_iter = 0;
+  bool post_local_gradient_allreduce = true;
+  int64_t iter = 0;
+};
+
+std::shared_ptr<comm::Work> post_localSGD_hook(PostLocalSGDState& state, GradBucket& bucket);
+
+// The intra-node subgroup of pg: contiguous groups of local_world_size ranks, where
+// local_world_size is LOCAL_WORLD_SIZE from the environment (set by hsgd-run and torchrun), or
+// pg's size when it is unset. Collective over pg. InvalidArgument when the value is not a
+// positive divisor of pg's size.
+std::shared_ptr<comm::ProcessGroup> intra_node_subgroup(const std::shared_ptr<comm::ProcessGroup>& pg);
+
+// Called by register_comm_hook: checks the state and creates the intra-node subgroup if null.
+void init_comm_hook_state(PostLocalSGDState& state,
+                          const std::shared_ptr<comm::ProcessGroup>& ddp_group);
+
+}  // namespace hsgd::distributed

@@ -1,0 +1,58 @@
+#pragma once
+// HierarchicalModelAverager: hierarchical SGD (arXiv 2010.12998), like torch's
+// torch.distributed.algorithms.model_averaging.hierarchical_model_averager.
+//
+// period_group_size maps an averaging period to a group size, in the given order, e.g.
+// {{2, 2}, {4, 8}}: every 2 steps each pair of ranks averages, every 4 steps all 8 do. A group
+// of size g is made of contiguous ranks of pg (new_subgroups); the last size must be pg's size
+// (the top level uses pg itself). At each call, once step >= warmup_steps, the LARGEST period
+// dividing step selects the one group that averages (the smaller groups are inside it, so
+// averaging them too would be redundant); then step += 1.
+//
+// Validation, beyond torch (hsgd::InvalidArgument on every rank, naming the entry):
+// - the list is non-empty; periods are >= 1 and strictly increasing;
+// - group sizes are >= 1, strictly increasing, each dividing the next; the last equals
+//   pg->size();
+// - warmup_steps >= 0;
+// - every rank passed the same list and warm-up (checked collectively, see config_check.h).
+// A largest period of 1 only warns. Construction is collective over pg.
+//
+// Usage (8 ranks, 2 nodes of 4):
+//   HierarchicalModelAverager averager({{2, 4}, {8, 8}}, /*warmup_steps=*/100, pg);
+//   ... opt.step(); averager.average_parameters(model->parameters());
+//   for (const auto& level : averager.level_stats()) log(level.period, level.calls, level.bytes);
+
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "comm/process_group.h"
+#include "framework/distributed/model_averaging/averagers.h"
+
+namespace hsgd::distributed {
+
+class HierarchicalModelAverager : public ModelAverager {
+ public:
+  HierarchicalModelAverager(std::vector<std::pair<int64_t, int>> period_group_size,
+                            int64_t warmup_steps, std::shared_ptr<comm::ProcessGroup> pg,
+                            ModelAveragerOptions options = {});
+
+  using ModelAverager::average_parameters;
+  void average_parameters(const std::vector<Tensor>& params) override;
+
+  int64_t warmup_steps() const { return warmup_steps_; }
+  const std::vector<std::pair<int64_t, int>>& period_group_size() const { return levels_; }
+  // This rank's group at each level (the last is pg itself).
+  const std::vector<std::shared_ptr<comm::ProcessGroup>>& level_groups() const { return groups_; }
+  // The level that averages at the given step, or -1 when none does.
+  int level_at(int64_t step) const;
+
+ private:
+  // Constant after construction.
+  const std::vector<std::pair<int64_t, int>> levels_;
+  const int64_t warmup_steps_;
+  std::vector<std::shared_ptr<comm::ProcessGroup>> groups_;
+};
+
+}  // namespace hsgd::distributed

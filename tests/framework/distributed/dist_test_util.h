@@ -1,0 +1,55 @@
+#pragma once
+// Helpers shared by the distributed suites (DDP, hooks, averagers, PostLocalSGDOptimizer).
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "comm/file_store.h"
+#include "comm/process_group.h"
+#include "framework/tensor/tensor.h"
+
+namespace hsgd::testing {
+
+// Deadline of one multi-rank test body; ctest's TIMEOUT is the outer bound.
+inline constexpr std::chrono::seconds kRankDeadline{60};
+
+// The world group of `world_size` ranks meeting through a FileStore in dir. Collectives time
+// out after 20 s so that a broken test fails rather than waits for ctest's TIMEOUT.
+inline std::shared_ptr<comm::ProcessGroup> make_world(int rank, int world_size,
+                                                      const std::filesystem::path& dir) {
+  comm::InitOptions options;
+  options.rank = rank;
+  options.world_size = world_size;
+  options.store = std::make_shared<comm::FileStore>(dir);
+  options.timeout = std::chrono::seconds(20);
+  return comm::init_process_group(options);
+}
+
+// Call at the end of a rank's body: returns once every rank of pg finished its collectives.
+// A process that exits while a peer still reads its last collective can reset the connection
+// (the peer then fails with "Connection closed by peer"); waiting through the store, not a
+// collective, avoids that race.
+inline void leave_together(const comm::ProcessGroup& pg) {
+  auto store = pg.store();
+  const std::string prefix = pg.key_prefix() + "test-done/";
+  store->set(prefix + std::to_string(pg.rank()), comm::to_bytes("1"));
+  std::vector<std::string> keys;
+  for (int r = 0; r < pg.size(); ++r) keys.push_back(prefix + std::to_string(r));
+  store->wait(keys, std::chrono::seconds(30));
+}
+
+// Every element of t equals expected (exactly: the values are sums of small integers divided
+// by a power of two or averaged the same way on every rank); prints index, expected, actual.
+inline void expect_all_equal(const Tensor& t, float expected, const std::string& what) {
+  const std::vector<float> v = t.to_vector();
+  for (size_t i = 0; i < v.size(); ++i) {
+    EXPECT_FLOAT_EQ(v[i], expected) << what << " element " << i;
+  }
+}
+
+}  // namespace hsgd::testing
