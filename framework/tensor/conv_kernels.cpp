@@ -13,7 +13,7 @@ namespace {
 
 // A gemm narrower than this many columns runs well below OpenBLAS's peak, so small output maps
 // are unfolded several samples at a time. The column block is capped to bound the workspace.
-constexpr int64_t kMinGemmColumns = 512;
+constexpr int64_t kMinGemmColumns = 256;
 constexpr int64_t kMaxColumnFloats = int64_t{4} << 20;  // 16 MiB
 
 // Number of samples unfolded together.
@@ -40,7 +40,8 @@ ValidRange valid_outputs(int64_t j, int64_t stride, int64_t pad, int64_t in, int
 }
 
 // Visits every (row r of col, output row oy) pair of im2col with the offset of the matching input
-// row in x, or -1 when that row lies in the padding. Shared by im2col and col2im so that they stay adjoint.
+// row in x, or -1 when that row lies in the padding. Shared by im2col and col2im so that they stay
+// adjoint.
 template <typename RowFn>
 void for_each_unfolded_row(const Conv2dGeometry& g, RowFn&& fn) {
   for (int64_t c = 0; c < g.c; ++c) {
@@ -59,15 +60,47 @@ void for_each_unfolded_row(const Conv2dGeometry& g, RowFn&& fn) {
   }
 }
 
+// With stride 1 the input gradient is itself a convolution: gy, padded by k-1-p, correlated
+// with the kernel flipped in both axes and with input and output channels swapped. That replaces
+// col2im's scattered adds by im2col's copies and reuses the blocked forward pass. (Padding
+// p >= k would need negative padding; such convs take the col2im path.) Its gemm has only C
+// rows, so few input channels (an RGB stem) fold instead.
+constexpr int64_t kMinChannelsForTransposedConv = 16;
+
+bool input_grad_is_conv(const Conv2dGeometry& g) {
+  return g.sh == 1 && g.sw == 1 && g.ph < g.kh && g.pw < g.kw && !g.is_pointwise() &&
+         g.c >= kMinChannelsForTransposedConv;
+}
+
+// gx (N,C,H,W) = conv2d(gy (N,O,OH,OW), flipped (C,O,kh,kw), padding k-1-p).
+void input_grad_by_transposed_conv(const float* w, const float* gy, const Conv2dGeometry& g,
+                                   float* gx) {
+  const int64_t kh = g.kh, kw = g.kw;
+  auto flipped = std::make_unique_for_overwrite<float[]>(g.o * g.col_rows());
+  for (int64_t oc = 0; oc < g.o; ++oc) {
+    for (int64_t c = 0; c < g.c; ++c) {
+      for (int64_t i = 0; i < kh; ++i) {
+        for (int64_t j = 0; j < kw; ++j) {
+          flipped[((c * g.o + oc) * kh + i) * kw + j] =
+              w[((oc * g.c + c) * kh + (kh - 1 - i)) * kw + (kw - 1 - j)];
+        }
+      }
+    }
+  }
+  const Conv2dGeometry t =
+      make_conv2d_geometry(g.n, g.o, g.oh, g.ow, g.c, kh, kw, 1, 1, kh - 1 - g.ph, kw - 1 - g.pw);
+  conv2d_forward(gy, flipped.get(), nullptr, t, gx);
+}
+
 }  // namespace
 
 Conv2dGeometry make_conv2d_geometry(int64_t n, int64_t c, int64_t h, int64_t w, int64_t o,
                                     int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph,
                                     int64_t pw) {
-  HSGD_CHECK(n > 0 && c > 0 && h > 0 && w > 0, "conv2d: input sizes (N,C,H,W) = (", n, ",", c,
-             ",", h, ",", w, ") must all be positive");
-  HSGD_CHECK(o > 0 && kh > 0 && kw > 0, "conv2d: weight sizes (O,kh,kw) = (", o, ",", kh, ",",
-             kw, ") must all be positive");
+  HSGD_CHECK(n > 0 && c > 0 && h > 0 && w > 0, "conv2d: input sizes (N,C,H,W) = (", n, ",", c, ",",
+             h, ",", w, ") must all be positive");
+  HSGD_CHECK(o > 0 && kh > 0 && kw > 0, "conv2d: weight sizes (O,kh,kw) = (", o, ",", kh, ",", kw,
+             ") must all be positive");
   HSGD_CHECK(sh > 0 && sw > 0, "conv2d: stride (", sh, ",", sw, ") must be positive");
   HSGD_CHECK(ph >= 0 && pw >= 0, "conv2d: padding (", ph, ",", pw, ") must be non-negative");
   HSGD_CHECK(kh <= h + 2 * ph && kw <= w + 2 * pw, "conv2d: kernel (", kh, ",", kw,
@@ -103,13 +136,13 @@ void im2col(const float* x, const Conv2dGeometry& g, float* col, int64_t ld) {
 
 void col2im(const float* col, const Conv2dGeometry& g, float* x, int64_t ld) {
   const int64_t ow = g.ow, sw = g.sw;
-  for_each_unfolded_row(g, [&](int64_t r, int64_t oy, int64_t x_row, int64_t x_offset,
-                               ValidRange cols) {
-    if (x_row < 0) return;  // padding receives no gradient
-    const float* src = col + r * ld + oy * ow;
-    float* dst = x + x_row;
-    for (int64_t ox = cols.lo; ox < cols.hi; ++ox) dst[ox * sw + x_offset] += src[ox];
-  });
+  for_each_unfolded_row(
+      g, [&](int64_t r, int64_t oy, int64_t x_row, int64_t x_offset, ValidRange cols) {
+        if (x_row < 0) return;  // padding receives no gradient
+        const float* src = col + r * ld + oy * ow;
+        float* dst = x + x_row;
+        for (int64_t ox = cols.lo; ox < cols.hi; ++ox) dst[ox * sw + x_offset] += src[ox];
+      });
 }
 
 void conv2d_forward(const float* x, const float* w, const float* b, const Conv2dGeometry& g,
@@ -175,15 +208,22 @@ void conv2d_backward(const float* x, const float* w, const float* gy, const Conv
       gb[oc] = static_cast<float>(total);
     }
   }
-  if (gx == nullptr && gw == nullptr) return;
+  const bool gx_by_conv = gx != nullptr && input_grad_is_conv(g);
+  if (gx_by_conv) input_grad_by_transposed_conv(w, gy, g, gx);
+  const bool gx_by_fold = gx != nullptr && !gx_by_conv;
+  if (!gx_by_fold && gw == nullptr) return;
 
   const int64_t block = samples_per_block(g);
   const bool direct = block == 1 && g.is_pointwise();
   // col is (C*kh*kw, block*OH*OW): first the unfolded input (for gw), then the unfolded
   // input gradient (for gx). wide is gy of the block laid out as (O, block*OH*OW).
-  std::unique_ptr<float[]> col, wide;
+  // gw_t is gw transposed, (C*kh*kw, O): accumulating it as col * gy^T runs about twice as fast
+  // in OpenBLAS as gy * col^T (long inner dimension with a tiny output), so gw is transposed once
+  // at the end.
+  std::unique_ptr<float[]> col, wide, gw_t;
   if (!direct) col = std::make_unique_for_overwrite<float[]>(rows * block * plane);
   if (block > 1) wide = std::make_unique_for_overwrite<float[]>(g.o * block * plane);
+  if (gw != nullptr) gw_t = std::make_unique_for_overwrite<float[]>(rows * g.o);
 
   for (int64_t n0 = 0; n0 < g.n; n0 += block) {
     const int64_t nb = std::min(block, g.n - n0);
@@ -206,16 +246,16 @@ void conv2d_backward(const float* x, const float* w, const float* gy, const Conv
         }
         a = col.get();
       }
-      // gw (O, rows) (+)= gy_block (O, ld) * a^T (ld, rows)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, g.o, rows, ld, 1.0f, gy_block, ld, a,
-                  ld, n0 == 0 ? 0.0f : 1.0f, gw, rows);
+      // gw_t (rows, O) (+)= a (rows, ld) * gy_block^T (ld, O)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, g.o, ld, 1.0f, a, ld, gy_block, ld,
+                  n0 == 0 ? 0.0f : 1.0f, gw_t.get(), g.o);
     }
-    if (gx != nullptr) {
+    if (gx_by_fold) {
       float* gx_block = gx + n0 * x_size;
       if (direct) {
         // gx_n (C, H*W) = w^T (C, O) * gy_n (O, H*W)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rows, ld, g.o, 1.0f, w, rows,
-                    gy_block, ld, 0.0f, gx_block, ld);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rows, ld, g.o, 1.0f, w, rows, gy_block,
+                    ld, 0.0f, gx_block, ld);
         continue;
       }
       // col (rows, ld) = w^T (rows, O) * gy_block (O, ld), then fold back into gx
@@ -223,6 +263,11 @@ void conv2d_backward(const float* x, const float* w, const float* gy, const Conv
                   ld, 0.0f, col.get(), ld);
       std::fill(gx_block, gx_block + nb * x_size, 0.0f);
       for (int64_t s = 0; s < nb; ++s) col2im(col.get() + s * plane, g, gx_block + s * x_size, ld);
+    }
+  }
+  if (gw != nullptr) {
+    for (int64_t oc = 0; oc < g.o; ++oc) {
+      for (int64_t r = 0; r < rows; ++r) gw[oc * rows + r] = gw_t[r * g.o + oc];
     }
   }
 }
