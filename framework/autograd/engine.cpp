@@ -94,7 +94,10 @@ void run_backward(const Tensor& root, const Tensor& grad_output) {
       alive.try_emplace(next, edge.node);
       if (--deps[next] == 0) ready.push({next});
     }
+    // Free the saved tensors now, and cut the node's edges so that the rest of the graph is
+    // freed as the pass goes (and never destroyed by deep recursion later).
     node->release();
+    node->mutable_next_edges().clear();
     alive.erase(node);
   }
 }

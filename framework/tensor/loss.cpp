@@ -120,6 +120,29 @@ Tensor cross_entropy(const Tensor& logits, const std::vector<int64_t>& targets) 
   return nll_loss(log_softmax(logits, 1), targets);
 }
 
+std::vector<int64_t> to_indices(const Tensor& t) {
+  HSGD_CHECK(t.defined(), "to_indices: the tensor is undefined");
+  const std::vector<float> values = t.to_vector();
+  std::vector<int64_t> out(values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    const float v = values[i];
+    HSGD_CHECK(v >= 0 && v == std::floor(v) && v < 16777216.0f, "to_indices: element ", i,
+               " is ", v, ", expected a non-negative integer below 2^24");
+    out[i] = static_cast<int64_t>(v);
+  }
+  return out;
+}
+
+Tensor from_indices(const std::vector<int64_t>& indices) {
+  Tensor t = empty({static_cast<int64_t>(indices.size())});
+  for (size_t i = 0; i < indices.size(); ++i) {
+    HSGD_CHECK(indices[i] >= 0 && indices[i] < (int64_t{1} << 24), "from_indices: index ", i,
+               " is ", indices[i], ", expected 0 <= index < 2^24");
+    t.data()[i] = static_cast<float>(indices[i]);
+  }
+  return t;
+}
+
 Tensor mse_loss(const Tensor& a, const Tensor& b) {
   HSGD_CHECK(a.shape() == b.shape(), "mse_loss: shapes differ: ", shape_str(a.shape()), " vs ",
              shape_str(b.shape()));

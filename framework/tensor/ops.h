@@ -84,6 +84,11 @@ Tensor softmax(const Tensor& x, int64_t dim);
 Tensor nll_loss(const Tensor& logp, const std::vector<int64_t>& targets);
 // nll_loss(log_softmax(logits, 1), targets): logits (N,C).
 Tensor cross_entropy(const Tensor& logits, const std::vector<int64_t>& targets);
+// Class indices held in a tensor (e.g. a batch of labels), for nll_loss / cross_entropy. Every
+// value must be a non-negative integer (InvalidArgument naming the index and value otherwise).
+std::vector<int64_t> to_indices(const Tensor& t);
+// The inverse: a 1-D tensor holding the indices as floats (exact up to 2^24).
+Tensor from_indices(const std::vector<int64_t>& indices);
 // Mean of (a - b)^2 over all elements.
 Tensor mse_loss(const Tensor& a, const Tensor& b);
 

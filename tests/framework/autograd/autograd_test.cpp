@@ -8,6 +8,7 @@
 #include "comm/error.h"
 #include "framework/autograd/node.h"
 #include "framework/tensor/ops.h"
+#include "framework/tensor/tensor_impl.h"
 
 namespace hsgd {
 namespace {
@@ -264,6 +265,34 @@ TEST(AutogradTest, RanksAsThreadsBackwardIndependently) {
   t2.join();
   EXPECT_THAT(g1, ElementsAre(50, 50, 50));
   EXPECT_THAT(g2, ElementsAre(100, 100, 100));
+}
+
+}  // namespace
+}  // namespace hsgd
+
+namespace hsgd {
+namespace {
+
+TEST(AutogradTest, BackwardFreesSavedTensors) {
+  Tensor x = from_vector({1, 2, 3}).set_requires_grad(true);
+  std::weak_ptr<Storage> saved;
+  Tensor loss;
+  {
+    Tensor h = exp(x);  // MulBackward below saves h (detached, same storage)
+    saved = h.impl()->storage;
+    loss = sum(h * h);
+  }
+  EXPECT_FALSE(saved.expired()) << "the graph keeps what backward needs";
+  loss.backward();
+  EXPECT_TRUE(saved.expired()) << "backward must release the saved tensors";
+}
+
+TEST(AutogradTest, DeepChainDoesNotOverflowTheStack) {
+  Tensor x = ones({1}).set_requires_grad(true);
+  Tensor h = x;
+  for (int i = 0; i < 100000; ++i) h = h * 1.0f;
+  sum(h).backward();
+  EXPECT_EQ(x.grad().item(), 1.0f);
 }
 
 }  // namespace

@@ -238,3 +238,21 @@ TEST(OpsTest, SumToReducesBroadcastDims) {
 
 }  // namespace
 }  // namespace hsgd
+
+namespace hsgd {
+namespace {
+
+TEST(OpsTest, IndexTensorsRoundTrip_AndRejectNonIntegers) {
+  const std::vector<int64_t> idx = {3, 0, 9, 1};
+  EXPECT_EQ(to_indices(from_indices(idx)), idx);
+  Tensor logits = zeros({4, 10});
+  EXPECT_EQ(cross_entropy(logits, to_indices(from_indices(idx))).item(),
+            cross_entropy(logits, idx).item());
+  EXPECT_THAT(invalid_argument_message([] { to_indices(from_vector({1, 2.5f})); }),
+              HasSubstr("element 1 is 2.5"));
+  EXPECT_THROW(to_indices(from_vector({-1})), InvalidArgument);
+  EXPECT_THROW(from_indices({-3}), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace hsgd
