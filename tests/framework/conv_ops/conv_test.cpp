@@ -21,22 +21,31 @@ struct ConvCase {
 };
 
 std::string describe(const ConvCase& k) {
-  return "x (" + std::to_string(k.n) + "," + std::to_string(k.c) + "," + std::to_string(k.h) +
-         "," + std::to_string(k.w) + ") w (" + std::to_string(k.o) + "," + std::to_string(k.c) +
-         "," + std::to_string(k.kh) + "," + std::to_string(k.kw) + ") stride (" +
-         std::to_string(k.sh) + "," + std::to_string(k.sw) + ") padding (" +
-         std::to_string(k.ph) + "," + std::to_string(k.pw) + ")" + (k.bias ? " bias" : "");
+  return "x (" + std::to_string(k.n) + "," + std::to_string(k.c) + "," + std::to_string(k.h) + "," +
+         std::to_string(k.w) + ") w (" + std::to_string(k.o) + "," + std::to_string(k.c) + "," +
+         std::to_string(k.kh) + "," + std::to_string(k.kw) + ") stride (" + std::to_string(k.sh) +
+         "," + std::to_string(k.sw) + ") padding (" + std::to_string(k.ph) + "," +
+         std::to_string(k.pw) + ")" + (k.bias ? " bias" : "");
 }
 
-// Batch 1, odd sizes, stride 2, padding 1, rectangular kernels, 1x1 (the no-unfold path), and
-// batches whose small output maps are unfolded several samples at a time.
+// Batch 1, odd sizes, stride 2, padding 1, rectangular kernels, 1x1 (the no-unfold path),
+// batches whose small output maps are unfolded several samples at a time, and enough input
+// channels for the transposed-conv input gradient.
 const std::vector<ConvCase> kCases = {
-    {1, 1, 5, 5, 1, 3, 3, 1, 1, 0, 0, true},   {1, 3, 7, 5, 2, 3, 3, 2, 2, 1, 1, false},
-    {2, 3, 7, 6, 4, 3, 3, 2, 2, 1, 1, true},   {3, 2, 5, 5, 3, 1, 1, 1, 1, 0, 0, true},
-    {2, 2, 5, 4, 3, 1, 1, 1, 1, 0, 0, false},  {3, 2, 7, 7, 3, 1, 1, 2, 2, 0, 0, true},
-    {2, 3, 9, 8, 2, 2, 3, 2, 1, 1, 0, true},   {2, 2, 6, 6, 2, 5, 5, 3, 3, 2, 2, false},
-    {2, 2, 3, 3, 2, 5, 5, 1, 1, 1, 1, true},   {40, 2, 3, 3, 2, 3, 3, 1, 1, 1, 1, true},
+    {1, 1, 5, 5, 1, 3, 3, 1, 1, 0, 0, true},
+    {1, 3, 7, 5, 2, 3, 3, 2, 2, 1, 1, false},
+    {2, 3, 7, 6, 4, 3, 3, 2, 2, 1, 1, true},
+    {3, 2, 5, 5, 3, 1, 1, 1, 1, 0, 0, true},
+    {2, 2, 5, 4, 3, 1, 1, 1, 1, 0, 0, false},
+    {3, 2, 7, 7, 3, 1, 1, 2, 2, 0, 0, true},
+    {2, 3, 9, 8, 2, 2, 3, 2, 1, 1, 0, true},
+    {2, 2, 6, 6, 2, 5, 5, 3, 3, 2, 2, false},
+    {2, 2, 3, 3, 2, 5, 5, 1, 1, 1, 1, true},
+    {40, 2, 3, 3, 2, 3, 3, 1, 1, 1, 1, true},
     {33, 3, 2, 2, 2, 1, 1, 1, 1, 0, 0, false},
+    // 16+ input channels at stride 1: the input gradient is computed as a transposed conv.
+    {2, 16, 5, 4, 3, 3, 3, 1, 1, 1, 1, true},
+    {1, 17, 6, 5, 2, 3, 2, 1, 1, 0, 1, false},
 };
 
 TEST(Conv2dTest, ForwardMatchesDirectDefinition) {
@@ -48,8 +57,8 @@ TEST(Conv2dTest, ForwardMatchesDirectDefinition) {
     Tensor y = conv2d(x, w, b, {k.sh, k.sw}, {k.ph, k.pw});
     const std::vector<float> bias = k.bias ? b.to_vector() : std::vector<float>();
     const std::vector<float> expected =
-        testing::reference_conv2d(x.to_vector(), w.to_vector(), k.bias ? &bias : nullptr, k.n,
-                                  k.c, k.h, k.w, k.o, k.kh, k.kw, k.sh, k.sw, k.ph, k.pw);
+        testing::reference_conv2d(x.to_vector(), w.to_vector(), k.bias ? &bias : nullptr, k.n, k.c,
+                                  k.h, k.w, k.o, k.kh, k.kw, k.sh, k.sw, k.ph, k.pw);
     const int64_t oh = (k.h + 2 * k.ph - k.kh) / k.sh + 1;
     const int64_t ow = (k.w + 2 * k.pw - k.kw) / k.sw + 1;
     ASSERT_EQ(y.shape(), (Shape{k.n, k.o, oh, ow})) << describe(k);
@@ -68,8 +77,7 @@ TEST(Conv2dTest, GradientsMatchNumericalJacobian) {
     testing::check_gradients(
         describe(k),
         [&](const std::vector<Tensor>& in) {
-          return conv2d(in[0], in[1], in.size() > 2 ? in[2] : Tensor(), {k.sh, k.sw},
-                        {k.ph, k.pw});
+          return conv2d(in[0], in[1], in.size() > 2 ? in[2] : Tensor(), {k.sh, k.sw}, {k.ph, k.pw});
         },
         inputs);
   }
@@ -81,9 +89,11 @@ TEST(Conv2dTest, GradientsMatchNumericalJacobian_BlockedSmallMaps) {
   Tensor x = randn({9, 2, 2, 2}, gen);
   Tensor w = randn({3, 2, 3, 3}, gen);
   Tensor b = randn({3}, gen);
-  testing::check_gradients(
-      "blocked 3x3", [](const std::vector<Tensor>& in) { return conv2d(in[0], in[1], in[2], {1, 1}, {1, 1}); },
-      {x, w, b});
+  testing::check_gradients("blocked 3x3",
+                           [](const std::vector<Tensor>& in) {
+                             return conv2d(in[0], in[1], in[2], {1, 1}, {1, 1});
+                           },
+                           {x, w, b});
   Tensor x1 = randn({9, 2, 2, 3}, gen);
   Tensor w1 = randn({3, 2, 1, 1}, gen);
   testing::check_gradients(
@@ -109,8 +119,11 @@ TEST(Conv2dTest, BadInput_ThrowsInvalidArgumentNamingValues) {
   testing::expect_invalid_argument([&] { conv2d(x, randn({4, 3, 7, 7}, gen)); }, "(7,7)");
   testing::expect_invalid_argument([&] { conv2d(x, w, randn({3}, gen)); }, "[3]");
   testing::expect_invalid_argument([&] { conv2d(x, w, Tensor(), {0, 1}); }, "stride (0,1)");
-  testing::expect_invalid_argument([&] { conv2d(x, w, Tensor(), {1, 1}, {-1, 0}); },
-                                   "padding (-1,0)");
+  testing::expect_invalid_argument(
+      [&] {
+        conv2d(x, w, Tensor(), {1, 1}, {-1, 0});
+      },
+      "padding (-1,0)");
 }
 
 }  // namespace
