@@ -120,7 +120,9 @@ TEST_P(AveragerTest, Hierarchical_OneLevelEqualsPeriodic) {
         const bool periodic_averaged = step >= warmup && (step - warmup) % period == 0;
         expect_all_equal(p1, hier_averaged ? mean : mine, "hierarchical, " + at);
         expect_all_equal(p2, periodic_averaged ? mean : mine, "periodic, " + at);
-        if (warmup % period == 0) EXPECT_EQ(p1.to_vector(), p2.to_vector()) << at;
+        if (warmup % period == 0) {
+          EXPECT_EQ(p1.to_vector(), p2.to_vector()) << at;
+        }
       }
       EXPECT_EQ(hierarchical.step(), periodic.step());
     }
