@@ -3,11 +3,11 @@
 // TcpStore: a frame is a 4-byte big-endian length followed by that many bytes of one serialized
 // protobuf message.
 
+#include <google/protobuf/message_lite.h>
+
 #include <array>
 #include <cstdint>
 #include <string>
-
-#include <google/protobuf/message_lite.h>
 
 namespace hsgd::comm {
 

@@ -49,8 +49,7 @@ bool PrefixStore::delete_key(const std::string& key) { return base_->delete_key(
 
 int64_t PrefixStore::num_keys() { return base_->num_keys(); }
 
-std::vector<Bytes> PrefixStore::multi_get(const std::vector<std::string>& keys,
-                                          Duration timeout) {
+std::vector<Bytes> PrefixStore::multi_get(const std::vector<std::string>& keys, Duration timeout) {
   return base_->multi_get(full_keys(keys), timeout);
 }
 

@@ -78,8 +78,7 @@ class RendezvousServer::Impl {
 // other connections are posted to that strand.
 class RendezvousServer::Impl::Connection : public std::enable_shared_from_this<Connection> {
  public:
-  Connection(Impl& server, tcp::socket socket)
-      : server_(server), socket_(std::move(socket)) {
+  Connection(Impl& server, tcp::socket socket) : server_(server), socket_(std::move(socket)) {
     error_code ec;
     const auto remote = socket_.remote_endpoint(ec);
     peer_ = ec ? std::string("unknown peer") : to_string(remote);
@@ -129,12 +128,11 @@ class RendezvousServer::Impl::Connection : public std::enable_shared_from_this<C
 
  private:
   void read_header() {
-    asio::async_read(socket_, asio::buffer(header_),
-                     [self = shared_from_this()](error_code ec, size_t) {
-                       if (ec) return self->close(ec == asio::error::eof ? "peer closed"
-                                                                         : ec.message().c_str());
-                       self->read_body();
-                     });
+    asio::async_read(
+        socket_, asio::buffer(header_), [self = shared_from_this()](error_code ec, size_t) {
+          if (ec) return self->close(ec == asio::error::eof ? "peer closed" : ec.message().c_str());
+          self->read_body();
+        });
   }
 
   void read_body() {
@@ -194,8 +192,7 @@ class RendezvousServer::Impl::Connection : public std::enable_shared_from_this<C
       refusal = "not an hsgd rendezvous handshake (bad magic)";
     } else if (hello.version() != kProtocolVersion) {
       refusal = "protocol version " + std::to_string(hello.version()) +
-                " is not supported; this server speaks version " +
-                std::to_string(kProtocolVersion);
+                " is not supported; this server speaks version " + std::to_string(kProtocolVersion);
     } else if (!options.token.empty() && !same_token(hello.token(), options.token)) {
       refusal = hello.token().empty() ? "this server requires a token and none was given"
                                       : "invalid token";
@@ -268,8 +265,8 @@ RendezvousServer::Impl::Impl(RendezvousServerOptions options)
       state_(RendezvousLimits{.max_key_bytes = options_.max_key_bytes,
                               .max_keys_per_request = options_.max_keys_per_request}),
       acceptor_(io_) {
-  HSGD_CHECK(options_.port >= 0 && options_.port <= 65535, "RendezvousServer: port ",
-             options_.port, " must be in [0, 65535]");
+  HSGD_CHECK(options_.port >= 0 && options_.port <= 65535, "RendezvousServer: port ", options_.port,
+             " must be in [0, 65535]");
   HSGD_CHECK(options_.threads >= 1, "RendezvousServer: threads ", options_.threads,
              " must be at least 1");
   HSGD_CHECK(options_.max_frame_bytes >= 1024 && options_.max_frame_bytes <= (1u << 31),
@@ -284,8 +281,7 @@ RendezvousServer::Impl::Impl(RendezvousServerOptions options)
 RendezvousServer::Impl::~Impl() { stop(); }
 
 void RendezvousServer::Impl::start() {
-  HSGD_CHECK(!started_, "RendezvousServer::start: already started on ", options_.host, ":",
-             port_);
+  HSGD_CHECK(!started_, "RendezvousServer::start: already started on ", options_.host, ":", port_);
   HSGD_CHECK(!stopped_, "RendezvousServer::start: the server was stopped; create a new one");
   const std::string where = options_.host + ":" + std::to_string(options_.port);
   error_code ec;

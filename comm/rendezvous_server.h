@@ -28,13 +28,13 @@
 namespace hsgd::comm {
 
 struct RendezvousServerOptions {
-  std::string host = "127.0.0.1";   // address to bind: "127.0.0.1", "::1", "0.0.0.0", a name
-  int port = 29400;                 // 0 = let the kernel pick a free port (see port())
-  std::string token = {};           // empty = no token required
-  size_t max_frame_bytes = 8 << 20; // larger frames close the connection
+  std::string host = "127.0.0.1";    // address to bind: "127.0.0.1", "::1", "0.0.0.0", a name
+  int port = 29400;                  // 0 = let the kernel pick a free port (see port())
+  std::string token = {};            // empty = no token required
+  size_t max_frame_bytes = 8 << 20;  // larger frames close the connection
   size_t max_key_bytes = 4096;
   size_t max_keys_per_request = 65536;
-  int threads = 1;                  // I/O threads
+  int threads = 1;  // I/O threads
 };
 
 class RendezvousServer {

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <charconv>
 #include <chrono>
-#include <unordered_set>
 #include <utility>
 
 namespace hsgd::comm {
@@ -17,7 +16,8 @@ struct RendezvousState::Waiter {
   std::vector<std::string> keys;     // as requested: multi_get answers in this order
   std::vector<std::string> missing;  // distinct keys it was registered on
   size_t remaining = 0;
-  bool done = false;                 // answered, timed out or dropped
+  bool done = false;          // answered, timed out or dropped
+  uint64_t deletes_seen = 0;  // Job::deletes when it last checked its keys
   Reply reply;
   std::unique_ptr<asio::steady_timer> timer;
 };
@@ -25,6 +25,7 @@ struct RendezvousState::Waiter {
 struct RendezvousState::Job {
   std::unordered_map<std::string, std::string> values;
   std::unordered_map<std::string, std::vector<std::shared_ptr<Waiter>>> waiters;
+  uint64_t deletes = 0;  // keys deleted so far: a waiter re-checks its keys only if this moved
 };
 
 namespace {
@@ -49,18 +50,30 @@ struct Arity {
 
 std::optional<Arity> arity(proto::Op op) {
   switch (op) {
-    case proto::OP_SET: return Arity{1, 1};
-    case proto::OP_GET: return Arity{1, 0};
-    case proto::OP_ADD: return Arity{1, 0};
-    case proto::OP_COMPARE_SET: return Arity{1, 2};
-    case proto::OP_WAIT: return Arity{-1, 0};
-    case proto::OP_CHECK: return Arity{-1, 0};
-    case proto::OP_DELETE_KEY: return Arity{1, 0};
-    case proto::OP_NUM_KEYS: return Arity{0, 0};
-    case proto::OP_MULTI_GET: return Arity{-1, 0};
-    case proto::OP_MULTI_SET: return Arity{-1, -1};
-    case proto::OP_PING: return Arity{0, 0};
-    default: return std::nullopt;
+    case proto::OP_SET:
+      return Arity{1, 1};
+    case proto::OP_GET:
+      return Arity{1, 0};
+    case proto::OP_ADD:
+      return Arity{1, 0};
+    case proto::OP_COMPARE_SET:
+      return Arity{1, 2};
+    case proto::OP_WAIT:
+      return Arity{-1, 0};
+    case proto::OP_CHECK:
+      return Arity{-1, 0};
+    case proto::OP_DELETE_KEY:
+      return Arity{1, 0};
+    case proto::OP_NUM_KEYS:
+      return Arity{0, 0};
+    case proto::OP_MULTI_GET:
+      return Arity{-1, 0};
+    case proto::OP_MULTI_SET:
+      return Arity{-1, -1};
+    case proto::OP_PING:
+      return Arity{0, 0};
+    default:
+      return std::nullopt;
   }
 }
 
@@ -100,8 +113,7 @@ std::optional<proto::Response> RendezvousState::check_limits(const proto::Reques
   return std::nullopt;
 }
 
-RendezvousState::Outcome RendezvousState::handle(const std::string& job_id,
-                                                 proto::Request& request,
+RendezvousState::Outcome RendezvousState::handle(const std::string& job_id, proto::Request& request,
                                                  const asio::any_io_executor& executor,
                                                  Reply reply) {
   if (auto error = check_limits(request)) return {.response = std::move(error), .waiter = {}};
@@ -128,7 +140,8 @@ RendezvousState::Outcome RendezvousState::handle(const std::string& job_id,
   // The deadline is a timer on the connection's executor: pending waits cost no thread and no
   // polling. A negative timeout behaves as zero (answer TIMEOUT at once).
   waiter->timer = std::make_unique<asio::steady_timer>(executor);
-  waiter->timer->expires_after(std::chrono::milliseconds(std::max<int64_t>(0, request.timeout_ms())));
+  waiter->timer->expires_after(
+      std::chrono::milliseconds(std::max<int64_t>(0, request.timeout_ms())));
   waiter->timer->async_wait([this, weak = std::weak_ptr<Waiter>(waiter)](const auto& error) {
     if (error) return;  // cancelled: the waiter completed or was dropped
     if (auto w = weak.lock()) on_deadline(w);
@@ -172,8 +185,8 @@ proto::Response RendezvousState::execute(Job& job, proto::Request& request) {
     case proto::OP_COMPARE_SET: {
       const auto& key = request.keys(0);
       auto it = values.find(key);
-      const bool matches = it == values.end() ? request.values(0).empty()
-                                              : it->second == request.values(0);
+      const bool matches =
+          it == values.end() ? request.values(0).empty() : it->second == request.values(0);
       response.set_flag(matches);
       if (matches) {
         auto& slot = values[key];
@@ -190,8 +203,15 @@ proto::Response RendezvousState::execute(Job& job, proto::Request& request) {
                                     [&](const auto& key) { return values.contains(key); }));
       break;
     }
-    case proto::OP_DELETE_KEY: response.set_flag(values.erase(request.keys(0)) > 0); break;
-    case proto::OP_NUM_KEYS: response.set_number(static_cast<int64_t>(values.size())); break;
+    case proto::OP_DELETE_KEY: {
+      const bool existed = values.erase(request.keys(0)) > 0;
+      job.deletes += existed ? 1 : 0;
+      response.set_flag(existed);
+      break;
+    }
+    case proto::OP_NUM_KEYS:
+      response.set_number(static_cast<int64_t>(values.size()));
+      break;
     case proto::OP_MULTI_SET: {
       for (int i = 0; i < request.keys_size(); ++i) {
         values[request.keys(i)] = std::move(*request.mutable_values(i));
@@ -199,19 +219,23 @@ proto::Response RendezvousState::execute(Job& job, proto::Request& request) {
       for (const auto& key : request.keys()) notify(job, key);
       break;
     }
-    case proto::OP_PING: break;
-    default: return invalid(request, "operation " + proto::Op_Name(request.op()) + " not handled");
+    case proto::OP_PING:
+      break;
+    default:
+      return invalid(request, "operation " + proto::Op_Name(request.op()) + " not handled");
   }
   return response;
 }
 
 bool RendezvousState::register_waiter(Job& job, const std::shared_ptr<Waiter>& waiter) {
   waiter->missing.clear();
-  std::unordered_set<std::string_view> seen;
+  waiter->deletes_seen = job.deletes;
   for (const auto& key : waiter->keys) {
-    if (job.values.contains(key) || !seen.insert(key).second) continue;
+    if (job.values.contains(key)) continue;
+    auto& list = job.waiters[key];
+    if (!list.empty() && list.back() == waiter) continue;  // a key listed twice counts once
     waiter->missing.push_back(key);
-    job.waiters[key].push_back(waiter);
+    list.push_back(waiter);
   }
   waiter->remaining = waiter->missing.size();
   return waiter->remaining > 0;
@@ -219,7 +243,7 @@ bool RendezvousState::register_waiter(Job& job, const std::shared_ptr<Waiter>& w
 
 void RendezvousState::complete(Job& job, const std::shared_ptr<Waiter>& waiter) {
   // A key seen earlier may have been deleted since: then wait for it again.
-  if (register_waiter(job, waiter)) return;
+  if (job.deletes != waiter->deletes_seen && register_waiter(job, waiter)) return;
   waiter->done = true;
   if (waiter->timer) {
     --num_waiters_;

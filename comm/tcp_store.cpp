@@ -116,8 +116,8 @@ int connect_socket(const std::string& host, int port, Clock::time_point deadline
   std::unique_ptr<addrinfo, decltype(&freeaddrinfo)> guard(list, freeaddrinfo);
   std::string last_error = "no address";
   for (addrinfo* ai = list; ai != nullptr; ai = ai->ai_next) {
-    const int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                            ai->ai_protocol);
+    const int fd =
+        ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
     if (fd < 0) {
       last_error = "socket: " + errno_text(errno);
       continue;
@@ -184,7 +184,8 @@ class TcpStore::Connection {
 
   // Sends request and returns the server's OK answer. blocking_timeout is the server-side
   // deadline of get/wait/multi_get (std::nullopt for the other operations).
-  proto::Response call(proto::Request& request, const char* op, const std::vector<std::string>& keys,
+  proto::Response call(proto::Request& request, const char* op,
+                       const std::vector<std::string>& keys,
                        std::optional<Duration> blocking_timeout) {
     std::lock_guard lock(mu_);
     const std::string context = endpoint_ + ": " + op + "(" + quote_keys(keys) + ")";
@@ -205,8 +206,10 @@ class TcpStore::Connection {
       write_all(fd_, frame, deadline);
       read_frame(fd_, response, max_frame_bytes_ + kFrameHeaderBytes, deadline);
       if (response.id() != request.id()) {
-        throw IoFailure{false, "reply id " + std::to_string(response.id()) + " does not match "
-                                   "request id " + std::to_string(request.id())};
+        throw IoFailure{false, "reply id " + std::to_string(response.id()) +
+                                   " does not match "
+                                   "request id " +
+                                   std::to_string(request.id())};
       }
     } catch (const IoFailure& failure) {
       // The stream is in an unknown state (a late reply may still arrive): start afresh on the
@@ -219,17 +222,18 @@ class TcpStore::Connection {
       HSGD_THROW(CommError, "TcpStore ", context, ": ", failure.what);
     }
     switch (response.status()) {
-      case proto::STATUS_OK: return response;
+      case proto::STATUS_OK:
+        return response;
       case proto::STATUS_TIMEOUT: {
         std::vector<std::string> missing(response.missing_keys().begin(),
                                          response.missing_keys().end());
         HSGD_THROW(Timeout, "TcpStore ", context, ": timed out after ",
-                   blocking_timeout.value_or(Duration(0)).count(), " ms; keys still missing: ",
-                   quote_keys(missing));
+                   blocking_timeout.value_or(Duration(0)).count(),
+                   " ms; keys still missing: ", quote_keys(missing));
       }
       case proto::STATUS_INVALID_ARGUMENT:
-        HSGD_THROW(InvalidArgument, "TcpStore ", context, ": the server rejected the request: ",
-                   response.error());
+        HSGD_THROW(InvalidArgument, "TcpStore ", context,
+                   ": the server rejected the request: ", response.error());
       default:
         HSGD_THROW(CommError, "TcpStore ", context, ": unknown reply status ", response.status());
     }
@@ -379,9 +383,8 @@ CompareSetResult TcpStore::compare_set(const std::string& key, const Bytes& expe
   request.add_values(to_std_string(expected));
   request.add_values(to_std_string(desired));
   auto response = connection_->call(request, "compare_set", {key}, std::nullopt);
-  HSGD_CHECK_AS(CommError, response.values_size() == 1, "TcpStore ", endpoint(),
-                ": compare_set('", key, "'): expected 1 value in the reply, got ",
-                response.values_size());
+  HSGD_CHECK_AS(CommError, response.values_size() == 1, "TcpStore ", endpoint(), ": compare_set('",
+                key, "'): expected 1 value in the reply, got ", response.values_size());
   return {.swapped = response.flag(), .current = to_bytes_value(response.values(0))};
 }
 
@@ -408,9 +411,9 @@ int64_t TcpStore::num_keys() {
 std::vector<Bytes> TcpStore::multi_get(const std::vector<std::string>& keys, Duration timeout) {
   auto request = make_request(proto::OP_MULTI_GET, keys);
   auto response = connection_->call(request, "multi_get", keys, timeout);
-  HSGD_CHECK_AS(CommError, static_cast<size_t>(response.values_size()) == keys.size(),
-                "TcpStore ", endpoint(), ": multi_get: expected ", keys.size(),
-                " values in the reply, got ", response.values_size());
+  HSGD_CHECK_AS(CommError, static_cast<size_t>(response.values_size()) == keys.size(), "TcpStore ",
+                endpoint(), ": multi_get: expected ", keys.size(), " values in the reply, got ",
+                response.values_size());
   std::vector<Bytes> values;
   values.reserve(keys.size());
   for (const auto& value : response.values()) values.push_back(to_bytes_value(value));

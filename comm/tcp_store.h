@@ -33,10 +33,10 @@ namespace hsgd::comm {
 struct TcpStoreOptions {
   std::string host = "127.0.0.1";
   int port = 29400;
-  std::string job_id = "default";     // key namespace on the server
-  std::string token = {};             // must match the server's token, if it has one
+  std::string job_id = "default";  // key namespace on the server
+  std::string token = {};          // must match the server's token, if it has one
   Duration connect_timeout = std::chrono::seconds(60);
-  Duration timeout = kDefaultTimeout; // deadline of the non-blocking operations
+  Duration timeout = kDefaultTimeout;  // deadline of the non-blocking operations
 };
 
 class TcpStore : public Store {

@@ -10,13 +10,12 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <sstream>
 #include <string>
-
-#include <CLI/CLI.hpp>
 
 #include "comm/error.h"
 #include "comm/log.h"

@@ -2,11 +2,10 @@
 // honours --token-file, and exits 0 on SIGTERM/SIGINT. Every child is killed by pid if a test
 // fails (ChildProcess's destructor).
 
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -62,8 +61,8 @@ TEST(HsgdRendezvousAppTest, StopsOnSigint) {
 }
 
 TEST(HsgdRendezvousAppTest, TokenFile_IsRequiredFromClients) {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("hsgd_rdzv_app_test_" + std::to_string(::getpid()));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("hsgd_rdzv_app_test_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const auto token_file = dir / "token";
   std::ofstream(token_file) << "tok-123\n";  // the trailing newline is not part of the token

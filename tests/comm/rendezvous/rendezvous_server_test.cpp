@@ -32,8 +32,11 @@ std::unique_ptr<RendezvousServer> start_server(RendezvousServerOptions options =
 }
 
 TcpStoreOptions client_options(const RendezvousServer& server, std::string job = "job") {
-  return {.host = server.host(), .port = server.port(), .job_id = std::move(job),
-          .connect_timeout = 10s, .timeout = 20s};
+  return {.host = server.host(),
+          .port = server.port(),
+          .job_id = std::move(job),
+          .connect_timeout = 10s,
+          .timeout = 20s};
 }
 
 // A healthy client can still do a full round trip.
@@ -251,7 +254,8 @@ TEST(RendezvousServerTest, TwoJobsAreIsolated) {
 }
 
 TEST(RendezvousServerTest, ServesOverIpv6Loopback) {
-  auto server = std::make_unique<RendezvousServer>(RendezvousServerOptions{.host = "::1", .port = 0});
+  auto server =
+      std::make_unique<RendezvousServer>(RendezvousServerOptions{.host = "::1", .port = 0});
   try {
     server->start();
   } catch (const CommError& e) {

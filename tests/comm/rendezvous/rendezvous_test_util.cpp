@@ -84,7 +84,8 @@ namespace {
 bool read_exact(int fd, char* out, size_t size, Clock::time_point deadline) {
   size_t done = 0;
   while (done < size) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     pollfd p{.fd = fd, .events = POLLIN, .revents = 0};
     if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) <= 0) return false;
     const ssize_t n = ::recv(fd, out + done, size - done, 0);
@@ -109,7 +110,8 @@ bool RawClient::closed_by_server(std::chrono::milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;
   char byte;
   for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     pollfd p{.fd = fd_, .events = POLLIN, .revents = 0};
     if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) <= 0) return false;
     const ssize_t n = ::recv(fd_, &byte, 1, 0);
@@ -152,7 +154,8 @@ std::optional<std::string> ChildProcess::read_line(std::chrono::milliseconds tim
       buffer_.erase(0, newline + 1);
       return line;
     }
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     pollfd p{.fd = out_fd_, .events = POLLIN, .revents = 0};
     if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) <= 0) {
       return std::nullopt;

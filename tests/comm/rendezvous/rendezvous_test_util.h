@@ -35,7 +35,8 @@ class RawClient {
   proto::HelloReply hello(const std::string& job, const std::string& token = "",
                           uint32_t version = 0 /* 0 = current */);
   // Reads one frame; std::nullopt when the server closed the connection.
-  std::optional<std::string> read_frame(std::chrono::milliseconds timeout = std::chrono::seconds(20));
+  std::optional<std::string> read_frame(
+      std::chrono::milliseconds timeout = std::chrono::seconds(20));
   // True when the server closed the connection (EOF) within the timeout.
   bool closed_by_server(std::chrono::milliseconds timeout = std::chrono::seconds(20));
   void close();

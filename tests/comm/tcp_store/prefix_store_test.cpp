@@ -22,8 +22,8 @@ class PrefixStoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
     server_.start();
-    base_ = std::make_shared<TcpStore>(TcpStoreOptions{.port = server_.port(),
-                                                       .connect_timeout = 10s});
+    base_ =
+        std::make_shared<TcpStore>(TcpStoreOptions{.port = server_.port(), .connect_timeout = 10s});
   }
   RendezvousServer server_{{.port = 0}};
   std::shared_ptr<TcpStore> base_;

@@ -30,8 +30,11 @@ class TcpStoreTest : public ::testing::Test {
   }
 
   TcpStoreOptions options(std::string job = "job") const {
-    return {.host = "127.0.0.1", .port = server_->port(), .job_id = std::move(job),
-            .connect_timeout = 10s, .timeout = 20s};
+    return {.host = "127.0.0.1",
+            .port = server_->port(),
+            .job_id = std::move(job),
+            .connect_timeout = 10s,
+            .timeout = 20s};
   }
 
   std::unique_ptr<TcpStore> connect(std::string job = "job") const {
@@ -211,8 +214,9 @@ TEST_F(TcpStoreTest, MultiSetAndMultiGet_KeepKeyOrder) {
   std::vector<std::string> keys;
   std::vector<Bytes> values;
   for (int i = 0; i < 100; ++i) {
-    keys.push_back("k" + std::to_string(i));
-    values.push_back(to_bytes("v" + std::to_string(i * 7)));
+    keys.push_back(
+        detail::str_cat("k", i));  // not "k" + to_string: g++ 12 -Wrestrict false positive
+    values.push_back(to_bytes(detail::str_cat("v", i * 7)));
   }
   store->multi_set(keys, values);
   std::vector<std::string> reversed(keys.rbegin(), keys.rend());
@@ -262,7 +266,7 @@ TEST_F(TcpStoreTest, OneStoreSharedByThreads) {
   for (int i = 0; i < 6; ++i) {
     threads.emplace_back([&, i] {
       for (int j = 0; j < 30; ++j) {
-        const std::string key = "t" + std::to_string(i) + "-" + std::to_string(j);
+        const std::string key = detail::str_cat("t", i, "-", j);
         store->set(key, to_bytes(key));
         EXPECT_EQ(to_string(store->get(key, 5s)), key);
       }
