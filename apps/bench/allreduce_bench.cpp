@@ -1,0 +1,260 @@
+// allreduce_bench: latency and bus bandwidth of allreduce against message size, at several world
+// sizes, for
+//   hsgd   - hsgd::comm::ProcessGroup::allreduce (worker thread, size-based algorithm choice)
+//   ring / chunked / hd - Gloo's algorithm objects driven directly (gloo::AllreduceRing,
+//            AllreduceRingChunked, AllreduceHalvingDoubling), built once per size, run() in a loop
+//   torch  - PyTorch dist.all_reduce on gloo (apps/bench/allreduce_bench_torch.py, /usr/bin/python3)
+// All on 127.0.0.1, float32 sums, one process per rank. Medians of per-iteration times of rank 0.
+// busbw = bytes / time * 2 (p - 1) / p (the nccl-tests convention).
+//
+//   allreduce_bench [--quick] [--ranks 2,4,8] [--no-torch]
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include <CLI/CLI.hpp>
+#include <gloo/allreduce_halving_doubling.h>
+#include <gloo/allreduce_ring.h>
+#include <gloo/allreduce_ring_chunked.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/transport/tcp/device.h>
+
+#include "comm/file_store.h"
+#include "comm/gloo_store.h"
+#include "comm/process_group.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+namespace comm = hsgd::comm;
+
+const char* const kImpls[] = {"hsgd", "ring", "chunked", "hd"};
+
+struct Row {
+  std::map<std::string, double> median_us;  // impl -> median time
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+int iterations(size_t bytes, bool quick) {
+  if (bytes <= 64 * 1024) return quick ? 50 : 200;
+  if (bytes <= 1024 * 1024) return quick ? 10 : 40;
+  const int n = static_cast<int>((256u << 20) / bytes);
+  return std::clamp(n, quick ? 3 : 5, quick ? 5 : 20);
+}
+
+template <typename Run>
+double time_median(int iters, Run&& run) {
+  for (int i = 0; i < 2; ++i) run();  // warm-up: connections, page faults, caches
+  std::vector<double> times;
+  for (int i = 0; i < iters; ++i) {
+    const auto start = Clock::now();
+    run();
+    times.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count());
+  }
+  return median(times);
+}
+
+// One rank of one world size: measures every implementation at every size; rank 0 appends
+// "impl bytes median_us" lines to out.
+void run_rank(int rank, int world, const std::filesystem::path& dir,
+              const std::vector<size_t>& sizes, bool quick, const std::filesystem::path& out) {
+  auto store = std::make_shared<comm::FileStore>(dir);
+  auto pg = comm::init_process_group(
+      {.rank = rank, .world_size = world, .store = store, .timeout = std::chrono::seconds(120)});
+  // Raw Gloo: its own context of the same type (rendezvous::Context over TCP), own device.
+  gloo::transport::tcp::attr attr;
+  attr.hostname = "127.0.0.1";
+  auto device = gloo::transport::tcp::CreateDevice(attr);
+  auto context = std::make_shared<gloo::rendezvous::Context>(rank, world);
+  context->setTimeout(std::chrono::seconds(120));
+  auto gloo_store = comm::as_gloo_store(store, "raw/", std::chrono::seconds(120));
+  context->connectFullMesh(*gloo_store, device);
+
+  std::ofstream results;
+  if (rank == 0) results.open(out, std::ios::app);
+  for (size_t bytes : sizes) {
+    const size_t n = std::max<size_t>(1, bytes / sizeof(float));
+    const int iters = iterations(bytes, quick);
+    std::vector<float> data(n, 1.0f);
+    std::map<std::string, double> t;
+    t["hsgd"] = time_median(iters, [&] { pg->allreduce(std::span<float>(data))->wait(); });
+    const std::vector<float*> ptrs{data.data()};
+    {
+      gloo::AllreduceRing<float> algo(context, ptrs, static_cast<int>(n));
+      t["ring"] = time_median(iters, [&] { algo.run(); });
+    }
+    {
+      gloo::AllreduceRingChunked<float> algo(context, ptrs, static_cast<int>(n));
+      t["chunked"] = time_median(iters, [&] { algo.run(); });
+    }
+    {
+      gloo::AllreduceHalvingDoubling<float> algo(context, ptrs, static_cast<int>(n));
+      t["hd"] = time_median(iters, [&] { algo.run(); });
+    }
+    pg->barrier()->wait();
+    if (rank == 0) {
+      for (auto& [impl, us] : t) results << impl << " " << bytes << " " << us << "\n";
+      results.flush();
+    }
+  }
+}
+
+// Forks the ranks of one world size; kills them all if they outlive the deadline.
+bool run_world(int world, const std::vector<size_t>& sizes, bool quick,
+               const std::filesystem::path& out) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("hsgd_allreduce_bench_" + std::to_string(::getpid()) + "_" +
+                    std::to_string(world));
+  std::filesystem::remove_all(dir);
+  std::fflush(stdout);
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < world; ++rank) {
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      int code = 0;
+      try {
+        run_rank(rank, world, dir, sizes, quick, out);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
+        code = 1;
+      }
+      std::fflush(stdout);
+      ::_exit(code);
+    }
+    pids.push_back(pid);
+  }
+  const auto deadline = Clock::now() + std::chrono::minutes(20);
+  bool ok = true;
+  size_t done = 0;
+  std::vector<bool> finished(pids.size(), false);
+  while (done < pids.size()) {
+    for (size_t i = 0; i < pids.size(); ++i) {
+      int status = 0;
+      if (!finished[i] && ::waitpid(pids[i], &status, WNOHANG) == pids[i]) {
+        finished[i] = true;
+        ++done;
+        ok = ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      }
+    }
+    if (Clock::now() > deadline) {
+      for (size_t i = 0; i < pids.size(); ++i) {
+        if (!finished[i]) ::kill(pids[i], SIGKILL), ::waitpid(pids[i], nullptr, 0);
+      }
+      std::fprintf(stderr, "world %d: killed after the deadline\n", world);
+      ok = false;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::filesystem::remove_all(dir);
+  return ok;
+}
+
+// Runs the PyTorch script; returns bytes -> median us (empty on failure).
+std::map<size_t, double> run_torch(const std::string& script, int world,
+                                   const std::vector<size_t>& sizes, bool quick) {
+  std::string sizes_arg, iters_arg;
+  for (size_t b : sizes) {
+    sizes_arg += (sizes_arg.empty() ? "" : ",") + std::to_string(b);
+    iters_arg += (iters_arg.empty() ? "" : ",") + std::to_string(iterations(b, quick));
+  }
+  const std::string command = "timeout 1200 /usr/bin/python3 " + script + " --ranks " +
+                              std::to_string(world) + " --sizes " + sizes_arg + " --iters " +
+                              iters_arg + " 2>/dev/null";
+  std::map<size_t, double> result;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return result;
+  char line[512];
+  while (std::fgets(line, sizeof(line), pipe) != nullptr) {
+    unsigned long long bytes = 0;
+    double us = 0;
+    if (std::sscanf(line, "{\"bytes\": %llu, \"median_us\": %lf}", &bytes, &us) == 2) {
+      result[bytes] = us;
+    }
+  }
+  ::pclose(pipe);
+  return result;
+}
+
+std::string human_bytes(size_t b) {
+  if (b >= (1u << 20)) return std::to_string(b >> 20) + " MiB";
+  if (b >= 1024) return std::to_string(b >> 10) + " KiB";
+  return std::to_string(b) + " B";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"allreduce latency and bus bandwidth: hsgd vs raw Gloo vs PyTorch"};
+  bool quick = false, no_torch = false;
+  std::vector<int> worlds{2, 4, 8};
+  size_t min_bytes = 4, max_bytes = 64u << 20;
+  app.add_flag("--quick", quick, "fewer sizes and iterations (4 B, 64 KiB, 1 MiB, 16 MiB; 2 and 4 ranks)");
+  app.add_flag("--no-torch", no_torch, "skip the PyTorch column");
+  app.add_option("--ranks", worlds, "world sizes")->delimiter(',');
+  app.add_option("--min-bytes", min_bytes, "smallest message");
+  app.add_option("--max-bytes", max_bytes, "largest message");
+  // The script sits next to this source file (the build passes absolute paths to the compiler).
+  std::string torch_script =
+      (std::filesystem::path(__FILE__).parent_path() / "allreduce_bench_torch.py").string();
+  app.add_option("--torch-script", torch_script, "path of allreduce_bench_torch.py");
+  CLI11_PARSE(app, argc, argv);
+
+  std::vector<size_t> sizes;
+  if (quick) {
+    sizes = {4, 64 << 10, 1 << 20, 16 << 20};
+    if (app.count("--ranks") == 0) worlds = {2, 4};
+  } else {
+    for (size_t b = min_bytes; b <= max_bytes; b *= 4) sizes.push_back(b);
+  }
+
+  std::printf("allreduce_bench: float32 sum on 127.0.0.1, medians of rank 0 (us), busbw GB/s\n");
+  std::printf("%5s %9s | %9s %9s %9s %9s %9s | %8s %8s | %10s %10s\n", "ranks", "bytes", "hsgd",
+              "ring", "chunked", "hd", "torch", "hsgd bw", "gloo bw", "hsgd/gloo", "torch/hsgd");
+  for (int world : worlds) {
+    const auto out = std::filesystem::temp_directory_path() /
+                     ("hsgd_allreduce_bench_" + std::to_string(::getpid()) + ".txt");
+    std::filesystem::remove(out);
+    if (!run_world(world, sizes, quick, out)) {
+      std::fprintf(stderr, "world %d failed\n", world);
+      return 1;
+    }
+    std::map<size_t, Row> rows;
+    std::ifstream in(out);
+    std::string impl;
+    size_t bytes = 0;
+    double us = 0;
+    while (in >> impl >> bytes >> us) rows[bytes].median_us[impl] = us;
+    std::filesystem::remove(out);
+    const auto torch = no_torch ? std::map<size_t, double>{} : run_torch(torch_script, world, sizes, quick);
+    for (auto& [b, row] : rows) {
+      auto& t = row.median_us;
+      const double best_gloo = std::min({t["ring"], t["chunked"], t["hd"]});
+      const double factor = 2.0 * (world - 1) / world;
+      auto busbw = [&](double time_us) { return b / (time_us * 1e-6) * factor / 1e9; };
+      const double torch_us = torch.count(b) ? torch.at(b) : 0.0;
+      std::printf("%5d %9s | %9.1f %9.1f %9.1f %9.1f %9.1f | %8.3f %8.3f | %10.3f %10.3f\n",
+                  world, human_bytes(b).c_str(), t["hsgd"], t["ring"], t["chunked"], t["hd"],
+                  torch_us, busbw(t["hsgd"]), busbw(best_gloo), t["hsgd"] / best_gloo,
+                  torch_us > 0 ? torch_us / t["hsgd"] : 0.0);
+      std::fflush(stdout);
+    }
+  }
+  std::printf("hsgd/gloo: hsgd time over the fastest raw Gloo algorithm (lower is better);\n"
+              "torch/hsgd: PyTorch time over hsgd time (above 1 = hsgd faster).\n");
+  return 0;
+}
