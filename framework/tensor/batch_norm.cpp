@@ -55,7 +55,8 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Ten
                shape_str(x.shape()));
     std::vector<float> var(c);
     kernels::batch_norm_statistics(xc.data(), shape, mean.data(), var.data());
-    for (int64_t ch = 0; ch < c; ++ch) invstd[ch] = static_cast<float>(1.0 / std::sqrt(var[ch] + eps));
+    for (int64_t ch = 0; ch < c; ++ch)
+      invstd[ch] = static_cast<float>(1.0 / std::sqrt(var[ch] + eps));
     if (running_mean.defined()) {
       // running_var tracks the unbiased variance while normalisation uses the biased one.
       const double bessel = static_cast<double>(count) / static_cast<double>(count - 1);
@@ -83,23 +84,23 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Ten
                                 bc.defined() ? bc.data() : nullptr, y.data());
 
   if (autograd::needs_grad({xc, wc, bc})) {
-    autograd::record(
-        y, "BatchNormBackward", {xc, wc, bc},
-        [x = xc.detach(), w = wc.defined() ? wc.detach() : Tensor(), shape, training,
-         mean = std::move(mean), invstd = std::move(invstd)](const Tensor& gy,
-                                                             const autograd::NeedsGrad& needs) {
-          const Tensor gyc = gy.contiguous();
-          std::vector<Tensor> grads(3);
-          if (needs[0]) grads[0] = empty(x.shape());
-          if (needs[1]) grads[1] = empty({shape.c});
-          if (needs[2]) grads[2] = empty({shape.c});
-          kernels::batch_norm_backward(x.data(), gyc.data(), shape, mean.data(), invstd.data(),
-                                       w.defined() ? w.data() : nullptr, training,
-                                       grads[0].defined() ? grads[0].data() : nullptr,
-                                       grads[1].defined() ? grads[1].data() : nullptr,
-                                       grads[2].defined() ? grads[2].data() : nullptr);
-          return grads;
-        });
+    autograd::record(y, "BatchNormBackward", {xc, wc, bc},
+                     [x = xc.detach(), w = wc.defined() ? wc.detach() : Tensor(), shape, training,
+                      mean = std::move(mean), invstd = std::move(invstd)](
+                         const Tensor& gy, const autograd::NeedsGrad& needs) {
+                       const Tensor gyc = gy.contiguous();
+                       std::vector<Tensor> grads(3);
+                       if (needs[0]) grads[0] = empty(x.shape());
+                       if (needs[1]) grads[1] = empty({shape.c});
+                       if (needs[2]) grads[2] = empty({shape.c});
+                       kernels::batch_norm_backward(x.data(), gyc.data(), shape, mean.data(),
+                                                    invstd.data(), w.defined() ? w.data() : nullptr,
+                                                    training,
+                                                    grads[0].defined() ? grads[0].data() : nullptr,
+                                                    grads[1].defined() ? grads[1].data() : nullptr,
+                                                    grads[2].defined() ? grads[2].data() : nullptr);
+                       return grads;
+                     });
   }
   return y;
 }

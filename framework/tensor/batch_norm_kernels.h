@@ -9,7 +9,7 @@
 namespace hsgd::kernels {
 
 struct BatchNormShape {
-  int64_t n = 0, c = 0, s = 0;  // x is (N,C,S)
+  int64_t n = 0, c = 0, s = 0;             // x is (N,C,S)
   int64_t count() const { return n * s; }  // values per channel
 };
 

@@ -9,16 +9,14 @@ namespace hsgd {
 
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, Size2 stride, Size2 padding) {
   HSGD_CHECK(x.defined() && w.defined(), "conv2d: input and weight must be defined");
-  HSGD_CHECK(x.dim() == 4, "conv2d: input must be 4-D (N,C,H,W), got shape ",
-             shape_str(x.shape()));
+  HSGD_CHECK(x.dim() == 4, "conv2d: input must be 4-D (N,C,H,W), got shape ", shape_str(x.shape()));
   HSGD_CHECK(w.dim() == 4, "conv2d: weight must be 4-D (O,C,kh,kw), got shape ",
              shape_str(w.shape()));
   HSGD_CHECK(w.size(1) == x.size(1), "conv2d: weight ", shape_str(w.shape()), " expects ",
-             w.size(1), " input channels but the input ", shape_str(x.shape()), " has ",
-             x.size(1));
+             w.size(1), " input channels but the input ", shape_str(x.shape()), " has ", x.size(1));
   if (b.defined()) {
-    HSGD_CHECK(b.dim() == 1 && b.size(0) == w.size(0), "conv2d: bias must have shape [",
-               w.size(0), "] (one per output channel), got ", shape_str(b.shape()));
+    HSGD_CHECK(b.dim() == 1 && b.size(0) == w.size(0), "conv2d: bias must have shape [", w.size(0),
+               "] (one per output channel), got ", shape_str(b.shape()));
   }
   const kernels::Conv2dGeometry g = kernels::make_conv2d_geometry(
       x.size(0), x.size(1), x.size(2), x.size(3), w.size(0), w.size(2), w.size(3), stride[0],

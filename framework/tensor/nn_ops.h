@@ -8,10 +8,11 @@
 //
 // The raw kernels are in conv_kernels.h, pool_kernels.h and batch_norm_kernels.h.
 //
-//   Tensor h = conv2d(x, w, b, {1, 1}, {1, 1});       // x (N,3,32,32), w (16,3,3,3) -> (N,16,32,32)
-//   h = relu(batch_norm(h, gamma, beta, running_mean, running_var, /*training=*/true));
-//   h = max_pool2d(h, {2, 2}, {2, 2});                // (N,16,16,16)
-//   h = adaptive_avg_pool2d(h, {1, 1});               // (N,16,1,1)
+//   // x is (N,3,32,32), w is (16,3,3,3)
+//   Tensor h = conv2d(x, w, b, {1, 1}, {1, 1});              // (N,16,32,32)
+//   h = relu(batch_norm(h, gamma, beta, mean, var, true));   // training: updates mean, var
+//   h = max_pool2d(h, {2, 2});                               // (N,16,16,16)
+//   h = adaptive_avg_pool2d(h, {1, 1});                      // (N,16,1,1)
 
 #include <array>
 #include <cstdint>
@@ -24,8 +25,8 @@ namespace hsgd {
 using Size2 = std::array<int64_t, 2>;  // (height, width)
 
 // 2-D cross-correlation, as torch.nn.functional.conv2d. x is (N,C,H,W), w is (O,C,kh,kw),
-// b is (O) or undefined (no bias). Output (N,O,OH,OW), OH = (H + 2*padding[0] - kh) / stride[0] + 1.
-// Computed with im2col + OpenBLAS sgemm; 1x1 stride-1 unpadded convolutions skip the unfold.
+// b is (O) or undefined (no bias). Output (N,O,OH,OW), OH = (H + 2*padding[0] - kh) / stride[0]
+// + 1. Computed with im2col + OpenBLAS sgemm; 1x1 stride-1 unpadded convolutions skip the unfold.
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b = Tensor(), Size2 stride = {1, 1},
               Size2 padding = {0, 0});
 

@@ -29,8 +29,8 @@ Span adaptive_window(int64_t i, int64_t in, int64_t out) {
 Pool2dGeometry make_pool2d_geometry(const char* op, int64_t planes, int64_t h, int64_t w,
                                     int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph,
                                     int64_t pw) {
-  HSGD_CHECK(planes > 0 && h > 0 && w > 0, op, ": input planes and spatial size (", planes, ",",
-             h, ",", w, ") must be positive");
+  HSGD_CHECK(planes > 0 && h > 0 && w > 0, op, ": input planes and spatial size (", planes, ",", h,
+             ",", w, ") must be positive");
   HSGD_CHECK(kh > 0 && kw > 0, op, ": kernel (", kh, ",", kw, ") must be positive");
   HSGD_CHECK(sh > 0 && sw > 0, op, ": stride (", sh, ",", sw, ") must be positive");
   HSGD_CHECK(ph >= 0 && pw >= 0 && 2 * ph <= kh && 2 * pw <= kw, op, ": padding (", ph, ",", pw,
@@ -158,8 +158,8 @@ void adaptive_avg_pool2d_forward(const float* x, int64_t planes, int64_t h, int6
   }
 }
 
-void adaptive_avg_pool2d_backward(const float* gy, int64_t planes, int64_t h, int64_t w,
-                                  int64_t oh, int64_t ow, float* gx) {
+void adaptive_avg_pool2d_backward(const float* gy, int64_t planes, int64_t h, int64_t w, int64_t oh,
+                                  int64_t ow, float* gx) {
   std::fill(gx, gx + planes * h * w, 0.0f);
   for (int64_t p = 0; p < planes; ++p) {
     float* gxp = gx + p * h * w;

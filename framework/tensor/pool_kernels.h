@@ -44,7 +44,7 @@ void avg_pool2d_backward(const float* gy, const Pool2dGeometry& g, float* gx);
 void adaptive_avg_pool2d_forward(const float* x, int64_t planes, int64_t h, int64_t w, int64_t oh,
                                  int64_t ow, float* y);
 // gx (P,H,W) is overwritten.
-void adaptive_avg_pool2d_backward(const float* gy, int64_t planes, int64_t h, int64_t w,
-                                  int64_t oh, int64_t ow, float* gx);
+void adaptive_avg_pool2d_backward(const float* gy, int64_t planes, int64_t h, int64_t w, int64_t oh,
+                                  int64_t ow, float* gx);
 
 }  // namespace hsgd::kernels

@@ -38,8 +38,7 @@ ChannelStats channel_stats(const std::vector<float>& x, int64_t n, int64_t c, in
 // (x - mean) / sqrt(var + eps) * w + b per channel.
 std::vector<float> normalise(const std::vector<float>& x, int64_t n, int64_t c, int64_t s,
                              const std::vector<double>& mean, const std::vector<double>& var,
-                             const std::vector<float>& w, const std::vector<float>& b,
-                             double eps) {
+                             const std::vector<float>& w, const std::vector<float>& b, double eps) {
   std::vector<float> y(x.size());
   for (int64_t i = 0; i < n; ++i)
     for (int64_t ch = 0; ch < c; ++ch)
@@ -62,16 +61,16 @@ TEST(BatchNormTest, Training_NormalisesWithBatchStatsAndUpdatesRunningStats) {
     Tensor y = batch_norm(x, weight, bias, rm, rv, /*training=*/true, momentum, 1e-5);
 
     const ChannelStats st = channel_stats(x.to_vector(), n, c, s);
-    testing::expect_near_all(
-        y.to_vector(),
-        normalise(x.to_vector(), n, c, s, st.mean, st.var, weight.to_vector(), bias.to_vector(),
-                  1e-5),
-        1e-5, "training output");
+    testing::expect_near_all(y.to_vector(),
+                             normalise(x.to_vector(), n, c, s, st.mean, st.var, weight.to_vector(),
+                                       bias.to_vector(), 1e-5),
+                             1e-5, "training output");
     std::vector<float> rm_expected(c), rv_expected(c);
     const double count = double(n * s);
     for (int64_t ch = 0; ch < c; ++ch) {
       rm_expected[ch] = float((1 - momentum) * rm0[ch] + momentum * st.mean[ch]);
-      rv_expected[ch] = float((1 - momentum) * rv0[ch] + momentum * st.var[ch] * count / (count - 1));
+      rv_expected[ch] =
+          float((1 - momentum) * rv0[ch] + momentum * st.var[ch] * count / (count - 1));
     }
     testing::expect_near_all(rm.to_vector(), rm_expected, 1e-5, "running_mean");
     testing::expect_near_all(rv.to_vector(), rv_expected, 1e-5, "running_var (unbiased)");
@@ -103,9 +102,8 @@ TEST(BatchNormTest, TwoDimInputWithoutAffine_NormalisesPerColumn) {
   Tensor y = batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), /*training=*/true);
   const ChannelStats st = channel_stats(x.to_vector(), 6, 3, 1);
   testing::expect_near_all(
-      y.to_vector(),
-      normalise(x.to_vector(), 6, 3, 1, st.mean, st.var, {1, 1, 1}, {0, 0, 0}, 1e-5), 1e-5,
-      "(N,C) input");
+      y.to_vector(), normalise(x.to_vector(), 6, 3, 1, st.mean, st.var, {1, 1, 1}, {0, 0, 0}, 1e-5),
+      1e-5, "(N,C) input");
 }
 
 TEST(BatchNormTest, GradientsMatchNumericalJacobian_Training) {
@@ -114,30 +112,29 @@ TEST(BatchNormTest, GradientsMatchNumericalJacobian_Training) {
   const std::vector<Shape> shapes = {{2, 3, 3, 2}, {1, 2, 3, 5}, {5, 3}, {3, 2, 5}};
   for (const Shape& shape : shapes) {
     const int64_t c = shape[1];
-    testing::check_gradients(
-        "training " + shape_str(shape),
-        [](const std::vector<Tensor>& in) {
-          return batch_norm(in[0], in[1], in[2], Tensor(), Tensor(), /*training=*/true);
-        },
-        {randn(shape, gen), randn({c}, gen), randn({c}, gen)});
+    testing::check_gradients("training " + shape_str(shape),
+                             [](const std::vector<Tensor>& in) {
+                               return batch_norm(in[0], in[1], in[2], Tensor(), Tensor(),
+                                                 /*training=*/true);
+                             },
+                             {randn(shape, gen), randn({c}, gen), randn({c}, gen)});
   }
-  testing::check_gradients(
-      "training without affine",
-      [](const std::vector<Tensor>& in) {
-        return batch_norm(in[0], Tensor(), Tensor(), Tensor(), Tensor(), /*training=*/true);
-      },
-      {randn({3, 2, 2, 3}, gen)});
+  testing::check_gradients("training without affine",
+                           [](const std::vector<Tensor>& in) {
+                             return batch_norm(in[0], Tensor(), Tensor(), Tensor(), Tensor(),
+                                               /*training=*/true);
+                           },
+                           {randn({3, 2, 2, 3}, gen)});
 }
 
 TEST(BatchNormTest, GradientsMatchNumericalJacobian_Eval) {
   Generator gen(25);
   Tensor rm = randn({3}, gen), rv = add(rand({3}, gen), 0.5f);
-  testing::check_gradients(
-      "eval",
-      [&](const std::vector<Tensor>& in) {
-        return batch_norm(in[0], in[1], in[2], rm, rv, /*training=*/false);
-      },
-      {randn({2, 3, 2, 3}, gen), randn({3}, gen), randn({3}, gen)});
+  testing::check_gradients("eval",
+                           [&](const std::vector<Tensor>& in) {
+                             return batch_norm(in[0], in[1], in[2], rm, rv, /*training=*/false);
+                           },
+                           {randn({2, 3, 2, 3}, gen), randn({3}, gen), randn({3}, gen)});
 }
 
 TEST(BatchNormTest, BadInput_ThrowsInvalidArgumentNamingValues) {
@@ -147,12 +144,14 @@ TEST(BatchNormTest, BadInput_ThrowsInvalidArgumentNamingValues) {
   testing::expect_invalid_argument([&] { batch_norm(x, ones({4}), b, rm, rv, true); }, "[4]");
   testing::expect_invalid_argument([&] { batch_norm(x, w, b, zeros({2}), rv, true); },
                                    "running_mean");
-  testing::expect_invalid_argument([&] { batch_norm(randn({5}, gen), Tensor(), Tensor(), Tensor(), Tensor(), true); },
-                                   "[5]");
+  testing::expect_invalid_argument(
+      [&] { batch_norm(randn({5}, gen), Tensor(), Tensor(), Tensor(), Tensor(), true); }, "[5]");
   testing::expect_invalid_argument(
       [&] { batch_norm(x, w, b, Tensor(), Tensor(), /*training=*/false); }, "eval");
   testing::expect_invalid_argument(
-      [&] { batch_norm(randn({1, 3}, gen), w, b, rm, rv, /*training=*/true); },
+      [&] {
+        batch_norm(randn({1, 3}, gen), w, b, rm, rv, /*training=*/true);
+      },
       "more than one value per channel");
 }
 

@@ -65,13 +65,12 @@ TEST(DropoutTest, Gradient_IsTheScaledMask) {
   const std::vector<float> mask = dropout(ones({4, 5}), 0.4, true, replay).to_vector();
   testing::expect_near_all(x.grad().to_vector(), mask, 0, "d sum(dropout(x)) / dx");
   // And the numerical Jacobian, with the generator re-seeded so every call draws the same mask.
-  testing::check_gradients(
-      "dropout p=0.3",
-      [](const std::vector<Tensor>& in) {
-        Generator g(5);
-        return dropout(in[0], 0.3, true, g);
-      },
-      {randn({3, 7}, gen)});
+  testing::check_gradients("dropout p=0.3",
+                           [](const std::vector<Tensor>& in) {
+                             Generator g(5);
+                             return dropout(in[0], 0.3, true, g);
+                           },
+                           {randn({3, 7}, gen)});
 }
 
 TEST(DropoutTest, BadP_ThrowsInvalidArgumentNamingValue) {

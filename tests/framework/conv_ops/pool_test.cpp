@@ -23,10 +23,10 @@ struct PoolCase {
 };
 
 std::string describe(const PoolCase& k) {
-  return "x (" + std::to_string(k.n) + "," + std::to_string(k.c) + "," + std::to_string(k.h) +
-         "," + std::to_string(k.w) + ") kernel (" + std::to_string(k.kh) + "," +
-         std::to_string(k.kw) + ") stride (" + std::to_string(k.sh) + "," + std::to_string(k.sw) +
-         ") padding (" + std::to_string(k.ph) + "," + std::to_string(k.pw) + ")";
+  return "x (" + std::to_string(k.n) + "," + std::to_string(k.c) + "," + std::to_string(k.h) + "," +
+         std::to_string(k.w) + ") kernel (" + std::to_string(k.kh) + "," + std::to_string(k.kw) +
+         ") stride (" + std::to_string(k.sh) + "," + std::to_string(k.sw) + ") padding (" +
+         std::to_string(k.ph) + "," + std::to_string(k.pw) + ")";
 }
 
 const std::vector<PoolCase> kCases = {
@@ -62,12 +62,11 @@ TEST(MaxPool2dTest, ForwardMatchesDirectDefinition) {
 TEST(MaxPool2dTest, GradientsMatchNumericalJacobian) {
   Generator gen(12);
   for (const PoolCase& k : kCases) {
-    testing::check_gradients(
-        describe(k),
-        [&](const std::vector<Tensor>& in) {
-          return max_pool2d(in[0], {k.kh, k.kw}, {k.sh, k.sw}, {k.ph, k.pw});
-        },
-        {distinct_values({k.n, k.c, k.h, k.w}, gen)});
+    testing::check_gradients(describe(k),
+                             [&](const std::vector<Tensor>& in) {
+                               return max_pool2d(in[0], {k.kh, k.kw}, {k.sh, k.sw}, {k.ph, k.pw});
+                             },
+                             {distinct_values({k.n, k.c, k.h, k.w}, gen)});
   }
 }
 
@@ -101,12 +100,11 @@ TEST(AvgPool2dTest, ForwardMatchesDirectDefinition_CountIncludePad) {
 TEST(AvgPool2dTest, GradientsMatchNumericalJacobian) {
   Generator gen(15);
   for (const PoolCase& k : kCases) {
-    testing::check_gradients(
-        describe(k),
-        [&](const std::vector<Tensor>& in) {
-          return avg_pool2d(in[0], {k.kh, k.kw}, {k.sh, k.sw}, {k.ph, k.pw});
-        },
-        {randn({k.n, k.c, k.h, k.w}, gen)});
+    testing::check_gradients(describe(k),
+                             [&](const std::vector<Tensor>& in) {
+                               return avg_pool2d(in[0], {k.kh, k.kw}, {k.sh, k.sw}, {k.ph, k.pw});
+                             },
+                             {randn({k.n, k.c, k.h, k.w}, gen)});
   }
 }
 
@@ -122,9 +120,8 @@ const std::vector<AdaptiveCase> kAdaptiveCases = {
 };
 
 std::string describe(const AdaptiveCase& k) {
-  return "x (" + std::to_string(k.n) + "," + std::to_string(k.c) + "," + std::to_string(k.h) +
-         "," + std::to_string(k.w) + ") -> (" + std::to_string(k.oh) + "," +
-         std::to_string(k.ow) + ")";
+  return "x (" + std::to_string(k.n) + "," + std::to_string(k.c) + "," + std::to_string(k.h) + "," +
+         std::to_string(k.w) + ") -> (" + std::to_string(k.oh) + "," + std::to_string(k.ow) + ")";
 }
 
 TEST(AdaptiveAvgPool2dTest, ForwardMatchesBinDefinition) {
@@ -133,20 +130,21 @@ TEST(AdaptiveAvgPool2dTest, ForwardMatchesBinDefinition) {
     Tensor x = randn({k.n, k.c, k.h, k.w}, gen);
     Tensor y = adaptive_avg_pool2d(x, {k.oh, k.ow});
     ASSERT_EQ(y.shape(), (Shape{k.n, k.c, k.oh, k.ow})) << describe(k);
-    testing::expect_near_all(y.to_vector(),
-                             testing::reference_adaptive_avg_pool2d(x.to_vector(), k.n * k.c, k.h,
-                                                                    k.w, k.oh, k.ow),
-                             1e-6, describe(k));
+    testing::expect_near_all(
+        y.to_vector(),
+        testing::reference_adaptive_avg_pool2d(x.to_vector(), k.n * k.c, k.h, k.w, k.oh, k.ow),
+        1e-6, describe(k));
   }
 }
 
 TEST(AdaptiveAvgPool2dTest, GradientsMatchNumericalJacobian) {
   Generator gen(17);
   for (const AdaptiveCase& k : kAdaptiveCases) {
-    testing::check_gradients(
-        describe(k),
-        [&](const std::vector<Tensor>& in) { return adaptive_avg_pool2d(in[0], {k.oh, k.ow}); },
-        {randn({k.n, k.c, k.h, k.w}, gen)});
+    testing::check_gradients(describe(k),
+                             [&](const std::vector<Tensor>& in) {
+                               return adaptive_avg_pool2d(in[0], {k.oh, k.ow});
+                             },
+                             {randn({k.n, k.c, k.h, k.w}, gen)});
   }
 }
 
@@ -159,8 +157,11 @@ TEST(PoolTest, BadInput_ThrowsInvalidArgumentNamingValues) {
   testing::expect_invalid_argument([&] { avg_pool2d(x, {0, 2}); }, "kernel (0,2)");
   testing::expect_invalid_argument([&] { max_pool2d(x, {2, 2}, {-1, 1}); }, "stride (-1,1)");
   testing::expect_invalid_argument([&] { adaptive_avg_pool2d(x, {0, 3}); }, "(0,3)");
-  testing::expect_invalid_argument([&] { adaptive_avg_pool2d(randn({2, 3}, gen), {1, 1}); },
-                                   "[2, 3]");
+  testing::expect_invalid_argument(
+      [&] {
+        adaptive_avg_pool2d(randn({2, 3}, gen), {1, 1});
+      },
+      "[2, 3]");
 }
 
 }  // namespace

@@ -13,9 +13,8 @@ namespace hsgd::testing {
 // y[n,o,oy,ox] = b[o] + sum_{c,i,j} x[n,c,oy*s-p+i,ox*s-p+j] * w[o,c,i,j] (zero outside x).
 inline std::vector<float> reference_conv2d(const std::vector<float>& x, const std::vector<float>& w,
                                            const std::vector<float>* b, int64_t n, int64_t c,
-                                           int64_t h, int64_t wd, int64_t o, int64_t kh,
-                                           int64_t kw, int64_t sh, int64_t sw, int64_t ph,
-                                           int64_t pw) {
+                                           int64_t h, int64_t wd, int64_t o, int64_t kh, int64_t kw,
+                                           int64_t sh, int64_t sw, int64_t ph, int64_t pw) {
   const int64_t oh = (h + 2 * ph - kh) / sh + 1, ow = (wd + 2 * pw - kw) / sw + 1;
   std::vector<float> y(n * o * oh * ow);
   for (int64_t s = 0; s < n; ++s)
@@ -62,9 +61,9 @@ inline std::vector<float> reference_pool2d(const std::vector<float>& x, int64_t 
 // Adaptive average pooling: output cell (i,j) is the mean of the input cells whose centre-line
 // interval [r, r+1) intersects [i*H/OH, (i+1)*H/OH) with positive length (equivalently rows
 // floor(i*H/OH) .. ceil((i+1)*H/OH)-1), computed here with exact rational comparisons.
-inline std::vector<float> reference_adaptive_avg_pool2d(const std::vector<float>& x,
-                                                        int64_t planes, int64_t h, int64_t w,
-                                                        int64_t oh, int64_t ow) {
+inline std::vector<float> reference_adaptive_avg_pool2d(const std::vector<float>& x, int64_t planes,
+                                                        int64_t h, int64_t w, int64_t oh,
+                                                        int64_t ow) {
   // Row r belongs to bin i when r+1 > i*H/OH and r < (i+1)*H/OH, i.e. (r+1)*OH > i*H and
   // r*OH < (i+1)*H.
   auto in_bin = [](int64_t r, int64_t i, int64_t in, int64_t out) {
