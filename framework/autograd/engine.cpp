@@ -74,9 +74,8 @@ void run_backward(const Tensor& root, const Tensor& grad_output) {
     std::vector<Tensor> input_grads =
         grad.defined() ? node->apply(grad) : std::vector<Tensor>(edges.size());
     grad = Tensor();
-    HSGD_CHECK_AS(Error, input_grads.size() == edges.size(), "autograd: ",
-                  node->name(), " returned ", input_grads.size(), " gradients for ", edges.size(),
-                  " inputs");
+    HSGD_CHECK_AS(Error, input_grads.size() == edges.size(), "autograd: ", node->name(),
+                  " returned ", input_grads.size(), " gradients for ", edges.size(), " inputs");
     for (size_t i = 0; i < input_grads.size(); ++i) {
       const Edge& edge = edges[i];
       Node* next = edge.node.get();

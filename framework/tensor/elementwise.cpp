@@ -92,25 +92,25 @@ Tensor binary_kernel(const Tensor& a, const Tensor& b, Op op) {
   }
   const std::vector<int64_t> sa = detail::broadcast_strides(a.shape(), a.strides(), shape);
   const std::vector<int64_t> sb = detail::broadcast_strides(b.shape(), b.strides(), shape);
-  detail::strided_loop<3>(
-      shape, {o, const_cast<float*>(a.data()), const_cast<float*>(b.data())},
-      {&out.strides(), &sa, &sb},
-      [op](int64_t n, std::array<float*, 3> p, std::array<int64_t, 3> s) {
-        float* __restrict po = p[0];
-        const float* __restrict pa = p[1];
-        const float* __restrict pb = p[2];
-        if (s[1] == 1 && s[2] == 1) {
-          for (int64_t i = 0; i < n; ++i) po[i] = op(pa[i], pb[i]);
-        } else if (s[1] == 1 && s[2] == 0) {
-          const float vb = *pb;
-          for (int64_t i = 0; i < n; ++i) po[i] = op(pa[i], vb);
-        } else if (s[1] == 0 && s[2] == 1) {
-          const float va = *pa;
-          for (int64_t i = 0; i < n; ++i) po[i] = op(va, pb[i]);
-        } else {
-          for (int64_t i = 0; i < n; ++i) po[i] = op(pa[i * s[1]], pb[i * s[2]]);
-        }
-      });
+  detail::strided_loop<3>(shape, {o, const_cast<float*>(a.data()), const_cast<float*>(b.data())},
+                          {&out.strides(), &sa, &sb},
+                          [op](int64_t n, std::array<float*, 3> p, std::array<int64_t, 3> s) {
+                            float* __restrict po = p[0];
+                            const float* __restrict pa = p[1];
+                            const float* __restrict pb = p[2];
+                            if (s[1] == 1 && s[2] == 1) {
+                              for (int64_t i = 0; i < n; ++i) po[i] = op(pa[i], pb[i]);
+                            } else if (s[1] == 1 && s[2] == 0) {
+                              const float vb = *pb;
+                              for (int64_t i = 0; i < n; ++i) po[i] = op(pa[i], vb);
+                            } else if (s[1] == 0 && s[2] == 1) {
+                              const float va = *pa;
+                              for (int64_t i = 0; i < n; ++i) po[i] = op(va, pb[i]);
+                            } else {
+                              for (int64_t i = 0; i < n; ++i)
+                                po[i] = op(pa[i * s[1]], pb[i * s[2]]);
+                            }
+                          });
   return out;
 }
 
@@ -171,9 +171,8 @@ Tensor div(const Tensor& a, const Tensor& b) {
                        if (n[0]) grads[0] = sum_to(div(g, b), a.shape());
                        if (n[1]) {
                          // d(a/b)/db = -a / b^2
-                         Tensor gb = binary_kernel(mul(g, a), b, [](float ga, float y) {
-                           return -ga / (y * y);
-                         });
+                         Tensor gb = binary_kernel(mul(g, a), b,
+                                                   [](float ga, float y) { return -ga / (y * y); });
                          grads[1] = sum_to(gb, b.shape());
                        }
                        return grads;
@@ -187,9 +186,8 @@ Tensor div(const Tensor& a, const Tensor& b) {
 Tensor add(const Tensor& a, float s) {
   Tensor out = unary_kernel(a, [s](float x) { return x + s; });
   if (autograd::needs_grad({a})) {
-    autograd::record(out, "AddScalarBackward", {a}, [](const Tensor& g, const NeedsGrad&) {
-      return std::vector<Tensor>{g};
-    });
+    autograd::record(out, "AddScalarBackward", {a},
+                     [](const Tensor& g, const NeedsGrad&) { return std::vector<Tensor>{g}; });
   }
   return out;
 }
@@ -227,10 +225,11 @@ Tensor relu(const Tensor& x) {
   Tensor out = unary_kernel(x, [](float v) { return std::max(v, 0.0f); });
   if (autograd::needs_grad({x})) {
     // The output is saved (detached): y > 0 exactly where x > 0.
-    autograd::record(out, "ReluBackward", {x}, [y = out.detach()](const Tensor& g, const NeedsGrad&) {
-      return std::vector<Tensor>{
-          binary_kernel(g, y, [](float gv, float yv) { return yv > 0.0f ? gv : 0.0f; })};
-    });
+    autograd::record(
+        out, "ReluBackward", {x}, [y = out.detach()](const Tensor& g, const NeedsGrad&) {
+          return std::vector<Tensor>{
+              binary_kernel(g, y, [](float gv, float yv) { return yv > 0.0f ? gv : 0.0f; })};
+        });
   }
   return out;
 }
@@ -238,9 +237,10 @@ Tensor relu(const Tensor& x) {
 Tensor exp(const Tensor& x) {
   Tensor out = unary_kernel(x, [](float v) { return std::exp(v); });
   if (autograd::needs_grad({x})) {
-    autograd::record(out, "ExpBackward", {x}, [y = out.detach()](const Tensor& g, const NeedsGrad&) {
-      return std::vector<Tensor>{mul(g, y)};
-    });
+    autograd::record(out, "ExpBackward", {x},
+                     [y = out.detach()](const Tensor& g, const NeedsGrad&) {
+                       return std::vector<Tensor>{mul(g, y)};
+                     });
   }
   return out;
 }
@@ -258,25 +258,25 @@ Tensor log(const Tensor& x) {
 Tensor sqrt(const Tensor& x) {
   Tensor out = unary_kernel(x, [](float v) { return std::sqrt(v); });
   if (autograd::needs_grad({x})) {
-    autograd::record(out, "SqrtBackward", {x}, [y = out.detach()](const Tensor& g, const NeedsGrad&) {
-      return std::vector<Tensor>{
-          binary_kernel(g, y, [](float gv, float yv) { return gv / (2.0f * yv); })};
-    });
+    autograd::record(
+        out, "SqrtBackward", {x}, [y = out.detach()](const Tensor& g, const NeedsGrad&) {
+          return std::vector<Tensor>{
+              binary_kernel(g, y, [](float gv, float yv) { return gv / (2.0f * yv); })};
+        });
   }
   return out;
 }
 
 Tensor pow(const Tensor& x, float exponent) {
-  Tensor out = unary_kernel(x, [exponent](float v) {
-    return exponent == 2.0f ? v * v : std::pow(v, exponent);
-  });
+  Tensor out = unary_kernel(
+      x, [exponent](float v) { return exponent == 2.0f ? v * v : std::pow(v, exponent); });
   if (autograd::needs_grad({x})) {
-    autograd::record(out, "PowBackward", {x},
-                     [x = x.detach(), exponent](const Tensor& g, const NeedsGrad&) {
-                       return std::vector<Tensor>{binary_kernel(g, x, [exponent](float gv, float v) {
-                         return exponent == 0.0f ? 0.0f : gv * exponent * std::pow(v, exponent - 1);
-                       })};
-                     });
+    autograd::record(
+        out, "PowBackward", {x}, [x = x.detach(), exponent](const Tensor& g, const NeedsGrad&) {
+          return std::vector<Tensor>{binary_kernel(g, x, [exponent](float gv, float v) {
+            return exponent == 0.0f ? 0.0f : gv * exponent * std::pow(v, exponent - 1);
+          })};
+        });
   }
   return out;
 }
@@ -284,10 +284,11 @@ Tensor pow(const Tensor& x, float exponent) {
 Tensor tanh(const Tensor& x) {
   Tensor out = unary_kernel(x, [](float v) { return std::tanh(v); });
   if (autograd::needs_grad({x})) {
-    autograd::record(out, "TanhBackward", {x}, [y = out.detach()](const Tensor& g, const NeedsGrad&) {
-      return std::vector<Tensor>{
-          binary_kernel(g, y, [](float gv, float yv) { return gv * (1.0f - yv * yv); })};
-    });
+    autograd::record(
+        out, "TanhBackward", {x}, [y = out.detach()](const Tensor& g, const NeedsGrad&) {
+          return std::vector<Tensor>{
+              binary_kernel(g, y, [](float gv, float yv) { return gv * (1.0f - yv * yv); })};
+        });
   }
   return out;
 }
@@ -295,11 +296,11 @@ Tensor tanh(const Tensor& x) {
 Tensor sigmoid(const Tensor& x) {
   Tensor out = unary_kernel(x, [](float v) { return 1.0f / (1.0f + std::exp(-v)); });
   if (autograd::needs_grad({x})) {
-    autograd::record(out, "SigmoidBackward", {x},
-                     [y = out.detach()](const Tensor& g, const NeedsGrad&) {
-                       return std::vector<Tensor>{binary_kernel(
-                           g, y, [](float gv, float yv) { return gv * yv * (1.0f - yv); })};
-                     });
+    autograd::record(
+        out, "SigmoidBackward", {x}, [y = out.detach()](const Tensor& g, const NeedsGrad&) {
+          return std::vector<Tensor>{
+              binary_kernel(g, y, [](float gv, float yv) { return gv * yv * (1.0f - yv); })};
+        });
   }
   return out;
 }
@@ -308,9 +309,8 @@ Tensor abs(const Tensor& x) {
   Tensor out = unary_kernel(x, [](float v) { return std::fabs(v); });
   if (autograd::needs_grad({x})) {
     autograd::record(out, "AbsBackward", {x}, [x = x.detach()](const Tensor& g, const NeedsGrad&) {
-      return std::vector<Tensor>{binary_kernel(g, x, [](float gv, float v) {
-        return v > 0.0f ? gv : (v < 0.0f ? -gv : 0.0f);
-      })};
+      return std::vector<Tensor>{binary_kernel(
+          g, x, [](float gv, float v) { return v > 0.0f ? gv : (v < 0.0f ? -gv : 0.0f); })};
     });
   }
   return out;

@@ -43,8 +43,8 @@ Tensor uniform(Shape shape, float lo, float hi, Generator& gen) {
 Tensor rand(Shape shape, Generator& gen) { return uniform(std::move(shape), 0.0f, 1.0f, gen); }
 
 Tensor from_vector(std::vector<float> values, Shape shape) {
-  HSGD_CHECK(static_cast<int64_t>(values.size()) == shape_numel(shape), "from_vector: ",
-             values.size(), " values do not fill shape ", shape_str(shape), " (",
+  HSGD_CHECK(static_cast<int64_t>(values.size()) == shape_numel(shape),
+             "from_vector: ", values.size(), " values do not fill shape ", shape_str(shape), " (",
              shape_numel(shape), " elements)");
   Tensor t = empty(std::move(shape));
   if (!values.empty()) std::memcpy(t.data(), values.data(), sizeof(float) * values.size());

@@ -108,22 +108,22 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
              " (b must be 2-D or have a's batch dimensions)");
   Tensor out = matmul_forward(a, b);
   if (autograd::needs_grad({a, b})) {
-    autograd::record(out, "MatmulBackward", {a, b},
-                     [a = a.detach(), b = b.detach()](const Tensor& g, const NeedsGrad& n) {
-                       std::vector<Tensor> grads(2);
-                       // g is (...,M,N): da = g @ b^T, db = a^T @ g.
-                       if (n[0]) grads[0] = matmul_forward(g, b.transpose(-1, -2));
-                       if (n[1]) {
-                         if (b.dim() == 2 && a.dim() > 2) {
-                           const int64_t k = a.size(-1);
-                           grads[1] = matmul_forward(a.reshape({-1, k}).t(),
-                                                     g.reshape({-1, g.size(-1)}));
-                         } else {
-                           grads[1] = matmul_forward(a.transpose(-1, -2), g);
-                         }
-                       }
-                       return grads;
-                     });
+    autograd::record(
+        out, "MatmulBackward", {a, b},
+        [a = a.detach(), b = b.detach()](const Tensor& g, const NeedsGrad& n) {
+          std::vector<Tensor> grads(2);
+          // g is (...,M,N): da = g @ b^T, db = a^T @ g.
+          if (n[0]) grads[0] = matmul_forward(g, b.transpose(-1, -2));
+          if (n[1]) {
+            if (b.dim() == 2 && a.dim() > 2) {
+              const int64_t k = a.size(-1);
+              grads[1] = matmul_forward(a.reshape({-1, k}).t(), g.reshape({-1, g.size(-1)}));
+            } else {
+              grads[1] = matmul_forward(a.transpose(-1, -2), g);
+            }
+          }
+          return grads;
+        });
   }
   return out;
 }
@@ -137,8 +137,8 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
              shape_str(x.shape()), ") must equal weight in_features ", in, " (weight shape ",
              shape_str(w.shape()), ")");
   if (b.defined()) {
-    HSGD_CHECK(b.dim() == 1 && b.size(0) == out_features, "linear: bias must be (",
-               out_features, "), got ", shape_str(b.shape()));
+    HSGD_CHECK(b.dim() == 1 && b.size(0) == out_features, "linear: bias must be (", out_features,
+               "), got ", shape_str(b.shape()));
   }
   const Tensor x2 = x.detach().reshape({-1, in});  // (N,in)
   const int64_t n = x2.size(0);
@@ -155,16 +155,16 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   }
   gemm_2d(x2, w.detach().t(), out.data(), beta);
   if (autograd::needs_grad({x, w, b})) {
-    autograd::record(
-        out, "LinearBackward", {x, w, b},
-        [x2, w = w.detach(), xs = x.shape()](const Tensor& g, const NeedsGrad& need) {
-          std::vector<Tensor> grads(3);
-          const Tensor g2 = g.reshape({-1, g.size(-1)});  // (N,out)
-          if (need[0]) grads[0] = matmul_forward(g2, w).reshape(xs);  // (N,out) @ (out,in)
-          if (need[1]) grads[1] = matmul_forward(g2.t(), x2);        // (out,N) @ (N,in)
-          if (need[2]) grads[2] = sum(g2, 0);
-          return grads;
-        });
+    autograd::record(out, "LinearBackward", {x, w, b},
+                     [x2, w = w.detach(), xs = x.shape()](const Tensor& g, const NeedsGrad& need) {
+                       std::vector<Tensor> grads(3);
+                       const Tensor g2 = g.reshape({-1, g.size(-1)});  // (N,out)
+                       if (need[0])
+                         grads[0] = matmul_forward(g2, w).reshape(xs);      // (N,out) @ (out,in)
+                       if (need[1]) grads[1] = matmul_forward(g2.t(), x2);  // (out,N) @ (N,in)
+                       if (need[2]) grads[2] = sum(g2, 0);
+                       return grads;
+                     });
   }
   return out;
 }

@@ -88,8 +88,7 @@ Tensor softmax(const Tensor& x, int64_t dim) { return exp(log_softmax(x, dim)); 
 
 Tensor nll_loss(const Tensor& logp, const std::vector<int64_t>& targets) {
   HSGD_CHECK(logp.defined(), "nll_loss: the input is undefined");
-  HSGD_CHECK(logp.dim() == 2, "nll_loss: input must be (N,C), got shape ",
-             shape_str(logp.shape()));
+  HSGD_CHECK(logp.dim() == 2, "nll_loss: input must be (N,C), got shape ", shape_str(logp.shape()));
   const int64_t n = logp.size(0), c = logp.size(1);
   HSGD_CHECK(static_cast<int64_t>(targets.size()) == n, "nll_loss: got ", targets.size(),
              " targets for a batch of ", n, " (input shape ", shape_str(logp.shape()), ")");
@@ -126,8 +125,8 @@ std::vector<int64_t> to_indices(const Tensor& t) {
   std::vector<int64_t> out(values.size());
   for (size_t i = 0; i < values.size(); ++i) {
     const float v = values[i];
-    HSGD_CHECK(v >= 0 && v == std::floor(v) && v < 16777216.0f, "to_indices: element ", i,
-               " is ", v, ", expected a non-negative integer below 2^24");
+    HSGD_CHECK(v >= 0 && v == std::floor(v) && v < 16777216.0f, "to_indices: element ", i, " is ",
+               v, ", expected a non-negative integer below 2^24");
     out[i] = static_cast<int64_t>(v);
   }
   return out;

@@ -101,12 +101,12 @@ Tensor sum(const Tensor& x, int64_t dim, bool keepdim) {
   Tensor out = empty(reduced_shape(x.shape(), dim, keepdim));
   sum_kernel(c.data(), split_at(x.shape(), dim), out.data());
   if (autograd::needs_grad({x})) {
-    autograd::record(out, "SumDimBackward", {x},
-                     [s = x.shape(), dim](const Tensor& g, const NeedsGrad&) {
-                       // g has the reduced shape; put the size-1 dim back and broadcast.
-                       const Tensor gk = g.dim() == static_cast<int64_t>(s.size()) ? g : g.unsqueeze(dim);
-                       return std::vector<Tensor>{expand_copy(gk, s)};
-                     });
+    autograd::record(
+        out, "SumDimBackward", {x}, [s = x.shape(), dim](const Tensor& g, const NeedsGrad&) {
+          // g has the reduced shape; put the size-1 dim back and broadcast.
+          const Tensor gk = g.dim() == static_cast<int64_t>(s.size()) ? g : g.unsqueeze(dim);
+          return std::vector<Tensor>{expand_copy(gk, s)};
+        });
   }
   return out;
 }
@@ -125,8 +125,7 @@ Tensor mean(const Tensor& x, int64_t dim, bool keepdim) {
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
   HSGD_CHECK(x.defined(), "argmax: the input is undefined");
   dim = wrap_dim(dim, x, "argmax");
-  HSGD_CHECK(x.size(dim) > 0, "argmax: dim ", dim, " of shape ", shape_str(x.shape()),
-             " is empty");
+  HSGD_CHECK(x.size(dim) > 0, "argmax: dim ", dim, " of shape ", shape_str(x.shape()), " is empty");
   const Tensor c = x.detach().contiguous();
   const Split sp = split_at(x.shape(), dim);
   Tensor out = empty(reduced_shape(x.shape(), dim, keepdim));

@@ -148,18 +148,24 @@ bool Tensor::requires_grad() const {
 
 Tensor& Tensor::set_requires_grad(bool requires_grad) {
   checked(impl_, "set_requires_grad");
-  HSGD_CHECK(impl_->grad_fn == nullptr, "Tensor::set_requires_grad: only leaves can be marked; "
-             "this tensor is the output of ", impl_->grad_fn->name(), " (use detach() first)");
+  HSGD_CHECK(impl_->grad_fn == nullptr,
+             "Tensor::set_requires_grad: only leaves can be marked; "
+             "this tensor is the output of ",
+             impl_->grad_fn->name(), " (use detach() first)");
   impl_->requires_grad = requires_grad;
   return *this;
 }
 
 bool Tensor::is_leaf() const { return checked(impl_, "is_leaf").grad_fn == nullptr; }
-std::shared_ptr<autograd::Node> Tensor::grad_fn() const { return checked(impl_, "grad_fn").grad_fn; }
+std::shared_ptr<autograd::Node> Tensor::grad_fn() const {
+  return checked(impl_, "grad_fn").grad_fn;
+}
 
 void Tensor::backward() {
-  HSGD_CHECK(numel() == 1, "Tensor::backward: without grad_output the tensor must have one "
-             "element, got shape ", shape_str(shape()), "; pass a grad_output of that shape");
+  HSGD_CHECK(numel() == 1,
+             "Tensor::backward: without grad_output the tensor must have one "
+             "element, got shape ",
+             shape_str(shape()), "; pass a grad_output of that shape");
   autograd::run_backward(*this, ones(shape()));
 }
 
@@ -167,8 +173,10 @@ void Tensor::backward(const Tensor& grad_output) { autograd::run_backward(*this,
 
 int64_t Tensor::register_grad_ready_hook(GradReadyHook hook) {
   checked(impl_, "register_grad_ready_hook");
-  HSGD_CHECK(impl_->grad_fn == nullptr, "Tensor::register_grad_ready_hook: only leaves take "
-             "grad-ready hooks; this tensor is the output of ", impl_->grad_fn->name());
+  HSGD_CHECK(impl_->grad_fn == nullptr,
+             "Tensor::register_grad_ready_hook: only leaves take "
+             "grad-ready hooks; this tensor is the output of ",
+             impl_->grad_fn->name());
   HSGD_CHECK(hook != nullptr, "Tensor::register_grad_ready_hook: the hook is empty");
   const int64_t id = impl_->next_hook_id++;
   impl_->grad_ready_hooks.emplace_back(id, std::move(hook));
@@ -195,10 +203,9 @@ Tensor Tensor::clone() const {
     out.copy_(*this);
   }
   if (autograd::needs_grad({*this})) {
-    autograd::record(out, "CloneBackward", {*this},
-                     [](const Tensor& g, const autograd::NeedsGrad&) {
-                       return std::vector<Tensor>{g};
-                     });
+    autograd::record(
+        out, "CloneBackward", {*this},
+        [](const Tensor& g, const autograd::NeedsGrad&) { return std::vector<Tensor>{g}; });
   }
   return out;
 }
@@ -234,18 +241,17 @@ Tensor& Tensor::copy_(const Tensor& src) {
       impl_->strides == src_strides) {
     return *this;  // copying onto itself
   }
-  detail::strided_loop<2>(
-      impl_->shape, {impl_->data(), const_cast<float*>(src.data())},
-      {&impl_->strides, &src_strides},
-      [](int64_t n, std::array<float*, 2> p, std::array<int64_t, 2> s) {
-        if (s[0] == 1 && s[1] == 1) {
-          std::memcpy(p[0], p[1], sizeof(float) * n);
-        } else if (s[0] == 1 && s[1] == 0) {
-          std::fill(p[0], p[0] + n, *p[1]);
-        } else {
-          for (int64_t i = 0; i < n; ++i) p[0][i * s[0]] = p[1][i * s[1]];
-        }
-      });
+  detail::strided_loop<2>(impl_->shape, {impl_->data(), const_cast<float*>(src.data())},
+                          {&impl_->strides, &src_strides},
+                          [](int64_t n, std::array<float*, 2> p, std::array<int64_t, 2> s) {
+                            if (s[0] == 1 && s[1] == 1) {
+                              std::memcpy(p[0], p[1], sizeof(float) * n);
+                            } else if (s[0] == 1 && s[1] == 0) {
+                              std::fill(p[0], p[0] + n, *p[1]);
+                            } else {
+                              for (int64_t i = 0; i < n; ++i) p[0][i * s[0]] = p[1][i * s[1]];
+                            }
+                          });
   return *this;
 }
 
@@ -254,21 +260,20 @@ Tensor& Tensor::add_(const Tensor& other, float alpha) {
   HSGD_CHECK(other.defined(), "Tensor::add_: the other tensor is undefined");
   const std::vector<int64_t> other_strides =
       detail::broadcast_strides(other.shape(), other.strides(), impl_->shape);
-  detail::strided_loop<2>(
-      impl_->shape, {impl_->data(), const_cast<float*>(other.data())},
-      {&impl_->strides, &other_strides},
-      [alpha](int64_t n, std::array<float*, 2> p, std::array<int64_t, 2> s) {
-        float* __restrict d = p[0];
-        const float* __restrict o = p[1];
-        if (s[0] == 1 && s[1] == 1) {
-          for (int64_t i = 0; i < n; ++i) d[i] += alpha * o[i];
-        } else if (s[0] == 1 && s[1] == 0) {
-          const float v = alpha * *o;
-          for (int64_t i = 0; i < n; ++i) d[i] += v;
-        } else {
-          for (int64_t i = 0; i < n; ++i) d[i * s[0]] += alpha * o[i * s[1]];
-        }
-      });
+  detail::strided_loop<2>(impl_->shape, {impl_->data(), const_cast<float*>(other.data())},
+                          {&impl_->strides, &other_strides},
+                          [alpha](int64_t n, std::array<float*, 2> p, std::array<int64_t, 2> s) {
+                            float* __restrict d = p[0];
+                            const float* __restrict o = p[1];
+                            if (s[0] == 1 && s[1] == 1) {
+                              for (int64_t i = 0; i < n; ++i) d[i] += alpha * o[i];
+                            } else if (s[0] == 1 && s[1] == 0) {
+                              const float v = alpha * *o;
+                              for (int64_t i = 0; i < n; ++i) d[i] += v;
+                            } else {
+                              for (int64_t i = 0; i < n; ++i) d[i * s[0]] += alpha * o[i * s[1]];
+                            }
+                          });
   return *this;
 }
 

@@ -21,10 +21,10 @@ struct TensorImpl {
   int64_t numel = 0;
 
   // ---- autograd ----
-  bool requires_grad = false;                       // meaningful for leaves only
-  std::shared_ptr<TensorImpl> grad;                 // leaf gradient, null until set
-  std::shared_ptr<autograd::Node> grad_fn;          // null for leaves
-  std::weak_ptr<autograd::Node> grad_accumulator;   // a leaf's AccumulateGrad, while a graph uses it
+  bool requires_grad = false;                      // meaningful for leaves only
+  std::shared_ptr<TensorImpl> grad;                // leaf gradient, null until set
+  std::shared_ptr<autograd::Node> grad_fn;         // null for leaves
+  std::weak_ptr<autograd::Node> grad_accumulator;  // a leaf's AccumulateGrad, while a graph uses it
   std::vector<std::pair<int64_t, Tensor::GradReadyHook>> grad_ready_hooks;
   int64_t next_hook_id = 0;
 
@@ -36,7 +36,7 @@ std::vector<int64_t> contiguous_strides(const Shape& shape);
 // A new contiguous, uninitialised impl.
 std::shared_ptr<TensorImpl> make_impl(Shape shape);
 // A view impl over t's storage with the given geometry (no autograd state).
-std::shared_ptr<TensorImpl> make_view_impl(const Tensor& t, Shape shape, std::vector<int64_t> strides,
-                                           int64_t offset);
+std::shared_ptr<TensorImpl> make_view_impl(const Tensor& t, Shape shape,
+                                           std::vector<int64_t> strides, int64_t offset);
 
 }  // namespace hsgd

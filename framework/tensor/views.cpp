@@ -15,8 +15,8 @@ namespace hsgd {
 namespace {
 
 int64_t wrap_dim(int64_t d, int64_t ndim, const char* op, const Shape& shape) {
-  HSGD_CHECK(d >= -ndim && d < ndim, op, ": dim ", d, " out of range for shape ",
-             shape_str(shape), " (expected ", -ndim, " <= dim < ", ndim, ")");
+  HSGD_CHECK(d >= -ndim && d < ndim, op, ": dim ", d, " out of range for shape ", shape_str(shape),
+             " (expected ", -ndim, " <= dim < ", ndim, ")");
   return d < 0 ? d + ndim : d;
 }
 
@@ -50,10 +50,9 @@ Tensor finish_view(const Tensor& input, std::shared_ptr<TensorImpl> impl, const 
                    Backward to_input) {
   Tensor out(std::move(impl));
   if (autograd::needs_grad({input})) {
-    autograd::record(out, name, {input},
-                     [to_input](const Tensor& g, const autograd::NeedsGrad&) {
-                       return std::vector<Tensor>{to_input(g)};
-                     });
+    autograd::record(out, name, {input}, [to_input](const Tensor& g, const autograd::NeedsGrad&) {
+      return std::vector<Tensor>{to_input(g)};
+    });
   }
   return out;
 }
@@ -93,8 +92,8 @@ Tensor Tensor::flatten(int64_t start, int64_t end) const {
 Tensor Tensor::permute(const std::vector<int64_t>& dims) const {
   const Shape& s = shape();
   const int64_t n = dim();
-  HSGD_CHECK(static_cast<int64_t>(dims.size()) == n, "Tensor::permute: got ", dims.size(),
-             " dims ", shape_str(dims), " for a tensor of shape ", shape_str(s));
+  HSGD_CHECK(static_cast<int64_t>(dims.size()) == n, "Tensor::permute: got ", dims.size(), " dims ",
+             shape_str(dims), " for a tensor of shape ", shape_str(s));
   Shape shape(n);
   std::vector<int64_t> strides(n);
   std::vector<int64_t> inverse(n, -1);
@@ -105,8 +104,8 @@ Tensor Tensor::permute(const std::vector<int64_t>& dims) const {
     shape[i] = s[d];
     strides[i] = impl_->strides[d];
   }
-  return finish_view(*this, make_view_impl(*this, shape, strides, impl_->offset),
-                     "PermuteBackward", [inverse](const Tensor& g) { return g.permute(inverse); });
+  return finish_view(*this, make_view_impl(*this, shape, strides, impl_->offset), "PermuteBackward",
+                     [inverse](const Tensor& g) { return g.permute(inverse); });
 }
 
 Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
@@ -118,7 +117,8 @@ Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
   std::swap(shape[d0], shape[d1]);
   std::swap(strides[d0], strides[d1]);
   return finish_view(*this, make_view_impl(*this, shape, strides, impl_->offset),
-                     "TransposeBackward", [d0, d1](const Tensor& g) { return g.transpose(d0, d1); });
+                     "TransposeBackward",
+                     [d0, d1](const Tensor& g) { return g.transpose(d0, d1); });
 }
 
 Tensor Tensor::t() const {
@@ -129,8 +129,8 @@ Tensor Tensor::t() const {
 Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
   const Shape& s = shape();
   d = wrap_dim(d, dim(), "Tensor::narrow", s);
-  HSGD_CHECK(start >= 0 && length >= 0 && start + length <= s[d], "Tensor::narrow: range [",
-             start, ", ", start + length, ") out of bounds for dim ", d, " of shape ", shape_str(s));
+  HSGD_CHECK(start >= 0 && length >= 0 && start + length <= s[d], "Tensor::narrow: range [", start,
+             ", ", start + length, ") out of bounds for dim ", d, " of shape ", shape_str(s));
   Shape shape = s;
   shape[d] = length;
   const int64_t offset = impl_->offset + start * impl_->strides[d];

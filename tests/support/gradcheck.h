@@ -23,11 +23,11 @@
 namespace hsgd::testing {
 
 struct GradcheckOptions {
-  double eps = 1e-2;    // finite-difference step (float32 needs 1e-2 .. 1e-3)
-  double rtol = 1e-2;   // |autograd - numerical| <= atol + rtol * |numerical|
+  double eps = 1e-2;   // finite-difference step (float32 needs 1e-2 .. 1e-3)
+  double rtol = 1e-2;  // |autograd - numerical| <= atol + rtol * |numerical|
   double atol = 1e-3;
-  uint64_t seed = 1234;     // for the output weights W
-  int max_failures = 8;     // reported per input before giving up on it
+  uint64_t seed = 1234;  // for the output weights W
+  int max_failures = 8;  // reported per input before giving up on it
 };
 
 using GradcheckFn = std::function<Tensor(const std::vector<Tensor>&)>;

@@ -76,9 +76,7 @@ TEST(AutogradTest, NoGradGuardStopsRecording) {
     Tensor y = w * 2.0f;
     EXPECT_FALSE(y.requires_grad());
     EXPECT_TRUE(y.is_leaf());
-    {
-      NoGradGuard nested;
-    }
+    { NoGradGuard nested; }
     EXPECT_FALSE(grad_mode_enabled());  // nested guard restores "off", not "on"
   }
   EXPECT_TRUE(grad_mode_enabled());

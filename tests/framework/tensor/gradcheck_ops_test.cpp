@@ -14,7 +14,9 @@ namespace {
 using testing::expect_gradients_match;
 using In = const std::vector<Tensor>&;
 
-Tensor param(Shape shape, Generator& gen) { return randn(std::move(shape), gen).set_requires_grad(true); }
+Tensor param(Shape shape, Generator& gen) {
+  return randn(std::move(shape), gen).set_requires_grad(true);
+}
 // Values in [lo, hi): keeps log/sqrt/div away from 0 and relu away from its kink.
 Tensor param_in(Shape shape, float lo, float hi, Generator& gen) {
   return uniform(std::move(shape), lo, hi, gen).set_requires_grad(true);
@@ -25,9 +27,12 @@ struct BinaryCase {
 };
 
 const std::vector<BinaryCase> kBroadcastCases = {
-    {{1}, {1}},       {{5}, {5}},          {{3, 4}, {3, 4}},     {{3, 4}, {4}},
-    {{3, 4}, {3, 1}}, {{1, 4}, {3, 1}},    {{2, 3, 5}, {5}},     {{2, 1, 5}, {3, 1}},
-    {{1, 7}, {1, 7}}, {{2, 3, 5}, {2, 3, 5}}, {{}, {3, 2}},
+    {{1}, {1}},       {{5}, {5}},
+    {{3, 4}, {3, 4}}, {{3, 4}, {4}},
+    {{3, 4}, {3, 1}}, {{1, 4}, {3, 1}},
+    {{2, 3, 5}, {5}}, {{2, 1, 5}, {3, 1}},
+    {{1, 7}, {1, 7}}, {{2, 3, 5}, {2, 3, 5}},
+    {{}, {3, 2}},
 };
 
 TEST(GradcheckTest, AddSubMulDivBroadcast) {
@@ -70,7 +75,8 @@ TEST(GradcheckTest, UnaryOps) {
     Tensor any = param(s, gen);
     Tensor pos = param_in(s, 0.5f, 3.0f, gen);
     // relu: |x| >= 0.1 keeps finite differences off the kink.
-    Tensor away = uniform(s, 0.1f, 1.0f, gen) * (uniform(s, 0.0f, 1.0f, gen) - 0.5f) / abs(uniform(s, 0.0f, 1.0f, gen) - 0.5f);
+    Tensor away = uniform(s, 0.1f, 1.0f, gen) * (uniform(s, 0.0f, 1.0f, gen) - 0.5f) /
+                  abs(uniform(s, 0.0f, 1.0f, gen) - 0.5f);
     away = away.detach().set_requires_grad(true);
     EXPECT_TRUE(expect_gradients_match([](In x) { return relu(x[0]); }, {away}));
     EXPECT_TRUE(expect_gradients_match([](In x) { return abs(x[0]); }, {away}));
@@ -91,8 +97,7 @@ TEST(GradcheckTest, Matmul) {
     Tensor a = param({m, k}, gen), b = param({k, n}, gen);
     EXPECT_TRUE(expect_gradients_match([](In x) { return matmul(x[0], x[1]); }, {a, b}));
     // Transposed views as operands.
-    EXPECT_TRUE(expect_gradients_match(
-        [](In x) { return matmul(x[1].t(), x[0].t()); }, {a, b}));
+    EXPECT_TRUE(expect_gradients_match([](In x) { return matmul(x[1].t(), x[0].t()); }, {a, b}));
   }
   Tensor a3 = param({2, 3, 4}, gen), b3 = param({2, 4, 5}, gen), w = param({4, 2}, gen);
   EXPECT_TRUE(expect_gradients_match([](In x) { return matmul(x[0], x[1]); }, {a3, b3}));
@@ -140,8 +145,7 @@ TEST(GradcheckTest, LogSoftmaxAndLosses) {
     EXPECT_TRUE(expect_gradients_match([](In a) { return log_softmax(a[0], 0); }, {x}));
     EXPECT_TRUE(expect_gradients_match([](In a) { return softmax(a[0], 1); }, {x}));
     EXPECT_TRUE(expect_gradients_match([&](In a) { return cross_entropy(a[0], targets); }, {x}));
-    EXPECT_TRUE(
-        expect_gradients_match([&](In a) { return nll_loss(a[0] * 0.5f, targets); }, {x}));
+    EXPECT_TRUE(expect_gradients_match([&](In a) { return nll_loss(a[0] * 0.5f, targets); }, {x}));
     Tensor y = param({n, c}, gen);
     EXPECT_TRUE(expect_gradients_match([](In a) { return mse_loss(a[0], a[1]); }, {x, y}));
   }
@@ -152,12 +156,21 @@ TEST(GradcheckTest, LogSoftmaxAndLosses) {
 TEST(GradcheckTest, ViewsAndCat) {
   Generator gen(18);
   Tensor x = param({2, 3, 4}, gen);
-  EXPECT_TRUE(expect_gradients_match([](In a) { return a[0].reshape({4, 6}) * a[0].reshape({4, 6}); }, {x}));
+  EXPECT_TRUE(expect_gradients_match(
+      [](In a) {
+        return a[0].reshape({4, 6}) * a[0].reshape({4, 6});
+      },
+      {x}));
   EXPECT_TRUE(expect_gradients_match([](In a) { return a[0].flatten(1); }, {x}));
   EXPECT_TRUE(expect_gradients_match([](In a) { return a[0].transpose(0, 2).reshape({-1}); }, {x}));
-  EXPECT_TRUE(expect_gradients_match([](In a) { return a[0].permute({1, 2, 0}).contiguous(); }, {x}));
+  EXPECT_TRUE(expect_gradients_match(
+      [](In a) {
+        return a[0].permute({1, 2, 0}).contiguous();
+      },
+      {x}));
   EXPECT_TRUE(expect_gradients_match([](In a) { return a[0].narrow(2, 1, 2) * 2.0f; }, {x}));
-  EXPECT_TRUE(expect_gradients_match([](In a) { return a[0].unsqueeze(1).squeeze(1).clone(); }, {x}));
+  EXPECT_TRUE(
+      expect_gradients_match([](In a) { return a[0].unsqueeze(1).squeeze(1).clone(); }, {x}));
   Tensor y = param({2, 1, 4}, gen);
   EXPECT_TRUE(expect_gradients_match([](In a) { return cat({a[0], a[1], a[0]}, 1); }, {x, y}));
 }
@@ -165,7 +178,8 @@ TEST(GradcheckTest, ViewsAndCat) {
 TEST(GradcheckTest, SmallMlpEndToEnd) {
   Generator gen(19);
   Tensor x = randn({3, 5}, gen);
-  Tensor w1 = param({4, 5}, gen), b1 = param({4}, gen), w2 = param({3, 4}, gen), b2 = param({3}, gen);
+  Tensor w1 = param({4, 5}, gen), b1 = param({4}, gen), w2 = param({3, 4}, gen),
+         b2 = param({3}, gen);
   const std::vector<int64_t> targets = {0, 2, 1};
   EXPECT_TRUE(expect_gradients_match(
       [&](In a) { return cross_entropy(linear(tanh(linear(x, a[0], a[1])), a[2], a[3]), targets); },

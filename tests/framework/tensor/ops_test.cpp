@@ -150,13 +150,16 @@ TEST(OpsTest, MatmulInnerMismatchNamesDims) {
 TEST(OpsTest, LinearMatchesMatmulPlusBias) {
   Generator gen(4);
   Tensor x = randn({5, 3}, gen), w = randn({4, 3}, gen), b = randn({4}, gen);
-  std::vector<double> expected = naive_matmul(x.to_vector(), w.t().contiguous().to_vector(), 5, 3, 4);
+  std::vector<double> expected =
+      naive_matmul(x.to_vector(), w.t().contiguous().to_vector(), 5, 3, 4);
   const std::vector<double> no_bias = expected;
   for (int i = 0; i < 5; ++i)
     for (int j = 0; j < 4; ++j) expected[i * 4 + j] += b.to_vector()[j];
   expect_near_all(linear(x, w, b).to_vector(), expected, 1e-5);
   expect_near_all(linear(x, w).to_vector(), no_bias, 1e-5);
-  EXPECT_THAT(invalid_argument_message([&] { linear(zeros({5, 2}), w, b); }),
+  EXPECT_THAT(invalid_argument_message([&] {
+                linear(zeros({5, 2}), w, b);
+              }),
               HasSubstr("input features 2"));
   EXPECT_THROW(linear(x, w, zeros({3})), InvalidArgument);
 }
@@ -219,12 +222,13 @@ TEST(OpsTest, NllAndCrossEntropyMatchNaive) {
 }
 
 TEST(OpsTest, NllLossTargetOutOfRangeNamesIndexValueAndClasses) {
-  const std::string msg =
-      invalid_argument_message([] { nll_loss(zeros({3, 4}), {0, 4, 1}); });
+  const std::string msg = invalid_argument_message([] { nll_loss(zeros({3, 4}), {0, 4, 1}); });
   EXPECT_THAT(msg, HasSubstr("target 1 is 4"));
   EXPECT_THAT(msg, HasSubstr("[0, 4)"));
   EXPECT_THROW(nll_loss(zeros({3, 4}), {0, -1, 1}), InvalidArgument);
-  EXPECT_THAT(invalid_argument_message([] { nll_loss(zeros({3, 4}), {0, 1}); }),
+  EXPECT_THAT(invalid_argument_message([] {
+                nll_loss(zeros({3, 4}), {0, 1});
+              }),
               HasSubstr("2 targets for a batch of 3"));
 }
 
@@ -248,7 +252,9 @@ TEST(OpsTest, IndexTensorsRoundTrip_AndRejectNonIntegers) {
   Tensor logits = zeros({4, 10});
   EXPECT_EQ(cross_entropy(logits, to_indices(from_indices(idx))).item(),
             cross_entropy(logits, idx).item());
-  EXPECT_THAT(invalid_argument_message([] { to_indices(from_vector({1, 2.5f})); }),
+  EXPECT_THAT(invalid_argument_message([] {
+                to_indices(from_vector({1, 2.5f}));
+              }),
               HasSubstr("element 1 is 2.5"));
   EXPECT_THROW(to_indices(from_vector({-1})), InvalidArgument);
   EXPECT_THROW(from_indices({-3}), InvalidArgument);

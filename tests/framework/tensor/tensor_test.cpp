@@ -137,7 +137,8 @@ TEST(TensorTest, Factories) {
   EXPECT_THAT(arange(4).to_vector(), ElementsAre(0, 1, 2, 3));
   EXPECT_EQ(zeros({}).numel(), 1);
   EXPECT_EQ(zeros({0, 3}).numel(), 0);
-  EXPECT_THAT(from_vector({1, 2, 3, 4, 5, 6}, {2, 3}).t().to_vector(), ElementsAre(1, 4, 2, 5, 3, 6));
+  EXPECT_THAT(from_vector({1, 2, 3, 4, 5, 6}, {2, 3}).t().to_vector(),
+              ElementsAre(1, 4, 2, 5, 3, 6));
   const std::string msg = invalid_argument_message([] { from_vector({1, 2, 3}, {2, 2}); });
   EXPECT_THAT(msg, HasSubstr("3 values"));
   EXPECT_THAT(msg, HasSubstr("[2, 2]"));
