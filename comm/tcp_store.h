@@ -10,12 +10,14 @@
 //   server, which answers TIMEOUT at the deadline, and the client gives up a few seconds later
 //   if the server went silent; the others are bounded by options.timeout. Nothing blocks
 //   forever.
-// - After an I/O failure or a client-side deadline the connection is closed and the next
+// - After an I/O failure or a client-side deadline that connection is closed and the next
 //   operation reconnects (within connect_timeout); the failed operation is not retried, since
 //   add() is not idempotent.
 // - Errors name host:port, the operation and the keys. Keys longer than the server's limit, or
 //   frames larger than its limit, are rejected locally with hsgd::InvalidArgument.
-// - Thread-safe: operations from several threads are serialized on the one connection.
+// - Thread-safe. Concurrent operations from several threads use separate connections from a
+//   small pool (opened on demand), so a get() blocking in one thread never delays a set() from
+//   another thread of the same store.
 //
 // Usage:
 //   hsgd::comm::TcpStore store({.host = "127.0.0.1", .port = 29400, .job_id = "job-7"});
@@ -62,7 +64,8 @@ class TcpStore : public Store {
   void multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values) override;
 
   // Round trip to the server; returns true when it answered within options.timeout, false on
-  // any failure (never throws for a dead server).
+  // any failure (never throws for a dead server; a reconnect gets at most
+  // min(connect_timeout, timeout)).
   bool ping();
 
   // "host:port" as used in error messages.
@@ -71,8 +74,8 @@ class TcpStore : public Store {
   uint32_t server_version() const;
 
  private:
-  class Connection;
-  std::unique_ptr<Connection> connection_;
+  class Client;
+  std::unique_ptr<Client> client_;
 };
 
 }  // namespace hsgd::comm

@@ -276,6 +276,26 @@ TEST_F(TcpStoreTest, OneStoreSharedByThreads) {
   EXPECT_EQ(store->num_keys(), 6 * 30);
 }
 
+// A get() blocking in one thread must not hold up a set() on the same store from another thread
+// (with one shared connection this would stall until the get timed out).
+TEST_F(TcpStoreTest, BlockingGetDoesNotDelaySetFromAnotherThreadOfSameStore) {
+  auto store = connect();
+  std::string got;
+  std::string error;
+  std::thread t([&] {
+    try {
+      got = to_string(store->get("from-same-store", 60s));
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  });
+  await_waiters(1);
+  store->set("from-same-store", to_bytes("v"));
+  t.join();
+  EXPECT_EQ(error, "");
+  EXPECT_EQ(got, "v");
+}
+
 TEST_F(TcpStoreTest, PingAndServerVersion) {
   auto store = connect();
   EXPECT_TRUE(store->ping());

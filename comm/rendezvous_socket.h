@@ -1,0 +1,44 @@
+#pragma once
+// Blocking socket I/O with deadlines for TcpStore (the client side of the rendezvous protocol).
+// Internal to comm/tcp_store.cpp.
+//
+// Every call takes an absolute deadline and waits with poll(), so nothing blocks forever; a
+// failure throws SocketFailure, which TcpStore turns into hsgd::Timeout or hsgd::CommError
+// naming the endpoint, the operation and the keys.
+
+#include <google/protobuf/message_lite.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace hsgd::comm {
+
+struct SocketFailure {
+  bool timed_out;    // the deadline passed (otherwise: refused, reset, closed, malformed)
+  std::string what;  // e.g. "connect: Connection refused"
+};
+
+using SocketClock = std::chrono::steady_clock;
+
+// A connected, non-blocking TCP socket with TCP_NODELAY; closes on destruction.
+class Socket {
+ public:
+  // Resolves host (IPv4 or IPv6) and connects, trying each address until deadline.
+  Socket(const std::string& host, int port, SocketClock::time_point deadline);
+  ~Socket();
+  Socket(const Socket&) = delete;
+  Socket& operator=(const Socket&) = delete;
+
+  void write_all(const std::string& data, SocketClock::time_point deadline);
+  // Reads one frame (header + body) into message; a frame above max_bytes is a failure.
+  void read_frame(google::protobuf::MessageLite& message, size_t max_bytes,
+                  SocketClock::time_point deadline);
+
+ private:
+  void read_exact(uint8_t* out, size_t size, SocketClock::time_point deadline);
+
+  int fd_ = -1;
+};
+
+}  // namespace hsgd::comm
