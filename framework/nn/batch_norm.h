@@ -1,0 +1,42 @@
+#pragma once
+// nn::BatchNorm2d: batch normalisation over the channels of (N,C,H,W) inputs, as
+// torch.nn.BatchNorm2d(num_features, eps, momentum) with affine=True, track_running_stats=True.
+//
+// Parameters weight (C) = 1 and bias (C) = 0. Buffers running_mean (C) = 0, running_var (C) = 1
+// and num_batches_tracked (a 0-d count stored as float, since tensors are float32).
+// In training mode forward normalises with batch statistics and updates the running statistics
+// in place (running = (1 - momentum) * running + momentum * batch, unbiased variance) and counts
+// the batch; in eval mode it normalises with the running statistics.
+//
+//   auto bn = std::make_shared<nn::BatchNorm2d>(16);
+//   Tensor y = bn->forward(x);        // x (N,16,H,W)
+//   bn->eval();
+
+#include <cstdint>
+
+#include "framework/nn/module.h"
+
+namespace hsgd::nn {
+
+class BatchNorm2d : public Module {
+ public:
+  explicit BatchNorm2d(int64_t num_features, double eps = 1e-5, double momentum = 0.1);
+
+  Tensor forward(const Tensor& x) override;
+
+  int64_t num_features() const { return num_features_; }
+  Tensor weight() const { return weight_; }
+  Tensor bias() const { return bias_; }
+  Tensor running_mean() const { return running_mean_; }
+  Tensor running_var() const { return running_var_; }
+  Tensor num_batches_tracked() const { return num_batches_tracked_; }
+
+ private:
+  int64_t num_features_;
+  double eps_;
+  double momentum_;
+  Tensor weight_, bias_;                                      // (C)
+  Tensor running_mean_, running_var_, num_batches_tracked_;  // (C), (C), 0-d
+};
+
+}  // namespace hsgd::nn
