@@ -1,14 +1,54 @@
 #pragma once
-// hsgd's umbrella header: everything an application needs to build and train a model.
+// hsgd's umbrella header for APPLICATIONS (apps/, tests, programs built with find_package(hsgd)):
+// the tensor and autograd core, nn layers, data, optimizers, models and the distributed API.
+// Library code includes the specific headers it needs instead, so that the layer arrows of
+// DESIGN.md (framework never includes optim/ or models/) hold.
 //
 //   #include "framework/hsgd.h"
 //   hsgd::Generator gen(0);
 //   hsgd::Tensor x = hsgd::randn({8, 784}, gen);
+//   auto model = hsgd::models::...;   // see models/
+//   hsgd::optim::SGD sgd(model->parameters(), {.lr = 0.1, .momentum = 0.9});
 
+// ---- comm ----
 #include "comm/error.h"
+#include "comm/init.h"
+#include "comm/process_group.h"
+#include "comm/store.h"
+#include "comm/subgroups.h"
+
+// ---- tensor and autograd ----
 #include "framework/autograd/engine.h"
 #include "framework/autograd/node.h"
 #include "framework/tensor/generator.h"
 #include "framework/tensor/grad_mode.h"
+#include "framework/tensor/nn_ops.h"
 #include "framework/tensor/ops.h"
 #include "framework/tensor/tensor.h"
+
+// ---- nn, data, training ----
+#include "framework/data/data_loader.h"
+#include "framework/data/dataset.h"
+#include "framework/data/fashion_mnist.h"
+#include "framework/data/synthetic_dataset.h"
+#include "framework/nn/activation.h"
+#include "framework/nn/functional.h"
+#include "framework/nn/init.h"
+#include "framework/nn/linear.h"
+#include "framework/nn/module.h"
+#include "framework/nn/sequential.h"
+#include "framework/train/optimizer.h"
+#include "framework/train/trainer.h"
+
+// ---- distributed ----
+#include "framework/distributed/comm_hooks/default_hooks.h"
+#include "framework/distributed/comm_hooks/post_local_sgd_hook.h"
+#include "framework/distributed/ddp.h"
+#include "framework/distributed/model_averaging/averagers.h"
+#include "framework/distributed/model_averaging/hierarchical_model_averager.h"
+#include "framework/distributed/model_averaging/utils.h"
+
+// ---- optim, models ----
+#include "models/mlp.h"
+#include "optim/lr_scheduler.h"
+#include "optim/sgd.h"
