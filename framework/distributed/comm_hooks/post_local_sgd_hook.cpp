@@ -37,7 +37,7 @@ void init_comm_hook_state(PostLocalSGDState& state,
              state.start_localSGD_iter);
   (void)ddp_group;
   if (state.subgroup == nullptr) state.subgroup = intra_node_subgroup(state.process_group);
-  comm::logger()->info("rank {}: local SGD starts after {} iterations (subgroup of {} ranks)",
+  comm::logger()->debug("rank {}: local SGD starts after {} iterations (subgroup of {} ranks)",
                        state.process_group->rank(), state.start_localSGD_iter,
                        state.subgroup->size());
 }

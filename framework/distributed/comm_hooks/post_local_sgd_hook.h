@@ -27,7 +27,8 @@
 namespace hsgd::distributed {
 
 struct PostLocalSGDState {
-  std::shared_ptr<comm::ProcessGroup> process_group, subgroup;
+  std::shared_ptr<comm::ProcessGroup> process_group = nullptr;
+  std::shared_ptr<comm::ProcessGroup> subgroup = nullptr;
   int64_t start_localSGD_iter = 0;
   bool post_local_gradient_allreduce = true;
   int64_t iter = 0;

@@ -1,0 +1,203 @@
+// Ports of torch's test_post_localSGD_optimizer_parity (periodic and hierarchical averagers) and
+// test_post_localSGD_optimizer_step_reload, plus the Trainer's averaging stage, which must give
+// the same model as the wrapper optimizer. Unlike torch's test, the gradient hook is
+// post_localSGD_hook with pairs of ranks as the intra-node group and rank-dependent inputs, so
+// the replicas really drift apart and the averaging matters.
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "comm/error.h"
+#include "framework/distributed/comm_hooks/post_local_sgd_hook.h"
+#include "framework/distributed/ddp.h"
+#include "framework/distributed/model_averaging/averagers.h"
+#include "framework/distributed/model_averaging/hierarchical_model_averager.h"
+#include "framework/nn/nn.h"
+#include "framework/tensor/ops.h"
+#include "framework/train/trainer.h"
+#include "optim/post_local_sgd_optimizer.h"
+#include "optim/sgd.h"
+#include "tests/framework/distributed/dist_test_util.h"
+#include "tests/support/multiprocess.h"
+
+namespace hsgd::distributed {
+namespace {
+
+using hsgd::testing::kRankDeadline;
+using hsgd::testing::leave_together;
+using hsgd::testing::make_world;
+using hsgd::testing::run_ranks;
+using hsgd::testing::unique_temp_dir;
+
+constexpr double kLearningRate = 0.03;
+
+// torch's DDP_NET: fc1 Linear(2, 10, bias=False), fc2 Linear(10, 50), fc3 Linear(50, 4,
+// bias=False), ReLU after fc1 and fc2. Same seed on every rank (DDP broadcasts anyway).
+std::shared_ptr<nn::Module> make_ddp_net() {
+  Generator gen(7);
+  auto net = std::make_shared<nn::Sequential>();
+  net->push_back(std::make_shared<nn::Linear>(2, 10, false, gen));
+  net->push_back(std::make_shared<nn::ReLU>());
+  net->push_back(std::make_shared<nn::Linear>(10, 50, true, gen));
+  net->push_back(std::make_shared<nn::ReLU>());
+  net->push_back(std::make_shared<nn::Linear>(50, 4, false, gen));
+  return net;
+}
+
+// A DDP replica whose gradients are averaged globally for `warmup` iterations, then within
+// pairs of ranks (post-local SGD).
+struct Replica {
+  std::shared_ptr<nn::Module> model;
+  std::unique_ptr<DistributedDataParallel> ddp;
+};
+Replica make_replica(const std::shared_ptr<comm::ProcessGroup>& pg,
+                     const std::shared_ptr<comm::ProcessGroup>& pairs, int64_t warmup) {
+  Replica r{make_ddp_net(), nullptr};
+  r.ddp = std::make_unique<DistributedDataParallel>(r.model, pg);
+  r.ddp->register_comm_hook(std::make_shared<PostLocalSGDState>(PostLocalSGDState{
+                                .process_group = pg, .subgroup = pairs,
+                                .start_localSGD_iter = warmup}),
+                            post_localSGD_hook);
+  return r;
+}
+
+using MakeAverager = std::function<std::shared_ptr<ModelAverager>(
+    const std::shared_ptr<comm::ProcessGroup>&)>;
+
+struct ParityCase {
+  const char* name;
+  MakeAverager make;
+  int64_t warmup;
+};
+
+class PostLocalSGDOptimizerTest : public ::testing::TestWithParam<ParityCase> {};
+
+TEST_P(PostLocalSGDOptimizerTest, Parity_WrapperAndTrainerStageEqualManualAveraging) {
+  const ParityCase c = GetParam();
+  const int world = 4;
+  const auto dir = unique_temp_dir("post_local_parity");
+  auto result = run_ranks(world, kRankDeadline, [&](int rank) {
+    auto pg = make_world(rank, world, dir);
+    auto pairs = comm::new_subgroups(pg, 2).first;
+    Generator gen(100 + static_cast<uint64_t>(rank));  // each rank its own data
+    const Tensor input = randn({world * 2, 2}, gen);
+    const Tensor target = randn({world * 2, 4}, gen);
+
+    // 1. Manual: SGD step, then the averager.
+    Replica manual = make_replica(pg, pairs, c.warmup);
+    auto manual_averager = c.make(pg);
+    optim::SGD manual_opt(manual.model->parameters(), {.lr = kLearningRate});
+    // 2. The wrapper optimizer.
+    Replica wrapped = make_replica(pg, pairs, c.warmup);
+    auto wrapped_averager = c.make(pg);
+    optim::PostLocalSGDOptimizer wrapped_opt(
+        std::make_shared<optim::SGD>(wrapped.model->parameters(),
+                                     optim::SGDOptions{.lr = kLearningRate}),
+        wrapped_averager);
+    // 3. The Trainer with the averager as a post-step stage.
+    Replica staged = make_replica(pg, pairs, c.warmup);
+    auto staged_averager = c.make(pg);
+    Trainer trainer([&](const Tensor& x) { return staged.ddp->forward(x); },
+                    std::make_shared<optim::SGD>(staged.model->parameters(),
+                                                 optim::SGDOptions{.lr = kLearningRate}));
+    trainer.add_stage(staged_averager);
+
+    std::vector<float> initial = manual.model->parameters()[0].to_vector();
+    for (int it = 0; it < 20; ++it) {
+      manual_opt.zero_grad();
+      mse_loss(manual.ddp->forward(input), target).backward();
+      manual_opt.step();
+      manual_averager->average_parameters(manual.model->parameters());
+
+      wrapped_opt.zero_grad();
+      mse_loss(wrapped.ddp->forward(input), target).backward();
+      wrapped_opt.step();
+
+      trainer.step([&] { return mse_loss(staged.ddp->forward(input), target); });
+
+      const auto p1 = manual.model->parameters(), p2 = wrapped.model->parameters(),
+                 p3 = staged.model->parameters();
+      for (size_t i = 0; i < p1.size(); ++i) {
+        EXPECT_EQ(p1[i].to_vector(), p2[i].to_vector()) << "wrapper, it " << it << " param " << i;
+        EXPECT_EQ(p1[i].to_vector(), p3[i].to_vector()) << "trainer, it " << it << " param " << i;
+      }
+    }
+    EXPECT_NE(manual.model->parameters()[0].to_vector(), initial) << "the model did not train";
+    EXPECT_EQ(manual_averager->step(), wrapped_averager->step());
+    EXPECT_EQ(manual_averager->step(), staged_averager->step());
+    EXPECT_EQ(trainer.iteration(), 20);
+    EXPECT_GT(manual_averager->level_stats().back().calls, 0);
+    leave_together(*pg);
+  });
+  EXPECT_RANKS_OK(result);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Averagers, PostLocalSGDOptimizerTest,
+    ::testing::Values(
+        ParityCase{"Periodic",
+                   [](const auto& pg) {
+                     return std::make_shared<PeriodicModelAverager>(4, 10, pg);
+                   },
+                   10},
+        ParityCase{"Hierarchical",
+                   [](const auto& pg) {
+                     return std::make_shared<HierarchicalModelAverager>(
+                         std::vector<std::pair<int64_t, int>>{{2, 2}, {4, pg->size()}}, 4, pg);
+                   },
+                   4}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+TEST(PostLocalSGDOptimizer, StepReload_RestoresAveragerStepOrResetsToZero) {
+  const int world = 4;
+  const auto dir = unique_temp_dir("post_local_reload");
+  auto result = run_ranks(world, kRankDeadline, [&](int rank) {
+    auto pg = make_world(rank, world, dir);
+    auto model = make_ddp_net();
+    DistributedDataParallel ddp(model, pg);
+    auto averager = std::make_shared<PeriodicModelAverager>(4, 10, pg);
+    optim::PostLocalSGDOptimizer opt(
+        std::make_shared<optim::SGD>(model->parameters(), optim::SGDOptions{.lr = kLearningRate}),
+        averager);
+    auto averager2 = std::make_shared<PeriodicModelAverager>(4, 10, pg);
+    optim::PostLocalSGDOptimizer dummy(
+        std::make_shared<optim::SGD>(model->parameters(), optim::SGDOptions{.lr = kLearningRate}),
+        averager2);
+
+    Generator gen(5);
+    const Tensor input = randn({world * 2, 2}, gen), target = randn({world * 2, 4}, gen);
+    for (int it = 0; it < 20; ++it) {
+      opt.zero_grad();
+      mse_loss(ddp.forward(input), target).backward();
+      opt.step();
+    }
+    const StateDict saved = opt.state_dict();
+    ASSERT_TRUE(saved.contains("step"));
+    dummy.load_state_dict(saved);
+    EXPECT_NE(averager2->step(), 0) << "trivial case";
+    EXPECT_EQ(averager2->step(), averager->step());
+
+    StateDict without_step;
+    for (const auto& [key, value] : saved.entries()) {
+      if (key != "step") without_step.set(key, value);
+    }
+    ASSERT_FALSE(without_step.contains("step"));
+    dummy.load_state_dict(without_step);  // warns and resets
+    EXPECT_EQ(averager2->step(), 0);
+    leave_together(*pg);
+  });
+  EXPECT_RANKS_OK(result);
+}
+
+TEST(PostLocalSGDOptimizer, NullArguments_Throw) {
+  auto sgd = std::make_shared<optim::SGD>(make_ddp_net()->parameters(), optim::SGDOptions{.lr = 0.1});
+  EXPECT_THROW(optim::PostLocalSGDOptimizer(nullptr, nullptr), InvalidArgument);
+  EXPECT_THROW(optim::PostLocalSGDOptimizer(sgd, nullptr), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace hsgd::distributed
