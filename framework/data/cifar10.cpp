@@ -79,8 +79,8 @@ Batch CIFAR10::get_batch(const std::vector<int64_t>& indices) const {
   constexpr int64_t kS = kImageSize;
   const auto b = static_cast<int64_t>(indices.size());
   for (int64_t index : indices) {
-    HSGD_CHECK(index >= 0 && index < size(), "CIFAR10: index ", index, " out of range [0, ",
-               size(), ")");
+    HSGD_CHECK(index >= 0 && index < size(), "CIFAR10: index ", index, " out of range [0, ", size(),
+               ")");
   }
   // Per example: crop offsets (dy, dx) in [-pad, pad] and the flip, drawn in example order.
   const int64_t pad = options_.augment ? options_.crop_padding : 0;
@@ -102,7 +102,7 @@ Batch CIFAR10::get_batch(const std::vector<int64_t>& indices) const {
   for (int64_t i = 0; i < b; ++i) {
     const auto ui = static_cast<size_t>(i);
     const uint8_t* src = pixels_.data() + indices[ui] * kImageBytes;  // (3,32,32)
-    float* dst = out.data() + i * kImageBytes;                         // (3,32,32)
+    float* dst = out.data() + i * kImageBytes;                        // (3,32,32)
     for (int64_t c = 0; c < kChannels; ++c) {
       const float black = -shift_[c];  // a padding pixel, normalised like the others
       for (int64_t y = 0; y < kS; ++y) {

@@ -41,10 +41,10 @@ struct CIFAR10Options {
   // Per-channel mean and standard deviation of the CIFAR-10 training pixels in [0,1].
   std::array<float, 3> mean = {0.4914f, 0.4822f, 0.4465f};
   std::array<float, 3> std = {0.2470f, 0.2435f, 0.2616f};
-  bool augment = false;       // random crop + horizontal flip, for the training split
-  int64_t crop_padding = 4;   // pixels of black added on each side before cropping
+  bool augment = false;      // random crop + horizontal flip, for the training split
+  int64_t crop_padding = 4;  // pixels of black added on each side before cropping
   bool horizontal_flip = true;
-  uint64_t seed = 0;          // of the augmentation draws
+  uint64_t seed = 0;  // of the augmentation draws
   // Records in each file: 10000 in the real data set; tests write smaller files.
   int64_t records_per_file = 10000;
 };
