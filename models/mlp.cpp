@@ -14,9 +14,9 @@ MLP::MLP(const MLPOptions& options) : Module("MLP") {
   for (int64_t s : sizes) HSGD_CHECK(s > 0, "MLP: layer size ", s, " must be positive");
   Generator gen(options.seed);
   for (size_t i = 0; i + 1 < sizes.size(); ++i) {
-    layers_.push_back(register_module(
-        "fc" + std::to_string(i + 1),
-        std::make_shared<nn::Linear>(sizes[i], sizes[i + 1], /*bias=*/true, gen)));
+    layers_.push_back(
+        register_module("fc" + std::to_string(i + 1),
+                        std::make_shared<nn::Linear>(sizes[i], sizes[i + 1], /*bias=*/true, gen)));
   }
 }
 

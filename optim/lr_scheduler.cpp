@@ -62,8 +62,8 @@ CosineAnnealingLR::CosineAnnealingLR(Optimizer& optimizer, CosineAnnealingLROpti
 }
 
 double CosineAnnealingLR::lr_at(int64_t epoch, double base_lr) const {
-  const double phase = std::numbers::pi * static_cast<double>(epoch) /
-                       static_cast<double>(options_.t_max);
+  const double phase =
+      std::numbers::pi * static_cast<double>(epoch) / static_cast<double>(options_.t_max);
   return options_.eta_min + (base_lr - options_.eta_min) * (1 + std::cos(phase)) / 2;
 }
 
@@ -81,7 +81,8 @@ LinearWarmup::LinearWarmup(Optimizer& optimizer, LinearWarmupOptions options)
 double LinearWarmup::lr_at(int64_t epoch, double base_lr) const {
   const double progress = static_cast<double>(std::min(epoch, options_.total_iters)) /
                           static_cast<double>(options_.total_iters);
-  return base_lr * (options_.start_factor + (options_.end_factor - options_.start_factor) * progress);
+  return base_lr *
+         (options_.start_factor + (options_.end_factor - options_.start_factor) * progress);
 }
 
 }  // namespace hsgd::optim

@@ -127,7 +127,8 @@ void SGD::load_state_dict(const StateDict& state) {
   index = 0;
   for (auto& group : buffers_) {
     for (Tensor& buf : group) {
-      buf = state.contains(state_key(index)) ? state.get_tensor(state_key(index)).clone() : Tensor();
+      buf =
+          state.contains(state_key(index)) ? state.get_tensor(state_key(index)).clone() : Tensor();
       ++index;
     }
   }

@@ -1,13 +1,13 @@
 // train_mlp: trains an MLP classifier on Fashion-MNIST (or a synthetic data set) in one process
 // and prints, per epoch, the mean training loss, the test accuracy and the time taken.
 //
-//   train_mlp --epochs 1                         # 784-512-256-10 on /usr/share/datasets/fashion-mnist
-//   train_mlp --synthetic --epochs 3             # no data files needed
+//   train_mlp --epochs 1                         # 784-512-256-10 on
+//   /usr/share/datasets/fashion-mnist train_mlp --synthetic --epochs 3             # no data files
+//   needed
 //
 // Exit code 0 on success, 1 on a bad flag value or unreadable data (the message names it).
 
 #include <CLI/CLI.hpp>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -51,8 +51,11 @@ struct Data {
 
 Data load_data(const Flags& flags) {
   if (flags.synthetic) {
-    data::SyntheticOptions options{.size = 8192, .example_shape = {1, 28, 28}, .num_classes = 10,
-                                   .noise = 4.0f, .seed = flags.seed};
+    data::SyntheticOptions options{.size = 8192,
+                                   .example_shape = {1, 28, 28},
+                                   .num_classes = 10,
+                                   .noise = 4.0f,
+                                   .seed = flags.seed};
     auto train = std::make_shared<data::SyntheticDataset>(options);
     options.size = 2048;
     // Same seed: the same class centroids; a different noise stream is not needed for a demo.
@@ -89,14 +92,15 @@ int run(const Flags& flags) {
   std::vector<int64_t> sizes = {shape_numel(data.train->example_shape())};
   sizes.insert(sizes.end(), flags.hidden.begin(), flags.hidden.end());
   sizes.push_back(data.num_classes);
-  auto model = std::make_shared<models::MLP>(models::MLPOptions{.sizes = sizes, .seed = flags.seed});
+  auto model =
+      std::make_shared<models::MLP>(models::MLPOptions{.sizes = sizes, .seed = flags.seed});
 
   optim::SGD optimizer(model->parameters(), {.lr = flags.lr,
                                              .momentum = flags.momentum,
                                              .weight_decay = flags.weight_decay,
                                              .nesterov = flags.nesterov});
-  data::DataLoader loader(data.train, {.batch_size = flags.batch_size, .shuffle = true,
-                                       .seed = flags.seed});
+  data::DataLoader loader(data.train,
+                          {.batch_size = flags.batch_size, .shuffle = true, .seed = flags.seed});
   std::unique_ptr<optim::LRScheduler> scheduler;
   if (flags.schedule == "cosine") {
     // Annealed per step to 0 over the whole run: in a one-epoch run the small final steps are
@@ -107,12 +111,12 @@ int run(const Flags& flags) {
 
   std::string arch;
   for (size_t i = 0; i < sizes.size(); ++i) arch += (i ? "-" : "") + std::to_string(sizes[i]);
-  std::printf("train_mlp: MLP %s, %s: %lld train / %lld test examples, batch %lld, lr %g, "
-              "momentum %g, %s lr\n",
-              arch.c_str(), flags.synthetic ? "synthetic data" : flags.data_dir.c_str(),
-              static_cast<long long>(data.train->size()), static_cast<long long>(data.test->size()),
-              static_cast<long long>(flags.batch_size), flags.lr, flags.momentum,
-              flags.schedule.c_str());
+  std::printf(
+      "train_mlp: MLP %s, %s: %lld train / %lld test examples, batch %lld, lr %g, "
+      "momentum %g, %s lr\n",
+      arch.c_str(), flags.synthetic ? "synthetic data" : flags.data_dir.c_str(),
+      static_cast<long long>(data.train->size()), static_cast<long long>(data.test->size()),
+      static_cast<long long>(flags.batch_size), flags.lr, flags.momentum, flags.schedule.c_str());
   std::printf("%5s %12s %14s %9s\n", "epoch", "train_loss", "test_accuracy", "time_s");
   double accuracy = 0;
   for (int64_t epoch = 0; epoch < flags.epochs; ++epoch) {
@@ -164,8 +168,9 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->capture_default_str();
   app.add_flag("--synthetic", flags.synthetic, "Use a synthetic data set instead of files");
-  app.add_option("--schedule", flags.schedule,
-                 "Learning-rate schedule: cosine (annealed to 0 over the run, per step) or constant")
+  app.add_option(
+         "--schedule", flags.schedule,
+         "Learning-rate schedule: cosine (annealed to 0 over the run, per step) or constant")
       ->capture_default_str()
       ->check(CLI::IsMember({"cosine", "constant"}));
   app.add_option("--log-every", flags.log_every, "Print the loss every N steps (0: never)");

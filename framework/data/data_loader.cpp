@@ -56,8 +56,8 @@ Batch DataLoader::batch(int64_t i) const {
   HSGD_CHECK(i >= 0 && i < num_batches(), "DataLoader: batch index ", i, " out of range [0, ",
              num_batches(), ")");
   const int64_t begin = i * options_.batch_size;
-  const int64_t end = std::min<int64_t>(begin + options_.batch_size,
-                                        static_cast<int64_t>(indices_.size()));
+  const int64_t end =
+      std::min<int64_t>(begin + options_.batch_size, static_cast<int64_t>(indices_.size()));
   return dataset_->get_batch(
       std::vector<int64_t>(indices_.begin() + begin, indices_.begin() + end));
 }

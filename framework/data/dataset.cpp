@@ -26,8 +26,8 @@ Batch InMemoryDataset::get_batch(const std::vector<int64_t>& indices) const {
   batch.targets.reserve(indices.size());
   for (int64_t i = 0; i < b; ++i) {
     const int64_t index = indices[static_cast<size_t>(i)];
-    HSGD_CHECK(index >= 0 && index < size(), "InMemoryDataset: index ", index,
-               " out of range [0, ", size(), ")");
+    HSGD_CHECK(index >= 0 && index < size(), "InMemoryDataset: index ", index, " out of range [0, ",
+               size(), ")");
     std::copy_n(values_.begin() + index * example_numel_, example_numel_,
                 out.begin() + i * example_numel_);
     batch.targets.push_back(targets_[static_cast<size_t>(index)]);

@@ -28,10 +28,10 @@ struct FashionMNIST::Loaded {
 };
 
 FashionMNIST::Loaded FashionMNIST::load(const std::filesystem::path& dir, FashionMNIST::Split split,
-            const FashionMNISTOptions& options) {
+                                        const FashionMNISTOptions& options) {
   std::error_code ec;
-  HSGD_CHECK(std::filesystem::is_directory(dir, ec), "FashionMNIST: data directory '",
-             dir.string(), "' does not exist or is not a directory");
+  HSGD_CHECK(std::filesystem::is_directory(dir, ec), "FashionMNIST: data directory '", dir.string(),
+             "' does not exist or is not a directory");
   const std::string prefix = split == FashionMNIST::Split::kTrain ? "train" : "t10k";
   const std::filesystem::path images_path = find_file(dir, prefix + "-images-idx3-ubyte");
   const std::filesystem::path labels_path = find_file(dir, prefix + "-labels-idx1-ubyte");
@@ -44,9 +44,8 @@ FashionMNIST::Loaded FashionMNIST::load(const std::filesystem::path& dir, Fashio
              labels_path.string(), "' has ", out.targets.size(), " labels but '",
              images_path.string(), "' has ", images.count, " images");
   for (size_t i = 0; i < out.targets.size(); ++i) {
-    HSGD_CHECK(out.targets[i] < FashionMNIST::kNumClasses, "FashionMNIST: label ",
-               out.targets[i], " at index ", i, " of '", labels_path.string(),
-               "' is not a class in [0, 10)");
+    HSGD_CHECK(out.targets[i] < FashionMNIST::kNumClasses, "FashionMNIST: label ", out.targets[i],
+               " at index ", i, " of '", labels_path.string(), "' is not a class in [0, 10)");
   }
   HSGD_CHECK(!options.normalize || options.std > 0, "FashionMNIST: std ", options.std,
              " must be positive");

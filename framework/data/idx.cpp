@@ -33,8 +33,8 @@ std::vector<int64_t> parse_header(const std::vector<uint8_t>& bytes, uint32_t ma
   HSGD_CHECK(got == magic, "IDX file '", path.string(), "' has magic number 0x", std::hex, got,
              ", expected 0x", magic, std::dec, " (", ndim, "-dimensional unsigned bytes)");
   const size_t header = 4 + 4 * static_cast<size_t>(ndim);
-  HSGD_CHECK(bytes.size() >= header, "IDX file '", path.string(), "' is truncated: ",
-             bytes.size(), " bytes, expected a header of ", header, " bytes");
+  HSGD_CHECK(bytes.size() >= header, "IDX file '", path.string(), "' is truncated: ", bytes.size(),
+             " bytes, expected a header of ", header, " bytes");
   std::vector<int64_t> dims;
   size_t expected = header;
   size_t numel = 1;
@@ -43,8 +43,9 @@ std::vector<int64_t> parse_header(const std::vector<uint8_t>& bytes, uint32_t ma
     numel *= static_cast<size_t>(dims.back());
   }
   expected += numel;
-  HSGD_CHECK(bytes.size() >= expected, "IDX file '", path.string(), "' is truncated: ",
-             bytes.size(), " bytes, expected ", expected, " for its header's sizes");
+  HSGD_CHECK(bytes.size() >= expected, "IDX file '", path.string(),
+             "' is truncated: ", bytes.size(), " bytes, expected ", expected,
+             " for its header's sizes");
   HSGD_CHECK(bytes.size() == expected, "IDX file '", path.string(), "' has ",
              bytes.size() - expected, " unexpected trailing bytes after ", expected, " bytes");
   return dims;

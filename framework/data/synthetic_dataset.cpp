@@ -31,7 +31,8 @@ Generated generate(const SyntheticOptions& o) {
     const auto c = static_cast<int64_t>(gen.next_below(static_cast<uint64_t>(o.num_classes)));
     out.targets[i] = c;
     for (size_t j = 0; j < numel; ++j) {
-      out.values[i * numel + j] = centroids[static_cast<size_t>(c) * numel + j] + o.noise * gen.normal();
+      out.values[i * numel + j] =
+          centroids[static_cast<size_t>(c) * numel + j] + o.noise * gen.normal();
     }
   }
   return out;

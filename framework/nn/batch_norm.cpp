@@ -21,11 +21,10 @@ BatchNorm2d::BatchNorm2d(int64_t num_features, double eps, double momentum)
 Tensor BatchNorm2d::forward(const Tensor& x) {
   HSGD_CHECK(x.defined() && x.dim() == 4, "BatchNorm2d: input must be (N,C,H,W), got shape ",
              x.defined() ? shape_str(x.shape()) : "undefined");
-  HSGD_CHECK(x.size(1) == num_features_, "BatchNorm2d: input has ", x.size(1),
-             " channels (shape ", shape_str(x.shape()), "), expected num_features = ",
-             num_features_);
-  Tensor y = batch_norm(x, weight_, bias_, running_mean_, running_var_, is_training(), momentum_,
-                        eps_);
+  HSGD_CHECK(x.size(1) == num_features_, "BatchNorm2d: input has ", x.size(1), " channels (shape ",
+             shape_str(x.shape()), "), expected num_features = ", num_features_);
+  Tensor y =
+      batch_norm(x, weight_, bias_, running_mean_, running_var_, is_training(), momentum_, eps_);
   if (is_training()) num_batches_tracked_.data()[0] += 1.0f;
   return y;
 }

@@ -35,7 +35,7 @@ class BatchNorm2d : public Module {
   int64_t num_features_;
   double eps_;
   double momentum_;
-  Tensor weight_, bias_;                                      // (C)
+  Tensor weight_, bias_;                                     // (C)
   Tensor running_mean_, running_var_, num_batches_tracked_;  // (C), (C), 0-d
 };
 

@@ -17,8 +17,7 @@ Conv2d::Conv2d(const Conv2dOptions& options) : Module("Conv2d"), options_(option
   reset_parameters(gen);
 }
 
-Conv2d::Conv2d(const Conv2dOptions& options, Generator& gen)
-    : Module("Conv2d"), options_(options) {
+Conv2d::Conv2d(const Conv2dOptions& options, Generator& gen) : Module("Conv2d"), options_(options) {
   reset_parameters(gen);
 }
 
@@ -28,8 +27,8 @@ void Conv2d::reset_parameters(Generator& gen) {
              " and out_channels ", o.out_channels, " must be positive");
   HSGD_CHECK(o.kernel_size[0] > 0 && o.kernel_size[1] > 0, "Conv2d: kernel_size (",
              o.kernel_size[0], ", ", o.kernel_size[1], ") must be positive");
-  HSGD_CHECK(o.stride[0] > 0 && o.stride[1] > 0, "Conv2d: stride (", o.stride[0], ", ",
-             o.stride[1], ") must be positive");
+  HSGD_CHECK(o.stride[0] > 0 && o.stride[1] > 0, "Conv2d: stride (", o.stride[0], ", ", o.stride[1],
+             ") must be positive");
   HSGD_CHECK(o.padding[0] >= 0 && o.padding[1] >= 0, "Conv2d: padding (", o.padding[0], ", ",
              o.padding[1], ") must be non-negative");
   const int64_t fan_in = o.in_channels * o.kernel_size[0] * o.kernel_size[1];
@@ -43,8 +42,8 @@ Tensor Conv2d::forward(const Tensor& x) {
   HSGD_CHECK(x.defined() && x.dim() == 4, "Conv2d: input must be (N,C,H,W), got shape ",
              x.defined() ? shape_str(x.shape()) : "undefined");
   HSGD_CHECK(x.size(1) == options_.in_channels, "Conv2d: input has ", x.size(1),
-             " channels (shape ", shape_str(x.shape()), "), expected in_channels = ",
-             options_.in_channels);
+             " channels (shape ", shape_str(x.shape()),
+             "), expected in_channels = ", options_.in_channels);
   return conv2d(x, weight_, bias_, options_.stride, options_.padding);
 }
 

@@ -9,8 +9,6 @@ Dropout::Dropout(double p, uint64_t seed) : Module("Dropout"), p_(p), gen_(seed)
   HSGD_CHECK(p >= 0.0 && p < 1.0, "Dropout: probability p = ", p, " must be in [0, 1)");
 }
 
-Tensor Dropout::forward(const Tensor& x) {
-  return dropout(x, p_, is_training(), gen_);
-}
+Tensor Dropout::forward(const Tensor& x) { return dropout(x, p_, is_training(), gen_); }
 
 }  // namespace hsgd::nn

@@ -29,9 +29,8 @@ void Linear::reset_parameters(bool bias, Generator& gen) {
 
 Tensor Linear::forward(const Tensor& x) {
   HSGD_CHECK(x.defined() && x.dim() >= 1, "Linear: input must have at least one dimension");
-  HSGD_CHECK(x.size(-1) == in_features_, "Linear: input has ", x.size(-1),
-             " features (shape ", shape_str(x.shape()), "), expected in_features = ",
-             in_features_);
+  HSGD_CHECK(x.size(-1) == in_features_, "Linear: input has ", x.size(-1), " features (shape ",
+             shape_str(x.shape()), "), expected in_features = ", in_features_);
   return linear(x, weight_, bias_);
 }
 

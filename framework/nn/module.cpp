@@ -58,7 +58,8 @@ void Module::collect(const std::string& prefix, bool recurse, bool buffers,
                      NamedTensors& out) const {
   for (const auto& [name, t] : buffers ? buffers_ : parameters_) out.emplace_back(prefix + name, t);
   if (!recurse) return;
-  for (const auto& [name, child] : children_) child->collect(prefix + name + ".", true, buffers, out);
+  for (const auto& [name, child] : children_)
+    child->collect(prefix + name + ".", true, buffers, out);
 }
 
 NamedTensors Module::named_parameters(bool recurse) const {

@@ -7,9 +7,12 @@ namespace {
 
 const char* type_name(const StateValue& v) {
   switch (v.index()) {
-    case 0: return "double";
-    case 1: return "int64";
-    default: return "Tensor";
+    case 0:
+      return "double";
+    case 1:
+      return "int64";
+    default:
+      return "Tensor";
   }
 }
 
@@ -81,7 +84,8 @@ StateDict Optimizer::state_dict() const {
     if (group.dampening) state.set(group_key(g, "dampening"), *group.dampening);
     if (group.weight_decay) state.set(group_key(g, "weight_decay"), *group.weight_decay);
     if (group.nesterov) state.set(group_key(g, "nesterov"), int64_t{*group.nesterov});
-    for (const auto& [name, value] : group.options) state.set(group_key(g, "options." + name), value);
+    for (const auto& [name, value] : group.options)
+      state.set(group_key(g, "options." + name), value);
   }
   return state;
 }
@@ -91,13 +95,13 @@ void Optimizer::load_state_dict(const StateDict& state) {
   // Validate first so that a mismatching state leaves the optimizer untouched.
   size_t saved_groups = 0;
   while (state.contains(group_key(saved_groups, "num_params"))) ++saved_groups;
-  HSGD_CHECK_EQ(saved_groups, groups.size(),
-                "Optimizer::load_state_dict: number of param groups in the state vs this optimizer");
+  HSGD_CHECK_EQ(
+      saved_groups, groups.size(),
+      "Optimizer::load_state_dict: number of param groups in the state vs this optimizer");
   for (size_t g = 0; g < groups.size(); ++g) {
-    HSGD_CHECK_EQ(state.get_int(group_key(g, "num_params")),
-                  static_cast<int64_t>(groups[g].params.size()),
-                  "Optimizer::load_state_dict: parameters in group ", g,
-                  " of the state vs this optimizer");
+    HSGD_CHECK_EQ(
+        state.get_int(group_key(g, "num_params")), static_cast<int64_t>(groups[g].params.size()),
+        "Optimizer::load_state_dict: parameters in group ", g, " of the state vs this optimizer");
     for (const char* field : {"lr", "momentum", "dampening", "weight_decay"}) {
       if (state.contains(group_key(g, field))) state.get_double(group_key(g, field));
     }

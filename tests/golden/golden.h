@@ -33,8 +33,8 @@ struct Entry {
 
 class File {
  public:
-  explicit File(const std::string& name) : path_(std::string(HSGD_SOURCE_DIR) +
-                                                 "/tests/golden/data/" + name + ".txt") {
+  explicit File(const std::string& name)
+      : path_(std::string(HSGD_SOURCE_DIR) + "/tests/golden/data/" + name + ".txt") {
     std::ifstream in(path_);
     HSGD_CHECK(in.good(), "golden file '", path_, "' is missing; run tests/golden/generate.py");
     std::string line;

@@ -50,8 +50,8 @@ TEST(MLPTest, BadSizes_AreRejected) {
 // Convergence smoke test: SGD with momentum on a learnable synthetic problem must drive the loss
 // well below its starting value and classify held-out data from the same distribution.
 TEST(MLPTest, Converges_OnSyntheticData) {
-  data::SyntheticOptions options{.size = 1024, .example_shape = {20}, .num_classes = 5,
-                                 .noise = 1.0f, .seed = 3};
+  data::SyntheticOptions options{
+      .size = 1024, .example_shape = {20}, .num_classes = 5, .noise = 1.0f, .seed = 3};
   auto train = std::make_shared<data::SyntheticDataset>(options);
   auto model = std::make_shared<MLP>(MLPOptions{.sizes = {20, 32, 5}, .seed = 1});
   optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9});

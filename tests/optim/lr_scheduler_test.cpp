@@ -19,9 +19,9 @@ struct Fixture {
   Fixture() {
     a.set_requires_grad(true);
     b.set_requires_grad(true);
-    opt = std::make_unique<SGD>(std::vector<ParamGroup>{{.params = {a}, .lr = 0.1},
-                                                        {.params = {b}, .lr = 0.02}},
-                                SGDOptions{.lr = 0.1});
+    opt = std::make_unique<SGD>(
+        std::vector<ParamGroup>{{.params = {a}, .lr = 0.1}, {.params = {b}, .lr = 0.02}},
+        SGDOptions{.lr = 0.1});
   }
 };
 
@@ -52,21 +52,22 @@ TEST(LRSchedulerTest, ProducesPyTorchValues_StepLR) {
 
 TEST(LRSchedulerTest, ProducesPyTorchValues_MultiStepLR) {
   check("multi_step_lr", [](Optimizer& o) {
-    return std::make_unique<MultiStepLR>(o, MultiStepLROptions{.milestones = {2, 5, 9}, .gamma = 0.1});
+    return std::make_unique<MultiStepLR>(o,
+                                         MultiStepLROptions{.milestones = {2, 5, 9}, .gamma = 0.1});
   });
 }
 
 TEST(LRSchedulerTest, ProducesPyTorchValues_CosineAnnealingLRPastTMax) {
   check("cosine_annealing_lr", [](Optimizer& o) {
-    return std::make_unique<CosineAnnealingLR>(o, CosineAnnealingLROptions{.t_max = 10,
-                                                                           .eta_min = 0.001});
+    return std::make_unique<CosineAnnealingLR>(
+        o, CosineAnnealingLROptions{.t_max = 10, .eta_min = 0.001});
   });
 }
 
 TEST(LRSchedulerTest, ProducesPyTorchValues_LinearWarmup) {
   check("linear_warmup", [](Optimizer& o) {
-    return std::make_unique<LinearWarmup>(o, LinearWarmupOptions{.start_factor = 0.25,
-                                                                 .total_iters = 4});
+    return std::make_unique<LinearWarmup>(
+        o, LinearWarmupOptions{.start_factor = 0.25, .total_iters = 4});
   });
 }
 

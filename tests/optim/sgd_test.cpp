@@ -76,17 +76,17 @@ void check_golden(const std::string& file, std::shared_ptr<nn::Sequential> net,
 
 TEST(SGDTest, ProducesPyTorchValues_MLPWithNesterovAndWeightDecay) {
   check_golden("sgd_mlp_nesterov", make_mlp(), [](nn::Sequential& net) {
-    return std::make_unique<SGD>(net.parameters(), SGDOptions{.lr = 0.1, .momentum = 0.9,
-                                                              .weight_decay = 1e-2,
-                                                              .nesterov = true});
+    return std::make_unique<SGD>(
+        net.parameters(),
+        SGDOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 1e-2, .nesterov = true});
   });
 }
 
 TEST(SGDTest, ProducesPyTorchValues_MLPWithDampeningAndWeightDecay) {
   check_golden("sgd_mlp_dampening", make_mlp(), [](nn::Sequential& net) {
-    return std::make_unique<SGD>(net.parameters(), SGDOptions{.lr = 0.05, .momentum = 0.9,
-                                                              .dampening = 0.3,
-                                                              .weight_decay = 5e-3});
+    return std::make_unique<SGD>(
+        net.parameters(),
+        SGDOptions{.lr = 0.05, .momentum = 0.9, .dampening = 0.3, .weight_decay = 5e-3});
   });
 }
 
@@ -109,9 +109,9 @@ TEST(SGDTest, ProducesPyTorchValues_MLPWithParamGroups) {
 
 TEST(SGDTest, ProducesPyTorchValues_ConvBatchNormPoolLinear) {
   check_golden("sgd_convnet", make_convnet(), [](nn::Sequential& net) {
-    return std::make_unique<SGD>(net.parameters(), SGDOptions{.lr = 0.05, .momentum = 0.9,
-                                                              .weight_decay = 1e-3,
-                                                              .nesterov = true});
+    return std::make_unique<SGD>(
+        net.parameters(),
+        SGDOptions{.lr = 0.05, .momentum = 0.9, .weight_decay = 1e-3, .nesterov = true});
   });
 }
 

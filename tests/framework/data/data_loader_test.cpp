@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <map>
-#include <numeric>
 #include <memory>
+#include <numeric>
 #include <set>
 
 #include "comm/error.h"
@@ -85,8 +85,9 @@ TEST(DataLoaderTest, Distributed_ShardsPartitionTheSamePermutation) {
       }
       const int64_t per_rank = (n + world - 1) / world;
       for (int rank = 0; rank < world; ++rank) {
-        DataLoader loader(counting(n), {.batch_size = 5, .shuffle = true, .seed = 9,
-                                        .rank = rank, .world_size = world});
+        DataLoader loader(
+            counting(n),
+            {.batch_size = 5, .shuffle = true, .seed = 9, .rank = rank, .world_size = world});
         loader.set_epoch(2);
         const std::vector<int64_t> got = seen(loader);
         ASSERT_EQ(static_cast<int64_t>(got.size()), per_rank) << "n " << n << " world " << world;

@@ -1,7 +1,6 @@
 #include "framework/data/fashion_mnist.h"
 
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <filesystem>
@@ -52,8 +51,8 @@ TEST(FashionMNISTTest, MissingDirectory_NamesThePath) {
 }
 
 TEST(FashionMNISTTest, MissingFile_NamesTheExpectedFile) {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("hsgd_fmnist_empty_" + std::to_string(::getpid()));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("hsgd_fmnist_empty_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   try {
     FashionMNIST ds(dir, FashionMNIST::Split::kTest);

@@ -49,7 +49,8 @@ class IdxTest : public ::testing::Test {
   fs::path write_raw(const std::string& name, const std::vector<uint8_t>& bytes) {
     fs::path p = dir_ / name;
     std::ofstream(p, std::ios::binary)
-        .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+        .write(reinterpret_cast<const char*>(bytes.data()),
+               static_cast<std::streamsize>(bytes.size()));
     return p;
   }
   fs::path write_gz(const std::string& name, const std::vector<uint8_t>& bytes) {
@@ -94,8 +95,8 @@ TEST_F(IdxTest, ReadsRawAndGzipImagesIdentically) {
 
 TEST_F(IdxTest, ReadsLabels) {
   const std::vector<uint8_t> labels = {9, 0, 3, 255};
-  for (const fs::path& p : {write_raw("lab", labels_bytes(labels)),
-                            write_gz("lab.gz", labels_bytes(labels))}) {
+  for (const fs::path& p :
+       {write_raw("lab", labels_bytes(labels)), write_gz("lab.gz", labels_bytes(labels))}) {
     const std::vector<int64_t> got = read_idx_labels(p);
     ASSERT_EQ(got.size(), labels.size());
     for (size_t i = 0; i < labels.size(); ++i) EXPECT_EQ(got[i], labels[i]) << "label " << i;

@@ -54,13 +54,20 @@ TEST(LayersGoldenTest, ProducesPyTorchValues_Conv2dStride1NoPadding) {
 }
 
 TEST(LayersGoldenTest, ProducesPyTorchValues_Conv2dStrideAndPadding) {
-  check_conv("conv2d_s2p1", {.in_channels = 3, .out_channels = 5, .kernel_size = {3, 2},
-                             .stride = {2, 1}, .padding = {1, 2}});
+  check_conv("conv2d_s2p1", {.in_channels = 3,
+                             .out_channels = 5,
+                             .kernel_size = {3, 2},
+                             .stride = {2, 1},
+                             .padding = {1, 2}});
 }
 
 TEST(LayersGoldenTest, ProducesPyTorchValues_Conv2dWithoutBias) {
-  check_conv("conv2d_nobias", {.in_channels = 2, .out_channels = 3, .kernel_size = {3, 3},
-                               .stride = {2, 2}, .padding = {1, 1}, .bias = false});
+  check_conv("conv2d_nobias", {.in_channels = 2,
+                               .out_channels = 3,
+                               .kernel_size = {3, 3},
+                               .stride = {2, 2},
+                               .padding = {1, 1},
+                               .bias = false});
 }
 
 TEST(LayersGoldenTest, ProducesPyTorchValues_BatchNorm2dTraining) {

@@ -37,8 +37,8 @@ std::vector<std::string> names(const NamedTensors& named) {
 // Same layers as generate.py's convnet(): Conv-BN-ReLU-MaxPool-Flatten-Linear.
 std::shared_ptr<Sequential> make_convnet() {
   auto net = std::make_shared<Sequential>();
-  net->push_back(std::make_shared<Conv2d>(
-      Conv2dOptions{.in_channels = 2, .out_channels = 4, .kernel_size = {3, 3}, .padding = {1, 1}}));
+  net->push_back(std::make_shared<Conv2d>(Conv2dOptions{
+      .in_channels = 2, .out_channels = 4, .kernel_size = {3, 3}, .padding = {1, 1}}));
   net->push_back(std::make_shared<BatchNorm2d>(4));
   net->push_back(std::make_shared<ReLU>());
   net->push_back(std::make_shared<MaxPool2d>(Size2{2, 2}));
@@ -63,9 +63,9 @@ TEST(ModuleTest, StateDictKeysAndOrder_MatchPyTorch) {
 
 TEST(ModuleTest, NamedParameters_DottedNamesInRegistrationOrder) {
   auto net = make_convnet();
-  EXPECT_EQ(names(net->named_parameters()),
-            (std::vector<std::string>{"0.weight", "0.bias", "1.weight", "1.bias", "5.weight",
-                                      "5.bias"}));
+  EXPECT_EQ(
+      names(net->named_parameters()),
+      (std::vector<std::string>{"0.weight", "0.bias", "1.weight", "1.bias", "5.weight", "5.bias"}));
   EXPECT_EQ(names(net->named_buffers()),
             (std::vector<std::string>{"1.running_mean", "1.running_var", "1.num_batches_tracked"}));
   EXPECT_EQ(net->parameters().size(), 6u);
@@ -150,11 +150,15 @@ TEST(ModuleTest, LoadStateDict_MissingKeyIsNamedAndNothingChanges) {
 
 TEST(ModuleTest, LoadStateDict_WrongShapeAndUnexpectedKeyAreNamed) {
   Linear fc(3, 2);
-  expect_invalid([&] { fc.load_state_dict({{"weight", zeros({3, 2})}, {"bias", zeros({2})}}); },
-                 {"'weight'", "[3, 2]", "expected [2, 3]"});
   expect_invalid(
       [&] {
-        fc.load_state_dict({{"weight", zeros({2, 3})}, {"bias", zeros({2})}, {"extra", zeros({1})}});
+        fc.load_state_dict({{"weight", zeros({3, 2})}, {"bias", zeros({2})}});
+      },
+      {"'weight'", "[3, 2]", "expected [2, 3]"});
+  expect_invalid(
+      [&] {
+        fc.load_state_dict(
+            {{"weight", zeros({2, 3})}, {"bias", zeros({2})}, {"extra", zeros({1})}});
       },
       {"unexpected key 'extra'"});
 }
