@@ -39,7 +39,40 @@ std::string slurp(const fs::path& path) {
   return s.str();
 }
 
-bool process_exists(pid_t pid) { return ::kill(pid, 0) == 0 || errno != ESRCH; }
+// A zombie counts as gone: an orphan's zombie waits for a reaper we do not control (in a
+// container, PID 1 may never reap it), but it runs nothing.
+bool process_exists(pid_t pid) {
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  std::getline(stat, text);
+  const auto close = text.rfind(')');
+  return close == std::string::npos || close + 2 >= text.size() || text[close + 2] != 'Z';
+}
+
+bool gone_within(pid_t pid, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (process_exists(pid)) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  return true;
+}
+
+// Worker pids recorded by `launcher_test_worker sleep DIR`, once all `n` ranks printed "ready".
+std::vector<pid_t> wait_ready(Command& run, const fs::path& dir, int first, int n) {
+  std::vector<pid_t> pids;
+  for (int rank = first; rank < first + n; ++rank) {
+    const std::string ready = "[rank " + std::to_string(rank) + "] ready";
+    EXPECT_TRUE(run.wait_for_output(ready, seconds(60))) << run.output();
+    std::istringstream pid_file(slurp(dir / ("pid_rank" + std::to_string(rank))));
+    pid_t pid = 0;
+    pid_file >> pid;
+    pids.push_back(pid);
+    EXPECT_TRUE(pids.back() > 0 && process_exists(pids.back())) << "rank " << rank;
+  }
+  return pids;
+}
 
 // Output of a finished command, for failure messages.
 std::string show(const Command::Result& r) {
@@ -201,14 +234,7 @@ TEST(HsgdRunTest, Sigterm_AllWorkersGoneWithinGracePeriod) {
   // Every worker ignores SIGTERM: hsgd-run must escalate to SIGKILL after --grace-period.
   auto run = Command::start({kRun, "--nproc-per-node", "3", "--grace-period", "1", "--", kWorker,
                              "sleep", dir.string(), "ignore-term"});
-  ASSERT_TRUE(run.wait_for_output("[rank 2] ready", seconds(60))) << run.output();
-  ASSERT_TRUE(run.wait_for_output("[rank 0] ready", seconds(60))) << run.output();
-  ASSERT_TRUE(run.wait_for_output("[rank 1] ready", seconds(60))) << run.output();
-  std::vector<pid_t> pids;
-  for (int rank = 0; rank < 3; ++rank) {
-    pids.push_back(std::stoi(slurp(dir / ("pid_rank" + std::to_string(rank)))));
-    ASSERT_TRUE(process_exists(pids.back()));
-  }
+  auto pids = wait_ready(run, dir, 0, 3);
   run.signal(SIGTERM);
   auto result = run.wait(seconds(60));
   EXPECT_FALSE(result.timed_out) << show(result);
@@ -218,6 +244,99 @@ TEST(HsgdRunTest, Sigterm_AllWorkersGoneWithinGracePeriod) {
     EXPECT_FALSE(process_exists(pids[rank])) << "rank " << rank << " pid " << pids[rank]
                                              << " survived hsgd-run";
   }
+}
+
+TEST(HsgdRunTest, Sigint_IsForwardedToWorkers) {
+  const auto dir = unique_temp_dir("hsgd_run_sigint");
+  auto run = Command::start({kRun, "--nproc-per-node", "2", "--", kWorker, "sleep", dir.string(),
+                             "report"});
+  auto pids = wait_ready(run, dir, 0, 2);
+  run.signal(SIGINT);
+  auto result = run.wait(seconds(60));
+  EXPECT_EQ(result.status.exit_code, 128 + SIGINT) << show(result);
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string line = "[rank " + std::to_string(rank) + "] got signal " +
+                             std::to_string(SIGINT);
+    EXPECT_NE(result.output.find(line), std::string::npos) << line << "\n" << show(result);
+    EXPECT_FALSE(process_exists(pids[rank])) << "rank " << rank;
+  }
+}
+
+TEST(HsgdRunTest, Sigkill_WorkersDieWithTheLauncher) {
+  const auto dir = unique_temp_dir("hsgd_run_sigkill");
+  auto run = Command::start({kRun, "--nproc-per-node", "2", "--", kWorker, "sleep", dir.string(),
+                             "ignore-term"});
+  auto pids = wait_ready(run, dir, 0, 2);
+  run.signal(SIGKILL);  // no chance to clean up: PR_SET_PDEATHSIG must do it
+  auto result = run.wait(seconds(30));
+  EXPECT_EQ(result.status.signal, SIGKILL) << show(result);
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_TRUE(gone_within(pids[rank], seconds(10))) << "rank " << rank << " pid " << pids[rank]
+                                                      << " outlived a SIGKILLed hsgd-run";
+  }
+}
+
+TEST(HsgdRunTest, TwoNodes_FailureOnOneNodeRestartsBoth) {
+  auto server = start_rendezvous();
+  ASSERT_GT(server.port, 0);
+  const auto dir = unique_temp_dir("hsgd_run_two_nodes_restart");
+  const std::string endpoint = "127.0.0.1:" + std::to_string(server.port);
+  std::vector<Command> nodes;
+  // Node rank 1 is started first: ranks follow --node-rank, not arrival. Rank 1 (node 0) fails.
+  for (int node_rank : {1, 0}) {
+    nodes.push_back(Command::start({kRun, "--nnodes", "2", "--node-rank",
+                                    std::to_string(node_rank), "--nproc-per-node", "2",
+                                    "--max-restarts", "1", "--rdzv-endpoint", endpoint,
+                                    "--rdzv-id", "restart-both", "--rdzv-timeout", "60", "--",
+                                    kWorker, "fail-once", dir.string()}));
+  }
+  for (auto& node : nodes) {
+    auto result = node.wait(kJobTimeout);
+    EXPECT_TRUE(result.status.success()) << show(result);
+    EXPECT_NE(result.output.find("Root cause: rank 1 (node 0"), std::string::npos)
+        << show(result);
+  }
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_EQ(slurp(dir / ("ran_attempt1_rank" + std::to_string(rank))), "HSGD_RESTART_COUNT=1\n")
+        << "rank " << rank << " was not restarted";
+  }
+}
+
+TEST(HsgdRunTest, TwoNodes_SigtermOnOneNodeStopsBoth) {
+  auto server = start_rendezvous();
+  ASSERT_GT(server.port, 0);
+  const auto dir = unique_temp_dir("hsgd_run_two_nodes_sigterm");
+  const std::string endpoint = "127.0.0.1:" + std::to_string(server.port);
+  std::vector<Command> nodes;
+  for (int node_rank : {0, 1}) {
+    nodes.push_back(Command::start({kRun, "--nnodes", "2", "--node-rank",
+                                    std::to_string(node_rank), "--nproc-per-node", "1",
+                                    "--max-restarts", "3", "--grace-period", "1",
+                                    "--rdzv-endpoint", endpoint, "--rdzv-id", "stop-both",
+                                    "--rdzv-timeout", "60", "--", kWorker, "sleep", dir.string()}));
+  }
+  auto pids = wait_ready(nodes[0], dir, 0, 1);
+  auto more = wait_ready(nodes[1], dir, 1, 1);
+  pids.insert(pids.end(), more.begin(), more.end());
+  nodes[0].signal(SIGTERM);
+  auto first = nodes[0].wait(seconds(60));
+  auto second = nodes[1].wait(seconds(60));
+  EXPECT_EQ(first.status.exit_code, 128 + SIGTERM) << show(first);
+  EXPECT_EQ(second.status.exit_code, 1) << show(second);
+  EXPECT_NE(second.output.find("node 0 received SIGTERM"), std::string::npos) << show(second);
+  EXPECT_EQ(second.output.find("restarting"), std::string::npos) << "an interrupt must not restart";
+  for (size_t i = 0; i < pids.size(); ++i) EXPECT_FALSE(process_exists(pids[i])) << "rank " << i;
+}
+
+TEST(HsgdRunTest, TokenFile_ReachesServerAndWorkers) {
+  const auto dir = unique_temp_dir("hsgd_run_token");
+  const auto token = dir / "token";
+  std::ofstream(token) << "s3cret-token\n";
+  auto result = Command::start({kRun, "--nproc-per-node", "2", "--token-file", token.string(),
+                                "--", kWorker, "allreduce", dir.string()})
+                    .wait(kJobTimeout);
+  ASSERT_TRUE(result.status.success()) << show(result);
+  EXPECT_TRUE(fs::exists(dir / "allreduce_rank1")) << show(result);
 }
 
 }  // namespace

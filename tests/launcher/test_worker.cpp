@@ -3,7 +3,8 @@
 //   launcher_test_worker env DIR           check the torchrun variables, record them in DIR
 //   launcher_test_worker fail-once DIR     rank 1 exits 7 in attempt 0; every run is recorded
 //   launcher_test_worker always-fail       rank 1 exits 3 after printing a marker; others sleep
-//   launcher_test_worker sleep DIR [ignore-term]  record pid in DIR, then sleep 60 s
+//   launcher_test_worker sleep DIR [ignore-term|report]  record pid in DIR, print "ready",
+//                                          sleep 60 s; "report" prints the signal that stops it
 // Exit code 0 = checks passed; anything else = a failure hsgd-run must report.
 
 #include <signal.h>
@@ -21,6 +22,17 @@
 #include "comm/process_group.h"
 
 namespace {
+
+// Async-signal-safe report of the signal hsgd-run forwarded, then exit.
+void report_signal(int sig) {
+  char msg[] = "got signal 00\n";
+  char* end = msg + 11;  // after "got signal "
+  if (sig >= 10) *end++ = static_cast<char>('0' + sig / 10);
+  *end++ = static_cast<char>('0' + sig % 10);
+  *end++ = '\n';
+  (void)!write(STDOUT_FILENO, msg, static_cast<size_t>(end - msg));
+  _exit(0);
+}
 
 int env_int(const char* name) {
   const char* v = std::getenv(name);
@@ -123,7 +135,12 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (mode == "sleep") {
-      if (argc > 3 && std::string(argv[3]) == "ignore-term") signal(SIGTERM, SIG_IGN);
+      const std::string how = argc > 3 ? argv[3] : "";
+      if (how == "ignore-term") signal(SIGTERM, SIG_IGN);
+      if (how == "report") {
+        signal(SIGTERM, report_signal);
+        signal(SIGINT, report_signal);
+      }
       write_file(dir + "/pid_rank" + std::to_string(env_int("RANK")),
                  std::to_string(getpid()) + "\n");
       std::cout << "ready" << std::endl;
