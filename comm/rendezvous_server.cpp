@@ -84,7 +84,17 @@ class RendezvousServer::Impl::Connection : public std::enable_shared_from_this<C
     peer_ = ec ? std::string("unknown peer") : to_string(remote);
   }
 
-  void start() { read_header(); }
+  void start() {
+    // Runs on the strand, like every other handler of this connection.
+    hello_timer_.expires_after(server_.options_.handshake_timeout);
+    hello_timer_.async_wait([self = shared_from_this()](error_code ec) {
+      if (ec || self->handshake_done_ || self->closed_) return;
+      logger()->warn("rendezvous: {} sent no handshake within {} ms; closing", self->peer_,
+                     self->server_.options_.handshake_timeout.count());
+      self->close("handshake timeout");
+    });
+    read_header();
+  }
 
   asio::any_io_executor executor() { return socket_.get_executor(); }
 
@@ -119,6 +129,7 @@ class RendezvousServer::Impl::Connection : public std::enable_shared_from_this<C
     error_code ec;
     socket_.shutdown(tcp::socket::shutdown_both, ec);
     socket_.close(ec);
+    hello_timer_.cancel();
     for (auto& weak : waiters_) {
       if (auto waiter = weak.lock()) server_.state_.drop(waiter);
     }
@@ -206,6 +217,7 @@ class RendezvousServer::Impl::Connection : public std::enable_shared_from_this<C
       return false;  // stop reading; the socket closes once the refusal is written
     }
     handshake_done_ = true;
+    hello_timer_.cancel();
     job_ = hello.job_id();
     logger()->debug("rendezvous: {} joined job '{}'", peer_, job_);
     reply.set_accepted(true);
@@ -246,6 +258,7 @@ class RendezvousServer::Impl::Connection : public std::enable_shared_from_this<C
 
   Impl& server_;
   tcp::socket socket_;
+  asio::steady_timer hello_timer_{socket_.get_executor()};
   std::string peer_;
   // Touched only on the strand.
   std::array<uint8_t, kFrameHeaderBytes> header_{};
@@ -276,6 +289,8 @@ RendezvousServer::Impl::Impl(RendezvousServerOptions options)
   HSGD_CHECK(options_.max_keys_per_request >= 1,
              "RendezvousServer: max_keys_per_request must be positive");
   HSGD_CHECK(!options_.host.empty(), "RendezvousServer: host must not be empty");
+  HSGD_CHECK(options_.handshake_timeout.count() > 0, "RendezvousServer: handshake_timeout ",
+             options_.handshake_timeout.count(), " ms must be positive");
 }
 
 RendezvousServer::Impl::~Impl() { stop(); }

@@ -21,6 +21,7 @@
 //   server.start();                      // bound and listening when it returns
 //   hsgd::comm::TcpStore store({.port = server.port(), .job_id = "job-1"});
 
+#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -35,6 +36,9 @@ struct RendezvousServerOptions {
   size_t max_key_bytes = 4096;
   size_t max_keys_per_request = 65536;
   int threads = 1;  // I/O threads
+  // A connection without a handshake by then is closed (port scanners, stuck clients), so that
+  // stray connections cannot pile up file descriptors.
+  std::chrono::milliseconds handshake_timeout = std::chrono::seconds(60);
 };
 
 class RendezvousServer {

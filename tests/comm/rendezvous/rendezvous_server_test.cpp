@@ -175,6 +175,17 @@ TEST(RendezvousServerTest, MalformedHandshake_ClosesConnection) {
   expect_serves(*server);
 }
 
+TEST(RendezvousServerTest, ConnectionWithoutHandshake_IsClosedAfterHandshakeTimeout) {
+  auto server = start_server({.handshake_timeout = 200ms});
+  RawClient silent(server->host(), server->port());
+  EXPECT_TRUE(silent.closed_by_server());
+  EXPECT_TRUE(eventually([&] { return server->num_connections() == 0; }));
+  // A client that did its handshake is not affected by the timer.
+  TcpStore store(client_options(*server));
+  std::this_thread::sleep_for(400ms);
+  EXPECT_TRUE(store.ping());
+}
+
 TEST(RendezvousServerTest, OversizedFrame_ClosesOnlyThatConnection) {
   auto server = start_server({.max_frame_bytes = 4096});
   TcpStore bystander(client_options(*server));
