@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <memory>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -215,6 +216,35 @@ TEST(RendezvousServerTest, RequestBreakingKeyLimit_GetsInvalidArgumentAndConnect
   ASSERT_TRUE(frame.has_value());
   ASSERT_TRUE(response.ParseFromString(*frame));
   EXPECT_EQ(response.status(), proto::STATUS_OK);
+}
+
+// Random bytes after a valid handshake: each frame either fails to parse (connection closed) or
+// parses as some request (answered, possibly INVALID_ARGUMENT). Either way the server survives.
+TEST(RendezvousServerTest, RandomFrames_ServerSurvives) {
+  auto server = start_server({.max_frame_bytes = 4096});
+  std::mt19937 rng(12345);
+  for (int round = 0; round < 200; ++round) {
+    RawClient raw(server->host(), server->port());
+    ASSERT_TRUE(raw.hello("fuzz").accepted());
+    std::string payload(std::uniform_int_distribution<int>(0, 300)(rng), '\0');
+    for (auto& c : payload) c = static_cast<char>(std::uniform_int_distribution<int>(0, 255)(rng));
+    raw.send_frame(payload);
+  }
+  expect_serves(*server);
+  EXPECT_TRUE(eventually([&] { return server->num_pending_waits() == 0; }));
+}
+
+TEST(RendezvousServerTest, ReplyOverFrameLimit_GetsInvalidArgument) {
+  auto server = start_server({.max_frame_bytes = 4096});
+  TcpStore store(client_options(*server));
+  for (const char* key : {"a", "b", "c"}) store.set(key, Bytes(2000, 'x'));
+  try {
+    store.multi_get({"a", "b", "c"}, 5s);
+    FAIL() << "a 6 kB reply cannot fit a 4 kB frame";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("frame limit of 4096"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(store.get("a", 5s).size(), 2000u);
 }
 
 TEST(RendezvousServerTest, WrongArity_GetsInvalidArgument) {
