@@ -1,0 +1,60 @@
+// Micro-benchmark of the tensor ops (not a test; nothing asserts on time). Prints ms per call;
+// ops_bench_torch.py prints the same table for PyTorch. Single-threaded comparison:
+//   OPENBLAS_NUM_THREADS=1 build-a/tests/framework/tensor/ops_bench
+//   OMP_NUM_THREADS=1 /usr/bin/python3 tests/framework/tensor/ops_bench_torch.py
+
+#include <cblas.h>
+
+#include <chrono>
+#include <cstdio>
+#include <functional>
+
+#include "framework/hsgd.h"
+
+namespace {
+
+// Mean wall time of f over reps calls, after one warm-up call.
+double time_ms(const std::function<void()>& f, int reps = 20) {
+  f();
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < reps; ++i) f();
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  return std::chrono::duration<double, std::milli>(elapsed).count() / reps;
+}
+
+void row(const char* name, const std::function<void()>& f) {
+  std::printf("%-40s %10.3f ms\n", name, time_ms(f));
+}
+
+}  // namespace
+
+int main() {
+  using namespace hsgd;
+  std::printf("openblas core: %s, threads %d\n", openblas_get_corename(),
+              openblas_get_num_threads());
+  Generator gen(0);
+  // MLP 784-512-256-10 on a batch of 128.
+  Tensor x = randn({128, 784}, gen);
+  Tensor w1 = randn({512, 784}, gen).set_requires_grad(true);
+  Tensor b1 = randn({512}, gen).set_requires_grad(true);
+  Tensor w2 = randn({256, 512}, gen).set_requires_grad(true);
+  Tensor b2 = randn({256}, gen).set_requires_grad(true);
+  Tensor w3 = randn({10, 256}, gen).set_requires_grad(true);
+  Tensor b3 = randn({10}, gen).set_requires_grad(true);
+  std::vector<int64_t> targets(128);
+  for (int i = 0; i < 128; ++i) targets[i] = i % 10;
+  Tensor a = randn({512, 512}, gen), b = randn({512, 512}, gen);
+  Tensor big = randn({128, 64, 16, 16}, gen), bias = randn({64, 1, 1}, gen);  // 2M elements
+
+  row("matmul 512x512x512", [&] { matmul(a, b); });
+  row("matmul 512x512x512 (a^T b^T views)", [&] { matmul(a.t(), b.t()); });
+  row("add same shape 2M", [&] { add(big, big); });
+  row("add bias (128,64,16,16)+(64,1,1)", [&] { add(big, bias); });
+  row("relu 2M", [&] { relu(big); });
+  row("sum 2M", [&] { sum(big); });
+  row("mlp fwd+bwd 128x784-512-256-10", [&] {
+    Tensor h = relu(linear(x, w1, b1));
+    h = relu(linear(h, w2, b2));
+    cross_entropy(linear(h, w3, b3), targets).backward();
+  });
+}

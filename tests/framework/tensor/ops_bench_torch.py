@@ -1,0 +1,22 @@
+# PyTorch counterpart of ops_bench.cpp (same shapes, same table).
+import time, torch
+torch.manual_seed(0)
+print("torch", torch.__version__, "threads", torch.get_num_threads())
+def tm(f, reps=20):
+    f(); t0 = time.perf_counter()
+    for _ in range(reps): f()
+    return (time.perf_counter() - t0) / reps * 1e3
+x = torch.randn(128, 784); w1 = torch.randn(512, 784, requires_grad=True); b1 = torch.randn(512, requires_grad=True)
+w2 = torch.randn(256, 512, requires_grad=True); b2 = torch.randn(256, requires_grad=True)
+w3 = torch.randn(10, 256, requires_grad=True); b3 = torch.randn(10, requires_grad=True)
+t = torch.arange(128) % 10
+a = torch.randn(512, 512); b = torch.randn(512, 512)
+big = torch.randn(128, 64, 16, 16); bias = torch.randn(64, 1, 1)
+F = torch.nn.functional
+def mlp():
+    h = F.relu(F.linear(x, w1, b1)); h = F.relu(F.linear(h, w2, b2))
+    F.cross_entropy(F.linear(h, w3, b3), t).backward()
+for name, f in [("matmul 512x512x512", lambda: a @ b), ("matmul 512x512x512 (a^T b^T views)", lambda: a.t() @ b.t()),
+                ("add same shape 2M", lambda: big + big), ("add bias (128,64,16,16)+(64,1,1)", lambda: big + bias),
+                ("relu 2M", lambda: F.relu(big)), ("sum 2M", lambda: big.sum()), ("mlp fwd+bwd 128x784-512-256-10", mlp)]:
+    print("%-40s %10.3f ms" % (name, tm(f)))
