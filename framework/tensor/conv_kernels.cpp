@@ -61,10 +61,12 @@ void for_each_unfolded_row(const Conv2dGeometry& g, RowFn&& fn) {
 }
 
 // With stride 1 the input gradient is itself a convolution: gy, padded by k-1-p, correlated
-// with the kernel flipped in both axes and with input and output channels swapped. That replaces
-// col2im's scattered adds by im2col's copies and reuses the blocked forward pass. (Padding
-// p >= k would need negative padding; such convs take the col2im path.) Its gemm has only C
-// rows, so few input channels (an RGB stem) fold instead.
+// with the kernel flipped in both axes and with input and output channels swapped. The unfold
+// of gy this needs, U (O*kh*kw, H*W), also yields the weight gradient, since
+//   gw[o,c,kh-1-i,kw-1-j] = sum over samples of (x_n (C, H*W) * U_n^T)[c, (o,i,j)],
+// so one im2col serves both gradients (the col2im path needs two unfolds and a scatter-add).
+// Padding p >= k would need negative padding; such convs fold instead, as do convs with few
+// input channels (an RGB stem), whose gx gemm would have only C rows.
 constexpr int64_t kMinChannelsForTransposedConv = 16;
 
 bool input_grad_is_conv(const Conv2dGeometry& g) {
@@ -72,24 +74,81 @@ bool input_grad_is_conv(const Conv2dGeometry& g) {
          g.c >= kMinChannelsForTransposedConv;
 }
 
-// gx (N,C,H,W) = conv2d(gy (N,O,OH,OW), flipped (C,O,kh,kw), padding k-1-p).
-void input_grad_by_transposed_conv(const float* w, const float* gy, const Conv2dGeometry& g,
-                                   float* gx) {
-  const int64_t kh = g.kh, kw = g.kw;
-  auto flipped = std::make_unique_for_overwrite<float[]>(g.o * g.col_rows());
+// Copies samples [n0, n0+nb) of t (N,K,plane) into wide (K, nb*plane), the layout a blocked
+// gemm reads, and scatter_block copies such a result back.
+void gather_block(const float* t, int64_t k, int64_t plane, int64_t n0, int64_t nb, float* wide) {
+  const int64_t ld = nb * plane;
+  for (int64_t s = 0; s < nb; ++s) {
+    for (int64_t r = 0; r < k; ++r) {
+      std::memcpy(wide + r * ld + s * plane, t + ((n0 + s) * k + r) * plane, sizeof(float) * plane);
+    }
+  }
+}
+
+void scatter_block(const float* wide, int64_t k, int64_t plane, int64_t n0, int64_t nb, float* t) {
+  const int64_t ld = nb * plane;
+  for (int64_t s = 0; s < nb; ++s) {
+    for (int64_t r = 0; r < k; ++r) {
+      std::memcpy(t + ((n0 + s) * k + r) * plane, wide + r * ld + s * plane, sizeof(float) * plane);
+    }
+  }
+}
+
+// gx (N,C,H,W) and, if gw is not null, gw (O,C,kh,kw) of a conv with input_grad_is_conv(g).
+void conv2d_backward_by_transposed_conv(const float* x, const float* w, const float* gy,
+                                        const Conv2dGeometry& g, float* gx, float* gw) {
+  const int64_t kh = g.kh, kw = g.kw, taps = kh * kw;
+  // t: the convolution of gy (N,O,OH,OW) with flipped (C,O,kh,kw) that produces gx (N,C,H,W).
+  const Conv2dGeometry t =
+      make_conv2d_geometry(g.n, g.o, g.oh, g.ow, g.c, kh, kw, 1, 1, kh - 1 - g.ph, kw - 1 - g.pw);
+  const int64_t rows = t.col_rows(), plane = t.out_plane();  // O*kh*kw, H*W
+  const int64_t gy_size = g.o * g.out_plane(), x_size = g.c * plane;
+
+  // flipped[c, (o,i,j)] = w[o, c, kh-1-i, kw-1-j]
+  auto flipped = std::make_unique_for_overwrite<float[]>(g.c * rows);
   for (int64_t oc = 0; oc < g.o; ++oc) {
     for (int64_t c = 0; c < g.c; ++c) {
-      for (int64_t i = 0; i < kh; ++i) {
-        for (int64_t j = 0; j < kw; ++j) {
-          flipped[((c * g.o + oc) * kh + i) * kw + j] =
-              w[((oc * g.c + c) * kh + (kh - 1 - i)) * kw + (kw - 1 - j)];
+      for (int64_t k = 0; k < taps; ++k) {
+        flipped[c * rows + oc * taps + k] = w[(oc * g.c + c) * taps + (taps - 1 - k)];
+      }
+    }
+  }
+  const int64_t block = samples_per_block(t);
+  // col is U for a block, (O*kh*kw, block*H*W); wide holds gx or x of a block as (C, block*H*W);
+  // gw_t accumulates gw as (O*kh*kw, C) with flipped taps (the fast gemm shape, see below).
+  auto col = std::make_unique_for_overwrite<float[]>(rows * block * plane);
+  std::unique_ptr<float[]> wide, gw_t;
+  if (block > 1) wide = std::make_unique_for_overwrite<float[]>(g.c * block * plane);
+  if (gw != nullptr) gw_t = std::make_unique_for_overwrite<float[]>(rows * g.c);
+
+  for (int64_t n0 = 0; n0 < g.n; n0 += block) {
+    const int64_t nb = std::min(block, g.n - n0);
+    const int64_t ld = nb * plane;
+    for (int64_t s = 0; s < nb; ++s) im2col(gy + (n0 + s) * gy_size, t, col.get() + s * plane, ld);
+    // gx block (C, ld) = flipped (C, rows) * col (rows, ld)
+    float* gx_out = nb == 1 ? gx + n0 * x_size : wide.get();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g.c, ld, rows, 1.0f, flipped.get(), rows,
+                col.get(), ld, 0.0f, gx_out, ld);
+    if (nb > 1) scatter_block(wide.get(), g.c, plane, n0, nb, gx);
+    if (gw == nullptr) continue;
+    const float* x_block = x + n0 * x_size;
+    if (nb > 1) {
+      gather_block(x, g.c, plane, n0, nb, wide.get());
+      x_block = wide.get();
+    }
+    // gw_t (rows, C) (+)= col (rows, ld) * x_block^T (ld, C)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, g.c, ld, 1.0f, col.get(), ld,
+                x_block, ld, n0 == 0 ? 0.0f : 1.0f, gw_t.get(), g.c);
+  }
+  if (gw != nullptr) {
+    for (int64_t oc = 0; oc < g.o; ++oc) {
+      for (int64_t c = 0; c < g.c; ++c) {
+        for (int64_t k = 0; k < taps; ++k) {
+          gw[(oc * g.c + c) * taps + (taps - 1 - k)] = gw_t[(oc * taps + k) * g.c + c];
         }
       }
     }
   }
-  const Conv2dGeometry t =
-      make_conv2d_geometry(g.n, g.o, g.oh, g.ow, g.c, kh, kw, 1, 1, kh - 1 - g.ph, kw - 1 - g.pw);
-  conv2d_forward(gy, flipped.get(), nullptr, t, gx);
 }
 
 // im2col for stride 1 with "same" width (OW == W, e.g. 3x3 with padding 1), the bulk of a
@@ -212,14 +271,7 @@ void conv2d_forward(const float* x, const float* w, const float* b, const Conv2d
     // out (O, ld) = w (O, rows) * a (rows, ld)
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g.o, ld, rows, 1.0f, w, rows, a, ld,
                 0.0f, out, ld);
-    if (nb > 1) {
-      for (int64_t s = 0; s < nb; ++s) {
-        for (int64_t oc = 0; oc < g.o; ++oc) {
-          std::memcpy(y + (n0 + s) * y_size + oc * plane, out + oc * ld + s * plane,
-                      sizeof(float) * plane);
-        }
-      }
-    }
+    if (nb > 1) scatter_block(out, g.o, plane, n0, nb, y);
   }
   if (b != nullptr) {
     for (int64_t s = 0; s < g.n; ++s) {
@@ -250,10 +302,11 @@ void conv2d_backward(const float* x, const float* w, const float* gy, const Conv
       gb[oc] = static_cast<float>(total);
     }
   }
-  const bool gx_by_conv = gx != nullptr && input_grad_is_conv(g);
-  if (gx_by_conv) input_grad_by_transposed_conv(w, gy, g, gx);
-  const bool gx_by_fold = gx != nullptr && !gx_by_conv;
-  if (!gx_by_fold && gw == nullptr) return;
+  if (gx != nullptr && input_grad_is_conv(g)) {
+    conv2d_backward_by_transposed_conv(x, w, gy, g, gx, gw);
+    return;
+  }
+  if (gx == nullptr && gw == nullptr) return;
 
   const int64_t block = samples_per_block(g);
   const bool direct = block == 1 && g.is_pointwise();
@@ -272,12 +325,7 @@ void conv2d_backward(const float* x, const float* w, const float* gy, const Conv
     const int64_t ld = nb * plane;
     const float* gy_block = gy + n0 * y_size;
     if (nb > 1) {
-      for (int64_t s = 0; s < nb; ++s) {
-        for (int64_t oc = 0; oc < g.o; ++oc) {
-          std::memcpy(wide.get() + oc * ld + s * plane, gy + (n0 + s) * y_size + oc * plane,
-                      sizeof(float) * plane);
-        }
-      }
+      gather_block(gy, g.o, plane, n0, nb, wide.get());
       gy_block = wide.get();
     }
     if (gw != nullptr) {
@@ -292,7 +340,7 @@ void conv2d_backward(const float* x, const float* w, const float* gy, const Conv
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, g.o, ld, 1.0f, a, ld, gy_block, ld,
                   n0 == 0 ? 0.0f : 1.0f, gw_t.get(), g.o);
     }
-    if (gx_by_fold) {
+    if (gx != nullptr) {
       float* gx_block = gx + n0 * x_size;
       if (direct) {
         // gx_n (C, H*W) = w^T (C, O) * gy_n (O, H*W)
