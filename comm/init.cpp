@@ -179,6 +179,7 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
     pg.device = gloo::transport::tcp::CreateDevice(attr);
   }
   pg.resources = server;
+  pg.allreduce_algorithm = options.allreduce_algorithm;
   return std::make_shared<ProcessGroup>(std::move(pg));
 }
 

@@ -16,6 +16,7 @@
 namespace hsgd::comm {
 
 class ProcessGroup;
+enum class AllreduceAlgorithm;
 
 struct InitOptions {
   int rank = 0;
@@ -39,6 +40,7 @@ struct InitOptions {
   // master_addr:master_port (torch's env:// behaviour). from_env() clears it when the job was
   // launched by hsgd-run (HSGD_RUN_ID set), which runs the server itself.
   bool embedded_server = true;
+  AllreduceAlgorithm allreduce_algorithm{};  // kAuto; see process_group.h
 
   // Reads RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
   // HSGD_RDZV_TOKEN, HSGD_SOCKET_IFNAME, HSGD_RUN_ID, HSGD_RESTART_COUNT, HSGD_JOB_ID and

@@ -1,6 +1,7 @@
 #include "comm/process_group.h"
 
 #include <algorithm>
+#include <limits>
 #include <list>
 #include <map>
 #include <tuple>
@@ -8,6 +9,7 @@
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/allreduce_halving_doubling.h>
+#include <gloo/allreduce_ring_chunked.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/math.h>
@@ -18,15 +20,30 @@
 #include "comm/gloo_store.h"
 #include "comm/log.h"
 
-// ---- algorithm choice ----
-// Allreduce of at most kSmallAllreduceBytes runs Gloo's AllreduceHalvingDoubling (2*log2(p)
-// messages per rank) on a group-owned copy of the buffer; the algorithm object is built once per
-// (type, count, op) and cached, because building one allocates Gloo buffers. Larger buffers run
-// Gloo's ring allreduce (gloo::allreduce, reduce-scatter + allgather in 1 MiB segments) directly
-// on the caller's memory: no copy, and 2*(p-1)/p of the data crosses each link, which is optimal.
-// Measured with apps/bench/allreduce_bench (loopback, 2 cores, medians), see the README table.
+// ---- algorithm choice (kAuto) ----
+// Allreduce of at most kSmallAllreduceBytes runs Gloo's AllreduceHalvingDoubling (2 log2(p)
+// messages per rank), larger buffers AllreduceRingChunked (pipelined ring: 2 (p-1)/p of the data
+// crosses each link, which is optimal). Both are Gloo's "pinned buffer" algorithms: a sender
+// writes straight into a slot the receiver registered once, so there is no per-message
+// handshake. They are built once per (type, count, op) over a group-owned buffer and cached;
+// the caller's data is copied in and out (two memcpy, a few percent of the transfer time at
+// loopback speed). Gloo's newer gloo::allreduce ring (kRing) works on the caller's memory, but
+// every segment needs a receive-ready round trip first: on this machine (loopback, 2 cores,
+// allreduce_bench medians) it was ~4x slower than the pinned algorithms at 1 MiB.
+// The 64 KiB crossover: below it halving-doubling wins (fewer, latency-bound steps); above,
+// ring-chunked (bandwidth-bound); see the allreduce_bench table in the report/README.
 
 namespace hsgd::comm {
+
+const char* to_string(AllreduceAlgorithm algorithm) {
+  switch (algorithm) {
+    case AllreduceAlgorithm::kAuto: return "auto";
+    case AllreduceAlgorithm::kHalvingDoubling: return "halving-doubling";
+    case AllreduceAlgorithm::kRingChunked: return "ring-chunked";
+    case AllreduceAlgorithm::kRing: return "ring";
+  }
+  return "?";
+}
 
 const char* to_string(ReduceOp op) {
   switch (op) {
@@ -39,8 +56,6 @@ const char* to_string(ReduceOp op) {
 }
 
 namespace {
-
-constexpr size_t kSmallCacheEntries = 32;
 
 template <typename T>
 using ReduceFn = void (*)(void*, const void*, const void*, size_t);
@@ -80,45 +95,61 @@ std::string format_ranks(const std::vector<int>& ranks) {
 
 }  // namespace
 
-// Halving-doubling allreduce objects for small buffers, least recently used evicted first. The
+// Gloo algorithm objects with the buffer they reduce, least recently used evicted first. The
 // sequence of (type, count, op) is the same on every rank (the group contract), so hits, misses
 // and evictions, and with them Gloo's slot numbers, agree across ranks.
-struct ProcessGroup::SmallAllreduceCache {
+struct ProcessGroup::AlgorithmCache {
   struct Entry {
     std::vector<double> storage;  // the buffer the algorithm reduces (double keeps alignment)
     std::unique_ptr<gloo::Algorithm> algorithm;
+    size_t bytes = 0;
   };
-  using Key = std::tuple<char, size_t, ReduceOp>;
+  using Key = std::tuple<char, size_t, ReduceOp, AllreduceAlgorithm>;
 
   template <typename T>
-  Entry& get(const std::shared_ptr<gloo::Context>& context, size_t count, ReduceOp op) {
+  Entry& get(const std::shared_ptr<gloo::Context>& context, size_t count, ReduceOp op,
+             AllreduceAlgorithm algorithm) {
     const ReduceOp algo_op = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
-    const Key key{sizeof(T) == 4 ? 'f' : 'd', count, algo_op};
+    const Key key{sizeof(T) == 4 ? 'f' : 'd', count, algo_op, algorithm};
     auto it = entries.find(key);
     if (it != entries.end()) {
       lru.splice(lru.begin(), lru, it->second.first);
       return it->second.second;
     }
-    if (entries.size() >= kSmallCacheEntries) {
-      entries.erase(lru.back());
+    const size_t bytes = count * sizeof(T);
+    while (!lru.empty() && (entries.size() >= kMaxEntries || total_bytes + bytes > kAllreduceCacheBytes)) {
+      auto victim = entries.find(lru.back());
+      total_bytes -= victim->second.second.bytes;
+      entries.erase(victim);
       lru.pop_back();
     }
     lru.push_front(key);
     Entry entry;
-    entry.storage.resize((count * sizeof(T) + sizeof(double) - 1) / sizeof(double) + 1);
+    entry.bytes = bytes;
+    entry.storage.resize((bytes + sizeof(double) - 1) / sizeof(double) + 1);
     T* ptr = reinterpret_cast<T*>(entry.storage.data());
-    entry.algorithm = std::make_unique<gloo::AllreduceHalvingDoubling<T>>(
-        context, std::vector<T*>{ptr}, static_cast<int>(count), reduction_function<T>(algo_op));
+    const std::vector<T*> ptrs{ptr};
+    const int n = static_cast<int>(count);
+    if (algorithm == AllreduceAlgorithm::kHalvingDoubling) {
+      entry.algorithm = std::make_unique<gloo::AllreduceHalvingDoubling<T>>(
+          context, ptrs, n, reduction_function<T>(algo_op));
+    } else {
+      entry.algorithm = std::make_unique<gloo::AllreduceRingChunked<T>>(
+          context, ptrs, n, reduction_function<T>(algo_op));
+    }
+    total_bytes += bytes;
     return entries.emplace(key, std::make_pair(lru.begin(), std::move(entry)))
         .first->second.second;
   }
 
+  static constexpr size_t kMaxEntries = 64;
+  size_t total_bytes = 0;
   std::list<Key> lru;  // most recent first
   std::map<Key, std::pair<std::list<Key>::iterator, Entry>> entries;
 };
 
 ProcessGroup::ProcessGroup(Options options)
-    : options_(std::move(options)), small_cache_(std::make_unique<SmallAllreduceCache>()) {
+    : options_(std::move(options)), algorithm_cache_(std::make_unique<AlgorithmCache>()) {
   HSGD_CHECK(options_.store != nullptr, "ProcessGroup '", options_.name,
              "': a store is required");
   HSGD_CHECK(!options_.ranks.empty(), "ProcessGroup '", options_.name,
@@ -141,7 +172,7 @@ ProcessGroup::~ProcessGroup() {
   wake_.notify_all();
   if (worker_.joinable()) worker_.join();
   // Algorithms hold buffers registered with the context's pairs: destroy them first.
-  small_cache_.reset();
+  algorithm_cache_.reset();
 }
 
 void ProcessGroup::connect() {
@@ -189,6 +220,12 @@ std::shared_ptr<Work> ProcessGroup::enqueue(std::string what,
   std::shared_ptr<Work> work;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (shut_down_) {
+      work = std::make_shared<Work>(what + " of group '" + options_.name + "'");
+      work->finish(std::make_exception_ptr(CommError(detail::str_cat(
+          what, " of group '", options_.name, "' was not run: the group was shut down"))));
+      return work;
+    }
     const uint64_t seq = next_seq_++;
     what += " #" + std::to_string(seq);
     work = std::make_shared<Work>(what + " of group '" + options_.name + "'");
@@ -274,6 +311,37 @@ std::string ProcessGroup::diagnose_failure(uint64_t seq) {
   }
 }
 
+void ProcessGroup::shutdown(Duration timeout) {
+  auto last = enqueue("shutdown drain", [](uint32_t) {});
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    shut_down_ = true;
+  }
+  try {
+    last->wait(timeout);
+  } catch (const Timeout&) {
+    throw;
+  } catch (const Error&) {
+    // A broken group: its earlier failure was reported to whoever waited on it. Still meet the
+    // peers, so the live ones do not exit under each other.
+  }
+  const std::string base = options_.key_prefix + "shutdown/";
+  options_.store->set(base + std::to_string(rank()), to_bytes("1"));
+  std::vector<std::string> keys;
+  for (int r = 0; r < size(); ++r) keys.push_back(base + std::to_string(r));
+  try {
+    options_.store->wait(keys, timeout);
+  } catch (const Timeout&) {
+    std::vector<int> missing;
+    for (int r = 0; r < size(); ++r) {
+      if (!options_.store->check({keys[static_cast<size_t>(r)]})) missing.push_back(r);
+    }
+    HSGD_THROW(Timeout, "ProcessGroup::shutdown of group '", options_.name, "' (rank ", rank(),
+               " of ", size(), "): ranks ", format_ranks(missing), " did not arrive within ",
+               timeout.count(), " ms");
+  }
+}
+
 // ---- collectives ----
 
 template <typename T>
@@ -283,8 +351,17 @@ std::shared_ptr<Work> ProcessGroup::allreduce_impl(std::span<T> data, ReduceOp o
                                      ")");
   return enqueue(std::move(what), [this, data, op](uint32_t tag) {
     if (size() == 1 || data.empty()) return;
-    if (data.size_bytes() <= kSmallAllreduceBytes) {
-      auto& entry = small_cache_->get<T>(context_, data.size(), op);
+    AllreduceAlgorithm algorithm = options_.allreduce_algorithm;
+    if (algorithm == AllreduceAlgorithm::kAuto) {
+      algorithm = data.size_bytes() <= kSmallAllreduceBytes ? AllreduceAlgorithm::kHalvingDoubling
+                                                            : AllreduceAlgorithm::kRingChunked;
+    }
+    if (data.size_bytes() > kAllreduceCacheBytes ||
+        data.size() > static_cast<size_t>(std::numeric_limits<int>::max())) {
+      algorithm = AllreduceAlgorithm::kRing;
+    }
+    if (algorithm != AllreduceAlgorithm::kRing) {
+      auto& entry = algorithm_cache_->get<T>(context_, data.size(), op, algorithm);
       T* buffer = reinterpret_cast<T*>(entry.storage.data());
       std::copy(data.begin(), data.end(), buffer);
       entry.algorithm->run();

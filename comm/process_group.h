@@ -52,10 +52,24 @@ namespace hsgd::comm {
 enum class ReduceOp { kSum, kAvg, kMin, kMax };
 const char* to_string(ReduceOp op);
 
-// Buffers of at most this many bytes are allreduced with Gloo's halving-doubling algorithm
-// (log2(p) rounds: latency-bound messages), larger ones with Gloo's ring (bandwidth-optimal,
-// zero-copy). See process_group.cpp for the measurements behind the number.
+// Which Gloo algorithm allreduce uses (like NCCL_ALGO). kAuto picks by size; the others exist
+// for benchmarks and for working around a slow path on unusual networks.
+enum class AllreduceAlgorithm {
+  kAuto,
+  kHalvingDoubling,  // gloo::AllreduceHalvingDoubling: 2 log2(p) steps, for small buffers
+  kRingChunked,      // gloo::AllreduceRingChunked: pipelined ring, bandwidth-optimal
+  kRing,             // gloo::allreduce ring on the caller's memory (no copy, no cached state)
+};
+const char* to_string(AllreduceAlgorithm algorithm);
+
+// kAuto: buffers of at most this many bytes use halving-doubling, larger ones ring-chunked.
+// See process_group.cpp for the measurements behind the number.
 inline constexpr size_t kSmallAllreduceBytes = 64 * 1024;
+// The halving-doubling and ring-chunked algorithm objects are built once per (type, count, op)
+// over a group-owned buffer (the caller's data is copied in and out) and cached, least recently
+// used first out, up to this many buffer bytes. A buffer larger than the whole cache runs
+// kRing on the caller's memory instead.
+inline constexpr size_t kAllreduceCacheBytes = 256u << 20;
 
 class ProcessGroup {
  public:
@@ -71,6 +85,7 @@ class ProcessGroup {
     // Kept alive as long as the group (e.g. the embedded rendezvous server of rank 0);
     // subgroups share their parent's.
     std::shared_ptr<void> resources = nullptr;
+    AllreduceAlgorithm allreduce_algorithm = AllreduceAlgorithm::kAuto;  // subgroups inherit it
   };
 
   // Connects to every other member (blocks until all arrived). Throws hsgd::Timeout naming the
@@ -108,12 +123,21 @@ class ProcessGroup {
   // Completes once every rank of the group has called barrier().
   std::shared_ptr<Work> barrier();
 
+  // Call before the process exits (like torch's destroy_process_group). Waits for the queued
+  // collectives, then meets the other members through the store (not through Gloo). A rank that
+  // exits right after its last collective can close a connection on which a slower peer still
+  // sends the tail of that collective, making the peer fail; after shutdown() no member has a
+  // Gloo message in flight. Blocking and collective; throws hsgd::Timeout naming the members
+  // that did not arrive. Collectives queued afterwards fail with hsgd::CommError.
+  void shutdown(Duration timeout = kDefaultTimeout);
+
   // ---- for new_group() ----
   // The id of the next child group; every member calls new_group in the same order, so the
   // same child gets the same id (and key prefix) on every rank.
   int64_t next_child_id() { return next_child_id_++; }
   const std::shared_ptr<gloo::transport::Device>& device() const { return options_.device; }
   const std::shared_ptr<void>& resources() const { return options_.resources; }
+  AllreduceAlgorithm allreduce_algorithm() const { return options_.allreduce_algorithm; }
 
  private:
   struct Task {
@@ -122,7 +146,7 @@ class ProcessGroup {
     uint64_t seq = 0;
     std::function<void(uint32_t tag)> run;
   };
-  struct SmallAllreduceCache;  // halving-doubling algorithms kept per (type, count, op)
+  struct AlgorithmCache;  // Gloo algorithm objects kept per (type, count, op, algorithm)
 
   std::shared_ptr<Work> enqueue(std::string what, std::function<void(uint32_t tag)> run);
   void worker_loop();
@@ -144,7 +168,7 @@ class ProcessGroup {
   std::atomic<int64_t> next_child_id_{0};
 
   // Used only by the worker thread.
-  std::unique_ptr<SmallAllreduceCache> small_cache_;
+  std::unique_ptr<AlgorithmCache> algorithm_cache_;
   std::exception_ptr broken_;  // first failure; later collectives fail fast
   std::string broken_what_;
 
@@ -153,6 +177,7 @@ class ProcessGroup {
   std::deque<Task> queue_;  // guarded by mu_
   uint64_t next_seq_ = 0;   // guarded by mu_
   bool stopping_ = false;   // guarded by mu_
+  bool shut_down_ = false;  // guarded by mu_
   std::thread worker_;      // started last in the constructor
 };
 

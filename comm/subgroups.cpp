@@ -38,6 +38,7 @@ std::shared_ptr<ProcessGroup> make_group(const std::shared_ptr<ProcessGroup>& pa
   options.timeout = parent->timeout();
   options.device = parent->device();
   options.resources = parent->resources();
+  options.allreduce_algorithm = parent->allreduce_algorithm();
   return std::make_shared<ProcessGroup>(std::move(options));
 }
 

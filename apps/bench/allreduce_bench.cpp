@@ -1,6 +1,7 @@
 // allreduce_bench: latency and bus bandwidth of allreduce against message size, at several world
 // sizes, for
 //   hsgd   - hsgd::comm::ProcessGroup::allreduce (worker thread, size-based algorithm choice)
+//   hsgd-ring - the same forced to AllreduceAlgorithm::kRing (Gloo's zero-copy unbound ring)
 //   ring / chunked / hd - Gloo's algorithm objects driven directly (gloo::AllreduceRing,
 //            AllreduceRingChunked, AllreduceHalvingDoubling), built once per size, run() in a loop
 //   torch  - PyTorch dist.all_reduce on gloo (apps/bench/allreduce_bench_torch.py, /usr/bin/python3)
@@ -38,8 +39,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 namespace comm = hsgd::comm;
 
-const char* const kImpls[] = {"hsgd", "ring", "chunked", "hd"};
-
 struct Row {
   std::map<std::string, double> median_us;  // impl -> median time
 };
@@ -75,6 +74,13 @@ void run_rank(int rank, int world, const std::filesystem::path& dir,
   auto store = std::make_shared<comm::FileStore>(dir);
   auto pg = comm::init_process_group(
       {.rank = rank, .world_size = world, .store = store, .timeout = std::chrono::seconds(120)});
+  // hsgd forced to Gloo's unbound-buffer ring (zero copy), to document the kAuto choice.
+  auto pg_ring = comm::init_process_group({.rank = rank,
+                                           .world_size = world,
+                                           .store = store,
+                                           .key_prefix = "ring/",
+                                           .timeout = std::chrono::seconds(120),
+                                           .allreduce_algorithm = comm::AllreduceAlgorithm::kRing});
   // Raw Gloo: its own context of the same type (rendezvous::Context over TCP), own device.
   gloo::transport::tcp::attr attr;
   attr.hostname = "127.0.0.1";
@@ -92,6 +98,8 @@ void run_rank(int rank, int world, const std::filesystem::path& dir,
     std::vector<float> data(n, 1.0f);
     std::map<std::string, double> t;
     t["hsgd"] = time_median(iters, [&] { pg->allreduce(std::span<float>(data))->wait(); });
+    t["hsgd_ring"] =
+        time_median(iters, [&] { pg_ring->allreduce(std::span<float>(data))->wait(); });
     const std::vector<float*> ptrs{data.data()};
     {
       gloo::AllreduceRing<float> algo(context, ptrs, static_cast<int>(n));
@@ -223,8 +231,9 @@ int main(int argc, char** argv) {
   }
 
   std::printf("allreduce_bench: float32 sum on 127.0.0.1, medians of rank 0 (us), busbw GB/s\n");
-  std::printf("%5s %9s | %9s %9s %9s %9s %9s | %8s %8s | %10s %10s\n", "ranks", "bytes", "hsgd",
-              "ring", "chunked", "hd", "torch", "hsgd bw", "gloo bw", "hsgd/gloo", "torch/hsgd");
+  std::printf("%5s %9s | %9s %9s | %9s %9s %9s | %9s | %8s %8s | %9s %10s\n", "ranks", "bytes",
+              "hsgd", "hsgd-ring", "ring", "chunked", "hd", "torch", "hsgd bw", "gloo bw",
+              "hsgd/gloo", "torch/hsgd");
   for (int world : worlds) {
     const auto out = std::filesystem::temp_directory_path() /
                      ("hsgd_allreduce_bench_" + std::to_string(::getpid()) + ".txt");
@@ -247,9 +256,9 @@ int main(int argc, char** argv) {
       const double factor = 2.0 * (world - 1) / world;
       auto busbw = [&](double time_us) { return b / (time_us * 1e-6) * factor / 1e9; };
       const double torch_us = torch.count(b) ? torch.at(b) : 0.0;
-      std::printf("%5d %9s | %9.1f %9.1f %9.1f %9.1f %9.1f | %8.3f %8.3f | %10.3f %10.3f\n",
-                  world, human_bytes(b).c_str(), t["hsgd"], t["ring"], t["chunked"], t["hd"],
-                  torch_us, busbw(t["hsgd"]), busbw(best_gloo), t["hsgd"] / best_gloo,
+      std::printf("%5d %9s | %9.1f %9.1f | %9.1f %9.1f %9.1f | %9.1f | %8.3f %8.3f | %9.3f %10.3f\n",
+                  world, human_bytes(b).c_str(), t["hsgd"], t["hsgd_ring"], t["ring"], t["chunked"],
+                  t["hd"], torch_us, busbw(t["hsgd"]), busbw(best_gloo), t["hsgd"] / best_gloo,
                   torch_us > 0 ? torch_us / t["hsgd"] : 0.0);
       std::fflush(stdout);
     }

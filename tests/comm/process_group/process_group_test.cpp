@@ -116,6 +116,7 @@ TEST_P(CollectivesTest, AllOpsMatchClosedForm) {
       check_allgather(*pg, n < 1000000 ? n : 1000);
       pg->barrier()->wait();
     }
+    pg->shutdown(std::chrono::seconds(30));
   });
   EXPECT_RANKS_OK(result);
   std::filesystem::remove_all(dir);
@@ -123,6 +124,35 @@ TEST_P(CollectivesTest, AllOpsMatchClosedForm) {
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, CollectivesTest, ::testing::Range(1, 9),
                          [](const auto& info) { return "world" + std::to_string(info.param); });
+
+// Every algorithm kAuto may choose, forced at every size, incl. non-power-of-two worlds for
+// halving-doubling, and repeated calls (cached algorithm objects) with changing inputs.
+TEST(ProcessGroupTest, EveryAllreduceAlgorithmAtEverySize) {
+  for (int world : {3, 4}) {
+    const auto dir = unique_temp_dir("algorithms");
+    auto result = run_ranks(world, std::chrono::seconds(60), [&](int rank) {
+      auto store = std::make_shared<FileStore>(dir);
+      for (auto algorithm : {AllreduceAlgorithm::kHalvingDoubling,
+                             AllreduceAlgorithm::kRingChunked, AllreduceAlgorithm::kRing}) {
+        auto pg = init_process_group({.rank = rank,
+                                      .world_size = world,
+                                      .store = store,
+                                      .key_prefix = to_string(algorithm) + std::string("/"),
+                                      .timeout = std::chrono::seconds(30),
+                                      .allreduce_algorithm = algorithm});
+        for (size_t n : {size_t{1}, size_t{1000}, size_t{100000}}) {
+          for (int repeat = 0; repeat < 2; ++repeat) {
+            check_allreduce<float>(*pg, n, repeat == 0 ? ReduceOp::kSum : ReduceOp::kMax);
+            check_allreduce<double>(*pg, n, ReduceOp::kAvg);
+          }
+        }
+        pg->barrier()->wait();
+      }
+    });
+    EXPECT_RANKS_OK(result) << "world " << world;
+    std::filesystem::remove_all(dir);
+  }
+}
 
 TEST(ProcessGroupTest, QueuedCollectivesRunInOrder_WaitOnLastOnly) {
   const auto dir = unique_temp_dir("fifo");
