@@ -57,7 +57,10 @@ class RendezvousServer::Impl {
   void start();
   void stop();
   void accept();
-  void remove(const Connection* connection);
+  // The connection closed; job is its job id, or nullptr before a handshake.
+  void remove(const Connection* connection, const std::string* job);
+  // A connection completed its handshake for job.
+  void joined(const std::string& job, const std::string& peer);
 
   // Constant after construction (port_ after start()).
   const RendezvousServerOptions options_;
@@ -72,6 +75,8 @@ class RendezvousServer::Impl {
   mutable std::mutex mu_;
   // Guarded by mu_: every open connection, for stop() and num_connections().
   std::unordered_map<const Connection*, std::weak_ptr<Connection>> connections_;
+  // Guarded by mu_: connected clients per job, to log when a job comes and goes.
+  std::unordered_map<std::string, size_t> job_clients_;
 };
 
 // One client connection. All its handlers run on its strand; replies of waiters woken from
@@ -134,7 +139,7 @@ class RendezvousServer::Impl::Connection : public std::enable_shared_from_this<C
       if (auto waiter = weak.lock()) server_.state_.drop(waiter);
     }
     waiters_.clear();
-    server_.remove(this);
+    server_.remove(this, handshake_done_ ? &job_ : nullptr);
   }
 
  private:
@@ -219,7 +224,7 @@ class RendezvousServer::Impl::Connection : public std::enable_shared_from_this<C
     handshake_done_ = true;
     hello_timer_.cancel();
     job_ = hello.job_id();
-    logger()->debug("rendezvous: {} joined job '{}'", peer_, job_);
+    server_.joined(job_, peer_);
     reply.set_accepted(true);
     reply.set_max_frame_bytes(options.max_frame_bytes);
     reply.set_max_key_bytes(options.max_key_bytes);
@@ -356,9 +361,23 @@ void RendezvousServer::Impl::accept() {
   });
 }
 
-void RendezvousServer::Impl::remove(const Connection* connection) {
+void RendezvousServer::Impl::joined(const std::string& job, const std::string& peer) {
+  std::lock_guard lock(mu_);
+  // One line per job at info level (a 1,000-rank job would otherwise log 1,000 lines); every
+  // connection at debug level.
+  if (job_clients_[job]++ == 0) logger()->info("rendezvous: job '{}': first client {}", job, peer);
+  logger()->debug("rendezvous: {} joined job '{}'", peer, job);
+}
+
+void RendezvousServer::Impl::remove(const Connection* connection, const std::string* job) {
   std::lock_guard lock(mu_);
   connections_.erase(connection);
+  if (job == nullptr) return;
+  auto it = job_clients_.find(*job);
+  if (it != job_clients_.end() && --it->second == 0) {
+    job_clients_.erase(it);
+    logger()->info("rendezvous: job '{}': last client disconnected (its keys are kept)", *job);
+  }
 }
 
 void RendezvousServer::Impl::stop() {

@@ -13,8 +13,11 @@
 // - A client that disconnects has its pending waits dropped. An oversized or malformed frame
 //   closes that connection only; a request that breaks a key limit gets an INVALID_ARGUMENT
 //   answer and the connection stays open.
-// - Connections, refusals and errors are logged through comm::logger() (connections at debug
-//   level, so a 1,000-rank job does not flood stderr at the default level).
+// - Refusals and errors are logged through comm::logger() at warn/error level; the first and
+//   last client of each job at info level; every connection at debug level (so that a
+//   1,000-rank job does not flood stderr at the default level).
+// - Keys live as long as the server: a job's keys survive its clients disconnecting (a
+//   restarted worker finds them again).
 //
 // Usage:
 //   hsgd::comm::RendezvousServer server({.host = "127.0.0.1", .port = 0});
