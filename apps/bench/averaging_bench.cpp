@@ -1,0 +1,259 @@
+// averaging_bench: time of HierarchicalModelAverager::average_parameters at --world ranks (one
+// process each, Gloo over loopback) for the parameter shapes of ResNet-20 (272K parameters) and
+// ResNet-18 (11.2M), per level of a {1: world/2, 2: world} hierarchy, side by side with
+// PyTorch's HierarchicalModelAverager on the same shapes (apps/bench/averaging_bench_torch.py,
+// run with /usr/bin/python3). Reports medians (the max over ranks of each rank's median) and
+// the resident-memory growth of a rank over the timed calls.
+//
+//   averaging_bench [--world 4] [--iters-small 100] [--iters-large 10] [--quick] [--no-torch]
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "comm/file_store.h"
+#include "comm/process_group.h"
+#include "framework/distributed/model_averaging/hierarchical_model_averager.h"
+#include "models/resnet.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using hsgd::Shape;
+using hsgd::Tensor;
+
+struct Workload {
+  std::string name;
+  std::vector<Shape> shapes;
+  int64_t numel = 0;
+  int iters = 0;  // timed calls per level
+};
+
+struct Timing {
+  double level_ms[2] = {0, 0};  // median per level, max over ranks
+  double rss_growth_kb = 0;     // max over ranks
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double rss_kb() {
+  std::ifstream statm("/proc/self/statm");
+  long size = 0, resident = 0;
+  statm >> size >> resident;
+  return static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) / 1024.0;
+}
+
+// One rank: builds the tensors, times the calls, writes rank 0's result to result_file.
+void run_rank(int rank, int world, const fs::path& dir, const Workload& w, int warmup,
+              hsgd::comm::AllreduceAlgorithm algorithm, const fs::path& result_file) {
+  hsgd::comm::InitOptions init;
+  init.rank = rank;
+  init.world_size = world;
+  init.store = std::make_shared<hsgd::comm::FileStore>(dir / "store");
+  init.timeout = std::chrono::seconds(120);
+  init.allreduce_algorithm = algorithm;
+  auto pg = hsgd::comm::init_process_group(init);
+
+  std::vector<Tensor> params;
+  for (const Shape& s : w.shapes) {
+    Tensor p = hsgd::full(s, static_cast<float>(rank)).set_requires_grad(true);
+    p.set_grad(hsgd::ones(s));
+    params.push_back(p);
+  }
+  hsgd::distributed::HierarchicalModelAverager averager({{1, world / 2}, {2, world}}, 0, pg);
+  for (int i = 0; i < 2 * warmup; ++i) averager.average_parameters(params);
+
+  std::vector<double> times[2];
+  const double rss_before = rss_kb();
+  for (int i = 0; i < 2 * w.iters; ++i) {
+    const int level = averager.level_at(averager.step());
+    const auto start = std::chrono::steady_clock::now();
+    averager.average_parameters(params);
+    const std::chrono::duration<double, std::milli> ms = std::chrono::steady_clock::now() - start;
+    times[level].push_back(ms.count());
+  }
+  std::vector<double> mine = {median(times[0]), median(times[1]), rss_kb() - rss_before};
+  pg->allreduce(std::span<double>(mine), hsgd::comm::ReduceOp::kMax)->wait();
+  if (rank == 0) {
+    std::ofstream(result_file) << mine[0] << " " << mine[1] << " " << mine[2] << "\n";
+  }
+  pg->barrier()->wait();
+}
+
+// Forks `world` ranks and waits for them (killing them by pid after the deadline).
+bool run_hsgd(int world, const Workload& w, int warmup, hsgd::comm::AllreduceAlgorithm algorithm,
+              Timing& out) {
+  const fs::path dir = fs::temp_directory_path() /
+                       ("hsgd_averaging_bench_" + std::to_string(getpid()) + "_" + w.name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const fs::path result_file = dir / "result.txt";
+  std::vector<pid_t> pids;
+  std::fflush(stdout);  // or the children would print the parent's buffered table again
+  for (int rank = 0; rank < world; ++rank) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      int code = 0;
+      try {
+        run_rank(rank, world, dir, w, warmup, algorithm, result_file);
+      } catch (const std::exception& e) {
+        std::cerr << "rank " << rank << ": " << e.what() << "\n";
+        code = 1;
+      }
+      _exit(code);
+    }
+    pids.push_back(pid);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(20);
+  bool ok = true;
+  size_t done = 0;
+  while (done < pids.size()) {
+    int status = 0;
+    const pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid > 0) {
+      ++done;
+      ok = ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    } else if (std::chrono::steady_clock::now() > deadline) {
+      for (pid_t p : pids) kill(p, SIGKILL);
+      std::cerr << w.name << ": deadline passed, ranks killed\n";
+      ok = false;
+      break;
+    } else {
+      usleep(20000);
+    }
+  }
+  if (ok) {
+    std::ifstream in(result_file);
+    ok = static_cast<bool>(in >> out.level_ms[0] >> out.level_ms[1] >> out.rss_growth_kb);
+  }
+  fs::remove_all(dir);
+  return ok;
+}
+
+// Runs the PyTorch script on the same shapes; false when it fails (the table then says so).
+bool run_torch(int world, const Workload& w, int warmup, const std::string& script,
+               Timing& out) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("hsgd_averaging_torch_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  {
+    std::ofstream shapes(dir / "shapes.txt");
+    for (const Shape& s : w.shapes) {
+      for (int64_t d : s) shapes << d << " ";
+      shapes << "\n";
+    }
+  }
+  std::ostringstream cmd;
+  cmd << "/usr/bin/python3 " << script << " --shapes " << (dir / "shapes.txt") << " --world "
+      << world << " --iters " << w.iters << " --warmup " << warmup << " --store "
+      << (dir / "store") << " 2>&1";
+  FILE* pipe = popen(cmd.str().c_str(), "r");
+  bool ok = false;
+  if (pipe != nullptr) {
+    char line[4096];
+    while (fgets(line, sizeof line, pipe) != nullptr) {
+      if (std::sscanf(line, "RESULT %lf %lf", &out.level_ms[0], &out.level_ms[1]) == 2) {
+        ok = true;
+      }
+    }
+    ok = pclose(pipe) == 0 && ok;
+  }
+  fs::remove_all(dir);
+  return ok;
+}
+
+Workload workload_of(const std::string& name, const hsgd::models::ResNetOptions& options,
+                     int iters) {
+  hsgd::models::ResNet model(options);
+  Workload w{name, {}, 0, iters};
+  for (const Tensor& p : model.parameters()) {
+    w.shapes.push_back(p.shape());
+    w.numel += p.numel();
+  }
+  return w;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Hierarchical model averaging: hsgd vs PyTorch"};
+  int world = 4, iters_small = 100, iters_large = 10, warmup = 2;
+  bool quick = false, no_torch = false;
+  // The script sits next to this source file (__FILE__ is absolute in CMake builds).
+  std::string script = (fs::path(__FILE__).parent_path() / "averaging_bench_torch.py").string();
+  app.add_option("--world", world, "ranks (even)")->check(CLI::Range(2, 64));
+  app.add_option("--iters-small", iters_small, "timed calls per level, ResNet-20 sizes");
+  app.add_option("--iters-large", iters_large, "timed calls per level, ResNet-18 sizes");
+  app.add_option("--torch-script", script, "the PyTorch side");
+  std::string algorithm_name = "auto";
+  app.add_option("--algorithm", algorithm_name, "hsgd allreduce: auto, ring, ring-chunked, halving-doubling")
+      ->check(CLI::IsMember({"auto", "ring", "ring-chunked", "halving-doubling"}));
+  app.add_flag("--quick", quick, "few iterations");
+  app.add_flag("--no-torch", no_torch, "skip PyTorch");
+  CLI11_PARSE(app, argc, argv);
+  if (world % 2 != 0) {
+    std::cerr << "--world must be even (the hierarchy is {1: world/2, 2: world}), got " << world
+              << "\n";
+    return 2;
+  }
+  using hsgd::comm::AllreduceAlgorithm;
+  const AllreduceAlgorithm algorithm =
+      algorithm_name == "ring"               ? AllreduceAlgorithm::kRing
+      : algorithm_name == "ring-chunked"     ? AllreduceAlgorithm::kRingChunked
+      : algorithm_name == "halving-doubling" ? AllreduceAlgorithm::kHalvingDoubling
+                                             : AllreduceAlgorithm::kAuto;
+  if (quick) {
+    iters_small = 10;
+    iters_large = 3;
+    warmup = 1;
+  }
+
+  const std::vector<Workload> workloads = {
+      workload_of("ResNet-20", hsgd::models::resnet_cifar_options(20), iters_small),
+      workload_of("ResNet-18", hsgd::models::resnet18_options(), iters_large)};
+
+  std::printf("average_parameters at %d ranks, hierarchy {1:%d, 2:%d}, median ms per call, "
+              "hsgd allreduce algorithm %s\n",
+              world, world / 2, world, algorithm_name.c_str());
+  std::printf("%-10s %9s %8s %-14s %10s %10s %7s %12s\n", "model", "params", "tensors",
+              "level", "hsgd ms", "torch ms", "ratio", "hsgd RSS +KB");
+  int failures = 0;
+  for (const Workload& w : workloads) {
+    Timing h, t;
+    const bool hok = run_hsgd(world, w, warmup, algorithm, h);
+    const bool tok = !no_torch && run_torch(world, w, warmup, script, t);
+    failures += hok ? 0 : 1;
+    for (int level = 0; level < 2; ++level) {
+      const int size = level == 0 ? world / 2 : world;
+      const std::string name = "every " + std::to_string(level + 1) + ", " +
+                               std::to_string(size) + " rk";
+      char torch_ms[32] = "n/a", ratio[32] = "n/a";
+      if (tok) {
+        std::snprintf(torch_ms, sizeof torch_ms, "%.3f", t.level_ms[level]);
+        if (hok) std::snprintf(ratio, sizeof ratio, "%.2f", h.level_ms[level] / t.level_ms[level]);
+      }
+      std::printf("%-10s %9lld %8zu %-14s %10.3f %10s %7s %12.0f\n", w.name.c_str(),
+                  static_cast<long long>(w.numel), w.shapes.size(), name.c_str(),
+                  hok ? h.level_ms[level] : -1.0, torch_ms, ratio, h.rss_growth_kb);
+    }
+  }
+  std::printf("ratio = hsgd / torch (lower is better); RSS growth over the timed calls of one "
+              "rank (max over ranks)\n");
+  return failures == 0 ? 0 : 1;
+}

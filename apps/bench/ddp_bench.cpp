@@ -1,0 +1,205 @@
+// ddp_bench: DistributedDataParallel training-step time (zero_grad, forward, cross-entropy,
+// backward with bucketed allreduce, SGD step) at --world ranks, one process and one BLAS thread
+// each, for the MLP 784-512-256-10 (batch 64 per rank) and ResNet-20 (batch 32 of 3x32x32 per
+// rank), side by side with PyTorch DDP on gloo (apps/bench/ddp_bench_torch.py, /usr/bin/python3).
+// Reports the max over ranks of each rank's median step time.
+//
+//   ddp_bench [--world 4] [--iters-mlp 30] [--iters-resnet 10] [--quick] [--no-torch]
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "comm/file_store.h"
+#include "comm/process_group.h"
+#include "framework/distributed/ddp.h"
+#include "framework/tensor/ops.h"
+#include "models/mlp.h"
+#include "models/resnet.h"
+#include "optim/sgd.h"
+
+extern "C" char* openblas_get_corename();
+
+namespace {
+
+namespace fs = std::filesystem;
+using hsgd::Tensor;
+
+struct Case {
+  std::string name;   // as the torch script calls it
+  int iters = 0;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+void run_rank(int rank, int world, const fs::path& dir, const Case& c, int warmup,
+              const fs::path& result_file) {
+  hsgd::comm::InitOptions init;
+  init.rank = rank;
+  init.world_size = world;
+  init.store = std::make_shared<hsgd::comm::FileStore>(dir / "store");
+  init.timeout = std::chrono::seconds(120);
+  auto pg = hsgd::comm::init_process_group(init);
+
+  std::shared_ptr<hsgd::nn::Module> model;
+  hsgd::Shape shape;
+  if (c.name == "mlp") {
+    model = std::make_shared<hsgd::models::MLP>(
+        hsgd::models::MLPOptions{.sizes = {784, 512, 256, 10}, .seed = static_cast<uint64_t>(rank)});
+    shape = {64, 1, 28, 28};
+  } else {
+    model = std::make_shared<hsgd::models::ResNet>(
+        hsgd::models::resnet_cifar_options(20, 10, static_cast<uint64_t>(rank)));
+    shape = {32, 3, 32, 32};
+  }
+  hsgd::distributed::DistributedDataParallel ddp(model, pg);
+  hsgd::optim::SGD opt(model->parameters(), {.lr = 0.01, .momentum = 0.9});
+  hsgd::Generator gen(static_cast<uint64_t>(rank));
+  const Tensor x = hsgd::randn(shape, gen);
+  std::vector<int64_t> y;
+  for (int64_t i = 0; i < shape[0]; ++i) y.push_back(static_cast<int64_t>(gen.next_below(10)));
+
+  std::vector<double> times;
+  for (int i = 0; i < warmup + c.iters; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    opt.zero_grad();
+    hsgd::cross_entropy(ddp.forward(x), y).backward();
+    opt.step();
+    const std::chrono::duration<double, std::milli> ms = std::chrono::steady_clock::now() - start;
+    if (i >= warmup) times.push_back(ms.count());
+  }
+  std::vector<double> mine = {median(times)};
+  pg->allreduce(std::span<double>(mine), hsgd::comm::ReduceOp::kMax)->wait();
+  if (rank == 0) std::ofstream(result_file) << mine[0] << "\n";
+  pg->barrier()->wait();
+}
+
+// Forks the ranks, waits (killing them by pid after the deadline), reads rank 0's result.
+bool run_hsgd(int world, const Case& c, int warmup, double& ms) {
+  const fs::path dir = fs::temp_directory_path() /
+                       ("hsgd_ddp_bench_" + std::to_string(getpid()) + "_" + c.name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const fs::path result_file = dir / "result.txt";
+  std::vector<pid_t> pids;
+  std::fflush(stdout);  // or the children would print the parent's buffered output again
+  for (int rank = 0; rank < world; ++rank) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      int code = 0;
+      try {
+        run_rank(rank, world, dir, c, warmup, result_file);
+      } catch (const std::exception& e) {
+        std::cerr << "rank " << rank << ": " << e.what() << "\n";
+        code = 1;
+      }
+      _exit(code);
+    }
+    pids.push_back(pid);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(20);
+  bool ok = true;
+  size_t done = 0;
+  while (done < pids.size()) {
+    int status = 0;
+    const pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid > 0) {
+      ++done;
+      ok = ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    } else if (std::chrono::steady_clock::now() > deadline) {
+      for (pid_t p : pids) kill(p, SIGKILL);
+      std::cerr << c.name << ": deadline passed, ranks killed\n";
+      ok = false;
+      break;
+    } else {
+      usleep(20000);
+    }
+  }
+  if (ok) ok = static_cast<bool>(std::ifstream(result_file) >> ms);
+  fs::remove_all(dir);
+  return ok;
+}
+
+bool run_torch(int world, const Case& c, int warmup, const std::string& script, double& ms) {
+  const fs::path store =
+      fs::temp_directory_path() / ("hsgd_ddp_torch_" + std::to_string(getpid()) + "_store");
+  std::ostringstream cmd;
+  cmd << "/usr/bin/python3 " << script << " --model " << c.name << " --world " << world
+      << " --iters " << c.iters << " --warmup " << warmup << " --store " << store << " 2>&1";
+  FILE* pipe = popen(cmd.str().c_str(), "r");
+  bool ok = false;
+  if (pipe != nullptr) {
+    char line[4096];
+    while (fgets(line, sizeof line, pipe) != nullptr) {
+      if (std::sscanf(line, "RESULT %lf", &ms) == 1) ok = true;
+    }
+    ok = pclose(pipe) == 0 && ok;
+  }
+  fs::remove(store);
+  return ok;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // One BLAS thread per rank, as the PyTorch side uses torch.set_num_threads(1). OpenBLAS reads
+  // the variable when it loads, so set it and start again.
+  if (std::getenv("OPENBLAS_NUM_THREADS") == nullptr) {
+    setenv("OPENBLAS_NUM_THREADS", "1", 1);
+    execv("/proc/self/exe", argv);
+  }
+  CLI::App app{"DDP training step: hsgd vs PyTorch"};
+  int world = 4, iters_mlp = 30, iters_resnet = 10, warmup = 3;
+  bool quick = false, no_torch = false;
+  // The script sits next to this source file (__FILE__ is absolute in CMake builds).
+  std::string script = (fs::path(__FILE__).parent_path() / "ddp_bench_torch.py").string();
+  app.add_option("--world", world, "ranks")->check(CLI::Range(1, 64));
+  app.add_option("--iters-mlp", iters_mlp, "timed steps, MLP");
+  app.add_option("--iters-resnet", iters_resnet, "timed steps, ResNet-20");
+  app.add_option("--torch-script", script, "the PyTorch side");
+  app.add_flag("--quick", quick, "few steps");
+  app.add_flag("--no-torch", no_torch, "skip PyTorch");
+  CLI11_PARSE(app, argc, argv);
+  if (quick) {
+    iters_mlp = 5;
+    iters_resnet = 2;
+    warmup = 1;
+  }
+  std::printf("DDP step at %d ranks, median ms per step (max over ranks); OpenBLAS core %s, "
+              "OPENBLAS_NUM_THREADS=%s\n",
+              world, openblas_get_corename(), std::getenv("OPENBLAS_NUM_THREADS"));
+  std::printf("%-10s %10s %10s %7s\n", "model", "hsgd ms", "torch ms", "ratio");
+  int failures = 0;
+  for (const Case& c : {Case{"mlp", iters_mlp}, Case{"resnet20", iters_resnet}}) {
+    double h = -1, t = -1;
+    const bool hok = run_hsgd(world, c, warmup, h);
+    const bool tok = !no_torch && run_torch(world, c, warmup, script, t);
+    failures += hok ? 0 : 1;
+    char torch_ms[32] = "n/a", ratio[32] = "n/a";
+    if (tok) {
+      std::snprintf(torch_ms, sizeof torch_ms, "%.2f", t);
+      if (hok) std::snprintf(ratio, sizeof ratio, "%.2f", h / t);
+    }
+    std::printf("%-10s %10.2f %10s %7s\n", c.name.c_str(), h, torch_ms, ratio);
+    std::fflush(stdout);
+  }
+  std::printf("ratio = hsgd / torch (lower is better)\n");
+  return failures == 0 ? 0 : 1;
+}
