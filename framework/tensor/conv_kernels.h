@@ -3,10 +3,13 @@
 // passes. They know nothing of Tensor or autograd; every pointer is a dense row-major buffer whose
 // shape is given in the comment. The differentiable op that wraps them is in conv.cpp.
 //
-// Strategy (the same as PyTorch's slow_conv2d): unfold a block of samples into a column matrix
-// and multiply by the weight matrix with cblas_sgemm. Samples are unfolded in blocks so that the
-// gemm stays wide when the spatial output is small (late ResNet stages have 4x4 or 8x8 maps);
-// a 1x1, stride-1, unpadded conv whose block is a single sample skips the unfold entirely.
+// Strategy: unfold a block of samples into a column matrix and multiply by the weight matrix
+// with cblas_sgemm (as PyTorch's slow_conv2d). Samples are unfolded in blocks so that the gemm
+// stays wide when the output map is small (late ResNet stages have 4x4 or 8x8 maps); a 1x1,
+// stride-1, unpadded conv whose block is a single sample skips the unfold entirely. Backward of
+// a stride-1 conv with 16+ input channels unfolds gy once and gets both gradients from it (gx as
+// a transposed conv with the flipped kernel, gw from the same columns); other convs unfold x for
+// gw and fold the input-gradient columns back with col2im.
 
 #include <cstdint>
 
