@@ -70,9 +70,10 @@ void run_backward(const Tensor& root, const Tensor& grad_output) {
     buffers.erase(node);
     const std::vector<Edge>& edges = node->next_edges();
     // A node whose incoming gradients were all undefined still passes "nothing" on, so that the
-    // dependency counts of the nodes after it reach zero.
-    std::vector<Tensor> input_grads =
-        grad.defined() ? node->apply(grad) : std::vector<Tensor>(edges.size());
+    // dependency counts of the nodes after it reach zero. AccumulateGrad runs regardless: every
+    // leaf the graph reaches fires its grad-ready hooks once per pass (DDP counts on that).
+    const bool run = grad.defined() || dynamic_cast<AccumulateGrad*>(node) != nullptr;
+    std::vector<Tensor> input_grads = run ? node->apply(grad) : std::vector<Tensor>(edges.size());
     grad = Tensor();
     HSGD_CHECK_AS(Error, input_grads.size() == edges.size(), "autograd: ", node->name(),
                   " returned ", input_grads.size(), " gradients for ", edges.size(), " inputs");

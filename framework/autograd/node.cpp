@@ -41,7 +41,9 @@ AccumulateGrad::AccumulateGrad(std::shared_ptr<TensorImpl> leaf)
 std::vector<Tensor> AccumulateGrad::apply(const Tensor& grad_output) {
   TensorImpl& leaf = *leaf_;
   const std::shared_ptr<TensorImpl>& g = grad_output.impl();
-  if (leaf.grad == nullptr) {
+  if (g == nullptr) {
+    // Reached, but every path contributed "no gradient": nothing to add; hooks still fire.
+  } else if (leaf.grad == nullptr) {
     // Take the incoming buffer when nobody else can see it; otherwise copy, so that a later
     // in-place accumulation cannot write into another tensor.
     Tensor incoming = grad_output;

@@ -96,8 +96,9 @@ class Tensor {
   // Per-leaf "gradient ready" hook: fires during backward() once this leaf's gradient for the pass
   // is final (all contributions of the pass accumulated into grad()). It fires at most once per
   // backward pass, on the thread that runs backward(). DDP uses it to start bucket communication
-  // while backward continues. Only leaves take hooks (InvalidArgument otherwise). A leaf that no
-  // gradient reaches in a pass (unused by the loss) gets no call in that pass. Hooks run with
+  // while backward continues. Only leaves take hooks (InvalidArgument otherwise). A leaf that the
+  // graph of the root does not reach (unused by the loss) gets no call in that pass; a reached
+  // leaf always gets exactly one, even if every path to it produced no gradient. Hooks run with
   // grad mode off, in registration order. The id is used to remove the hook; removing an unknown
   // id is a no-op.
   using GradReadyHook = std::function<void(Tensor& leaf)>;

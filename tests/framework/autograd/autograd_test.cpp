@@ -295,3 +295,28 @@ TEST(AutogradTest, DeepChainDoesNotOverflowTheStack) {
 
 }  // namespace
 }  // namespace hsgd
+
+namespace hsgd {
+namespace {
+
+TEST(AutogradTest, ReachedLeafWithoutGradientStillFiresHookOnce) {
+  // A node may return "no gradient" for an input; the leaf is still reached by the graph, so
+  // its hook fires (DDP marks every reached parameter ready through its hook).
+  Tensor x = ones({2}).set_requires_grad(true);
+  Tensor y = ones({2}).set_requires_grad(true);
+  int x_calls = 0, y_calls = 0;
+  x.register_grad_ready_hook([&](Tensor&) { ++x_calls; });
+  y.register_grad_ready_hook([&](Tensor&) { ++y_calls; });
+  Tensor out = ones({2});
+  autograd::record(out, "NoGradForX", {x}, [](const Tensor&, const autograd::NeedsGrad&) {
+    return std::vector<Tensor>{Tensor()};
+  });
+  sum(out + y).backward();
+  EXPECT_EQ(x_calls, 1);
+  EXPECT_EQ(y_calls, 1);
+  EXPECT_FALSE(x.grad().defined());
+  EXPECT_TRUE(y.grad().defined());
+}
+
+}  // namespace
+}  // namespace hsgd
