@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -16,8 +17,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <CLI/CLI.hpp>
 
 #include "comm/error.h"
 #include "comm/launcher/agent.h"
@@ -72,7 +71,8 @@ Endpoint parse_endpoint(const std::string& text) {
     e.host = text.substr(0, colon);
     if (colon != std::string::npos) port = text.substr(colon + 1);
   }
-  HSGD_CHECK(!e.host.empty(), "hsgd-run: --rdzv-endpoint '", text, "' has no host; expected HOST:PORT");
+  HSGD_CHECK(!e.host.empty(), "hsgd-run: --rdzv-endpoint '", text,
+             "' has no host; expected HOST:PORT");
   if (!port.empty()) {
     size_t used = 0;
     try {
@@ -131,7 +131,7 @@ int run(int argc, char** argv) {
   bool standalone = false;
   int nnodes = 1, nproc = 1, node_rank = -1, max_restarts = 0;
   std::string endpoint, rdzv_id = "default", log_dir, token_file;
-  double rdzv_timeout = 300, grace = 10;
+  double rdzv_timeout = 300, grace = 10, heartbeat = 30;
   size_t tail_lines = 20;
   app.add_flag("--standalone", standalone,
                "Embed the rendezvous server on 127.0.0.1 with a free port (the default when "
@@ -174,6 +174,11 @@ int run(int argc, char** argv) {
       ->envname("HSGD_GRACE_PERIOD")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  app.add_option("--heartbeat-timeout", heartbeat,
+                 "Seconds without a heartbeat after which another node's hsgd-run counts as dead")
+      ->envname("HSGD_HEARTBEAT_TIMEOUT")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--tail-lines", tail_lines, "Output lines of the failed rank shown in reports")
       ->envname("HSGD_TAIL_LINES")
       ->capture_default_str();
@@ -186,7 +191,8 @@ int run(int argc, char** argv) {
   }
   std::vector<std::string> program = app.remaining();
   if (!program.empty() && program.front() == "--") program.erase(program.begin());
-  HSGD_CHECK(!program.empty(), "hsgd-run: no program given; expected hsgd-run [OPTIONS] -- "
+  HSGD_CHECK(!program.empty(),
+             "hsgd-run: no program given; expected hsgd-run [OPTIONS] -- "
              "PROGRAM ARGS... (see --help)");
 
   const bool embedded = standalone || (endpoint.empty() && nnodes == 1);
@@ -234,21 +240,21 @@ int run(int argc, char** argv) {
     throw hsgd::CommError(msg.str());
   }
 
-  LaunchAgent agent(
-      AgentOptions{.nnodes = nnodes,
-                   .nproc_per_node = nproc,
-                   .node_rank = node_rank,
-                   .run_id = rdzv_id,
-                   .max_restarts = max_restarts,
-                   .rdzv_timeout = seconds_to_ms(rdzv_timeout),
-                   .grace_period = seconds_to_ms(grace),
-                   .master_addr = store_at.host,
-                   .master_port = store_at.port,
-                   .token = token,
-                   .token_file = token_file,
-                   .program = program,
-                   .output = {.log_dir = log_dir, .tail_lines = tail_lines}},
-      store);
+  LaunchAgent agent(AgentOptions{.nnodes = nnodes,
+                                 .nproc_per_node = nproc,
+                                 .node_rank = node_rank,
+                                 .run_id = rdzv_id,
+                                 .max_restarts = max_restarts,
+                                 .rdzv_timeout = seconds_to_ms(rdzv_timeout),
+                                 .grace_period = seconds_to_ms(grace),
+                                 .heartbeat_timeout = seconds_to_ms(heartbeat),
+                                 .master_addr = store_at.host,
+                                 .master_port = store_at.port,
+                                 .token = token,
+                                 .token_file = token_file,
+                                 .program = program,
+                                 .output = {.log_dir = log_dir, .tail_lines = tail_lines}},
+                    store);
   SignalForwarder forwarder(agent);
   return agent.run();
 }

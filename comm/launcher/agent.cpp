@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "comm/error.h"
+#include "comm/launcher/heartbeat.h"
 #include "comm/launcher/worker_env.h"
 #include "comm/launcher/worker_process.h"
 #include "comm/log.h"
@@ -47,6 +48,7 @@ struct LaunchAgent::Attempt {
   NodeAssignment nodes;
   std::unique_ptr<OutputRouter> output;
   std::vector<WorkerProcess> workers;  // by local rank
+  std::unique_ptr<Heartbeat> heartbeat;
 
   std::string failed_key() const { return prefix + "failed"; }
   std::string done_key(int node) const { return prefix + "done/" + std::to_string(node); }
@@ -59,14 +61,16 @@ LaunchAgent::LaunchAgent(AgentOptions options, std::shared_ptr<Store> store)
       wake_fd_(make_eventfd()) {
   HSGD_CHECK(store_ != nullptr, "LaunchAgent: store must not be null");
   HSGD_CHECK(options_.nnodes >= 1, "hsgd-run: --nnodes ", options_.nnodes, " must be >= 1");
-  HSGD_CHECK(options_.nproc_per_node >= 1, "hsgd-run: --nproc-per-node ",
-             options_.nproc_per_node, " must be >= 1");
+  HSGD_CHECK(options_.nproc_per_node >= 1, "hsgd-run: --nproc-per-node ", options_.nproc_per_node,
+             " must be >= 1");
   HSGD_CHECK(options_.node_rank >= -1 && options_.node_rank < options_.nnodes,
              "hsgd-run: --node-rank ", options_.node_rank, " must be in [0, ", options_.nnodes,
              ") for --nnodes ", options_.nnodes);
   HSGD_CHECK(options_.max_restarts >= 0, "hsgd-run: --max-restarts ", options_.max_restarts,
              " must be >= 0");
   HSGD_CHECK(options_.rdzv_timeout.count() > 0, "hsgd-run: --rdzv-timeout must be positive");
+  HSGD_CHECK(options_.heartbeat_timeout >= milliseconds(200), "hsgd-run: --heartbeat-timeout ",
+             options_.heartbeat_timeout.count(), " ms must be at least 200 ms");
   HSGD_CHECK(!options_.program.empty(), "hsgd-run: no program given; expected '-- PROGRAM ARGS'");
 }
 
@@ -108,9 +112,10 @@ int LaunchAgent::run() {
                      attempt + 1, options_.max_restarts + 1, options_.max_restarts);
       continue;
     }
-    logger()->error("hsgd-run: job '{}' failed after {} restart(s) (--max-restarts {}). Root "
-                    "cause: {}",
-                    options_.run_id, attempt, options_.max_restarts, last_failure_->message);
+    logger()->error(
+        "hsgd-run: job '{}' failed after {} restart(s) (--max-restarts {}). Root "
+        "cause: {}",
+        options_.run_id, attempt, options_.max_restarts, last_failure_->message);
     return 1;
   }
   return 1;  // not reached: the last attempt returns above
@@ -127,22 +132,28 @@ LaunchAgent::Outcome LaunchAgent::run_attempt(int attempt) {
                       .local_world_size = options_.nproc_per_node,
                       .requested_rank = options_.node_rank};
   try {
-    a.nodes = rendezvous_nodes(*store_,
-                               NodeRendezvousOptions{.nnodes = options_.nnodes,
-                                                     .job_id = options_.run_id,
-                                                     .endpoint = endpoint_,
-                                                     .key_prefix = a.prefix,
-                                                     .timeout = options_.rdzv_timeout,
-                                                     .interrupted = [this] {
-                                                       return stop_requested();
-                                                     }},
-                               self);
+    a.nodes =
+        rendezvous_nodes(*store_,
+                         NodeRendezvousOptions{.nnodes = options_.nnodes,
+                                               .job_id = options_.run_id,
+                                               .endpoint = endpoint_,
+                                               .key_prefix = a.prefix,
+                                               .timeout = options_.rdzv_timeout,
+                                               .interrupted = [this] { return stop_requested(); }},
+                         self);
   } catch (const RendezvousInterrupted&) {
     return Outcome::kInterrupted;
   }
   logger()->info("hsgd-run: job '{}' attempt {}: this is node {} of {}, world size {}\n{}",
-                 options_.run_id, attempt, a.nodes.node_rank, options_.nnodes,
-                 a.nodes.world_size, a.nodes.table());
+                 options_.run_id, attempt, a.nodes.node_rank, options_.nnodes, a.nodes.world_size,
+                 a.nodes.table());
+
+  // Beat once before the workers start, so that the others see this node alive from now on.
+  a.heartbeat = std::make_unique<Heartbeat>(
+      *store_, a.prefix, options_.nnodes, a.nodes.node_rank,
+      std::min<milliseconds>(milliseconds(1000), options_.heartbeat_timeout / 4),
+      options_.heartbeat_timeout);
+  a.heartbeat->beat(Clock::now());
 
   // 2. Spawn the workers.
   a.output = std::make_unique<OutputRouter>(options_.output, attempt);
@@ -200,12 +211,12 @@ LaunchAgent::Outcome LaunchAgent::monitor(Attempt& a) {
       const int sig = stop_signal_.load();
       signal_workers(a, sig);
       try {
-        publish_failure(a, FailureRecord{.kind = FailureRecord::Kind::kInterrupted,
-                                         .node_rank = a.nodes.node_rank,
-                                         .signal = sig,
-                                         .message = "hsgd-run on node " +
-                                                    std::to_string(a.nodes.node_rank) +
-                                                    " received " + signal_name(sig)});
+        publish_failure(
+            a, FailureRecord{.kind = FailureRecord::Kind::kInterrupted,
+                             .node_rank = a.nodes.node_rank,
+                             .signal = sig,
+                             .message = "hsgd-run on node " + std::to_string(a.nodes.node_rank) +
+                                        " received " + signal_name(sig)});
       } catch (const Error& e) {
         logger()->warn("hsgd-run: could not tell the other nodes to stop: {}", e.what());
       }
@@ -246,7 +257,22 @@ LaunchAgent::Outcome LaunchAgent::monitor(Attempt& a) {
                      last_failure_->node_rank, a.nodes.node_rank);
       stop_workers(a, SIGTERM);
       return last_failure_->kind == FailureRecord::Kind::kWorkerFailed ? Outcome::kFailed
-                                                                        : Outcome::kInterrupted;
+                                                                       : Outcome::kInterrupted;
+    }
+    if (const int silent = a.heartbeat->tick(Clock::now()); silent >= 0) {
+      const NodeInfo& n = a.nodes.nodes[silent];
+      last_failure_ = publish_failure(
+          a, FailureRecord{.kind = FailureRecord::Kind::kWorkerFailed,
+                           .node_rank = silent,
+                           .message = "node " + std::to_string(silent) + " ('" + n.host +
+                                      "', hsgd-run pid " + std::to_string(n.pid) +
+                                      ") sent no heartbeat for " +
+                                      std::to_string(a.heartbeat->timeout().count()) +
+                                      " ms (--heartbeat-timeout): its hsgd-run died or lost "
+                                      "the rendezvous server"});
+      stop_workers(a, SIGTERM);
+      return last_failure_->kind == FailureRecord::Kind::kWorkerFailed ? Outcome::kFailed
+                                                                       : Outcome::kInterrupted;
     }
     if (local_done && store_->check(done_keys)) {
       for (auto& w : a.workers) w.kill_and_reap();  // reaps; kills any leftover grandchildren
@@ -319,8 +345,8 @@ void LaunchAgent::wait_and_reap(Attempt& a, int sig) {
     w.kill_and_reap();
   }
   if (killed > 0) {
-    logger()->warn("hsgd-run: {} worker(s) of node {} ignored {} for {} ms; sent SIGKILL",
-                   killed, a.nodes.node_rank, signal_name(sig), options_.grace_period.count());
+    logger()->warn("hsgd-run: {} worker(s) of node {} ignored {} for {} ms; sent SIGKILL", killed,
+                   a.nodes.node_rank, signal_name(sig), options_.grace_period.count());
   }
   if (a.output) a.output->drain(milliseconds(200));
 }

@@ -12,6 +12,8 @@
 //   4. when a local worker fails, publishes a FailureRecord (the first one wins: the root cause,
 //      with exit status and last output lines), then on every node sends SIGTERM to all workers,
 //      SIGKILL after grace_period, and reaps them;
+//      It also beats its heartbeat and fails the attempt when another node's agent went silent
+//      for heartbeat_timeout (killed, machine lost);
 //   5. when every local worker succeeded, sets "done/<node>" and waits for the other nodes' done
 //      keys (still watching "failed": a late failure elsewhere restarts this node too).
 // A restartable failure starts the next attempt on all nodes; after max_restarts the job fails.
@@ -54,11 +56,13 @@ struct AgentOptions {
   std::chrono::milliseconds rdzv_timeout = std::chrono::seconds(300);
   std::chrono::milliseconds grace_period = std::chrono::seconds(10);
   std::chrono::milliseconds monitor_interval = std::chrono::milliseconds(100);
+  // A node whose agent sent no heartbeat for this long is declared dead (see heartbeat.h).
+  std::chrono::milliseconds heartbeat_timeout = std::chrono::seconds(30);
   std::string master_addr = "127.0.0.1";  // the store, as workers must reach it
   int master_port = 0;
-  std::string token{};     // passed to workers as HSGD_RDZV_TOKEN
-  std::string token_file{};  // passed to workers as HSGD_TOKEN_FILE
-  std::string hostname{};  // for the node table; empty = gethostname()
+  std::string token{};                 // passed to workers as HSGD_RDZV_TOKEN
+  std::string token_file{};            // passed to workers as HSGD_TOKEN_FILE
+  std::string hostname{};              // for the node table; empty = gethostname()
   std::vector<std::string> program{};  // argv of the worker program
   OutputOptions output{};
 };

@@ -20,8 +20,8 @@ struct FailureRecord {
 
   Kind kind = Kind::kWorkerFailed;
   int node_rank = -1;
-  int rank = -1;    // global rank of the failed worker, -1 if not a worker failure
-  int signal = 0;   // kInterrupted: the signal the agent received
+  int rank = -1;          // global rank of the failed worker, -1 if not a worker failure
+  int signal = 0;         // kInterrupted: the signal the agent received
   std::string message{};  // human-readable, already names rank, node, status and last lines
 
   bool restartable() const { return kind == Kind::kWorkerFailed; }

@@ -48,13 +48,14 @@ NodeInfo NodeInfo::decode(const std::string& text) {
 std::string NodeAssignment::table() const {
   std::ostringstream out;
   out << std::left << std::setw(11) << "node-rank" << std::setw(24) << "host" << std::setw(10)
-      << "pid" << std::setw(18) << "local-world-size" << "ranks";
+      << "pid" << std::setw(18) << "local-world-size"
+      << "ranks";
   int first = 0;
   for (size_t r = 0; r < nodes.size(); ++r) {
     const auto& n = nodes[r];
     out << '\n'
-        << std::setw(11) << r << std::setw(24) << n.host << std::setw(10) << n.pid
-        << std::setw(18) << n.local_world_size << first << ".." << first + n.local_world_size - 1;
+        << std::setw(11) << r << std::setw(24) << n.host << std::setw(10) << n.pid << std::setw(18)
+        << n.local_world_size << first << ".." << first + n.local_world_size - 1;
     first += n.local_world_size;
   }
   return out.str();
@@ -106,9 +107,9 @@ NodeAssignment rendezvous_nodes(Store& store, const NodeRendezvousOptions& optio
   // 1. Order of arrival.
   const int64_t slot = store.add(prefix + "rdzv/arrivals", 1) - 1;
   HSGD_CHECK(slot < options.nnodes, "node rendezvous: job '", options.job_id, "' at ",
-             options.endpoint, " already has ", options.nnodes, " nodes (--nnodes ",
-             options.nnodes, "); this node (", describe(self),
-             ") would be number ", slot + 1, ". Is another job using the same --rdzv-id?");
+             options.endpoint, " already has ", options.nnodes, " nodes (--nnodes ", options.nnodes,
+             "); this node (", describe(self), ") would be number ", slot + 1,
+             ". Is another job using the same --rdzv-id?");
   // 2. Announce this node.
   store.set(node_key(prefix, static_cast<int>(slot)), to_bytes(self.encode()));
 
@@ -129,10 +130,10 @@ NodeAssignment rendezvous_nodes(Store& store, const NodeRendezvousOptions& optio
                << describe(NodeInfo::decode(to_string(store.get(key, options.poll_interval))));
       }
       HSGD_THROW(Timeout, "node rendezvous: job '", options.job_id, "' at ", options.endpoint,
-                 " timed out after ",
-                 std::chrono::duration<double>(options.timeout).count(), " s (--rdzv-timeout): ",
-                 count, " of ", options.nnodes, " nodes joined [", joined.str(), "], ",
-                 options.nnodes - count, " missing. Start hsgd-run on the missing nodes with the "
+                 " timed out after ", std::chrono::duration<double>(options.timeout).count(),
+                 " s (--rdzv-timeout): ", count, " of ", options.nnodes, " nodes joined [",
+                 joined.str(), "], ", options.nnodes - count,
+                 " missing. Start hsgd-run on the missing nodes with the "
                  "same --rdzv-endpoint and --rdzv-id, or raise --rdzv-timeout.");
     }
     std::this_thread::sleep_for(options.poll_interval);

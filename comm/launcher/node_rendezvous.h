@@ -44,8 +44,8 @@ struct NodeInfo {
 // The outcome of a rendezvous, identical on every node.
 struct NodeAssignment {
   int node_rank = 0;
-  int world_size = 0;   // sum of local_world_size over all nodes
-  int rank_offset = 0;  // global rank of this node's local rank 0
+  int world_size = 0;             // sum of local_world_size over all nodes
+  int rank_offset = 0;            // global rank of this node's local rank 0
   std::vector<NodeInfo> nodes{};  // indexed by node rank
 
   // A table "node-rank  host  pid  local-world-size  first-rank" for the log.
@@ -60,8 +60,8 @@ class RendezvousInterrupted : public Error {
 
 struct NodeRendezvousOptions {
   int nnodes = 1;
-  std::string job_id{};    // for messages
-  std::string endpoint{};  // "host:port" of the store, for messages
+  std::string job_id{};      // for messages
+  std::string endpoint{};    // "host:port" of the store, for messages
   std::string key_prefix{};  // unique per job attempt
   std::chrono::milliseconds timeout = std::chrono::seconds(300);
   std::chrono::milliseconds poll_interval = std::chrono::milliseconds(50);

@@ -18,12 +18,13 @@
 //   router.add(rank, worker.take_stdout_fd(), OutputRouter::Stream::kStdout);
 //   while (...) router.pump(std::chrono::milliseconds(100), wake_fd);
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cstddef>
 #include <deque>
 #include <map>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 namespace hsgd::comm::launcher {

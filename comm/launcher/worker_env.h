@@ -30,7 +30,7 @@ struct WorkerEnvOptions {
   std::string run_id = "default";
   int restart_count = 0;
   int max_restarts = 0;
-  std::string token{};     // empty: the store has no token
+  std::string token{};       // empty: the store has no token
   std::string token_file{};  // where the token came from, if a file
 };
 

@@ -28,13 +28,11 @@ void make_pipe(int fds[2], const char* what) {
   }
 }
 
-bool is_executable_file(const std::string& path) {
-  return ::access(path.c_str(), X_OK) == 0;
-}
+bool is_executable_file(const std::string& path) { return ::access(path.c_str(), X_OK) == 0; }
 
 // Runs in the child between fork and exec: only async-signal-safe calls from here on.
-[[noreturn]] void exec_child(const char* path, char* const argv[], char* const envp[],
-                             pid_t parent, int out_w, int err_w, int exec_err_w) {
+[[noreturn]] void exec_child(const char* path, char* const argv[], char* const envp[], pid_t parent,
+                             int out_w, int err_w, int exec_err_w) {
   ::setpgid(0, 0);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   // The parent may have died before prctl took effect: then nobody would ever kill us.
@@ -117,8 +115,8 @@ WorkerProcess WorkerProcess::spawn(const std::vector<std::string>& argv,
     for (int fd : {out[0], out[1], err[0], err[1], exec_err[0], exec_err[1]}) ::close(fd);
     HSGD_THROW(Error, "WorkerProcess: fork failed: ", std::strerror(e));
   }
-  if (pid == 0) exec_child(path.c_str(), c_argv.data(), c_env.data(), parent, out[1], err[1],
-                           exec_err[1]);
+  if (pid == 0)
+    exec_child(path.c_str(), c_argv.data(), c_env.data(), parent, out[1], err[1], exec_err[1]);
 
   // Also set the group from the parent, so signal_group() works even before the child ran.
   ::setpgid(pid, pid);
@@ -140,8 +138,8 @@ WorkerProcess WorkerProcess::spawn(const std::vector<std::string>& argv,
   ::close(exec_err[0]);
   if (n == static_cast<ssize_t>(sizeof(exec_errno))) {
     w.kill_and_reap();
-    HSGD_THROW(InvalidArgument, "hsgd-run: cannot execute '", path, "': ",
-               std::strerror(exec_errno));
+    HSGD_THROW(InvalidArgument, "hsgd-run: cannot execute '", path,
+               "': ", std::strerror(exec_errno));
   }
   return w;
 }

@@ -55,7 +55,8 @@ TEST(LaunchAgentTest, AllWorkersSucceed_ReturnsZero) {
 
 TEST(LaunchAgentTest, FailsOnce_RestartsWithRestartCountOne) {
   const auto dir = hsgd::testing::unique_temp_dir("agent_restart");
-  const std::string script = "touch " + dir.string() + "/ran_$HSGD_RESTART_COUNT.$RANK; "
+  const std::string script = "touch " + dir.string() +
+                             "/ran_$HSGD_RESTART_COUNT.$RANK; "
                              "if [ $RANK = 1 ] && [ $HSGD_RESTART_COUNT = 0 ]; then "
                              "echo dying on purpose >&2; exit 4; fi; "
                              "[ $HSGD_RESTART_COUNT = 0 ] && sleep 60; exit 0";
@@ -88,7 +89,8 @@ TEST(LaunchAgentTest, AlwaysFails_ReturnsOneAfterMaxRestarts) {
 TEST(LaunchAgentTest, TwoNodes_FailureOnOneStopsBothWithOneRootCause) {
   const auto dir = hsgd::testing::unique_temp_dir("agent_two_nodes");
   // Node rank 1's first worker (global rank 2) fails; everyone else would sleep for a minute.
-  const std::string script = "echo $$ > " + dir.string() + "/pid_$RANK; "
+  const std::string script = "echo $$ > " + dir.string() +
+                             "/pid_$RANK; "
                              "if [ $RANK = 2 ]; then sleep 0.2; echo bad rank >&2; exit 3; fi; "
                              "sleep 60";
   auto store = std::make_shared<HashStore>();
@@ -122,7 +124,8 @@ TEST(LaunchAgentTest, TwoNodes_FailureOnOneStopsBothWithOneRootCause) {
 TEST(LaunchAgentTest, StopRequest_ForwardsSignalThenKillsAfterGrace) {
   const auto dir = hsgd::testing::unique_temp_dir("agent_stop");
   // Rank 0 ignores SIGTERM (needs the SIGKILL), rank 1 dies of it.
-  const std::string script = "echo $$ > " + dir.string() + "/pid_$RANK; "
+  const std::string script = "echo $$ > " + dir.string() +
+                             "/pid_$RANK; "
                              "if [ $RANK = 0 ]; then trap '' TERM; fi; sleep 60";
   auto options = shell_job(script, dir / "logs");
   options.grace_period = milliseconds(300);

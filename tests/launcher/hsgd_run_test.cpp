@@ -119,7 +119,8 @@ TEST(HsgdRunTest, Standalone_AllreduceOfRanksWith1_2_4Workers) {
     const int sum = nproc * (nproc - 1) / 2;
     for (int rank = 0; rank < nproc; ++rank) {
       EXPECT_TRUE(fs::exists(dir / ("allreduce_rank" + std::to_string(rank))))
-          << "nproc " << nproc << " rank " << rank << "\n" << show(result);
+          << "nproc " << nproc << " rank " << rank << "\n"
+          << show(result);
       const std::string line = "[rank " + std::to_string(rank) + "] allreduce sum " +
                                std::to_string(sum) + " count " + std::to_string(nproc);
       EXPECT_NE(result.output.find(line), std::string::npos) << line << "\n" << show(result);
@@ -154,10 +155,9 @@ TEST(HsgdRunTest, TwoNodes_AgainstOneHsgdRendezvous) {
   const std::string endpoint = "127.0.0.1:" + std::to_string(server.port);
   std::vector<Command> nodes;
   for (int n = 0; n < 2; ++n) {
-    nodes.push_back(Command::start({kRun, "--nnodes", "2", "--nproc-per-node", "2",
-                                    "--rdzv-endpoint", endpoint, "--rdzv-id", "two-nodes",
-                                    "--rdzv-timeout", "60", "--", kWorker, "allreduce",
-                                    dir.string()}));
+    nodes.push_back(Command::start(
+        {kRun, "--nnodes", "2", "--nproc-per-node", "2", "--rdzv-endpoint", endpoint, "--rdzv-id",
+         "two-nodes", "--rdzv-timeout", "60", "--", kWorker, "allreduce", dir.string()}));
   }
   for (int n = 0; n < 2; ++n) {
     auto result = nodes[n].wait(kJobTimeout);
@@ -173,8 +173,7 @@ TEST(HsgdRunTest, TwoNodes_AgainstOneHsgdRendezvous) {
 TEST(HsgdRunTest, FailsOnce_RestartsWithRestartCountOneAndSucceeds) {
   const auto dir = unique_temp_dir("hsgd_run_fail_once");
   auto result = Command::start({kRun, "--nproc-per-node", "2", "--max-restarts", "2",
-                                "--grace-period", "5", "--", kWorker, "fail-once",
-                                dir.string()})
+                                "--grace-period", "5", "--", kWorker, "fail-once", dir.string()})
                     .wait(kJobTimeout);
   ASSERT_TRUE(result.status.success()) << show(result);
   EXPECT_NE(result.output.find("exit code 7"), std::string::npos) << show(result);
@@ -241,22 +240,22 @@ TEST(HsgdRunTest, Sigterm_AllWorkersGoneWithinGracePeriod) {
   EXPECT_EQ(result.status.exit_code, 128 + SIGTERM) << show(result);
   EXPECT_NE(result.output.find("sent SIGKILL"), std::string::npos) << show(result);
   for (int rank = 0; rank < 3; ++rank) {
-    EXPECT_FALSE(process_exists(pids[rank])) << "rank " << rank << " pid " << pids[rank]
-                                             << " survived hsgd-run";
+    EXPECT_FALSE(process_exists(pids[rank]))
+        << "rank " << rank << " pid " << pids[rank] << " survived hsgd-run";
   }
 }
 
 TEST(HsgdRunTest, Sigint_IsForwardedToWorkers) {
   const auto dir = unique_temp_dir("hsgd_run_sigint");
-  auto run = Command::start({kRun, "--nproc-per-node", "2", "--", kWorker, "sleep", dir.string(),
-                             "report"});
+  auto run = Command::start(
+      {kRun, "--nproc-per-node", "2", "--", kWorker, "sleep", dir.string(), "report"});
   auto pids = wait_ready(run, dir, 0, 2);
   run.signal(SIGINT);
   auto result = run.wait(seconds(60));
   EXPECT_EQ(result.status.exit_code, 128 + SIGINT) << show(result);
   for (int rank = 0; rank < 2; ++rank) {
-    const std::string line = "[rank " + std::to_string(rank) + "] got signal " +
-                             std::to_string(SIGINT);
+    const std::string line =
+        "[rank " + std::to_string(rank) + "] got signal " + std::to_string(SIGINT);
     EXPECT_NE(result.output.find(line), std::string::npos) << line << "\n" << show(result);
     EXPECT_FALSE(process_exists(pids[rank])) << "rank " << rank;
   }
@@ -264,15 +263,15 @@ TEST(HsgdRunTest, Sigint_IsForwardedToWorkers) {
 
 TEST(HsgdRunTest, Sigkill_WorkersDieWithTheLauncher) {
   const auto dir = unique_temp_dir("hsgd_run_sigkill");
-  auto run = Command::start({kRun, "--nproc-per-node", "2", "--", kWorker, "sleep", dir.string(),
-                             "ignore-term"});
+  auto run = Command::start(
+      {kRun, "--nproc-per-node", "2", "--", kWorker, "sleep", dir.string(), "ignore-term"});
   auto pids = wait_ready(run, dir, 0, 2);
   run.signal(SIGKILL);  // no chance to clean up: PR_SET_PDEATHSIG must do it
   auto result = run.wait(seconds(30));
   EXPECT_EQ(result.status.signal, SIGKILL) << show(result);
   for (int rank = 0; rank < 2; ++rank) {
-    EXPECT_TRUE(gone_within(pids[rank], seconds(10))) << "rank " << rank << " pid " << pids[rank]
-                                                      << " outlived a SIGKILLed hsgd-run";
+    EXPECT_TRUE(gone_within(pids[rank], seconds(10)))
+        << "rank " << rank << " pid " << pids[rank] << " outlived a SIGKILLed hsgd-run";
   }
 }
 
@@ -284,17 +283,15 @@ TEST(HsgdRunTest, TwoNodes_FailureOnOneNodeRestartsBoth) {
   std::vector<Command> nodes;
   // Node rank 1 is started first: ranks follow --node-rank, not arrival. Rank 1 (node 0) fails.
   for (int node_rank : {1, 0}) {
-    nodes.push_back(Command::start({kRun, "--nnodes", "2", "--node-rank",
-                                    std::to_string(node_rank), "--nproc-per-node", "2",
-                                    "--max-restarts", "1", "--rdzv-endpoint", endpoint,
-                                    "--rdzv-id", "restart-both", "--rdzv-timeout", "60", "--",
-                                    kWorker, "fail-once", dir.string()}));
+    nodes.push_back(Command::start(
+        {kRun, "--nnodes", "2", "--node-rank", std::to_string(node_rank), "--nproc-per-node", "2",
+         "--max-restarts", "1", "--rdzv-endpoint", endpoint, "--rdzv-id", "restart-both",
+         "--rdzv-timeout", "60", "--", kWorker, "fail-once", dir.string()}));
   }
   for (auto& node : nodes) {
     auto result = node.wait(kJobTimeout);
     EXPECT_TRUE(result.status.success()) << show(result);
-    EXPECT_NE(result.output.find("Root cause: rank 1 (node 0"), std::string::npos)
-        << show(result);
+    EXPECT_NE(result.output.find("Root cause: rank 1 (node 0"), std::string::npos) << show(result);
   }
   for (int rank = 0; rank < 4; ++rank) {
     EXPECT_EQ(slurp(dir / ("ran_attempt1_rank" + std::to_string(rank))), "HSGD_RESTART_COUNT=1\n")
@@ -309,11 +306,27 @@ TEST(HsgdRunTest, TwoNodes_SigtermOnOneNodeStopsBoth) {
   const std::string endpoint = "127.0.0.1:" + std::to_string(server.port);
   std::vector<Command> nodes;
   for (int node_rank : {0, 1}) {
-    nodes.push_back(Command::start({kRun, "--nnodes", "2", "--node-rank",
-                                    std::to_string(node_rank), "--nproc-per-node", "1",
-                                    "--max-restarts", "3", "--grace-period", "1",
-                                    "--rdzv-endpoint", endpoint, "--rdzv-id", "stop-both",
-                                    "--rdzv-timeout", "60", "--", kWorker, "sleep", dir.string()}));
+    nodes.push_back(Command::start({kRun,
+                                    "--nnodes",
+                                    "2",
+                                    "--node-rank",
+                                    std::to_string(node_rank),
+                                    "--nproc-per-node",
+                                    "1",
+                                    "--max-restarts",
+                                    "3",
+                                    "--grace-period",
+                                    "1",
+                                    "--rdzv-endpoint",
+                                    endpoint,
+                                    "--rdzv-id",
+                                    "stop-both",
+                                    "--rdzv-timeout",
+                                    "60",
+                                    "--",
+                                    kWorker,
+                                    "sleep",
+                                    dir.string()}));
   }
   auto pids = wait_ready(nodes[0], dir, 0, 1);
   auto more = wait_ready(nodes[1], dir, 1, 1);
@@ -332,11 +345,37 @@ TEST(HsgdRunTest, TokenFile_ReachesServerAndWorkers) {
   const auto dir = unique_temp_dir("hsgd_run_token");
   const auto token = dir / "token";
   std::ofstream(token) << "s3cret-token\n";
-  auto result = Command::start({kRun, "--nproc-per-node", "2", "--token-file", token.string(),
-                                "--", kWorker, "allreduce", dir.string()})
+  auto result = Command::start({kRun, "--nproc-per-node", "2", "--token-file", token.string(), "--",
+                                kWorker, "allreduce", dir.string()})
                     .wait(kJobTimeout);
   ASSERT_TRUE(result.status.success()) << show(result);
   EXPECT_TRUE(fs::exists(dir / "allreduce_rank1")) << show(result);
+}
+
+TEST(HsgdRunTest, TwoNodes_DeadLauncherIsNoticedByHeartbeat) {
+  auto server = start_rendezvous();
+  ASSERT_GT(server.port, 0);
+  const auto dir = unique_temp_dir("hsgd_run_heartbeat");
+  const std::string endpoint = "127.0.0.1:" + std::to_string(server.port);
+  std::vector<Command> nodes;
+  for (int node_rank : {0, 1}) {
+    nodes.push_back(Command::start({kRun, "--nnodes", "2", "--node-rank", std::to_string(node_rank),
+                                    "--heartbeat-timeout", "2", "--grace-period", "1",
+                                    "--rdzv-endpoint", endpoint, "--rdzv-id", "heartbeat",
+                                    "--rdzv-timeout", "60", "--", kWorker, "sleep", dir.string()}));
+  }
+  auto pids = wait_ready(nodes[0], dir, 0, 1);
+  auto more = wait_ready(nodes[1], dir, 1, 1);
+  pids.insert(pids.end(), more.begin(), more.end());
+  nodes[0].signal(SIGKILL);  // node 0 vanishes without telling anyone
+  auto result = nodes[1].wait(seconds(60));
+  EXPECT_FALSE(result.timed_out) << show(result);
+  EXPECT_EQ(result.status.exit_code, 1) << show(result);
+  EXPECT_NE(result.output.find("node 0 ("), std::string::npos) << show(result);
+  EXPECT_NE(result.output.find("sent no heartbeat"), std::string::npos) << show(result);
+  for (size_t i = 0; i < pids.size(); ++i) {
+    EXPECT_TRUE(gone_within(pids[i], seconds(10))) << "rank " << i << " pid " << pids[i];
+  }
 }
 
 }  // namespace

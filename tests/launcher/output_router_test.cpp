@@ -23,7 +23,9 @@ struct Pipe {
     r = fds[0];
     w = fds[1];
   }
-  void write(const std::string& s) const { EXPECT_EQ(::write(w, s.data(), s.size()), (ssize_t)s.size()); }
+  void write(const std::string& s) const {
+    EXPECT_EQ(::write(w, s.data(), s.size()), (ssize_t)s.size());
+  }
   void close_write() {
     ::close(w);
     w = -1;
@@ -52,7 +54,8 @@ TEST(OutputRouterTest, PrefixesLinesPerRankAndStream) {
     worker_err.close_write();
     router.drain(milliseconds(5000));
   }
-  EXPECT_EQ(read_available(term_out.r), "[rank 3] hello\n[rank 3] partial\n[rank 3] no newline at end\n");
+  EXPECT_EQ(read_available(term_out.r),
+            "[rank 3] hello\n[rank 3] partial\n[rank 3] no newline at end\n");
   EXPECT_EQ(read_available(term_err.r), "[rank 3] oops\n");
 }
 
@@ -71,9 +74,8 @@ TEST(OutputRouterTest, LogDir_OneFilePerRank) {
   const auto dir = hsgd::testing::unique_temp_dir("output_router");
   Pipe term, a, b;
   {
-    OutputRouter router(OutputOptions{.stdout_fd = term.w, .stderr_fd = term.w,
-                                      .log_dir = dir.string()},
-                        2);
+    OutputRouter router(
+        OutputOptions{.stdout_fd = term.w, .stderr_fd = term.w, .log_dir = dir.string()}, 2);
     router.add(0, a.r, OutputRouter::Stream::kStdout);
     router.add(1, b.r, OutputRouter::Stream::kStderr);
     EXPECT_EQ(router.log_path(1), dir.string() + "/attempt_2/rank_1.log");

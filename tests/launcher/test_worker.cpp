@@ -48,9 +48,7 @@ std::string env_str(const char* name) {
   return v != nullptr ? v : "<unset>";
 }
 
-void write_file(const std::string& path, const std::string& text) {
-  std::ofstream(path) << text;
-}
+void write_file(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
 void sleep_seconds(int s) { std::this_thread::sleep_for(std::chrono::seconds(s)); }
 
@@ -74,9 +72,9 @@ int check_env(const std::string& dir) {
     expect(env_str("HSGD_NUM_THREADS") == "1", "HSGD_NUM_THREADS=1 with several workers");
   }
   std::string record;
-  for (const char* name : {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-                           "MASTER_ADDR", "MASTER_PORT", "HSGD_RUN_ID", "HSGD_RESTART_COUNT",
-                           "OMP_NUM_THREADS"}) {
+  for (const char* name :
+       {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
+        "MASTER_PORT", "HSGD_RUN_ID", "HSGD_RESTART_COUNT", "OMP_NUM_THREADS"}) {
     record += std::string(name) + "=" + env_str(name) + "\n";
   }
   write_file(dir + "/env_attempt" + std::to_string(restart) + "_rank" + std::to_string(rank),
@@ -100,7 +98,8 @@ int allreduce(const std::string& dir) {
   // Exit barrier over the store: a rank that exits while a peer still reads its last Gloo
   // message can reset the connection under it (seen here with 2 ranks), so leave together.
   auto store = world->store();
-  const std::string key = "launcher_test_worker/exit/" + std::to_string(env_int("HSGD_RESTART_COUNT"));
+  const std::string key =
+      "launcher_test_worker/exit/" + std::to_string(env_int("HSGD_RESTART_COUNT"));
   if (store->add(key, 1) == n) store->set(key + "/all", hsgd::comm::to_bytes("1"));
   store->wait({key + "/all"}, std::chrono::seconds(60));
   return 0;

@@ -21,17 +21,17 @@ std::map<std::string, std::string> as_map(const std::vector<std::string>& env) {
 }
 
 TEST(WorkerEnvTest, SetsTorchrunVariablesOverridingInheritedOnes) {
-  auto env = as_map(build_worker_env({"PATH=/bin", "RANK=99"},
-                                     WorkerEnvOptions{.rank = 5,
-                                                      .local_rank = 1,
-                                                      .world_size = 8,
-                                                      .local_world_size = 4,
-                                                      .group_rank = 1,
-                                                      .group_world_size = 2,
-                                                      .master_addr = "10.0.0.1",
-                                                      .master_port = 29400,
-                                                      .run_id = "job7",
-                                                      .restart_count = 2}));
+  auto env =
+      as_map(build_worker_env({"PATH=/bin", "RANK=99"}, WorkerEnvOptions{.rank = 5,
+                                                                         .local_rank = 1,
+                                                                         .world_size = 8,
+                                                                         .local_world_size = 4,
+                                                                         .group_rank = 1,
+                                                                         .group_world_size = 2,
+                                                                         .master_addr = "10.0.0.1",
+                                                                         .master_port = 29400,
+                                                                         .run_id = "job7",
+                                                                         .restart_count = 2}));
   EXPECT_EQ(env["PATH"], "/bin");
   EXPECT_EQ(env["RANK"], "5");
   EXPECT_EQ(env["LOCAL_RANK"], "1");
@@ -47,8 +47,8 @@ TEST(WorkerEnvTest, SetsTorchrunVariablesOverridingInheritedOnes) {
 }
 
 TEST(WorkerEnvTest, ThreadVariables_OneWhenSeveralWorkersUnlessUserSetThem) {
-  auto several = as_map(build_worker_env({"OMP_NUM_THREADS=3"},
-                                         WorkerEnvOptions{.local_world_size = 2}));
+  auto several =
+      as_map(build_worker_env({"OMP_NUM_THREADS=3"}, WorkerEnvOptions{.local_world_size = 2}));
   EXPECT_EQ(several["OMP_NUM_THREADS"], "3");  // the user's choice wins
   EXPECT_EQ(several["HSGD_NUM_THREADS"], "1");
   EXPECT_EQ(several["OPENBLAS_NUM_THREADS"], "1");

@@ -37,8 +37,8 @@ std::string read_all(int fd) {
 bool process_exists(pid_t pid) { return ::kill(pid, 0) == 0 || errno != ESRCH; }
 
 TEST(WorkerProcessTest, ReportsExitCodeAndOutput) {
-  auto w = WorkerProcess::spawn({"sh", "-c", "echo out; echo err >&2; exit 5"},
-                                current_environment());
+  auto w =
+      WorkerProcess::spawn({"sh", "-c", "echo out; echo err >&2; exit 5"}, current_environment());
   const std::string out = read_all(w.take_stdout_fd());
   const std::string err = read_all(w.take_stderr_fd());
   ExitStatus s = wait_exit(w);
@@ -58,8 +58,7 @@ TEST(WorkerProcessTest, ReportsSignal) {
 }
 
 TEST(WorkerProcessTest, PassesExactlyTheGivenEnvironment) {
-  auto w = WorkerProcess::spawn({"/bin/sh", "-c", "echo \"$HSGD_X|${HOME-unset}\""},
-                                {"HSGD_X=42"});
+  auto w = WorkerProcess::spawn({"/bin/sh", "-c", "echo \"$HSGD_X|${HOME-unset}\""}, {"HSGD_X=42"});
   const std::string out = read_all(w.take_stdout_fd());
   EXPECT_TRUE(wait_exit(w).success());
   EXPECT_EQ(out, "42|unset\n");

@@ -1,0 +1,55 @@
+#include "comm/launcher/heartbeat.h"
+
+#include <gtest/gtest.h>
+
+#include "comm/error.h"
+#include "comm/hash_store.h"
+
+namespace hsgd::comm::launcher {
+namespace {
+
+using std::chrono::milliseconds;
+using Clock = Heartbeat::Clock;
+
+// Time is passed in explicitly, so these tests never sleep or depend on the machine's speed.
+TEST(HeartbeatTest, SilentNode_IsReportedAfterTimeoutOnly) {
+  HashStore store;
+  Heartbeat a(store, "p/", 2, 0, milliseconds(100), milliseconds(1000));
+  Heartbeat b(store, "p/", 2, 1, milliseconds(100), milliseconds(1000));
+  auto t = Clock::now();
+  a.beat(t);
+  b.beat(t);
+  // Both beat for a while: nobody is silent.
+  for (int i = 1; i <= 20; ++i) {
+    t += milliseconds(100);
+    EXPECT_EQ(a.tick(t), -1) << "step " << i;
+    EXPECT_EQ(b.tick(t), -1) << "step " << i;
+  }
+  // b stops beating: a reports node 1 once more than the timeout has passed, not before.
+  const auto last_beat = t;
+  int silent = -1;
+  while (silent < 0 && t - last_beat < milliseconds(5000)) {
+    t += milliseconds(100);
+    silent = a.tick(t);
+  }
+  EXPECT_EQ(silent, 1);
+  EXPECT_GT(t - last_beat, milliseconds(1000));
+  EXPECT_LE(t - last_beat, milliseconds(1200));
+}
+
+TEST(HeartbeatTest, SingleNode_NeverSilent) {
+  HashStore store;
+  Heartbeat a(store, "p/", 1, 0, milliseconds(100), milliseconds(200));
+  auto t = Clock::now();
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(a.tick(t += milliseconds(100)), -1);
+}
+
+TEST(HeartbeatTest, RejectsTimeoutNotAboveInterval) {
+  HashStore store;
+  EXPECT_THROW(Heartbeat(store, "p/", 2, 0, milliseconds(100), milliseconds(100)), InvalidArgument);
+  EXPECT_THROW(Heartbeat(store, "p/", 2, 2, milliseconds(100), milliseconds(1000)),
+               InvalidArgument);
+}
+
+}  // namespace
+}  // namespace hsgd::comm::launcher
