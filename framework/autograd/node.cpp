@@ -11,7 +11,25 @@ thread_local uint64_t t_next_sequence_nr = 0;
 }  // namespace
 
 Node::Node(std::string name) : name_(std::move(name)), sequence_nr_(t_next_sequence_nr++) {}
-Node::~Node() = default;
+Node::~Node() {
+  // Destroying a long chain through nested shared_ptr destructors would recurse once per node
+  // and can overflow the stack (a graph that is never backwarded). Instead, take over the edges
+  // of every node that dies with this one and destroy them from a flat list.
+  std::vector<std::shared_ptr<Node>> pending;
+  for (Edge& edge : next_edges_) {
+    if (edge.node) pending.push_back(std::move(edge.node));
+  }
+  while (!pending.empty()) {
+    std::shared_ptr<Node> node = std::move(pending.back());
+    pending.pop_back();
+    if (node.use_count() == 1) {
+      for (Edge& edge : node->next_edges_) {
+        if (edge.node) pending.push_back(std::move(edge.node));
+      }
+    }
+    // node is destroyed here (if this was the last owner) with no edges left to recurse into.
+  }
+}
 
 FunctionNode::FunctionNode(std::string name, const std::vector<Tensor>& inputs, BackwardFn fn)
     : Node(std::move(name)), fn_(std::move(fn)) {

@@ -320,3 +320,21 @@ TEST(AutogradTest, ReachedLeafWithoutGradientStillFiresHookOnce) {
 
 }  // namespace
 }  // namespace hsgd
+
+namespace hsgd {
+namespace {
+
+TEST(AutogradTest, DroppingADeepGraphWithoutBackwardDoesNotOverflowTheStack) {
+  Tensor x = ones({1}).set_requires_grad(true);
+  {
+    Tensor h = x;
+    for (int i = 0; i < 200000; ++i) h = h * 1.0f;
+    EXPECT_FALSE(h.is_leaf());
+  }                          // the whole chain is freed here
+  Tensor y = sum(x * 2.0f);  // the leaf still works after its old graph is gone
+  y.backward();
+  EXPECT_EQ(x.grad().item(), 2.0f);
+}
+
+}  // namespace
+}  // namespace hsgd
