@@ -7,7 +7,7 @@
 //   #include "framework/hsgd.h"
 //   hsgd::Generator gen(0);
 //   hsgd::Tensor x = hsgd::randn({8, 784}, gen);
-//   auto model = hsgd::models::...;   // see models/
+//   auto model = hsgd::models::make_model("resnet20", {.num_classes = 10, .seed = 1});
 //   hsgd::optim::SGD sgd(model->parameters(), {.lr = 0.1, .momentum = 0.9});
 
 // ---- comm ----
@@ -29,14 +29,11 @@
 // ---- nn, data, training ----
 #include "framework/data/data_loader.h"
 #include "framework/data/dataset.h"
+#include "framework/data/cifar10.h"
 #include "framework/data/fashion_mnist.h"
+#include "framework/data/idx.h"
 #include "framework/data/synthetic_dataset.h"
-#include "framework/nn/activation.h"
-#include "framework/nn/functional.h"
-#include "framework/nn/init.h"
-#include "framework/nn/linear.h"
-#include "framework/nn/module.h"
-#include "framework/nn/sequential.h"
+#include "framework/nn/nn.h"
 #include "framework/train/optimizer.h"
 #include "framework/train/trainer.h"
 
@@ -44,11 +41,15 @@
 #include "framework/distributed/comm_hooks/default_hooks.h"
 #include "framework/distributed/comm_hooks/post_local_sgd_hook.h"
 #include "framework/distributed/ddp.h"
+#include "framework/distributed/grad_bucket.h"
 #include "framework/distributed/model_averaging/averagers.h"
 #include "framework/distributed/model_averaging/hierarchical_model_averager.h"
 #include "framework/distributed/model_averaging/utils.h"
 
 // ---- optim, models ----
 #include "models/mlp.h"
+#include "models/registry.h"
+#include "models/resnet.h"
 #include "optim/lr_scheduler.h"
+#include "optim/post_local_sgd_optimizer.h"
 #include "optim/sgd.h"
