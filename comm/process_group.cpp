@@ -228,7 +228,11 @@ std::shared_ptr<Work> ProcessGroup::enqueue(std::string what,
     }
     const uint64_t seq = next_seq_++;
     what += " #" + std::to_string(seq);
-    work = std::make_shared<Work>(what + " of group '" + options_.name + "'");
+    std::weak_ptr<ProcessGroup> self = weak_from_this();
+    work = std::make_shared<Work>(what + " of group '" + options_.name + "'",
+                                  [self](const Work& w, Duration timeout) {
+                                    if (auto group = self.lock()) group->help(w, timeout);
+                                  });
     queue_.push_back(Task{work, std::move(what), seq, std::move(run)});
   }
   wake_.notify_one();
@@ -237,10 +241,37 @@ std::shared_ptr<Work> ProcessGroup::enqueue(std::string what,
 
 void ProcessGroup::worker_loop() {
   while (true) {
-    Task task;
     {
       std::unique_lock<std::mutex> lock(mu_);
       wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and every queued task ran
+    }
+    run_next();  // may find the queue empty: a waiting caller ran the task itself
+  }
+}
+
+bool ProcessGroup::run_next() {
+  std::lock_guard<std::mutex> exec(exec_mu_);
+  Task task;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (queue_.empty()) return false;
+    task = std::move(queue_.front());
+    queue_.pop_front();
+  }
+  run_task(task);
+  return true;
+}
+
+void ProcessGroup::help(const Work& work, Duration timeout) {
+  // A collective may take up to the group timeout; a shorter wait must not run it inline.
+  if (timeout < options_.timeout) return;
+  while (!work.is_completed()) {
+    std::unique_lock<std::mutex> exec(exec_mu_, std::try_to_lock);
+    if (!exec.owns_lock()) return;  // the worker is running a task; let it
+    Task task;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
       if (queue_.empty()) return;
       task = std::move(queue_.front());
       queue_.pop_front();

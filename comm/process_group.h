@@ -71,7 +71,7 @@ inline constexpr size_t kSmallAllreduceBytes = 64 * 1024;
 // kRing on the caller's memory instead.
 inline constexpr size_t kAllreduceCacheBytes = 256u << 20;
 
-class ProcessGroup {
+class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
  public:
   // How a group is built; filled in by init_process_group() and new_group().
   struct Options {
@@ -150,6 +150,12 @@ class ProcessGroup {
 
   std::shared_ptr<Work> enqueue(std::string what, std::function<void(uint32_t tag)> run);
   void worker_loop();
+  // Pops the task at the head of the queue and runs it, holding exec_mu_ throughout, so tasks
+  // run one at a time and in order whichever thread runs them. False if the queue was empty.
+  bool run_next();
+  // Work::wait's helper: runs queued tasks on the waiting thread until work completed, unless
+  // another thread is running one (then the waiter simply blocks).
+  void help(const Work& work, Duration timeout);
   void run_task(Task& task);
   // After a failure: which members did not reach collective seq (see process_group.cpp).
   std::string diagnose_failure(uint64_t seq);
@@ -172,6 +178,7 @@ class ProcessGroup {
   std::exception_ptr broken_;  // first failure; later collectives fail fast
   std::string broken_what_;
 
+  std::mutex exec_mu_;  // held while a task is popped and run
   std::mutex mu_;
   std::condition_variable wake_;
   std::deque<Task> queue_;  // guarded by mu_

@@ -4,11 +4,13 @@
 
 namespace hsgd::comm {
 
-Work::Work(std::string description) : description_(std::move(description)) {}
+Work::Work(std::string description, Helper helper)
+    : description_(std::move(description)), helper_(std::move(helper)) {}
 
 Work::~Work() = default;
 
 void Work::wait(Duration timeout) {
+  if (helper_ && !is_completed()) helper_(*this, timeout);
   std::unique_lock<std::mutex> lock(mu_);
   if (!done_.wait_for(lock, timeout, [&] { return completed_; })) {
     HSGD_THROW(Timeout, "Work::wait: ", description_, " did not complete within ",

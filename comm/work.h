@@ -11,6 +11,7 @@
 
 #include <condition_variable>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <string>
 
@@ -21,7 +22,12 @@ namespace hsgd::comm {
 class Work {
  public:
   // description names the operation in errors, e.g. "allreduce #3 of group 'world'".
-  explicit Work(std::string description);
+  // helper, if set, is called by wait(timeout) on the waiting thread before it blocks; the
+  // process group uses it to run a collective the worker thread has not started yet on the
+  // waiting thread itself (only when timeout is at least the group's own deadline, so wait never
+  // blocks longer than asked), which saves two thread hand-offs when the caller waits at once.
+  using Helper = std::function<void(const Work&, Duration timeout)>;
+  explicit Work(std::string description, Helper helper = nullptr);
   virtual ~Work();
   Work(const Work&) = delete;
   Work& operator=(const Work&) = delete;
@@ -47,6 +53,7 @@ class Work {
 
  private:
   const std::string description_;
+  const Helper helper_;
 
   mutable std::mutex mu_;
   std::condition_variable done_;
