@@ -39,6 +39,13 @@ std::unordered_map<Node*, int> count_dependencies(Node* root) {
   return deps;
 }
 
+// True when t is the only handle to its tensor object and storage, so writing into it in place
+// cannot be observed elsewhere (e.g. a gradient a node also handed to another input).
+bool exclusively_owned(const Tensor& t) {
+  const auto& impl = t.impl();
+  return impl.use_count() == 1 && impl->storage.use_count() == 1 && t.is_contiguous();
+}
+
 }  // namespace
 
 void run_backward(const Tensor& root, const Tensor& grad_output) {
@@ -87,7 +94,16 @@ void run_backward(const Tensor& root, const Tensor& grad_output) {
                       " returned a gradient of shape ", shape_str(g.shape()), " for input ", i,
                       " of shape ", shape_str(edge.shape));
         auto [it, inserted] = buffers.try_emplace(next, g);
-        if (!inserted) it->second = it->second.defined() ? add(it->second, g) : g;
+        if (!inserted) {
+          Tensor& buffer = it->second;
+          if (!buffer.defined()) {
+            buffer = g;
+          } else if (exclusively_owned(buffer)) {
+            buffer.add_(g);  // nobody else sees this tensor: sum in place, no allocation
+          } else {
+            buffer = add(buffer, g);
+          }
+        }
       } else {
         buffers.try_emplace(next, Tensor());
       }

@@ -338,3 +338,23 @@ TEST(AutogradTest, DroppingADeepGraphWithoutBackwardDoesNotOverflowTheStack) {
 
 }  // namespace
 }  // namespace hsgd
+
+namespace hsgd {
+namespace {
+
+TEST(AutogradTest, SummingContributionsNeverWritesIntoASharedGradient) {
+  // AddBackward hands the same tensor to a and b; a then receives a second contribution.
+  // Summing it in place would also change b's gradient.
+  Tensor a = zeros({3}).set_requires_grad(true), b = zeros({3}).set_requires_grad(true);
+  Tensor w = from_vector({1, 2, 3});
+  Tensor loss = sum((a + b) * w) + sum(a * 10.0f);
+  loss.backward();
+  EXPECT_THAT(b.grad().to_vector(), ElementsAre(1, 2, 3));
+  EXPECT_THAT(a.grad().to_vector(), ElementsAre(11, 12, 13));
+  Tensor x = ones({2}).set_requires_grad(true);
+  sum(x + x + x + x).backward();
+  EXPECT_THAT(x.grad().to_vector(), ElementsAre(4, 4));
+}
+
+}  // namespace
+}  // namespace hsgd
