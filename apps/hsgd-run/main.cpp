@@ -9,17 +9,20 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
 #include "comm/error.h"
 #include "comm/launcher/agent.h"
+#include "comm/launcher/worker_process.h"
 #include "comm/rendezvous_server.h"
 #include "comm/tcp_store.h"
 
@@ -45,7 +48,8 @@ const char* kExamples = R"(Examples:
 Workers get RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE,
 MASTER_ADDR, MASTER_PORT, HSGD_RUN_ID, HSGD_JOB_ID, HSGD_RESTART_COUNT, HSGD_MAX_RESTARTS (and
 OMP_NUM_THREADS=HSGD_NUM_THREADS=OPENBLAS_NUM_THREADS=1 when --nproc-per-node > 1 and unset).
-Exit code: 0 when every worker on every node exited 0; 1 on failure; 128+N after signal N.)";
+Exit code: 0 when every worker on every node exited 0; 1 on failure; 2 on a usage error;
+128+N after signal N.)";
 
 struct Endpoint {
   std::string host;
@@ -139,10 +143,10 @@ int run(int argc, char** argv) {
       ->envname("HSGD_STANDALONE");
   app.add_option("--nnodes", nnodes, "Number of nodes (hsgd-run processes) in the job")
       ->envname("HSGD_NNODES")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, 1 << 20));
   app.add_option("--nproc-per-node,--nproc_per_node", nproc, "Workers to start on this node")
       ->envname("HSGD_NPROC_PER_NODE")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, 1 << 16));
   app.add_option("--rdzv-endpoint,--rdzv_endpoint", endpoint,
                  "HOST:PORT of hsgd-rendezvous (port defaults to 29400)")
       ->envname("HSGD_RDZV_ENDPOINT");
@@ -153,11 +157,11 @@ int run(int argc, char** argv) {
   app.add_option("--node-rank,--node_rank", node_rank,
                  "Rank of this node; by default nodes are ranked by order of arrival")
       ->envname("HSGD_NODE_RANK")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, 1 << 20));
   app.add_option("--max-restarts,--max_restarts", max_restarts,
                  "Restart the whole job (all nodes) up to this many times after a failure")
       ->envname("HSGD_MAX_RESTARTS")
-      ->check(CLI::NonNegativeNumber)
+      ->check(CLI::Range(0, 1 << 20))
       ->capture_default_str();
   app.add_option("--rdzv-timeout,--rdzv_timeout", rdzv_timeout,
                  "Seconds to wait for the endpoint and for all nodes to join")
@@ -187,7 +191,8 @@ int run(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help exits 0; a usage error exits 2, like argparse (and so torchrun).
+    return app.exit(e) == 0 ? 0 : 2;
   }
   std::vector<std::string> program = app.remaining();
   if (!program.empty() && program.front() == "--") program.erase(program.begin());
@@ -200,6 +205,11 @@ int run(int argc, char** argv) {
              nnodes, "; start hsgd-rendezvous and pass --rdzv-endpoint HOST:PORT instead");
   HSGD_CHECK(embedded || !endpoint.empty(), "hsgd-run: --nnodes ", nnodes,
              " needs --rdzv-endpoint HOST:PORT of a running hsgd-rendezvous");
+  HSGD_CHECK(node_rank < nnodes, "hsgd-run: --node-rank ", node_rank, " must be in [0, ", nnodes,
+             ") for --nnodes ", nnodes);
+  // A typo in the program name fails now, before any server or rendezvous.
+  const char* path = std::getenv("PATH");
+  (void)hsgd::comm::launcher::resolve_program(program.front(), path != nullptr ? path : "");
   const std::string token = token_file.empty() ? "" : read_token(token_file);
 
   // SIGINT/SIGTERM go to the forwarding thread only: block them before any thread starts.
@@ -265,7 +275,10 @@ int main(int argc, char** argv) {
   try {
     return run(argc, argv);
   } catch (const std::exception& e) {
-    std::cerr << "hsgd-run: error: " << e.what() << std::endl;
+    // Library messages already start with "hsgd-run: "; say it once.
+    std::string_view message = e.what();
+    if (message.starts_with("hsgd-run: ")) message.remove_prefix(10);
+    std::cerr << "hsgd-run: error: " << message << std::endl;
     return 1;
   }
 }
