@@ -43,9 +43,12 @@ const std::vector<ConvCase> kCases = {
     {2, 2, 3, 3, 2, 5, 5, 1, 1, 1, 1, true},
     {40, 2, 3, 3, 2, 3, 3, 1, 1, 1, 1, true},
     {33, 3, 2, 2, 2, 1, 1, 1, 1, 0, 0, false},
-    // 16+ input channels at stride 1: the input gradient is computed as a transposed conv.
+    // 16+ input channels at stride 1: both gradients come from one unfold of gy ...
     {2, 16, 5, 4, 3, 3, 3, 1, 1, 1, 1, true},
     {1, 17, 6, 5, 2, 3, 2, 1, 1, 0, 1, false},
+    // ... unless padding >= kernel, which folds with col2im instead.
+    {2, 16, 3, 3, 2, 1, 1, 1, 1, 1, 1, true},
+    {1, 16, 3, 4, 3, 2, 2, 1, 1, 2, 1, false},
 };
 
 TEST(Conv2dTest, ForwardMatchesDirectDefinition) {
@@ -98,6 +101,14 @@ TEST(Conv2dTest, GradientsMatchNumericalJacobian_BlockedSmallMaps) {
   Tensor w1 = randn({3, 2, 1, 1}, gen);
   testing::check_gradients(
       "blocked 1x1", [](const std::vector<Tensor>& in) { return conv2d(in[0], in[1]); }, {x1, w1});
+  // 16 channels: the blocked unfold of gy that gives both gradients.
+  Tensor x2 = randn({9, 16, 2, 2}, gen);
+  Tensor w2 = randn({3, 16, 3, 3}, gen);
+  testing::check_gradients("blocked 3x3, 16 channels",
+                           [](const std::vector<Tensor>& in) {
+                             return conv2d(in[0], in[1], Tensor(), {1, 1}, {1, 1});
+                           },
+                           {x2, w2});
 }
 
 TEST(Conv2dTest, NonContiguousInput_SameAsContiguous) {
