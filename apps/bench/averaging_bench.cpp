@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -20,8 +21,6 @@
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
 
 #include "comm/file_store.h"
 #include "comm/process_group.h"
@@ -147,8 +146,7 @@ bool run_hsgd(int world, const Workload& w, int warmup, hsgd::comm::AllreduceAlg
 }
 
 // Runs the PyTorch script on the same shapes; false when it fails (the table then says so).
-bool run_torch(int world, const Workload& w, int warmup, const std::string& script,
-               Timing& out) {
+bool run_torch(int world, const Workload& w, int warmup, const std::string& script, Timing& out) {
   const fs::path dir =
       fs::temp_directory_path() / ("hsgd_averaging_torch_" + std::to_string(getpid()));
   fs::create_directories(dir);
@@ -161,8 +159,8 @@ bool run_torch(int world, const Workload& w, int warmup, const std::string& scri
   }
   std::ostringstream cmd;
   cmd << "/usr/bin/python3 " << script << " --shapes " << (dir / "shapes.txt") << " --world "
-      << world << " --iters " << w.iters << " --warmup " << warmup << " --store "
-      << (dir / "store") << " 2>&1";
+      << world << " --iters " << w.iters << " --warmup " << warmup << " --store " << (dir / "store")
+      << " 2>&1";
   FILE* pipe = popen(cmd.str().c_str(), "r");
   bool ok = false;
   if (pipe != nullptr) {
@@ -202,7 +200,8 @@ int main(int argc, char** argv) {
   app.add_option("--iters-large", iters_large, "timed calls per level, ResNet-18 sizes");
   app.add_option("--torch-script", script, "the PyTorch side");
   std::string algorithm_name = "auto";
-  app.add_option("--algorithm", algorithm_name, "hsgd allreduce: auto, ring, ring-chunked, halving-doubling")
+  app.add_option("--algorithm", algorithm_name,
+                 "hsgd allreduce: auto, ring, ring-chunked, halving-doubling")
       ->check(CLI::IsMember({"auto", "ring", "ring-chunked", "halving-doubling"}));
   app.add_flag("--quick", quick, "few iterations");
   app.add_flag("--no-torch", no_torch, "skip PyTorch");
@@ -228,11 +227,12 @@ int main(int argc, char** argv) {
       workload_of("ResNet-20", hsgd::models::resnet_cifar_options(20), iters_small),
       workload_of("ResNet-18", hsgd::models::resnet18_options(), iters_large)};
 
-  std::printf("average_parameters at %d ranks, hierarchy {1:%d, 2:%d}, median ms per call, "
-              "hsgd allreduce algorithm %s\n",
-              world, world / 2, world, algorithm_name.c_str());
-  std::printf("%-10s %9s %8s %-14s %10s %10s %7s %12s\n", "model", "params", "tensors",
-              "level", "hsgd ms", "torch ms", "ratio", "hsgd RSS +KB");
+  std::printf(
+      "average_parameters at %d ranks, hierarchy {1:%d, 2:%d}, median ms per call, "
+      "hsgd allreduce algorithm %s\n",
+      world, world / 2, world, algorithm_name.c_str());
+  std::printf("%-10s %9s %8s %-14s %10s %10s %7s %12s\n", "model", "params", "tensors", "level",
+              "hsgd ms", "torch ms", "ratio", "hsgd RSS +KB");
   int failures = 0;
   for (const Workload& w : workloads) {
     Timing h, t;
@@ -241,8 +241,8 @@ int main(int argc, char** argv) {
     failures += hok ? 0 : 1;
     for (int level = 0; level < 2; ++level) {
       const int size = level == 0 ? world / 2 : world;
-      const std::string name = "every " + std::to_string(level + 1) + ", " +
-                               std::to_string(size) + " rk";
+      const std::string name =
+          "every " + std::to_string(level + 1) + ", " + std::to_string(size) + " rk";
       char torch_ms[32] = "n/a", ratio[32] = "n/a";
       if (tok) {
         std::snprintf(torch_ms, sizeof torch_ms, "%.3f", t.level_ms[level]);
@@ -253,7 +253,8 @@ int main(int argc, char** argv) {
                   hok ? h.level_ms[level] : -1.0, torch_ms, ratio, h.rss_growth_kb);
     }
   }
-  std::printf("ratio = hsgd / torch (lower is better); RSS growth over the timed calls of one "
-              "rank (max over ranks)\n");
+  std::printf(
+      "ratio = hsgd / torch (lower is better); RSS growth over the timed calls of one "
+      "rank (max over ranks)\n");
   return failures == 0 ? 0 : 1;
 }

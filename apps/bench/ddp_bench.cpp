@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -20,8 +21,6 @@
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
 
 #include "comm/file_store.h"
 #include "comm/process_group.h"
@@ -39,7 +38,7 @@ namespace fs = std::filesystem;
 using hsgd::Tensor;
 
 struct Case {
-  std::string name;   // as the torch script calls it
+  std::string name;  // as the torch script calls it
   int iters = 0;
 };
 
@@ -61,8 +60,8 @@ void run_rank(int rank, int world, const fs::path& dir, const Case& c, int warmu
   std::shared_ptr<hsgd::nn::Module> model;
   hsgd::Shape shape;
   if (c.name == "mlp") {
-    model = std::make_shared<hsgd::models::MLP>(
-        hsgd::models::MLPOptions{.sizes = {784, 512, 256, 10}, .seed = static_cast<uint64_t>(rank)});
+    model = std::make_shared<hsgd::models::MLP>(hsgd::models::MLPOptions{
+        .sizes = {784, 512, 256, 10}, .seed = static_cast<uint64_t>(rank)});
     shape = {64, 1, 28, 28};
   } else {
     model = std::make_shared<hsgd::models::ResNet>(
@@ -93,8 +92,8 @@ void run_rank(int rank, int world, const fs::path& dir, const Case& c, int warmu
 
 // Forks the ranks, waits (killing them by pid after the deadline), reads rank 0's result.
 bool run_hsgd(int world, const Case& c, int warmup, double& ms) {
-  const fs::path dir = fs::temp_directory_path() /
-                       ("hsgd_ddp_bench_" + std::to_string(getpid()) + "_" + c.name);
+  const fs::path dir =
+      fs::temp_directory_path() / ("hsgd_ddp_bench_" + std::to_string(getpid()) + "_" + c.name);
   fs::remove_all(dir);
   fs::create_directories(dir);
   const fs::path result_file = dir / "result.txt";
@@ -182,9 +181,10 @@ int main(int argc, char** argv) {
     iters_resnet = 2;
     warmup = 1;
   }
-  std::printf("DDP step at %d ranks, median ms per step (max over ranks); OpenBLAS core %s, "
-              "OPENBLAS_NUM_THREADS=%s\n",
-              world, openblas_get_corename(), std::getenv("OPENBLAS_NUM_THREADS"));
+  std::printf(
+      "DDP step at %d ranks, median ms per step (max over ranks); OpenBLAS core %s, "
+      "OPENBLAS_NUM_THREADS=%s\n",
+      world, openblas_get_corename(), std::getenv("OPENBLAS_NUM_THREADS"));
   std::printf("%-10s %10s %10s %7s\n", "model", "hsgd ms", "torch ms", "ratio");
   int failures = 0;
   for (const Case& c : {Case{"mlp", iters_mlp}, Case{"resnet20", iters_resnet}}) {

@@ -77,9 +77,8 @@ void DistributedDataParallel::broadcast_from_rank0(const std::vector<Tensor>& te
   offset = 0;
   for (const Tensor& t : tensors) {
     Tensor handle = t;
-    handle.copy_(from_vector(std::vector<float>(flat.begin() + offset,
-                                                flat.begin() + offset + t.numel()),
-                             t.shape()));
+    handle.copy_(from_vector(
+        std::vector<float>(flat.begin() + offset, flat.begin() + offset + t.numel()), t.shape()));
     offset += t.numel();
   }
 }
@@ -98,8 +97,8 @@ void DistributedDataParallel::build_buckets() {
     }
     groups.back().push_back(k);
     bytes += params_[k].numel() * static_cast<int64_t>(sizeof(float));
-    const double cap = (groups.size() == 1 ? options_.first_bucket_cap_mb
-                                           : options_.bucket_cap_mb) * mb;
+    const double cap =
+        (groups.size() == 1 ? options_.first_bucket_cap_mb : options_.bucket_cap_mb) * mb;
     if (static_cast<double>(bytes) >= cap) bytes = -1;  // full: the next parameter starts one
   }
   for (size_t b = 0; b < groups.size(); ++b) {
@@ -116,8 +115,8 @@ void DistributedDataParallel::build_buckets() {
     }
     auto bucket = std::unique_ptr<Bucket>(new Bucket{
         .params = groups[b],
-        .grad_bucket = GradBucket(static_cast<int64_t>(b), b + 1 == groups.size(),
-                                  zeros({n}), std::move(tensors), std::move(offsets)),
+        .grad_bucket = GradBucket(static_cast<int64_t>(b), b + 1 == groups.size(), zeros({n}),
+                                  std::move(tensors), std::move(offsets)),
         .pending = 0,
         .launched = false,
         .work = nullptr,
@@ -230,8 +229,8 @@ void DistributedDataParallel::finish_iteration() {
       if (grad.is_contiguous()) {
         std::copy_n(src + offset, p.numel(), grad.data());
       } else {
-        grad.copy_(from_vector(std::vector<float>(src + offset, src + offset + p.numel()),
-                               p.shape()));
+        grad.copy_(
+            from_vector(std::vector<float>(src + offset, src + offset + p.numel()), p.shape()));
       }
     }
     b->work.reset();

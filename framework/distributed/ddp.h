@@ -79,12 +79,11 @@ class DistributedDataParallel {
   // register the same hook. hook(state, bucket) must reduce bucket.buffer() in place.
   template <typename State, typename Hook>
   void register_comm_hook(std::shared_ptr<State> state, Hook hook) {
-    if constexpr (requires(State& s) { init_comm_hook_state(s, pg_); }) {
+    if constexpr (requires(State & s) { init_comm_hook_state(s, pg_); }) {
       init_comm_hook_state(*state, pg_);
     }
-    register_comm_hook(CommHook([state, hook](GradBucket& bucket) {
-      return hook(*state, bucket);
-    }));
+    register_comm_hook(
+        CommHook([state, hook](GradBucket& bucket) { return hook(*state, bucket); }));
   }
   void register_comm_hook(CommHook hook);
 

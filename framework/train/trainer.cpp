@@ -23,10 +23,10 @@ class FunctionStage : public PostStepStage {
 Trainer::Trainer(ForwardFn forward, std::shared_ptr<Optimizer> optimizer, LossFn loss)
     : forward_(std::move(forward)),
       optimizer_(std::move(optimizer)),
-      loss_(loss ? std::move(loss) : LossFn([](const Tensor& outputs,
-                                               const std::vector<int64_t>& targets) {
-        return cross_entropy(outputs, targets);
-      })) {
+      loss_(loss ? std::move(loss)
+                 : LossFn([](const Tensor& outputs, const std::vector<int64_t>& targets) {
+                     return cross_entropy(outputs, targets);
+                   })) {
   HSGD_CHECK(optimizer_ != nullptr, "Trainer: optimizer is null");
 }
 

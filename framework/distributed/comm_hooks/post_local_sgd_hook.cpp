@@ -17,8 +17,7 @@ std::shared_ptr<comm::ProcessGroup> intra_node_subgroup(
     char* end = nullptr;
     const long value = std::strtol(env, &end, 10);
     HSGD_CHECK(*end == '\0' && value > 0,
-               "intra_node_subgroup: LOCAL_WORLD_SIZE must be a positive integer, got '", env,
-               "'");
+               "intra_node_subgroup: LOCAL_WORLD_SIZE must be a positive integer, got '", env, "'");
     local_world_size = static_cast<int>(value);
   }
   HSGD_CHECK(pg->size() % local_world_size == 0, "intra_node_subgroup: LOCAL_WORLD_SIZE ",
@@ -38,8 +37,8 @@ void init_comm_hook_state(PostLocalSGDState& state,
   (void)ddp_group;
   if (state.subgroup == nullptr) state.subgroup = intra_node_subgroup(state.process_group);
   comm::logger()->debug("rank {}: local SGD starts after {} iterations (subgroup of {} ranks)",
-                       state.process_group->rank(), state.start_localSGD_iter,
-                       state.subgroup->size());
+                        state.process_group->rank(), state.start_localSGD_iter,
+                        state.subgroup->size());
 }
 
 std::shared_ptr<comm::Work> post_localSGD_hook(PostLocalSGDState& state, GradBucket& bucket) {

@@ -40,7 +40,8 @@ std::shared_ptr<comm::Work> post_localSGD_hook(PostLocalSGDState& state, GradBuc
 // local_world_size is LOCAL_WORLD_SIZE from the environment (set by hsgd-run and torchrun), or
 // pg's size when it is unset. Collective over pg. InvalidArgument when the value is not a
 // positive divisor of pg's size.
-std::shared_ptr<comm::ProcessGroup> intra_node_subgroup(const std::shared_ptr<comm::ProcessGroup>& pg);
+std::shared_ptr<comm::ProcessGroup> intra_node_subgroup(
+    const std::shared_ptr<comm::ProcessGroup>& pg);
 
 // Called by register_comm_hook: checks the state and creates the intra-node subgroup if null.
 void init_comm_hook_state(PostLocalSGDState& state,

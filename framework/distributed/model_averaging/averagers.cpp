@@ -11,8 +11,8 @@ namespace hsgd::distributed {
 
 // ---- ModelAverager ----
 
-ModelAverager::ModelAverager(std::shared_ptr<comm::ProcessGroup> pg,
-                             ModelAveragerOptions options, const char* class_name)
+ModelAverager::ModelAverager(std::shared_ptr<comm::ProcessGroup> pg, ModelAveragerOptions options,
+                             const char* class_name)
     : pg_(std::move(pg)), options_(std::move(options)), class_name_(class_name) {
   HSGD_CHECK(pg_ != nullptr, class_name_,
              ": process group is null; pass the group to average over (there is no default "
@@ -36,8 +36,8 @@ void ModelAverager::average_at_level(size_t level, const std::vector<Tensor>& pa
                                      comm::ProcessGroup* group) {
   if (group == nullptr) return;
   const auto start = std::chrono::steady_clock::now();
-  const int64_t bytes = flat_.average(get_params_to_average(params), options_.average_buffers,
-                                      *group);
+  const int64_t bytes =
+      flat_.average(get_params_to_average(params), options_.average_buffers, *group);
   const std::chrono::duration<double> spent = std::chrono::steady_clock::now() - start;
   AveragingLevelStats& s = stats_.at(level);
   s.calls += 1;
@@ -58,7 +58,7 @@ PeriodicModelAverager::PeriodicModelAverager(int64_t period, int64_t warmup_step
     error = hsgd::detail::str_cat("PeriodicModelAverager: period must be >= 1, got ", period_);
   } else if (warmup_steps_ < 0) {
     error = hsgd::detail::str_cat("PeriodicModelAverager: warmup_steps must be >= 0, got ",
-                            warmup_steps_);
+                                  warmup_steps_);
   }
   detail::check_config_on_all_ranks(*pg_, class_name_, {{period_, pg_->size()}}, warmup_steps_,
                                     error);

@@ -79,8 +79,7 @@ class ModelAverager : public PostStepStage {
 
   // Averages the params with a gradient, plus the option buffers, over group and charges the
   // cost to level_stats()[level]. A null group (not a member) does nothing.
-  void average_at_level(size_t level, const std::vector<Tensor>& params,
-                        comm::ProcessGroup* group);
+  void average_at_level(size_t level, const std::vector<Tensor>& params, comm::ProcessGroup* group);
 
   // Constant after construction.
   const std::shared_ptr<comm::ProcessGroup> pg_;
@@ -102,8 +101,7 @@ class ModelAverager : public PostStepStage {
 class PeriodicModelAverager : public ModelAverager {
  public:
   PeriodicModelAverager(int64_t period, int64_t warmup_steps,
-                        std::shared_ptr<comm::ProcessGroup> pg,
-                        ModelAveragerOptions options = {});
+                        std::shared_ptr<comm::ProcessGroup> pg, ModelAveragerOptions options = {});
 
   using ModelAverager::average_parameters;
   void average_parameters(const std::vector<Tensor>& params) override;

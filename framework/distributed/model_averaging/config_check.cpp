@@ -1,8 +1,8 @@
 #include "framework/distributed/model_averaging/config_check.h"
 
 #include <map>
-#include <sstream>
 #include <span>
+#include <sstream>
 
 #include "comm/error.h"
 
@@ -89,8 +89,8 @@ void check_config_on_all_ranks(comm::ProcessGroup& pg, const char* who, const Hi
       msg << " ranks [";
       for (size_t i = 0; i < ranks.size(); ++i) msg << (i > 0 ? ", " : "") << ranks[i];
       const size_t at = static_cast<size_t>(ranks.front()) * kRecordSize;
-      msg << "] have "
-          << describe_record(std::span<const int64_t>(all).subspan(at, kRecordSize)) << ";";
+      msg << "] have " << describe_record(std::span<const int64_t>(all).subspan(at, kRecordSize))
+          << ";";
     }
     msg << " every rank must pass the same (this is rank " << pg.rank() << ")";
     HSGD_THROW(InvalidArgument, msg.str());

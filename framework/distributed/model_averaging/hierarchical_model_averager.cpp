@@ -15,8 +15,8 @@ std::string validate(const detail::Hierarchy& levels, int64_t warmup_steps, int 
   using hsgd::detail::str_cat;
   const char* who = "HierarchicalModelAverager";
   if (levels.empty()) {
-    return str_cat(who, ": period_group_size must not be empty; give at least {period, ",
-                   pg_size, "}");
+    return str_cat(who, ": period_group_size must not be empty; give at least {period, ", pg_size,
+                   "}");
   }
   for (size_t i = 0; i < levels.size(); ++i) {
     const auto [period, size] = levels[i];
@@ -29,13 +29,12 @@ std::string validate(const detail::Hierarchy& levels, int64_t warmup_steps, int 
     if (i == 0) continue;
     const auto [prev_period, prev_size] = levels[i - 1];
     if (period <= prev_period) {
-      return str_cat(who, ": periods must strictly increase, but entry ", i, " has period ",
-                     period, " after period ", prev_period, " of entry ", i - 1);
+      return str_cat(who, ": periods must strictly increase, but entry ", i, " has period ", period,
+                     " after period ", prev_period, " of entry ", i - 1);
     }
     if (size <= prev_size) {
-      return str_cat(who, ": group sizes must strictly increase, but entry ", i,
-                     " has group size ", size, " after group size ", prev_size, " of entry ",
-                     i - 1);
+      return str_cat(who, ": group sizes must strictly increase, but entry ", i, " has group size ",
+                     size, " after group size ", prev_size, " of entry ", i - 1);
     }
     if (size % prev_size != 0) {
       return str_cat(who, ": each group size must divide the next so that groups nest, but ",

@@ -63,8 +63,8 @@ std::vector<Tensor> get_params_to_average(const std::vector<ParamGroup>& groups)
   return out;
 }
 
-int64_t FlatAverager::average(const std::vector<Tensor>& params,
-                              const std::vector<Tensor>& buffers, comm::ProcessGroup& group) {
+int64_t FlatAverager::average(const std::vector<Tensor>& params, const std::vector<Tensor>& buffers,
+                              comm::ProcessGroup& group) {
   const int64_t n = total_numel(params) + total_numel(buffers);
   if (n == 0) return 0;  // every rank filters the same way, so every rank skips together
   if (static_cast<int64_t>(flat_.size()) < n) flat_.resize(static_cast<size_t>(n));

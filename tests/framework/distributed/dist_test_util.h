@@ -1,13 +1,13 @@
 #pragma once
 // Helpers shared by the distributed suites (DDP, hooks, averagers, PostLocalSGDOptimizer).
 
+#include <gtest/gtest.h>
+
 #include <chrono>
 #include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "comm/file_store.h"
 #include "comm/process_group.h"

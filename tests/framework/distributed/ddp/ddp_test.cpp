@@ -3,18 +3,19 @@
 // reference), for an MLP and a conv+BN net, with one and with many buckets; unused parameters;
 // no_sync; overlap of communication with backward; post_localSGD_hook; hook registration.
 
+#include "framework/distributed/ddp.h"
+
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "comm/error.h"
 #include "framework/distributed/comm_hooks/default_hooks.h"
 #include "framework/distributed/comm_hooks/post_local_sgd_hook.h"
-#include "framework/distributed/ddp.h"
 #include "framework/nn/nn.h"
 #include "framework/tensor/ops.h"
 #include "tests/framework/distributed/dist_test_util.h"
@@ -50,8 +51,8 @@ std::shared_ptr<nn::Module> make_conv_bn(uint64_t seed) {
   Generator gen(seed);
   auto net = std::make_shared<nn::Sequential>();
   net->push_back(std::make_shared<nn::Conv2d>(
-      nn::Conv2dOptions{.in_channels = 3, .out_channels = 4, .kernel_size = {3, 3},
-                        .padding = {1, 1}},
+      nn::Conv2dOptions{
+          .in_channels = 3, .out_channels = 4, .kernel_size = {3, 3}, .padding = {1, 1}},
       gen));
   net->push_back(std::make_shared<nn::BatchNorm2d>(4));
   net->push_back(std::make_shared<nn::ReLU>());
@@ -119,8 +120,7 @@ void expect_grads_near(const nn::Module& model, const Grads& expected, const std
 }
 
 // A replica with the state DDP broadcast (rank 0's), for computing reference gradients.
-std::shared_ptr<nn::Module> replica_of(const nn::Module& model,
-                                       std::shared_ptr<nn::Module> fresh) {
+std::shared_ptr<nn::Module> replica_of(const nn::Module& model, std::shared_ptr<nn::Module> fresh) {
   fresh->load_state_dict(model.state_dict());
   return fresh;
 }
@@ -167,8 +167,8 @@ INSTANTIATE_TEST_SUITE_P(
                       NetCase{"MlpTinyBuckets", make_mlp, {4, 6}, kTinyBuckets, 4},
                       NetCase{"MlpTinyBucketsWorld8", make_mlp, {3, 6}, kTinyBuckets, 8},
                       NetCase{"ConvBatchNorm", make_conv_bn, {2, 3, 5, 5}, {}, 4},
-                      NetCase{"ConvBatchNormTinyBuckets", make_conv_bn, {2, 3, 5, 5},
-                              kTinyBuckets, 4}),
+                      NetCase{
+                          "ConvBatchNormTinyBuckets", make_conv_bn, {2, 3, 5, 5}, kTinyBuckets, 4}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // a(x) on every rank, + b(x) on odd ranks only; c is never used.
@@ -281,7 +281,8 @@ TEST(DistributedDataParallel, Overlap_FirstBucketLaunchesBeforeBackwardFinishes)
     ddp.register_comm_hook(probe, [](OverlapProbe& s, GradBucket& bucket) {
       s.launched.push_back(bucket.index());
       s.is_last.push_back(bucket.is_last());
-      if (bucket.index() == 0) s.first_layer_pending_at_bucket0 = !s.first_layer_weight.grad().defined();
+      if (bucket.index() == 0)
+        s.first_layer_pending_at_bucket0 = !s.first_layer_weight.grad().defined();
       return allreduce_hook(*s.pg, bucket);
     });
     auto replica = replica_of(*model, make_mlp(99));
@@ -357,8 +358,7 @@ TEST(DistributedDataParallel, InvalidArguments_NameTheValue) {
       DistributedDataParallel ddp(make_mlp(0), pg, {.bucket_cap_mb = -1});
       ADD_FAILURE() << "no exception for bucket_cap_mb -1";
     } catch (const InvalidArgument& e) {
-      EXPECT_NE(std::string(e.what()).find("bucket_cap_mb must be > 0, got -1"),
-                std::string::npos)
+      EXPECT_NE(std::string(e.what()).find("bucket_cap_mb must be > 0, got -1"), std::string::npos)
           << e.what();
     }
     DistributedDataParallel ddp(make_mlp(0), pg);

@@ -4,15 +4,16 @@
 // test_3_level_hierarchical_model_averager) plus hsgd's validation, buffers and counters.
 // Every rank is a separate process (tests/support/multiprocess.h).
 
+#include "framework/distributed/model_averaging/averagers.h"
+
+#include <gtest/gtest.h>
+
 #include <numeric>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "comm/error.h"
-#include "framework/distributed/model_averaging/averagers.h"
 #include "framework/distributed/model_averaging/hierarchical_model_averager.h"
 #include "framework/distributed/model_averaging/utils.h"
 #include "tests/framework/distributed/dist_test_util.h"
@@ -261,8 +262,8 @@ TEST(HierarchicalModelAverager, InvalidHierarchies_FailOnEveryRankWithoutHanging
     expect_invalid([&] { PeriodicModelAverager averager(rank == 1 ? 8 : 4, 0, pg); },
                    "ranks [0, 2, 3] have {4:4} warm-up 0; ranks [1] have {8:4} warm-up 0",
                    "periodic disagreeing");
-    expect_invalid([&] { PeriodicModelAverager averager(0, 0, pg); },
-                   "period must be >= 1, got 0", "periodic period 0");
+    expect_invalid([&] { PeriodicModelAverager averager(0, 0, pg); }, "period must be >= 1, got 0",
+                   "periodic period 0");
     // The group still works after all those errors.
     HierarchicalModelAverager ok({{2, 2}, {4, 4}}, 0, pg);
     Tensor p = make_param(static_cast<float>(rank));

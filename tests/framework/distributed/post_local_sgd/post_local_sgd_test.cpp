@@ -4,12 +4,12 @@
 // post_localSGD_hook with pairs of ranks as the intra-node group and rank-dependent inputs, so
 // the replicas really drift apart and the averaging matters.
 
+#include <gtest/gtest.h>
+
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "comm/error.h"
 #include "framework/distributed/comm_hooks/post_local_sgd_hook.h"
@@ -58,15 +58,15 @@ Replica make_replica(const std::shared_ptr<comm::ProcessGroup>& pg,
                      const std::shared_ptr<comm::ProcessGroup>& pairs, int64_t warmup) {
   Replica r{make_ddp_net(), nullptr};
   r.ddp = std::make_unique<DistributedDataParallel>(r.model, pg);
-  r.ddp->register_comm_hook(std::make_shared<PostLocalSGDState>(PostLocalSGDState{
-                                .process_group = pg, .subgroup = pairs,
-                                .start_localSGD_iter = warmup}),
-                            post_localSGD_hook);
+  r.ddp->register_comm_hook(
+      std::make_shared<PostLocalSGDState>(
+          PostLocalSGDState{.process_group = pg, .subgroup = pairs, .start_localSGD_iter = warmup}),
+      post_localSGD_hook);
   return r;
 }
 
-using MakeAverager = std::function<std::shared_ptr<ModelAverager>(
-    const std::shared_ptr<comm::ProcessGroup>&)>;
+using MakeAverager =
+    std::function<std::shared_ptr<ModelAverager>(const std::shared_ptr<comm::ProcessGroup>&)>;
 
 struct ParityCase {
   const char* name;
@@ -139,11 +139,9 @@ TEST_P(PostLocalSGDOptimizerTest, Parity_WrapperAndTrainerStageEqualManualAverag
 INSTANTIATE_TEST_SUITE_P(
     Averagers, PostLocalSGDOptimizerTest,
     ::testing::Values(
-        ParityCase{"Periodic",
-                   [](const auto& pg) {
-                     return std::make_shared<PeriodicModelAverager>(4, 10, pg);
-                   },
-                   10},
+        ParityCase{
+            "Periodic",
+            [](const auto& pg) { return std::make_shared<PeriodicModelAverager>(4, 10, pg); }, 10},
         ParityCase{"Hierarchical",
                    [](const auto& pg) {
                      return std::make_shared<HierarchicalModelAverager>(
@@ -194,7 +192,8 @@ TEST(PostLocalSGDOptimizer, StepReload_RestoresAveragerStepOrResetsToZero) {
 }
 
 TEST(PostLocalSGDOptimizer, NullArguments_Throw) {
-  auto sgd = std::make_shared<optim::SGD>(make_ddp_net()->parameters(), optim::SGDOptions{.lr = 0.1});
+  auto sgd =
+      std::make_shared<optim::SGD>(make_ddp_net()->parameters(), optim::SGDOptions{.lr = 0.1});
   EXPECT_THROW(optim::PostLocalSGDOptimizer(nullptr, nullptr), InvalidArgument);
   EXPECT_THROW(optim::PostLocalSGDOptimizer(sgd, nullptr), InvalidArgument);
 }
