@@ -61,8 +61,8 @@ std::filesystem::path FileStore::file_of(const std::string& key) const {
       name += kHex[c & 15];
     }
   }
-  HSGD_CHECK(name.size() <= kMaxFileName, "FileStore: key '", key, "' is too long (",
-             name.size(), " bytes once encoded; at most ", kMaxFileName, " expected)");
+  HSGD_CHECK(name.size() <= kMaxFileName, "FileStore: key '", key, "' is too long (", name.size(),
+             " bytes once encoded; at most ", kMaxFileName, " expected)");
   return path_ / name;
 }
 
@@ -88,8 +88,8 @@ void FileStore::write(const std::string& key, const Bytes& value) {
   }
   std::error_code ec;
   std::filesystem::rename(temp, target, ec);
-  HSGD_CHECK_AS(CommError, !ec, "FileStore: cannot rename ", temp.string(), " to ",
-                target.string(), ": ", ec.message());
+  HSGD_CHECK_AS(CommError, !ec, "FileStore: cannot rename ", temp.string(), " to ", target.string(),
+                ": ", ec.message());
 }
 
 void FileStore::set(const std::string& key, const Bytes& value) { write(key, value); }
@@ -97,8 +97,8 @@ void FileStore::set(const std::string& key, const Bytes& value) { write(key, val
 Bytes FileStore::get(const std::string& key, Duration timeout) {
   wait({key}, timeout);
   Bytes value;
-  HSGD_CHECK_AS(CommError, read(key, &value), "FileStore::get: key '", key,
-                "' disappeared from ", path_.string());
+  HSGD_CHECK_AS(CommError, read(key, &value), "FileStore::get: key '", key, "' disappeared from ",
+                path_.string());
   return value;
 }
 
@@ -136,7 +136,8 @@ void FileStore::wait(const std::vector<std::string>& keys, Duration timeout) {
       HSGD_THROW(Timeout, "FileStore::wait (", path_.string(), "): keys ",
                  detail::join_keys(missing), " still missing after ", timeout.count(), " ms");
     }
-    std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(sleep, deadline - now));
+    std::this_thread::sleep_for(
+        std::min<std::chrono::steady_clock::duration>(sleep, deadline - now));
     sleep = std::min(sleep * 2, std::chrono::milliseconds(20));
   }
 }

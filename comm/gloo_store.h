@@ -8,10 +8,10 @@
 //   auto adapter = hsgd::comm::as_gloo_store(store, "job/pg0/", std::chrono::seconds(30));
 //   context->connectFullMesh(*adapter, device);
 
+#include <gloo/rendezvous/store.h>
+
 #include <memory>
 #include <string>
-
-#include <gloo/rendezvous/store.h>
 
 #include "comm/store.h"
 
@@ -24,7 +24,8 @@ class GlooStore : public gloo::rendezvous::Store {
   void set(const std::string& key, const std::vector<char>& data) override;
   std::vector<char> get(const std::string& key) override;
   void wait(const std::vector<std::string>& keys) override;
-  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override;
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override;
 
  private:
   // Constant after construction.

@@ -1,8 +1,8 @@
 #include "comm/hash_store.h"
 
+#include <charconv>
 
 #include "comm/error.h"
-#include <charconv>
 
 namespace hsgd::comm {
 

@@ -1,6 +1,7 @@
 #include "comm/init.h"
 
 #include <arpa/inet.h>
+#include <gloo/transport/tcp/device.h>
 #include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -10,8 +11,6 @@
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
-
-#include <gloo/transport/tcp/device.h>
 
 #include "comm/error.h"
 #include "comm/hash_store.h"
@@ -37,8 +36,8 @@ int64_t env_int(const char* name, int64_t fallback, int64_t min_value) {
   auto [ptr, ec] = std::from_chars(value, end, result);
   HSGD_CHECK(ec == std::errc() && ptr == end, "environment variable ", name, "='", value,
              "' is not an integer");
-  HSGD_CHECK(result >= min_value, "environment variable ", name, "=", result, " must be >= ",
-             min_value);
+  HSGD_CHECK(result >= min_value, "environment variable ", name, "=", result,
+             " must be >= ", min_value);
   return result;
 }
 
@@ -49,9 +48,10 @@ std::string env_string(const char* name, const std::string& fallback) {
 
 std::string address_to_string(const sockaddr* addr) {
   char text[INET6_ADDRSTRLEN] = {};
-  const void* raw = addr->sa_family == AF_INET6
-                        ? static_cast<const void*>(&reinterpret_cast<const sockaddr_in6*>(addr)->sin6_addr)
-                        : static_cast<const void*>(&reinterpret_cast<const sockaddr_in*>(addr)->sin_addr);
+  const void* raw =
+      addr->sa_family == AF_INET6
+          ? static_cast<const void*>(&reinterpret_cast<const sockaddr_in6*>(addr)->sin6_addr)
+          : static_cast<const void*>(&reinterpret_cast<const sockaddr_in*>(addr)->sin_addr);
   ::inet_ntop(addr->sa_family, raw, text, sizeof(text));
   return text;
 }
@@ -81,8 +81,8 @@ InitOptions InitOptions::from_env() {
   }
   options.master_addr = env_string("MASTER_ADDR", options.master_addr);
   options.master_port = static_cast<int>(env_int("MASTER_PORT", options.master_port, 0));
-  HSGD_CHECK(options.master_port <= 65535, "environment variable MASTER_PORT=",
-             options.master_port, " must be <= 65535");
+  HSGD_CHECK(options.master_port <= 65535, "environment variable MASTER_PORT=", options.master_port,
+             " must be <= 65535");
   options.token = env_string("HSGD_RDZV_TOKEN", "");
   options.socket_ifname = env_string("HSGD_SOCKET_IFNAME", "");
   options.job_id = env_string("HSGD_JOB_ID", options.job_id);
@@ -142,8 +142,8 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
              " must be >= 1");
   HSGD_CHECK(options.rank >= 0 && options.rank < options.world_size, "init_process_group: rank ",
              options.rank, " must be in [0, world_size=", options.world_size, ")");
-  HSGD_CHECK(options.timeout.count() > 0, "init_process_group: timeout ",
-             options.timeout.count(), " ms must be positive");
+  HSGD_CHECK(options.timeout.count() > 0, "init_process_group: timeout ", options.timeout.count(),
+             " ms must be positive");
 
   ProcessGroup::Options pg;
   pg.store = options.store;
@@ -152,8 +152,7 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
     pg.store = std::make_shared<HashStore>();
   } else if (pg.store == nullptr) {
     HSGD_CHECK(options.master_port > 0 && options.master_port <= 65535,
-               "init_process_group: master_port ", options.master_port,
-               " must be in [1, 65535]");
+               "init_process_group: master_port ", options.master_port, " must be in [1, 65535]");
     if (options.embedded_server && options.rank == 0) {
       server = std::make_shared<RendezvousServer>(RendezvousServerOptions{
           .host = options.master_addr, .port = options.master_port, .token = options.token});

@@ -32,9 +32,9 @@ struct InitOptions {
   // never reads the keys of the previous attempt. from_env() sets it to
   // "<HSGD_RUN_ID>/<HSGD_RESTART_COUNT>/" when launched by hsgd-run.
   std::string key_prefix = "";
-  std::string token = "";     // rendezvous token (HSGD_RDZV_TOKEN)
-  std::string socket_ifname = "";  // network interface for Gloo (HSGD_SOCKET_IFNAME); "" = the
-                              // address that reaches master_addr
+  std::string token = "";              // rendezvous token (HSGD_RDZV_TOKEN)
+  std::string socket_ifname = "";      // network interface for Gloo (HSGD_SOCKET_IFNAME); "" = the
+                                       // address that reaches master_addr
   Duration timeout = kDefaultTimeout;  // connect and every collective
   // Without a store and with world_size > 1, rank 0 hosts a rendezvous server on
   // master_addr:master_port (torch's env:// behaviour). from_env() clears it when the job was

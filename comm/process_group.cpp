@@ -1,11 +1,5 @@
 #include "comm/process_group.h"
 
-#include <algorithm>
-#include <limits>
-#include <list>
-#include <map>
-#include <tuple>
-
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/allreduce_halving_doubling.h>
@@ -16,41 +10,57 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/device.h>
 
+#include <algorithm>
+#include <limits>
+#include <list>
+#include <map>
+#include <tuple>
+
 #include "comm/error.h"
 #include "comm/gloo_store.h"
 #include "comm/log.h"
 
 // ---- algorithm choice (kAuto) ----
-// Allreduce of at most kSmallAllreduceBytes runs Gloo's AllreduceHalvingDoubling (2 log2(p)
-// messages per rank), larger buffers AllreduceRingChunked (pipelined ring: 2 (p-1)/p of the data
-// crosses each link, which is optimal). Both are Gloo's "pinned buffer" algorithms: a sender
-// writes straight into a slot the receiver registered once, so there is no per-message
-// handshake. They are built once per (type, count, op) over a group-owned buffer and cached;
-// the caller's data is copied in and out (two memcpy, a few percent of the transfer time at
-// loopback speed). Gloo's newer gloo::allreduce ring (kRing) works on the caller's memory, but
-// every segment needs a receive-ready round trip first: on this machine (loopback, 2 cores,
-// allreduce_bench medians) it was ~4x slower than the pinned algorithms at 1 MiB.
-// The 64 KiB crossover: below it halving-doubling wins (fewer, latency-bound steps); above,
-// ring-chunked (bandwidth-bound); see the allreduce_bench table in the report/README.
+// Up to kSmallAllreduceBytes (1 MiB): Gloo's AllreduceHalvingDoubling, 2 log2(p) steps. It is a
+// "pinned buffer" algorithm: the sender writes straight into a slot the receiver registered
+// once, no per-message handshake, so it wins while latency dominates. It is built once per
+// (type, count, op) over a group-owned buffer and cached; the caller's data is copied in and out
+// (cheap at these sizes). Above 1 MiB: Gloo's gloo::allreduce ring (kRing) on the caller's
+// memory: no copy, no cached state, 2 (p-1)/p of the data per link, segments pipelined.
+// Measured with apps/bench/allreduce_bench and a 2-rank probe on this 2-core machine (loopback,
+// medians, under a load average of 12-20 from parallel builds, so +-2x noise):
+//   1 MiB, 2 ranks:  halving-doubling 0.50 ms, ring-chunked 0.73-1.1 ms, kRing 2.9-4.0 ms
+//   16 MiB, 2 ranks: kRing 19-25 ms, halving-doubling 52-89 ms, ring-chunked 69-108 ms
+//   16 MiB, 4 ranks: kRing 45-53 ms, halving-doubling 62-86 ms, ring-chunked 55-136 ms
+// (kRing pays a receive-ready round trip per segment, which costs at 1 MiB and vanishes at
+// 16 MiB, where the pinned algorithms' extra copies through their inboxes dominate instead.)
 
 namespace hsgd::comm {
 
 const char* to_string(AllreduceAlgorithm algorithm) {
   switch (algorithm) {
-    case AllreduceAlgorithm::kAuto: return "auto";
-    case AllreduceAlgorithm::kHalvingDoubling: return "halving-doubling";
-    case AllreduceAlgorithm::kRingChunked: return "ring-chunked";
-    case AllreduceAlgorithm::kRing: return "ring";
+    case AllreduceAlgorithm::kAuto:
+      return "auto";
+    case AllreduceAlgorithm::kHalvingDoubling:
+      return "halving-doubling";
+    case AllreduceAlgorithm::kRingChunked:
+      return "ring-chunked";
+    case AllreduceAlgorithm::kRing:
+      return "ring";
   }
   return "?";
 }
 
 const char* to_string(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return "sum";
-    case ReduceOp::kAvg: return "avg";
-    case ReduceOp::kMin: return "min";
-    case ReduceOp::kMax: return "max";
+    case ReduceOp::kSum:
+      return "sum";
+    case ReduceOp::kAvg:
+      return "avg";
+    case ReduceOp::kMin:
+      return "min";
+    case ReduceOp::kMax:
+      return "max";
   }
   return "?";
 }
@@ -63,10 +73,13 @@ using ReduceFn = void (*)(void*, const void*, const void*, size_t);
 template <typename T>
 ReduceFn<T> reduce_fn(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kMin: return &gloo::min<T>;
-    case ReduceOp::kMax: return &gloo::max<T>;
+    case ReduceOp::kMin:
+      return &gloo::min<T>;
+    case ReduceOp::kMax:
+      return &gloo::max<T>;
     case ReduceOp::kSum:
-    case ReduceOp::kAvg: break;
+    case ReduceOp::kAvg:
+      break;
   }
   return &gloo::sum<T>;
 }
@@ -74,10 +87,13 @@ ReduceFn<T> reduce_fn(ReduceOp op) {
 template <typename T>
 const gloo::ReductionFunction<T>* reduction_function(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kMin: return gloo::ReductionFunction<T>::min;
-    case ReduceOp::kMax: return gloo::ReductionFunction<T>::max;
+    case ReduceOp::kMin:
+      return gloo::ReductionFunction<T>::min;
+    case ReduceOp::kMax:
+      return gloo::ReductionFunction<T>::max;
     case ReduceOp::kSum:
-    case ReduceOp::kAvg: break;
+    case ReduceOp::kAvg:
+      break;
   }
   return gloo::ReductionFunction<T>::sum;
 }
@@ -117,7 +133,8 @@ struct ProcessGroup::AlgorithmCache {
       return it->second.second;
     }
     const size_t bytes = count * sizeof(T);
-    while (!lru.empty() && (entries.size() >= kMaxEntries || total_bytes + bytes > kAllreduceCacheBytes)) {
+    while (!lru.empty() &&
+           (entries.size() >= kMaxEntries || total_bytes + bytes > kAllreduceCacheBytes)) {
       auto victim = entries.find(lru.back());
       total_bytes -= victim->second.second.bytes;
       entries.erase(victim);
@@ -138,8 +155,7 @@ struct ProcessGroup::AlgorithmCache {
           context, ptrs, n, reduction_function<T>(algo_op));
     }
     total_bytes += bytes;
-    return entries.emplace(key, std::make_pair(lru.begin(), std::move(entry)))
-        .first->second.second;
+    return entries.emplace(key, std::make_pair(lru.begin(), std::move(entry))).first->second.second;
   }
 
   static constexpr size_t kMaxEntries = 64;
@@ -150,8 +166,7 @@ struct ProcessGroup::AlgorithmCache {
 
 ProcessGroup::ProcessGroup(Options options)
     : options_(std::move(options)), algorithm_cache_(std::make_unique<AlgorithmCache>()) {
-  HSGD_CHECK(options_.store != nullptr, "ProcessGroup '", options_.name,
-             "': a store is required");
+  HSGD_CHECK(options_.store != nullptr, "ProcessGroup '", options_.name, "': a store is required");
   HSGD_CHECK(!options_.ranks.empty(), "ProcessGroup '", options_.name,
              "': ranks must not be empty");
   HSGD_CHECK(options_.rank >= 0 && options_.rank < size(), "ProcessGroup '", options_.name,
@@ -211,8 +226,8 @@ void ProcessGroup::connect() {
                "): connecting to the other ranks failed: ", e.what());
   }
   context_ = std::move(context);
-  logger()->debug("rank {} of group '{}' connected ({} ranks, prefix '{}')", rank(),
-                  options_.name, size(), options_.key_prefix);
+  logger()->debug("rank {} of group '{}' connected ({} ranks, prefix '{}')", rank(), options_.name,
+                  size(), options_.key_prefix);
 }
 
 std::shared_ptr<Work> ProcessGroup::enqueue(std::string what,
@@ -282,9 +297,9 @@ void ProcessGroup::help(const Work& work, Duration timeout) {
 
 void ProcessGroup::run_task(Task& task) {
   if (broken_) {
-    task.work->finish(std::make_exception_ptr(CommError(detail::str_cat(
-        task.what, " of group '", options_.name, "' was not run: the group is broken since ",
-        broken_what_, " failed"))));
+    task.work->finish(std::make_exception_ptr(CommError(
+        detail::str_cat(task.what, " of group '", options_.name,
+                        "' was not run: the group is broken since ", broken_what_, " failed"))));
     return;
   }
   try {
@@ -335,8 +350,10 @@ std::string ProcessGroup::diagnose_failure(uint64_t seq) {
       }
     }
     return detail::str_cat("ranks ", format_ranks(missing), " (global ",
-                           format_ranks(missing_global), ") did not arrive (no failure report "
-                           "from them within ", grace.count(), " ms)");
+                           format_ranks(missing_global),
+                           ") did not arrive (no failure report "
+                           "from them within ",
+                           grace.count(), " ms)");
   } catch (const std::exception& e) {
     return std::string("could not ask the store which ranks arrived: ") + e.what();
   }
@@ -378,14 +395,14 @@ void ProcessGroup::shutdown(Duration timeout) {
 template <typename T>
 std::shared_ptr<Work> ProcessGroup::allreduce_impl(std::span<T> data, ReduceOp op,
                                                    const char* type) {
-  std::string what = detail::str_cat("allreduce (", data.size(), " x ", type, ", ", to_string(op),
-                                     ")");
+  std::string what =
+      detail::str_cat("allreduce (", data.size(), " x ", type, ", ", to_string(op), ")");
   return enqueue(std::move(what), [this, data, op](uint32_t tag) {
     if (size() == 1 || data.empty()) return;
     AllreduceAlgorithm algorithm = options_.allreduce_algorithm;
     if (algorithm == AllreduceAlgorithm::kAuto) {
       algorithm = data.size_bytes() <= kSmallAllreduceBytes ? AllreduceAlgorithm::kHalvingDoubling
-                                                            : AllreduceAlgorithm::kRingChunked;
+                                                            : AllreduceAlgorithm::kRing;
     }
     if (data.size_bytes() > kAllreduceCacheBytes ||
         data.size() > static_cast<size_t>(std::numeric_limits<int>::max())) {
@@ -422,8 +439,7 @@ std::shared_ptr<Work> ProcessGroup::allreduce(std::span<double> data, ReduceOp o
 }
 
 template <typename T>
-std::shared_ptr<Work> ProcessGroup::broadcast_impl(std::span<T> data, int root,
-                                                   const char* type) {
+std::shared_ptr<Work> ProcessGroup::broadcast_impl(std::span<T> data, int root, const char* type) {
   HSGD_CHECK(root >= 0 && root < size(), "ProcessGroup '", name(), "': broadcast root ", root,
              " must be a rank of the group, in [0, ", size(), ")");
   std::string what = detail::str_cat("broadcast (", data.size(), " x ", type, ", root ", root, ")");
@@ -452,8 +468,8 @@ template <typename T>
 std::shared_ptr<Work> ProcessGroup::allgather_impl(std::span<const T> in, std::span<T> out,
                                                    const char* type) {
   HSGD_CHECK(out.size() == in.size() * static_cast<size_t>(size()), "ProcessGroup '", name(),
-             "': allgather output has ", out.size(), " elements; expected size() * input = ",
-             size(), " * ", in.size());
+             "': allgather output has ", out.size(),
+             " elements; expected size() * input = ", size(), " * ", in.size());
   std::string what = detail::str_cat("allgather (", in.size(), " x ", type, ")");
   return enqueue(std::move(what), [this, in, out](uint32_t tag) {
     if (size() == 1 || in.empty()) {
@@ -472,8 +488,7 @@ std::shared_ptr<Work> ProcessGroup::allgather_impl(std::span<const T> in, std::s
 std::shared_ptr<Work> ProcessGroup::allgather(std::span<const float> in, std::span<float> out) {
   return allgather_impl(in, out, "float");
 }
-std::shared_ptr<Work> ProcessGroup::allgather(std::span<const int64_t> in,
-                                              std::span<int64_t> out) {
+std::shared_ptr<Work> ProcessGroup::allgather(std::span<const int64_t> in, std::span<int64_t> out) {
   return allgather_impl(in, out, "int64");
 }
 

@@ -62,9 +62,9 @@ enum class AllreduceAlgorithm {
 };
 const char* to_string(AllreduceAlgorithm algorithm);
 
-// kAuto: buffers of at most this many bytes use halving-doubling, larger ones ring-chunked.
+// kAuto: buffers of at most this many bytes use halving-doubling, larger ones kRing.
 // See process_group.cpp for the measurements behind the number.
-inline constexpr size_t kSmallAllreduceBytes = 64 * 1024;
+inline constexpr size_t kSmallAllreduceBytes = 1u << 20;
 // The halving-doubling and ring-chunked algorithm objects are built once per (type, count, op)
 // over a group-owned buffer (the caller's data is copied in and out) and cached, least recently
 // used first out, up to this many buffer bytes. A buffer larger than the whole cache runs
@@ -76,10 +76,10 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // How a group is built; filled in by init_process_group() and new_group().
   struct Options {
     std::shared_ptr<Store> store = nullptr;  // shared by every group of the job
-    std::string key_prefix = "";   // unique to this group, e.g. "run/0/pg/g3/"
-    std::string name = "";         // for messages and logs, e.g. "world/g3"
-    int rank = 0;                  // rank of this process within the group
-    std::vector<int> ranks = {};   // global ranks of the members, indexed by group rank
+    std::string key_prefix = "";             // unique to this group, e.g. "run/0/pg/g3/"
+    std::string name = "";                   // for messages and logs, e.g. "world/g3"
+    int rank = 0;                            // rank of this process within the group
+    std::vector<int> ranks = {};             // global ranks of the members, indexed by group rank
     Duration timeout = kDefaultTimeout;
     std::shared_ptr<gloo::transport::Device> device = nullptr;
     // Kept alive as long as the group (e.g. the embedded rendezvous server of rank 0);
@@ -142,7 +142,7 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
  private:
   struct Task {
     std::shared_ptr<Work> work;
-    std::string what;        // "allreduce (1000 x float, sum) #7"
+    std::string what;  // "allreduce (1000 x float, sum) #7"
     uint64_t seq = 0;
     std::function<void(uint32_t tag)> run;
   };

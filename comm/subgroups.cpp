@@ -9,8 +9,8 @@ namespace hsgd::comm {
 namespace {
 
 // Checks that ranks are valid parent ranks, each at most once (seen spans every list).
-void check_ranks(const ProcessGroup& parent, const std::vector<int>& ranks,
-                 std::vector<bool>& seen, const char* who) {
+void check_ranks(const ProcessGroup& parent, const std::vector<int>& ranks, std::vector<bool>& seen,
+                 const char* who) {
   HSGD_CHECK(!ranks.empty(), who, ": a group needs at least one rank (parent '", parent.name(),
              "')");
   for (int r : ranks) {
@@ -52,12 +52,12 @@ std::shared_ptr<ProcessGroup> new_group(const std::shared_ptr<ProcessGroup>& par
   return make_group(parent, std::move(ranks));
 }
 
-std::pair<std::shared_ptr<ProcessGroup>, std::vector<std::shared_ptr<ProcessGroup>>>
-new_subgroups(const std::shared_ptr<ProcessGroup>& parent, int group_size) {
+std::pair<std::shared_ptr<ProcessGroup>, std::vector<std::shared_ptr<ProcessGroup>>> new_subgroups(
+    const std::shared_ptr<ProcessGroup>& parent, int group_size) {
   HSGD_CHECK(parent != nullptr, "new_subgroups: parent group is null");
   HSGD_CHECK(group_size > 0 && parent->size() % group_size == 0, "new_subgroups: group_size ",
-             group_size, " must be positive and divide the size ", parent->size(),
-             " of group '", parent->name(), "'");
+             group_size, " must be positive and divide the size ", parent->size(), " of group '",
+             parent->name(), "'");
   std::vector<std::vector<int>> lists(static_cast<size_t>(parent->size() / group_size));
   for (int r = 0; r < parent->size(); ++r) lists[static_cast<size_t>(r / group_size)].push_back(r);
   return new_subgroups_by_enumeration(parent, lists);

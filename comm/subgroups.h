@@ -30,8 +30,8 @@ std::shared_ptr<ProcessGroup> new_group(const std::shared_ptr<ProcessGroup>& par
 // Splits the parent into parent->size() / group_size groups of contiguous ranks. Returns this
 // rank's group and all groups in order (entries of groups this rank is not in are nullptr).
 // Throws hsgd::InvalidArgument unless 0 < group_size and group_size divides parent->size().
-std::pair<std::shared_ptr<ProcessGroup>, std::vector<std::shared_ptr<ProcessGroup>>>
-new_subgroups(const std::shared_ptr<ProcessGroup>& parent, int group_size);
+std::pair<std::shared_ptr<ProcessGroup>, std::vector<std::shared_ptr<ProcessGroup>>> new_subgroups(
+    const std::shared_ptr<ProcessGroup>& parent, int group_size);
 
 // One group per list, in the given order. A rank may appear in at most one list; a rank in none
 // gets nullptr as its own group. Throws hsgd::InvalidArgument for an empty list, a repeated

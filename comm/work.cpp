@@ -13,8 +13,8 @@ void Work::wait(Duration timeout) {
   if (helper_ && !is_completed()) helper_(*this, timeout);
   std::unique_lock<std::mutex> lock(mu_);
   if (!done_.wait_for(lock, timeout, [&] { return completed_; })) {
-    HSGD_THROW(Timeout, "Work::wait: ", description_, " did not complete within ",
-               timeout.count(), " ms");
+    HSGD_THROW(Timeout, "Work::wait: ", description_, " did not complete within ", timeout.count(),
+               " ms");
   }
   if (error_) std::rethrow_exception(error_);
 }

@@ -57,8 +57,8 @@ class Work {
 
   mutable std::mutex mu_;
   std::condition_variable done_;
-  bool completed_ = false;      // guarded by mu_
-  std::exception_ptr error_;    // guarded by mu_
+  bool completed_ = false;    // guarded by mu_
+  std::exception_ptr error_;  // guarded by mu_
 };
 
 }  // namespace hsgd::comm

@@ -4,16 +4,23 @@
 //   hsgd-ring - the same forced to AllreduceAlgorithm::kRing (Gloo's zero-copy unbound ring)
 //   ring / chunked / hd - Gloo's algorithm objects driven directly (gloo::AllreduceRing,
 //            AllreduceRingChunked, AllreduceHalvingDoubling), built once per size, run() in a loop
-//   torch  - PyTorch dist.all_reduce on gloo (apps/bench/allreduce_bench_torch.py, /usr/bin/python3)
+//   torch  - PyTorch dist.all_reduce on gloo (apps/bench/allreduce_bench_torch.py,
+//   /usr/bin/python3)
 // All on 127.0.0.1, float32 sums, one process per rank. Medians of per-iteration times of rank 0.
 // busbw = bytes / time * 2 (p - 1) / p (the nccl-tests convention).
 //
 //   allreduce_bench [--quick] [--ranks 2,4,8] [--no-torch]
 
+#include <gloo/allreduce_halving_doubling.h>
+#include <gloo/allreduce_ring.h>
+#include <gloo/allreduce_ring_chunked.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/transport/tcp/device.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -22,13 +29,6 @@
 #include <map>
 #include <sstream>
 #include <thread>
-
-#include <CLI/CLI.hpp>
-#include <gloo/allreduce_halving_doubling.h>
-#include <gloo/allreduce_ring.h>
-#include <gloo/allreduce_ring_chunked.h>
-#include <gloo/rendezvous/context.h>
-#include <gloo/transport/tcp/device.h>
 
 #include "comm/file_store.h"
 #include "comm/gloo_store.h"
@@ -124,9 +124,9 @@ void run_rank(int rank, int world, const std::filesystem::path& dir,
 // Forks the ranks of one world size; kills them all if they outlive the deadline.
 bool run_world(int world, const std::vector<size_t>& sizes, bool quick,
                const std::filesystem::path& out) {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("hsgd_allreduce_bench_" + std::to_string(::getpid()) + "_" +
-                    std::to_string(world));
+  const auto dir =
+      std::filesystem::temp_directory_path() /
+      ("hsgd_allreduce_bench_" + std::to_string(::getpid()) + "_" + std::to_string(world));
   std::filesystem::remove_all(dir);
   std::fflush(stdout);
   std::vector<pid_t> pids;
@@ -211,7 +211,8 @@ int main(int argc, char** argv) {
   bool quick = false, no_torch = false;
   std::vector<int> worlds{2, 4, 8};
   size_t min_bytes = 4, max_bytes = 64u << 20;
-  app.add_flag("--quick", quick, "fewer sizes and iterations (4 B, 64 KiB, 1 MiB, 16 MiB; 2 and 4 ranks)");
+  app.add_flag("--quick", quick,
+               "fewer sizes and iterations (4 B, 64 KiB, 1 MiB, 16 MiB; 2 and 4 ranks)");
   app.add_flag("--no-torch", no_torch, "skip the PyTorch column");
   app.add_option("--ranks", worlds, "world sizes")->delimiter(',');
   app.add_option("--min-bytes", min_bytes, "smallest message");
@@ -249,21 +250,24 @@ int main(int argc, char** argv) {
     double us = 0;
     while (in >> impl >> bytes >> us) rows[bytes].median_us[impl] = us;
     std::filesystem::remove(out);
-    const auto torch = no_torch ? std::map<size_t, double>{} : run_torch(torch_script, world, sizes, quick);
+    const auto torch =
+        no_torch ? std::map<size_t, double>{} : run_torch(torch_script, world, sizes, quick);
     for (auto& [b, row] : rows) {
       auto& t = row.median_us;
       const double best_gloo = std::min({t["ring"], t["chunked"], t["hd"]});
       const double factor = 2.0 * (world - 1) / world;
       auto busbw = [&](double time_us) { return b / (time_us * 1e-6) * factor / 1e9; };
       const double torch_us = torch.count(b) ? torch.at(b) : 0.0;
-      std::printf("%5d %9s | %9.1f %9.1f | %9.1f %9.1f %9.1f | %9.1f | %8.3f %8.3f | %9.3f %10.3f\n",
-                  world, human_bytes(b).c_str(), t["hsgd"], t["hsgd_ring"], t["ring"], t["chunked"],
-                  t["hd"], torch_us, busbw(t["hsgd"]), busbw(best_gloo), t["hsgd"] / best_gloo,
-                  torch_us > 0 ? torch_us / t["hsgd"] : 0.0);
+      std::printf(
+          "%5d %9s | %9.1f %9.1f | %9.1f %9.1f %9.1f | %9.1f | %8.3f %8.3f | %9.3f %10.3f\n", world,
+          human_bytes(b).c_str(), t["hsgd"], t["hsgd_ring"], t["ring"], t["chunked"], t["hd"],
+          torch_us, busbw(t["hsgd"]), busbw(best_gloo), t["hsgd"] / best_gloo,
+          torch_us > 0 ? torch_us / t["hsgd"] : 0.0);
       std::fflush(stdout);
     }
   }
-  std::printf("hsgd/gloo: hsgd time over the fastest raw Gloo algorithm (lower is better);\n"
-              "torch/hsgd: PyTorch time over hsgd time (above 1 = hsgd faster).\n");
+  std::printf(
+      "hsgd/gloo: hsgd time over the fastest raw Gloo algorithm (lower is better);\n"
+      "torch/hsgd: PyTorch time over hsgd time (above 1 = hsgd faster).\n");
   return 0;
 }

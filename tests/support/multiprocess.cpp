@@ -58,7 +58,7 @@ std::string read_all(int fd) {
 
 struct Child {
   pid_t pid = -1;
-  int pipe_fd = -1;       // read end; the child writes its failure message
+  int pipe_fd = -1;  // read end; the child writes its failure message
   bool done = false;
   std::string reason = "";  // empty = success
 };
@@ -218,8 +218,8 @@ std::filesystem::path unique_temp_dir(const std::string& tag) {
   std::string pattern =
       (std::filesystem::temp_directory_path() / ("hsgd_" + tag + "_XXXXXX")).string();
   if (::mkdtemp(pattern.data()) == nullptr) {
-    throw std::runtime_error("unique_temp_dir: mkdtemp(" + pattern + ") failed: " +
-                             std::strerror(errno));
+    throw std::runtime_error("unique_temp_dir: mkdtemp(" + pattern +
+                             ") failed: " + std::strerror(errno));
   }
   return pattern;
 }

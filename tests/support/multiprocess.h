@@ -20,13 +20,13 @@
 //   });
 //   EXPECT_RANKS_OK(result);
 
+#include <gtest/gtest.h>
+
 #include <chrono>
 #include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 namespace hsgd::testing {
 

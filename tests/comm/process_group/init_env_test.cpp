@@ -15,11 +15,22 @@ namespace {
 
 using namespace std::chrono_literals;
 
-const char* const kVars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
-                             "MASTER_ADDR", "MASTER_PORT", "HSGD_RUN_ID", "HSGD_RESTART_COUNT",
-                             "HSGD_RDZV_TOKEN", "HSGD_SOCKET_IFNAME", "SLURM_PROCID",
-                             "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE",
-                             "HSGD_TIMEOUT_MS", "HSGD_JOB_ID"};
+const char* const kVars[] = {"RANK",
+                             "WORLD_SIZE",
+                             "LOCAL_RANK",
+                             "LOCAL_WORLD_SIZE",
+                             "MASTER_ADDR",
+                             "MASTER_PORT",
+                             "HSGD_RUN_ID",
+                             "HSGD_RESTART_COUNT",
+                             "HSGD_RDZV_TOKEN",
+                             "HSGD_SOCKET_IFNAME",
+                             "SLURM_PROCID",
+                             "SLURM_NTASKS",
+                             "SLURM_LOCALID",
+                             "SLURM_NTASKS_PER_NODE",
+                             "HSGD_TIMEOUT_MS",
+                             "HSGD_JOB_ID"};
 
 // Runs body in a child with exactly the given variables set.
 void with_env(std::vector<std::pair<const char*, const char*>> vars,
@@ -56,8 +67,13 @@ TEST(InitEnvTest, NoVariablesMeansWorldOfOne) {
 }
 
 TEST(InitEnvTest, TorchrunVariables) {
-  with_env({{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "4"},
-            {"MASTER_ADDR", "::1"}, {"MASTER_PORT", "1234"}, {"HSGD_RDZV_TOKEN", "secret"},
+  with_env({{"RANK", "5"},
+            {"WORLD_SIZE", "8"},
+            {"LOCAL_RANK", "1"},
+            {"LOCAL_WORLD_SIZE", "4"},
+            {"MASTER_ADDR", "::1"},
+            {"MASTER_PORT", "1234"},
+            {"HSGD_RDZV_TOKEN", "secret"},
             {"HSGD_TIMEOUT_MS", "1500"}},
            [] {
              auto o = InitOptions::from_env();
@@ -74,17 +90,19 @@ TEST(InitEnvTest, TorchrunVariables) {
 }
 
 TEST(InitEnvTest, HsgdRunSetsRestartPrefixAndNoEmbeddedServer) {
-  with_env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"HSGD_RUN_ID", "job7"},
-            {"HSGD_RESTART_COUNT", "3"}},
-           [] {
-             auto o = InitOptions::from_env();
-             EXPECT_EQ(o.key_prefix, "job7/3/");
-             EXPECT_FALSE(o.embedded_server);
-           });
+  with_env(
+      {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"HSGD_RUN_ID", "job7"}, {"HSGD_RESTART_COUNT", "3"}},
+      [] {
+        auto o = InitOptions::from_env();
+        EXPECT_EQ(o.key_prefix, "job7/3/");
+        EXPECT_FALSE(o.embedded_server);
+      });
 }
 
 TEST(InitEnvTest, SlurmFallback) {
-  with_env({{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "6"}, {"SLURM_LOCALID", "0"},
+  with_env({{"SLURM_PROCID", "3"},
+            {"SLURM_NTASKS", "6"},
+            {"SLURM_LOCALID", "0"},
             {"SLURM_NTASKS_PER_NODE", "3"}},
            [] {
              auto o = InitOptions::from_env();
@@ -102,9 +120,9 @@ TEST(InitEnvTest, BadValuesNameTheVariable) {
   expect_invalid({{"RANK", "0"}}, "WORLD_SIZE");
   expect_invalid({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "70000"}},
                  "MASTER_PORT=70000");
-  expect_invalid({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "2"},
-                  {"LOCAL_WORLD_SIZE", "2"}},
-                 "LOCAL_RANK=2");
+  expect_invalid(
+      {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "2"}, {"LOCAL_WORLD_SIZE", "2"}},
+      "LOCAL_RANK=2");
   expect_invalid({{"SLURM_PROCID", "x"}, {"SLURM_NTASKS", "2"}}, "SLURM_PROCID='x'");
 }
 

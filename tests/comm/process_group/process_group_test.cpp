@@ -2,6 +2,8 @@
 // over world sizes 1..8 and buffer sizes 1, 1000 and 1,000,000. Expected values are computed
 // from the inputs in closed form, independently of the implementation.
 
+#include "comm/process_group.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,7 +12,6 @@
 #include "comm/error.h"
 #include "comm/file_store.h"
 #include "comm/hash_store.h"
-#include "comm/process_group.h"
 #include "tests/support/multiprocess.h"
 
 namespace hsgd::comm {
@@ -132,8 +133,8 @@ TEST(ProcessGroupTest, EveryAllreduceAlgorithmAtEverySize) {
     const auto dir = unique_temp_dir("algorithms");
     auto result = run_ranks(world, std::chrono::seconds(60), [&](int rank) {
       auto store = std::make_shared<FileStore>(dir);
-      for (auto algorithm : {AllreduceAlgorithm::kHalvingDoubling,
-                             AllreduceAlgorithm::kRingChunked, AllreduceAlgorithm::kRing}) {
+      for (auto algorithm : {AllreduceAlgorithm::kHalvingDoubling, AllreduceAlgorithm::kRingChunked,
+                             AllreduceAlgorithm::kRing}) {
         auto pg = init_process_group({.rank = rank,
                                       .world_size = world,
                                       .store = store,

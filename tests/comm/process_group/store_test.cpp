@@ -135,8 +135,8 @@ TEST(MultiprocessTest, ReportsWhichRankFailedAndWhy) {
 }
 
 TEST(MultiprocessTest, KillsRanksThatOutliveTheDeadline) {
-  auto result = hsgd::testing::run_ranks(
-      2, hsgd::testing::RunOptions{.timeout = 300ms}, [](int rank) {
+  auto result =
+      hsgd::testing::run_ranks(2, hsgd::testing::RunOptions{.timeout = 300ms}, [](int rank) {
         if (rank == 0) std::this_thread::sleep_for(60s);
       });
   ASSERT_EQ(result.failures.size(), 1u) << result.describe();

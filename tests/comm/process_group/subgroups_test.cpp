@@ -52,7 +52,8 @@ TEST_P(SubgroupsTest, ContiguousSubgroupsOfEveryDivisor) {
           ADD_FAILURE() << "group_size " << g << " does not divide " << world;
         } catch (const InvalidArgument& e) {
           EXPECT_NE(std::string(e.what()).find("group_size " + std::to_string(g)),
-                    std::string::npos) << e.what();
+                    std::string::npos)
+              << e.what();
         }
         continue;
       }

@@ -2,7 +2,6 @@
 // MASTER_PORT and every rank connects a TcpStore to it.
 
 #include <gtest/gtest.h>
-
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>

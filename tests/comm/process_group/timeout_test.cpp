@@ -24,8 +24,8 @@ TEST(CommTimeoutTest, MissingRankAtCollective_IsNamed) {
   const auto dir = unique_temp_dir("timeout");
   auto result = run_ranks(4, std::chrono::seconds(60), [&](int rank) {
     auto store = std::make_shared<FileStore>(dir);
-    auto pg = init_process_group(
-        {.rank = rank, .world_size = 4, .store = store, .timeout = kTimeout});
+    auto pg =
+        init_process_group({.rank = rank, .world_size = 4, .store = store, .timeout = kTimeout});
     std::vector<float> x(1000, 1.0f);
     pg->allreduce(std::span<float>(x))->wait();  // everyone takes part in #0
     if (rank == 2) {
