@@ -148,6 +148,11 @@ TEST_P(DDPGradientTest, GradientsEqualAverageOfRankGradients) {
     auto pg = make_world(rank, c.world, dir);
     auto model = c.make(static_cast<uint64_t>(rank));
     DistributedDataParallel ddp(model, pg, c.options);
+    // Construction broadcast rank 0's parameters (every rank initialised differently).
+    const auto rank0_params = c.make(0)->parameters();
+    for (size_t i = 0; i < rank0_params.size(); ++i) {
+      EXPECT_EQ(model->parameters()[i].to_vector(), rank0_params[i].to_vector()) << "param " << i;
+    }
     auto replica = replica_of(*model, c.make(99));
     for (int it = 0; it < 2; ++it) {
       const Grads expected = expected_average(*replica, all_ranks(c.world), it, c.input);
