@@ -40,7 +40,7 @@ const char* kExamples = R"(Examples:
   # two machines with 4 workers each: start the server once, then hsgd-run on every machine
   hsgd-rendezvous --host 0.0.0.0 --port 29400
   hsgd-run --nnodes 2 --nproc-per-node 4 --rdzv-endpoint node0:29400 --rdzv-id job42 \
-           --max-restarts 3 -- ./train_resnet --model resnet20
+           --max-restarts 3 -- ./train_mlp --mode hierarchical --hierarchy 2:4,8:8
 
   # every flag can also come from the environment
   HSGD_NPROC_PER_NODE=2 HSGD_LOG_DIR=/tmp/logs hsgd-run -- ./train_mlp
