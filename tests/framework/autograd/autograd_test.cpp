@@ -8,6 +8,7 @@
 #include "comm/error.h"
 #include "framework/autograd/node.h"
 #include "framework/tensor/ops.h"
+#include "tests/support/error_message.h"
 #include "framework/tensor/tensor_impl.h"
 
 namespace hsgd {
@@ -16,16 +17,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-template <typename Body>
-std::string invalid_argument_message(Body body) {
-  try {
-    body();
-  } catch (const InvalidArgument& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected hsgd::InvalidArgument";
-  return "";
-}
+using testing::error_message;
 
 TEST(AutogradTest, LeafGradUndefinedUntilBackward) {
   Tensor w = ones({2}).set_requires_grad(true);
@@ -119,13 +111,13 @@ TEST(AutogradTest, BackwardOnLeafItself) {
 
 TEST(AutogradTest, BackwardOnNonScalarWithoutGradOutputThrows) {
   Tensor x = ones({2, 3}).set_requires_grad(true);
-  const std::string msg = invalid_argument_message([&] { (x * 2.0f).backward(); });
+  const std::string msg = error_message([&] { (x * 2.0f).backward(); });
   EXPECT_THAT(msg, HasSubstr("[2, 3]"));
   EXPECT_THROW((x * 2.0f).backward(ones({3, 2})), InvalidArgument);
 }
 
 TEST(AutogradTest, BackwardWithoutRequiresGradThrows) {
-  EXPECT_THAT(invalid_argument_message([] { sum(ones({2})).backward(); }),
+  EXPECT_THAT(error_message([] { sum(ones({2})).backward(); }),
               HasSubstr("does not require grad"));
 }
 
@@ -139,7 +131,7 @@ TEST(AutogradTest, SecondBackwardThroughReleasedGraphThrows) {
 TEST(AutogradTest, SetRequiresGradOnNonLeafThrows) {
   Tensor x = ones({2}).set_requires_grad(true);
   Tensor y = x * 2.0f;
-  EXPECT_THAT(invalid_argument_message([&] { y.set_requires_grad(false); }),
+  EXPECT_THAT(error_message([&] { y.set_requires_grad(false); }),
               HasSubstr("MulScalarBackward"));
   EXPECT_THROW(y.register_grad_ready_hook([](Tensor&) {}), InvalidArgument);
 }

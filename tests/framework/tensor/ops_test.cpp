@@ -1,6 +1,7 @@
 // Forward values of the ops against naive reference loops written here, and error messages.
 
 #include "framework/tensor/ops.h"
+#include "tests/support/error_message.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -15,16 +16,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-template <typename Body>
-std::string invalid_argument_message(Body body) {
-  try {
-    body();
-  } catch (const InvalidArgument& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected hsgd::InvalidArgument";
-  return "";
-}
+using testing::error_message;
 
 void expect_near_all(const std::vector<float>& actual, const std::vector<double>& expected,
                      double tol) {
@@ -100,7 +92,7 @@ TEST(OpsTest, ElementwiseOnNonContiguousInputs) {
 }
 
 TEST(OpsTest, BroadcastMismatchNamesShapes) {
-  const std::string msg = invalid_argument_message([] { zeros({2, 3}) + zeros({4}); });
+  const std::string msg = error_message([] { zeros({2, 3}) + zeros({4}); });
   EXPECT_THAT(msg, HasSubstr("[2, 3]"));
   EXPECT_THAT(msg, HasSubstr("[4]"));
 }
@@ -141,7 +133,7 @@ TEST(OpsTest, MatmulBatchedAndVectors) {
 }
 
 TEST(OpsTest, MatmulInnerMismatchNamesDims) {
-  const std::string msg = invalid_argument_message([] { matmul(zeros({2, 3}), zeros({4, 5})); });
+  const std::string msg = error_message([] { matmul(zeros({2, 3}), zeros({4, 5})); });
   EXPECT_THAT(msg, HasSubstr("[2, 3]"));
   EXPECT_THAT(msg, HasSubstr("[4, 5]"));
   EXPECT_THAT(msg, HasSubstr("3 vs 4"));
@@ -157,7 +149,7 @@ TEST(OpsTest, LinearMatchesMatmulPlusBias) {
     for (int j = 0; j < 4; ++j) expected[i * 4 + j] += b.to_vector()[j];
   expect_near_all(linear(x, w, b).to_vector(), expected, 1e-5);
   expect_near_all(linear(x, w).to_vector(), no_bias, 1e-5);
-  EXPECT_THAT(invalid_argument_message([&] {
+  EXPECT_THAT(error_message([&] {
                 linear(zeros({5, 2}), w, b);
               }),
               HasSubstr("input features 2"));
@@ -222,11 +214,11 @@ TEST(OpsTest, NllAndCrossEntropyMatchNaive) {
 }
 
 TEST(OpsTest, NllLossTargetOutOfRangeNamesIndexValueAndClasses) {
-  const std::string msg = invalid_argument_message([] { nll_loss(zeros({3, 4}), {0, 4, 1}); });
+  const std::string msg = error_message([] { nll_loss(zeros({3, 4}), {0, 4, 1}); });
   EXPECT_THAT(msg, HasSubstr("target 1 is 4"));
   EXPECT_THAT(msg, HasSubstr("[0, 4)"));
   EXPECT_THROW(nll_loss(zeros({3, 4}), {0, -1, 1}), InvalidArgument);
-  EXPECT_THAT(invalid_argument_message([] {
+  EXPECT_THAT(error_message([] {
                 nll_loss(zeros({3, 4}), {0, 1});
               }),
               HasSubstr("2 targets for a batch of 3"));
@@ -252,7 +244,7 @@ TEST(OpsTest, IndexTensorsRoundTrip_AndRejectNonIntegers) {
   Tensor logits = zeros({4, 10});
   EXPECT_EQ(cross_entropy(logits, to_indices(from_indices(idx))).item(),
             cross_entropy(logits, idx).item());
-  EXPECT_THAT(invalid_argument_message([] {
+  EXPECT_THAT(error_message([] {
                 to_indices(from_vector({1, 2.5f}));
               }),
               HasSubstr("element 1 is 2.5"));

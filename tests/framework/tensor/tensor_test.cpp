@@ -10,6 +10,7 @@
 
 #include "comm/error.h"
 #include "framework/tensor/ops.h"
+#include "tests/support/error_message.h"
 
 namespace hsgd {
 namespace {
@@ -17,17 +18,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-// Runs `body`, expects InvalidArgument and returns its message.
-template <typename Body>
-std::string invalid_argument_message(Body body) {
-  try {
-    body();
-  } catch (const InvalidArgument& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected hsgd::InvalidArgument";
-  return "";
-}
+using testing::error_message;
 
 TEST(TensorTest, UndefinedByDefault) {
   Tensor t;
@@ -81,14 +72,14 @@ TEST(TensorTest, TransposeIsNonContiguousView_ContiguousCopies) {
   EXPECT_THAT(c.to_vector(), ElementsAre(0, 3, 1, 4, 2, 5));
   // reshape of a non-contiguous tensor copies; view refuses.
   EXPECT_THAT(t.reshape({6}).to_vector(), ElementsAre(0, 3, 1, 4, 2, 5));
-  EXPECT_THAT(invalid_argument_message([&] { t.view({6}); }), HasSubstr("contiguous"));
+  EXPECT_THAT(error_message([&] { t.view({6}); }), HasSubstr("contiguous"));
 }
 
 TEST(TensorTest, ReshapeInfersMinusOne_AndRejectsWrongNumel) {
   Tensor a = zeros({4, 6});
   EXPECT_EQ(a.reshape({-1, 3}).shape(), (Shape{8, 3}));
   EXPECT_EQ(a.reshape({2, -1, 4}).shape(), (Shape{2, 3, 4}));
-  const std::string msg = invalid_argument_message([&] { a.reshape({5, 5}); });
+  const std::string msg = error_message([&] { a.reshape({5, 5}); });
   EXPECT_THAT(msg, HasSubstr("[5, 5]"));
   EXPECT_THAT(msg, HasSubstr("[4, 6]"));
   EXPECT_THAT(msg, HasSubstr("24"));
@@ -111,7 +102,7 @@ TEST(TensorTest, FlattenPermuteSqueeze) {
   EXPECT_EQ(a.unsqueeze(1).shape(), (Shape{2, 1, 3, 4}));
   EXPECT_EQ(a.unsqueeze(-1).shape(), (Shape{2, 3, 4, 1}));
   EXPECT_EQ(a.unsqueeze(1).squeeze(1).shape(), a.shape());
-  EXPECT_THAT(invalid_argument_message([&] { a.squeeze(0); }), HasSubstr("size 2"));
+  EXPECT_THAT(error_message([&] { a.squeeze(0); }), HasSubstr("size 2"));
   EXPECT_THROW(a.permute({0, 0, 1}), InvalidArgument);
 }
 
@@ -121,13 +112,13 @@ TEST(TensorTest, SizeAcceptsNegativeDims) {
   EXPECT_EQ(a.size(-1), 5);
   EXPECT_EQ(a.size(-3), 2);
   EXPECT_EQ(a.numel(), 30);
-  EXPECT_THAT(invalid_argument_message([&] { a.size(3); }), HasSubstr("dim 3"));
+  EXPECT_THAT(error_message([&] { a.size(3); }), HasSubstr("dim 3"));
 }
 
 TEST(TensorTest, ItemNeedsOneElement) {
   EXPECT_EQ(full({1, 1}, 2.5f).item(), 2.5f);
   EXPECT_EQ(sum(ones({3})).item(), 3.0f);
-  EXPECT_THAT(invalid_argument_message([] { zeros({2, 3}).item(); }), HasSubstr("[2, 3]"));
+  EXPECT_THAT(error_message([] { zeros({2, 3}).item(); }), HasSubstr("[2, 3]"));
 }
 
 TEST(TensorTest, Factories) {
@@ -139,7 +130,7 @@ TEST(TensorTest, Factories) {
   EXPECT_EQ(zeros({0, 3}).numel(), 0);
   EXPECT_THAT(from_vector({1, 2, 3, 4, 5, 6}, {2, 3}).t().to_vector(),
               ElementsAre(1, 4, 2, 5, 3, 6));
-  const std::string msg = invalid_argument_message([] { from_vector({1, 2, 3}, {2, 2}); });
+  const std::string msg = error_message([] { from_vector({1, 2, 3}, {2, 2}); });
   EXPECT_THAT(msg, HasSubstr("3 values"));
   EXPECT_THAT(msg, HasSubstr("[2, 2]"));
 }
