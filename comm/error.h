@@ -72,32 +72,33 @@ template <typename E, typename... Args>
 }  // namespace hsgd
 
 // Throws hsgd::InvalidArgument when cond is false; the remaining arguments form the message.
-#define HSGD_CHECK(cond, ...)                                                              \
-  do {                                                                                     \
-    if (!(cond)) [[unlikely]] {                                                            \
-      ::hsgd::detail::throw_check<::hsgd::InvalidArgument>(#cond, __FILE__,                \
+#define HSGD_CHECK(cond, ...)                                                                    \
+  do {                                                                                           \
+    if (!(cond)) [[unlikely]] {                                                                  \
+      ::hsgd::detail::throw_check<::hsgd::InvalidArgument>(#cond, __FILE__,                      \
                                                            __LINE__ __VA_OPT__(, ) __VA_ARGS__); \
-    }                                                                                      \
+    }                                                                                            \
   } while (false)
 
 // Same as HSGD_CHECK but throws the given subclass of hsgd::Error.
-#define HSGD_CHECK_AS(ErrorType, cond, ...)                                                 \
-  do {                                                                                      \
-    if (!(cond)) [[unlikely]] {                                                             \
-      ::hsgd::detail::throw_check<ErrorType>(#cond, __FILE__, __LINE__ __VA_OPT__(, ) __VA_ARGS__); \
-    }                                                                                       \
+#define HSGD_CHECK_AS(ErrorType, cond, ...)                                        \
+  do {                                                                             \
+    if (!(cond)) [[unlikely]] {                                                    \
+      ::hsgd::detail::throw_check<ErrorType>(#cond, __FILE__,                      \
+                                             __LINE__ __VA_OPT__(, ) __VA_ARGS__); \
+    }                                                                              \
   } while (false)
 
 // Binary comparison checks whose message carries both values: "... (got 3 vs 4)".
-#define HSGD_CHECK_OP_(a, b, op, ...)                                                      \
-  do {                                                                                     \
-    const auto& hsgd_a_ = (a);                                                             \
-    const auto& hsgd_b_ = (b);                                                             \
-    if (!(hsgd_a_ op hsgd_b_)) [[unlikely]] {                                              \
-      ::hsgd::detail::throw_check<::hsgd::InvalidArgument>(                                \
+#define HSGD_CHECK_OP_(a, b, op, ...)                                                          \
+  do {                                                                                         \
+    const auto& hsgd_a_ = (a);                                                                 \
+    const auto& hsgd_b_ = (b);                                                                 \
+    if (!(hsgd_a_ op hsgd_b_)) [[unlikely]] {                                                  \
+      ::hsgd::detail::throw_check<::hsgd::InvalidArgument>(                                    \
           #a " " #op " " #b, __FILE__, __LINE__ __VA_OPT__(, ) __VA_ARGS__, " (got ", hsgd_a_, \
-          " vs ", hsgd_b_, ")");                                                           \
-    }                                                                                      \
+          " vs ", hsgd_b_, ")");                                                               \
+    }                                                                                          \
   } while (false)
 #define HSGD_CHECK_EQ(a, b, ...) HSGD_CHECK_OP_(a, b, ==, __VA_ARGS__)
 #define HSGD_CHECK_NE(a, b, ...) HSGD_CHECK_OP_(a, b, !=, __VA_ARGS__)

@@ -1,9 +1,9 @@
 #include "comm/log.h"
 
+#include <spdlog/sinks/stdout_color_sinks.h>
+
 #include <cstdlib>
 #include <string>
-
-#include <spdlog/sinks/stdout_color_sinks.h>
 
 namespace hsgd::comm {
 

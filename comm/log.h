@@ -6,9 +6,9 @@
 //
 // Usage: hsgd::comm::logger()->info("rank {} joined group {}", rank, name);
 
-#include <memory>
-
 #include <spdlog/spdlog.h>
+
+#include <memory>
 
 namespace hsgd::comm {
 

@@ -4,9 +4,9 @@
 //   EXPECT_THAT(error_message([&] { a.reshape({7}); }), HasSubstr("7"));
 // Records a test failure (and returns "") when body does not throw E.
 
-#include <string>
-
 #include <gtest/gtest.h>
+
+#include <string>
 
 #include "comm/error.h"
 

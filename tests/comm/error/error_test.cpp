@@ -12,7 +12,8 @@ TEST(Error, Check_MessageNamesValuesExpressionAndLocation) {
     FAIL() << "HSGD_CHECK did not throw";
   } catch (const InvalidArgument& e) {
     std::string what = e.what();
-    EXPECT_NE(what.find("last group size 6 must equal the group size 8"), std::string::npos) << what;
+    EXPECT_NE(what.find("last group size 6 must equal the group size 8"), std::string::npos)
+        << what;
     EXPECT_NE(what.find("'last == size'"), std::string::npos) << what;
     EXPECT_NE(what.find("error_test.cpp:"), std::string::npos) << what;
   }
@@ -23,7 +24,8 @@ TEST(Error, CheckEq_MessageCarriesBothValues) {
     HSGD_CHECK_EQ(3, 4, "sizes differ");
     FAIL() << "HSGD_CHECK_EQ did not throw";
   } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("sizes differ (got 3 vs 4)"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("sizes differ (got 3 vs 4)"), std::string::npos)
+        << e.what();
   }
 }
 

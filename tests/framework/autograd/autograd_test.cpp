@@ -8,8 +8,8 @@
 #include "comm/error.h"
 #include "framework/autograd/node.h"
 #include "framework/tensor/ops.h"
-#include "tests/support/error_message.h"
 #include "framework/tensor/tensor_impl.h"
+#include "tests/support/error_message.h"
 
 namespace hsgd {
 namespace {
@@ -117,8 +117,7 @@ TEST(AutogradTest, BackwardOnNonScalarWithoutGradOutputThrows) {
 }
 
 TEST(AutogradTest, BackwardWithoutRequiresGradThrows) {
-  EXPECT_THAT(error_message([] { sum(ones({2})).backward(); }),
-              HasSubstr("does not require grad"));
+  EXPECT_THAT(error_message([] { sum(ones({2})).backward(); }), HasSubstr("does not require grad"));
 }
 
 TEST(AutogradTest, SecondBackwardThroughReleasedGraphThrows) {
@@ -131,8 +130,7 @@ TEST(AutogradTest, SecondBackwardThroughReleasedGraphThrows) {
 TEST(AutogradTest, SetRequiresGradOnNonLeafThrows) {
   Tensor x = ones({2}).set_requires_grad(true);
   Tensor y = x * 2.0f;
-  EXPECT_THAT(error_message([&] { y.set_requires_grad(false); }),
-              HasSubstr("MulScalarBackward"));
+  EXPECT_THAT(error_message([&] { y.set_requires_grad(false); }), HasSubstr("MulScalarBackward"));
   EXPECT_THROW(y.register_grad_ready_hook([](Tensor&) {}), InvalidArgument);
 }
 

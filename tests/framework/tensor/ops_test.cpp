@@ -1,7 +1,6 @@
 // Forward values of the ops against naive reference loops written here, and error messages.
 
 #include "framework/tensor/ops.h"
-#include "tests/support/error_message.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -9,6 +8,7 @@
 #include <cmath>
 
 #include "comm/error.h"
+#include "tests/support/error_message.h"
 
 namespace hsgd {
 namespace {
@@ -149,10 +149,7 @@ TEST(OpsTest, LinearMatchesMatmulPlusBias) {
     for (int j = 0; j < 4; ++j) expected[i * 4 + j] += b.to_vector()[j];
   expect_near_all(linear(x, w, b).to_vector(), expected, 1e-5);
   expect_near_all(linear(x, w).to_vector(), no_bias, 1e-5);
-  EXPECT_THAT(error_message([&] {
-                linear(zeros({5, 2}), w, b);
-              }),
-              HasSubstr("input features 2"));
+  EXPECT_THAT(error_message([&] { linear(zeros({5, 2}), w, b); }), HasSubstr("input features 2"));
   EXPECT_THROW(linear(x, w, zeros({3})), InvalidArgument);
 }
 
