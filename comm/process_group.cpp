@@ -109,6 +109,34 @@ std::string format_ranks(const std::vector<int>& ranks) {
   return out + "]";
 }
 
+// Gloo's TCP pair sets SO_SNDBUF to the size of the first message sent from a pinned buffer
+// (the halving-doubling and ring-chunked algorithms of the cache) and raises it only for larger
+// ones. That turns off Linux's send-buffer autotuning for the pair for good, so a small first
+// pinned message (DDP's last bucket: 20-40 KB) left the socket with a 20-40 KB send buffer, and
+// every later large allreduce (the ring, which sends from unbound buffers and never resizes)
+// went through it in dozens of hand-offs between the two ranks' Gloo threads. With the ranks
+// oversubscribing the cores each hand-off waits for a time slice: ResNet-20 DDP at 4 ranks on 2
+// cores took 830 ms a step, 390 ms with this (apps/bench/ddp_bench). So the first pinned
+// message of every pair is a kPinnedSendBytes exchange here, which fixes the send buffer at
+// min(2 x kPinnedSendBytes, 2 x net.core.wmem_max) before any collective runs. Ranks go around
+// the ring by distance (send to rank + d, receive from rank - d) so that one send and one
+// receive buffer are alive at a time. Waits are bounded by the context's timeout.
+void size_send_buffers(gloo::Context& context, int rank, int n) {
+  constexpr size_t kPinnedSendBytes = size_t{1} << 20;
+  std::vector<char> out(kPinnedSendBytes, 0);
+  std::vector<char> in(kPinnedSendBytes, 0);
+  for (int d = 1; d < n; ++d) {
+    const int slot = context.nextSlot();
+    const int to = (rank + d) % n;
+    const int from = (rank - d + n) % n;
+    auto recv = context.getPair(from)->createRecvBuffer(slot, in.data(), in.size());
+    auto send = context.getPair(to)->createSendBuffer(slot, out.data(), out.size());
+    send->send(0, out.size());
+    recv->waitRecv();
+    send->waitSend();
+  }
+}
+
 }  // namespace
 
 // Gloo algorithm objects with the buffer they reduce, least recently used evicted first. The
@@ -219,6 +247,7 @@ void ProcessGroup::connect() {
   auto device = options_.device;
   try {
     context->connectFullMesh(*gloo_store, device);
+    size_send_buffers(*context, rank(), size());
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
