@@ -63,7 +63,11 @@ TEST_P(SubgroupsTest, ContiguousSubgroupsOfEveryDivisor) {
         EXPECT_EQ(all[i] != nullptr, static_cast<int>(i) == rank / g) << "subgroup " << i;
       }
       expect_group(mine, iota(rank / g * g, g), rank);
+      // `mine` is destroyed at the end of this iteration: its members meet first, so no rank
+      // closes the group's connections while a peer still receives the tail of the allreduce.
+      mine->shutdown(std::chrono::seconds(30));
     }
+    pg->shutdown(std::chrono::seconds(30));
   });
   EXPECT_RANKS_OK(result);
   std::filesystem::remove_all(dir);
@@ -106,6 +110,8 @@ TEST(SubgroupsTest, NewGroupAndEnumeration_NonMembersGetNull) {
     }
     // The world still works after its subgroups were made.
     expect_group(pg, iota(0, 7), rank);
+    // Every rank finished every collective before any group is destroyed (at exit).
+    pg->shutdown(std::chrono::seconds(30));
   });
   EXPECT_RANKS_OK(result);
   std::filesystem::remove_all(dir);
