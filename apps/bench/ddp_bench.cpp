@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/bench/forked_ranks.h"
 #include "comm/file_store.h"
 #include "comm/process_group.h"
 #include "framework/distributed/ddp.h"
@@ -97,40 +98,8 @@ bool run_hsgd(int world, const Case& c, int warmup, double& ms) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   const fs::path result_file = dir / "result.txt";
-  std::vector<pid_t> pids;
-  std::fflush(stdout);  // or the children would print the parent's buffered output again
-  for (int rank = 0; rank < world; ++rank) {
-    const pid_t pid = fork();
-    if (pid == 0) {
-      int code = 0;
-      try {
-        run_rank(rank, world, dir, c, warmup, result_file);
-      } catch (const std::exception& e) {
-        std::cerr << "rank " << rank << ": " << e.what() << "\n";
-        code = 1;
-      }
-      _exit(code);
-    }
-    pids.push_back(pid);
-  }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(20);
-  bool ok = true;
-  size_t done = 0;
-  while (done < pids.size()) {
-    int status = 0;
-    const pid_t pid = waitpid(-1, &status, WNOHANG);
-    if (pid > 0) {
-      ++done;
-      ok = ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
-    } else if (std::chrono::steady_clock::now() > deadline) {
-      for (pid_t p : pids) kill(p, SIGKILL);
-      std::cerr << c.name << ": deadline passed, ranks killed\n";
-      ok = false;
-      break;
-    } else {
-      usleep(20000);
-    }
-  }
+  bool ok = run_forked_ranks(world, std::chrono::minutes(20), c.name,
+                             [&](int rank) { run_rank(rank, world, dir, c, warmup, result_file); });
   if (ok) ok = static_cast<bool>(std::ifstream(result_file) >> ms);
   fs::remove_all(dir);
   return ok;
