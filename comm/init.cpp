@@ -87,6 +87,13 @@ InitOptions InitOptions::from_env() {
   options.socket_ifname = env_string("HSGD_SOCKET_IFNAME", "");
   options.job_id = env_string("HSGD_JOB_ID", options.job_id);
   options.timeout = Duration(env_int("HSGD_TIMEOUT_MS", options.timeout.count(), 1));
+  if (const char* shm = env("HSGD_SHM")) {
+    const std::string value = shm;
+    HSGD_CHECK(value == "0" || value == "1", "environment variable HSGD_SHM='", value,
+               "' must be 0 (allreduce over Gloo's TCP transport) or 1 (shared memory within a "
+               "node, the default)");
+    options.shared_memory = value == "1";
+  }
   if (const char* run_id = env("HSGD_RUN_ID")) {
     options.key_prefix = std::string(run_id) + "/" + env_string("HSGD_RESTART_COUNT", "0") + "/";
     options.embedded_server = false;  // hsgd-run hosts the rendezvous server
@@ -179,6 +186,7 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
   }
   pg.resources = server;
   pg.allreduce_algorithm = options.allreduce_algorithm;
+  pg.shared_memory = options.shared_memory;
   return std::make_shared<ProcessGroup>(std::move(pg));
 }
 

@@ -41,11 +41,15 @@ struct InitOptions {
   // launched by hsgd-run (HSGD_RUN_ID set), which runs the server itself.
   bool embedded_server = true;
   AllreduceAlgorithm allreduce_algorithm{};  // kAuto; see process_group.h
+  // Allreduce over shared memory in groups whose members all run on one node (HSGD_SHM=0
+  // turns it off, e.g. to measure Gloo's TCP path); see comm/shm_allreduce.h.
+  bool shared_memory = true;
 
   // Reads RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
-  // HSGD_RDZV_TOKEN, HSGD_SOCKET_IFNAME, HSGD_RUN_ID, HSGD_RESTART_COUNT, HSGD_JOB_ID and
-  // HSGD_TIMEOUT_MS. Without RANK, falls back to SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID /
-  // SLURM_NTASKS_PER_NODE, and without those to a world of one. Throws hsgd::InvalidArgument
+  // HSGD_RDZV_TOKEN, HSGD_SOCKET_IFNAME, HSGD_RUN_ID, HSGD_RESTART_COUNT, HSGD_JOB_ID,
+  // HSGD_TIMEOUT_MS and HSGD_SHM (0 or 1). Without RANK, falls back to SLURM_PROCID /
+  // SLURM_NTASKS / SLURM_LOCALID / SLURM_NTASKS_PER_NODE, and without those to a world of one.
+  // Throws hsgd::InvalidArgument
   // naming the variable and its value when a value is not a number or out of range.
   static InitOptions from_env();
 };

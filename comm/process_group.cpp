@@ -19,6 +19,7 @@
 #include "comm/error.h"
 #include "comm/gloo_store.h"
 #include "comm/log.h"
+#include "comm/shm_allreduce.h"
 
 // ---- algorithm choice (kAuto) ----
 // Up to kSmallAllreduceBytes (1 MiB): Gloo's AllreduceHalvingDoubling, 2 log2(p) steps. It is a
@@ -221,8 +222,12 @@ ProcessGroup::~ProcessGroup() {
 void ProcessGroup::connect() {
   // Everyone announces itself first, so that a missing rank is named ("ranks [3] did not
   // arrive") instead of surfacing as an anonymous Gloo store timeout.
+  // The value is this rank's node identity when the group may use shared memory.
+  const bool try_shm =
+      options_.shared_memory && size() > 1 && size() <= ShmAllreduce::kMaxRanks;
   const std::string arrived = options_.key_prefix + "arrived/";
-  options_.store->set(arrived + std::to_string(rank()), to_bytes("1"));
+  options_.store->set(arrived + std::to_string(rank()),
+                      to_bytes(try_shm ? node_identity() : std::string("1")));
   std::vector<std::string> keys;
   for (int r = 0; r < size(); ++r) keys.push_back(arrived + std::to_string(r));
   try {
@@ -255,8 +260,18 @@ void ProcessGroup::connect() {
                "): connecting to the other ranks failed: ", e.what());
   }
   context_ = std::move(context);
-  logger()->debug("rank {} of group '{}' connected ({} ranks, prefix '{}')", rank(), options_.name,
-                  size(), options_.key_prefix);
+  if (try_shm) {
+    const auto nodes = options_.store->multi_get(keys, options_.timeout);
+    const bool one_node = std::all_of(nodes.begin(), nodes.end(),
+                                      [&](const Bytes& node) { return node == nodes.front(); });
+    if (one_node) {
+      shm_ = ShmAllreduce::connect(*options_.store, options_.key_prefix + "shm/", rank(), size(),
+                                   options_.timeout, options_.name);
+    }
+  }
+  logger()->debug("rank {} of group '{}' connected ({} ranks, prefix '{}', allreduce over {})",
+                  rank(), options_.name, size(), options_.key_prefix,
+                  shm_ ? "shared memory" : "TCP");
 }
 
 std::shared_ptr<Work> ProcessGroup::enqueue(std::string what,
@@ -429,6 +444,10 @@ std::shared_ptr<Work> ProcessGroup::allreduce_impl(std::span<T> data, ReduceOp o
   return enqueue(std::move(what), [this, data, op](uint32_t tag) {
     if (size() == 1 || data.empty()) return;
     AllreduceAlgorithm algorithm = options_.allreduce_algorithm;
+    if (algorithm == AllreduceAlgorithm::kAuto && shm_ != nullptr) {
+      shm_->allreduce(data, op, std::chrono::steady_clock::now() + options_.timeout);
+      return;
+    }
     if (algorithm == AllreduceAlgorithm::kAuto) {
       algorithm = data.size_bytes() <= kSmallAllreduceBytes ? AllreduceAlgorithm::kHalvingDoubling
                                                             : AllreduceAlgorithm::kRing;

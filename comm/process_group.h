@@ -1,6 +1,7 @@
 #pragma once
 // ProcessGroup: a set of ranks that run collectives together over Gloo's TCP transport (like
-// torch's ProcessGroupGloo). Works on raw buffers; knows nothing of Tensor.
+// torch's ProcessGroupGloo), with allreduce over shared memory when every member runs on one
+// node (comm/shm_allreduce.h). Works on raw buffers; knows nothing of Tensor.
 //
 // CONTRACT: collectives are called in the same order on every rank of a group, with the same
 // sizes, types, ops and roots. Breaking it leads to a timeout error (or wrong results), never to
@@ -49,11 +50,14 @@ class Device;
 
 namespace hsgd::comm {
 
+class ShmAllreduce;
 enum class ReduceOp { kSum, kAvg, kMin, kMax };
 const char* to_string(ReduceOp op);
 
-// Which Gloo algorithm allreduce uses (like NCCL_ALGO). kAuto picks by size; the others exist
-// for benchmarks and for working around a slow path on unusual networks.
+// Which algorithm allreduce uses (like NCCL_ALGO). kAuto uses shared memory when every member
+// of the group runs on this node (Options::shared_memory), else picks a Gloo algorithm by size;
+// the others force that Gloo algorithm, for benchmarks and for working around a slow path on
+// unusual networks.
 enum class AllreduceAlgorithm {
   kAuto,
   kHalvingDoubling,  // gloo::AllreduceHalvingDoubling: 2 log2(p) steps, for small buffers
@@ -86,6 +90,9 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
     // subgroups share their parent's.
     std::shared_ptr<void> resources = nullptr;
     AllreduceAlgorithm allreduce_algorithm = AllreduceAlgorithm::kAuto;  // subgroups inherit it
+    // kAuto allreduces of a group whose members all run on one node go through shared memory
+    // (comm/shm_allreduce.h) instead of Gloo; subgroups inherit it.
+    bool shared_memory = true;
   };
 
   // Connects to every other member (blocks until all arrived). Throws hsgd::Timeout naming the
@@ -138,6 +145,9 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   const std::shared_ptr<gloo::transport::Device>& device() const { return options_.device; }
   const std::shared_ptr<void>& resources() const { return options_.resources; }
   AllreduceAlgorithm allreduce_algorithm() const { return options_.allreduce_algorithm; }
+  bool shared_memory_enabled() const { return options_.shared_memory; }
+  // Whether kAuto allreduces of this group run over shared memory (every member on one node).
+  bool uses_shared_memory() const { return shm_ != nullptr; }
 
  private:
   struct Task {
@@ -170,6 +180,7 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // Constant after construction.
   const Options options_;
   std::shared_ptr<gloo::Context> context_;
+  std::unique_ptr<ShmAllreduce> shm_;  // set when every member runs on this node
 
   std::atomic<int64_t> next_child_id_{0};
 

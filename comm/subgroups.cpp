@@ -39,6 +39,7 @@ std::shared_ptr<ProcessGroup> make_group(const std::shared_ptr<ProcessGroup>& pa
   options.device = parent->device();
   options.resources = parent->resources();
   options.allreduce_algorithm = parent->allreduce_algorithm();
+  options.shared_memory = parent->shared_memory_enabled();
   return std::make_shared<ProcessGroup>(std::move(options));
 }
 

@@ -61,13 +61,15 @@ double rss_kb() {
 
 // One rank: builds the tensors, times the calls, writes rank 0's result to result_file.
 void run_rank(int rank, int world, const fs::path& dir, const Workload& w, int warmup,
-              hsgd::comm::AllreduceAlgorithm algorithm, const fs::path& result_file) {
+              hsgd::comm::AllreduceAlgorithm algorithm, bool shared_memory,
+              const fs::path& result_file) {
   hsgd::comm::InitOptions init;
   init.rank = rank;
   init.world_size = world;
   init.store = std::make_shared<hsgd::comm::FileStore>(dir / "store");
   init.timeout = std::chrono::seconds(120);
   init.allreduce_algorithm = algorithm;
+  init.shared_memory = shared_memory;
   auto pg = hsgd::comm::init_process_group(init);
 
   std::vector<Tensor> params;
@@ -98,14 +100,14 @@ void run_rank(int rank, int world, const fs::path& dir, const Workload& w, int w
 
 // Forks `world` ranks and waits for them (killing them by pid after the deadline).
 bool run_hsgd(int world, const Workload& w, int warmup, hsgd::comm::AllreduceAlgorithm algorithm,
-              Timing& out) {
+              bool shared_memory, Timing& out) {
   const fs::path dir = fs::temp_directory_path() /
                        ("hsgd_averaging_bench_" + std::to_string(getpid()) + "_" + w.name);
   fs::remove_all(dir);
   fs::create_directories(dir);
   const fs::path result_file = dir / "result.txt";
   bool ok = run_forked_ranks(world, std::chrono::minutes(20), w.name, [&](int rank) {
-    run_rank(rank, world, dir, w, warmup, algorithm, result_file);
+    run_rank(rank, world, dir, w, warmup, algorithm, shared_memory, result_file);
   });
   if (ok) {
     std::ifstream in(result_file);
@@ -175,6 +177,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "ring", "ring-chunked", "halving-doubling"}));
   app.add_flag("--quick", quick, "few iterations");
   app.add_flag("--no-torch", no_torch, "skip PyTorch");
+  bool no_tcp = false;
+  app.add_flag("--no-tcp", no_tcp,
+               "skip the second hsgd run with shared memory off (HSGD_SHM=0: Gloo's TCP only)");
   CLI11_PARSE(app, argc, argv);
   if (world % 2 != 0) {
     std::cerr << "--world must be even (the hierarchy is {1: world/2, 2: world}), got " << world
@@ -201,30 +206,37 @@ int main(int argc, char** argv) {
       "average_parameters at %d ranks, hierarchy {1:%d, 2:%d}, median ms per call, "
       "hsgd allreduce algorithm %s\n",
       world, world / 2, world, algorithm_name.c_str());
-  std::printf("%-10s %9s %8s %-14s %10s %10s %7s %12s\n", "model", "params", "tensors", "level",
-              "hsgd ms", "torch ms", "ratio", "hsgd RSS +KB");
+  std::printf("%-10s %9s %8s %-14s %9s %9s %9s %7s %9s %12s\n", "model", "params", "tensors",
+              "level", "hsgd ms", "tcp ms", "torch ms", "ratio", "tcp ratio", "hsgd RSS +KB");
   int failures = 0;
   for (const Workload& w : workloads) {
-    Timing h, t;
-    const bool hok = run_hsgd(world, w, warmup, algorithm, h);
+    Timing h, tcp, t;
+    const bool hok = run_hsgd(world, w, warmup, algorithm, true, h);
+    const bool cok = !no_tcp && run_hsgd(world, w, warmup, algorithm, false, tcp);
     const bool tok = !no_torch && run_torch(world, w, warmup, script, t);
     failures += hok ? 0 : 1;
     for (int level = 0; level < 2; ++level) {
       const int size = level == 0 ? world / 2 : world;
       const std::string name =
           "every " + std::to_string(level + 1) + ", " + std::to_string(size) + " rk";
-      char torch_ms[32] = "n/a", ratio[32] = "n/a";
+      char torch_ms[32] = "n/a", ratio[32] = "n/a", tcp_ms[32] = "n/a", tcp_ratio[32] = "n/a";
+      if (cok) std::snprintf(tcp_ms, sizeof tcp_ms, "%.3f", tcp.level_ms[level]);
       if (tok) {
         std::snprintf(torch_ms, sizeof torch_ms, "%.3f", t.level_ms[level]);
         if (hok) std::snprintf(ratio, sizeof ratio, "%.2f", h.level_ms[level] / t.level_ms[level]);
+        if (cok) {
+          std::snprintf(tcp_ratio, sizeof tcp_ratio, "%.2f", tcp.level_ms[level] / t.level_ms[level]);
+        }
       }
-      std::printf("%-10s %9lld %8zu %-14s %10.3f %10s %7s %12.0f\n", w.name.c_str(),
+      std::printf("%-10s %9lld %8zu %-14s %9.3f %9s %9s %7s %9s %12.0f\n", w.name.c_str(),
                   static_cast<long long>(w.numel), w.shapes.size(), name.c_str(),
-                  hok ? h.level_ms[level] : -1.0, torch_ms, ratio, h.rss_growth_kb);
+                  hok ? h.level_ms[level] : -1.0, tcp_ms, torch_ms, ratio, tcp_ratio,
+                  h.rss_growth_kb);
     }
   }
   std::printf(
-      "ratio = hsgd / torch (lower is better); RSS growth over the timed calls of one "
-      "rank (max over ranks)\n");
+      "hsgd: allreduce over shared memory within the node (the default); tcp: the same with "
+      "HSGD_SHM=0 (Gloo's TCP transport, like torch)\nratio = hsgd / torch, tcp ratio = tcp / "
+      "torch (lower is better); RSS growth over the timed calls of one rank (max over ranks)\n");
   return failures == 0 ? 0 : 1;
 }

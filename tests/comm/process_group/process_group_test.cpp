@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <numeric>
+#include <tuple>
 
 #include "comm/error.h"
 #include "comm/file_store.h"
@@ -92,18 +93,22 @@ void check_allgather(ProcessGroup& pg, size_t n) {
   }
 }
 
-class CollectivesTest : public ::testing::TestWithParam<int> {};
+// (world size, shared memory on): every collective over Gloo's TCP transport and, for
+// allreduce, over shared memory (all ranks of these tests run on one node).
+class CollectivesTest : public ::testing::TestWithParam<std::tuple<int, bool>> {};
 
 TEST_P(CollectivesTest, AllOpsMatchClosedForm) {
-  const int world = GetParam();
+  const auto [world, shm] = GetParam();
   const auto dir = unique_temp_dir("collectives");
   auto result = run_ranks(world, std::chrono::seconds(90), [&](int rank) {
     auto pg = init_process_group({.rank = rank,
                                   .world_size = world,
                                   .store = std::make_shared<FileStore>(dir),
-                                  .timeout = std::chrono::seconds(30)});
+                                  .timeout = std::chrono::seconds(30),
+                                  .shared_memory = shm});
     ASSERT_EQ(pg->rank(), rank);
     ASSERT_EQ(pg->size(), world);
+    ASSERT_EQ(pg->uses_shared_memory(), shm && world > 1);
     // 1,000,000 elements on every other world size keeps 8 processes on 2 cores fast; 1 and
     // 1000 (small path) and 1,000,000 (ring path) cover both algorithms everywhere they run.
     std::vector<size_t> sizes{1, 1000, 100000};
@@ -123,8 +128,12 @@ TEST_P(CollectivesTest, AllOpsMatchClosedForm) {
   std::filesystem::remove_all(dir);
 }
 
-INSTANTIATE_TEST_SUITE_P(WorldSizes, CollectivesTest, ::testing::Range(1, 9),
-                         [](const auto& info) { return "world" + std::to_string(info.param); });
+INSTANTIATE_TEST_SUITE_P(WorldSizes, CollectivesTest,
+                         ::testing::Combine(::testing::Range(1, 9), ::testing::Bool()),
+                         [](const auto& info) {
+                           return "world" + std::to_string(std::get<0>(info.param)) +
+                                  (std::get<1>(info.param) ? "_shm" : "_tcp");
+                         });
 
 // Every algorithm kAuto may choose, forced at every size, incl. non-power-of-two worlds for
 // halving-doubling, and repeated calls (cached algorithm objects) with changing inputs.
