@@ -179,6 +179,11 @@ struct ShmAllreduce::Header {
   struct alignas(64) Member {
     std::atomic<uint32_t> round;  // barriers this rank reached
     std::atomic<int32_t> pid;
+    // The collective this rank is in: element count, element size and op, checked against
+    // the others' after the first barrier (see allreduce_impl).
+    std::atomic<uint64_t> count;
+    std::atomic<uint32_t> element_bytes;
+    std::atomic<uint32_t> op;
   };
   Member members[kMaxRanks];
 };
@@ -276,6 +281,31 @@ void ShmAllreduce::check_peers(uint32_t target_round, Clock::time_point deadline
   }
 }
 
+// Every rank compares every other's description of the collective after the first barrier;
+// they were written before it, and the next collective's cannot overwrite them before everyone
+// passed the second barrier, which a mismatch also goes through before throwing. All ranks see
+// the same descriptions, so either all throw or none does, after the same number of barriers:
+// the group stays usable, and no buffer was changed.
+std::string ShmAllreduce::check_same_call(size_t count, size_t element_bytes, ReduceOp op) const {
+  for (int r = 0; r < size_; ++r) {
+    const Header::Member& other = header_->members[r];
+    const uint64_t their_count = other.count.load(std::memory_order_relaxed);
+    const uint32_t their_bytes = other.element_bytes.load(std::memory_order_relaxed);
+    const auto their_op = static_cast<ReduceOp>(other.op.load(std::memory_order_relaxed));
+    if (their_count == count && their_bytes == element_bytes && their_op == op) continue;
+    auto describe = [](uint64_t n, uint32_t bytes, ReduceOp o) {
+      return detail::str_cat(n, " x ", bytes == 4 ? "float" : "double", ", ", to_string(o));
+    };
+    return detail::str_cat("allreduce of group '", group_name_,
+                           "': the ranks called it with different arguments: rank ", r, " with (",
+                           describe(their_count, their_bytes, their_op), "), rank ", rank_,
+                           " with (", describe(count, static_cast<uint32_t>(element_bytes), op),
+                           "); every rank must pass the same size, type and op. No buffer was "
+                           "changed");
+  }
+  return "";
+}
+
 void ShmAllreduce::barrier(Clock::time_point deadline) {
   const uint32_t round = ++rounds_;
   const uint32_t target = round * static_cast<uint32_t>(size_);
@@ -309,11 +339,22 @@ template <typename T>
 void ShmAllreduce::allreduce_impl(std::span<T> data, ReduceOp op, Clock::time_point deadline) {
   constexpr size_t kChunk = kChunkBytes / sizeof(T);
   std::vector<const T*> inputs(static_cast<size_t>(size_));
+  Header::Member& me = header_->members[rank_];
+  me.count.store(data.size(), std::memory_order_relaxed);
+  me.element_bytes.store(sizeof(T), std::memory_order_relaxed);
+  me.op.store(static_cast<uint32_t>(op), std::memory_order_relaxed);
   for (size_t offset = 0; offset < data.size(); offset += kChunk) {
     const size_t len = std::min(kChunk, data.size() - offset);
     const int half = static_cast<int>(chunks_++ & 1);
     std::memcpy(slot(half, rank_), data.data() + offset, len * sizeof(T));
     barrier(deadline);
+    if (offset == 0) {
+      const std::string mismatch = check_same_call(data.size(), sizeof(T), op);
+      if (!mismatch.empty()) {
+        barrier(deadline);  // nobody writes the next call's description before all have read
+        throw InvalidArgument(mismatch);
+      }
+    }
     // This rank's share of the chunk, in whole cache lines.
     constexpr size_t kLine = 64 / sizeof(T);
     const size_t share = (len + static_cast<size_t>(size_) - 1) / static_cast<size_t>(size_);

@@ -62,7 +62,9 @@ class ShmAllreduce {
 
   // In-place allreduce; the same sequence of calls (sizes, ops) on every member. kAvg divides
   // the sum by size(). Every rank gets bitwise identical results. Throws hsgd::Timeout when
-  // a member does not arrive before deadline, hsgd::CommError when one exited.
+  // a member does not arrive before deadline, hsgd::CommError when one exited, and
+  // hsgd::InvalidArgument on every rank when the members passed different sizes, types or ops
+  // (then no buffer changed and the channel stays usable; Gloo would time out or mix data).
   void allreduce(std::span<float> data, ReduceOp op, std::chrono::steady_clock::time_point deadline);
   void allreduce(std::span<double> data, ReduceOp op,
                  std::chrono::steady_clock::time_point deadline);
@@ -79,6 +81,8 @@ class ShmAllreduce {
   void allreduce_impl(std::span<T> data, ReduceOp op,
                       std::chrono::steady_clock::time_point deadline);
   void barrier(std::chrono::steady_clock::time_point deadline);
+  // Why the ranks disagree on the collective (the same text on every rank), or "".
+  std::string check_same_call(size_t count, size_t element_bytes, ReduceOp op) const;
   // Throws if a rank we wait for has exited or the deadline passed (then naming the ranks
   // behind barrier number `target_round`).
   void check_peers(uint32_t target_round, std::chrono::steady_clock::time_point deadline);

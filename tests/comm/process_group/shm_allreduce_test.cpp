@@ -172,6 +172,32 @@ TEST(ShmAllreduceTest, PeerThatExitedIsNamedLongBeforeTheTimeout) {
   std::filesystem::remove_all(dir);
 }
 
+// Gloo would time out or mix data; here every rank learns which rank passed what, nothing is
+// changed, and the next (matching) collective works.
+TEST(ShmAllreduceTest, MismatchedCallsAreNamedOnEveryRank_GroupStaysUsable) {
+  const auto dir = unique_temp_dir("shm_mismatch");
+  auto result = run_ranks(3, std::chrono::seconds(60), [&](int rank) {
+    auto pg = init_process_group(
+        {.rank = rank, .world_size = 3, .store = std::make_shared<FileStore>(dir)});
+    ASSERT_TRUE(pg->uses_shared_memory());
+    std::vector<float> x(rank == 1 ? 999 : 1000, 2.0f);
+    std::string message =
+        error_message([&] { pg->allreduce(std::span<float>(x), ReduceOp::kSum)->wait(); });
+    EXPECT_THAT(message, HasSubstr("rank 1 with (999 x float, sum)")) << "rank " << rank;
+    EXPECT_EQ(x[0], 2.0f);
+    std::vector<double> y(10, 1.0);
+    message = error_message([&] {
+      pg->allreduce(std::span<double>(y), rank == 2 ? ReduceOp::kMax : ReduceOp::kSum)->wait();
+    });
+    EXPECT_THAT(message, HasSubstr("rank 2 with (10 x double, max)")) << "rank " << rank;
+    pg->allreduce(std::span<double>(y), ReduceOp::kSum)->wait();
+    EXPECT_EQ(y[9], 3.0);
+    pg->shutdown(std::chrono::seconds(30));
+  });
+  EXPECT_RANKS_OK(result);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(ShmAllreduceTest, NoSegmentIsLeftInDevShm) {
   const auto dir = unique_temp_dir("shm_unlink");
   auto result = run_ranks(3, std::chrono::seconds(60), [&](int rank) {
