@@ -28,6 +28,12 @@
 // and every rank restores its own parameters, so evaluation does not perturb training. After
 // the last epoch the averaged model is kept on every rank. Only rank 0 prints; at the end it
 // prints the averager's level_stats() (averagings, MB and seconds per level).
+// --eval-every N also evaluates (the same way) every N steps within an epoch and prints, at each
+// evaluation including the epoch ends, a line
+//   eval: epoch E step S train_s T test_accuracy A%
+// where S counts steps since the start and T is rank 0's training time so far WITHOUT the
+// evaluations: the clock stops while the replicas are averaged and evaluated and restarts after
+// a barrier of all ranks, so no rank trains while rank 0 evaluates (for accuracy-vs-time plots).
 //
 // Exit code 0 on success, 1 on a bad flag value or unreadable data (the message names it),
 // 2 on a malformed or invalid --hierarchy.
@@ -86,7 +92,8 @@ struct Flags {
   int64_t warmup_steps = 0;
   int64_t period = 4;
   std::string hierarchy = "";
-  int subgroup_size = 0;  // 0: LOCAL_WORLD_SIZE
+  int subgroup_size = 0;   // 0: LOCAL_WORLD_SIZE
+  int64_t eval_every = 0;  // 0: evaluate at the end of each epoch only, print no eval: lines
 };
 
 using Hierarchy = std::vector<std::pair<int64_t, int>>;
@@ -182,6 +189,7 @@ int run(const Flags& flags) {
   HSGD_CHECK(flags.epochs >= 1, "--epochs ", flags.epochs, " must be at least 1");
   HSGD_CHECK(flags.warmup_steps >= 0, "--warmup-steps ", flags.warmup_steps, " must be at least 0");
   HSGD_CHECK(flags.period >= 1, "--period ", flags.period, " must be at least 1");
+  HSGD_CHECK(flags.eval_every >= 0, "--eval-every ", flags.eval_every, " must be at least 0");
   HSGD_CHECK(flags.subgroup_size >= 0, "--subgroup-size ", flags.subgroup_size,
              " must be at least 0 (0: LOCAL_WORLD_SIZE)");
   Hierarchy hierarchy;
@@ -286,11 +294,40 @@ int run(const Flags& flags) {
   const auto run_start = std::chrono::steady_clock::now();
   const std::vector<Tensor> params = model->parameters();
   double accuracy = 0;
+  // Rank 0's accuracy of the average of the replicas (collective over world). keep: every rank
+  // keeps the averaged parameters, else each restores its own.
+  const auto evaluate_average = [&](bool keep) {
+    std::vector<Tensor> saved;
+    if (world_size > 1) {
+      if (!keep) {
+        for (const Tensor& p : params) saved.push_back(p.detach().clone());
+      }
+      average_over(params, *world);
+    }
+    if (lead) accuracy = evaluate(*model, *data.test);
+    for (size_t i = 0; i < saved.size(); ++i) {
+      NoGradGuard no_grad;
+      Tensor p = params[i];
+      p.copy_(saved[i]);
+    }
+  };
+  // --eval-every: training seconds without evaluations, and steps, since the start.
+  double train_seconds = 0;
+  int64_t total_steps = 0;
+  const auto print_eval = [&](int64_t epoch) {
+    if (lead && flags.eval_every > 0) {
+      std::printf("eval: epoch %lld step %lld train_s %.3f test_accuracy %.2f%%\n",
+                  static_cast<long long>(epoch), static_cast<long long>(total_steps), train_seconds,
+                  100 * accuracy);
+      std::fflush(stdout);
+    }
+  };
   for (int64_t epoch = 0; epoch < flags.epochs; ++epoch) {
     const auto start = std::chrono::steady_clock::now();
     loader.set_epoch(epoch);
     double loss_sum = 0;
     int64_t steps = 0;
+    auto train_start = std::chrono::steady_clock::now();
     for (const data::Batch& batch : loader) {
       optimizer->zero_grad();
       Tensor loss = nn::cross_entropy(
@@ -303,25 +340,28 @@ int run(const Flags& flags) {
       if (lead && flags.log_every > 0 && steps % flags.log_every == 0) {
         std::printf("  step %lld loss %.4f\n", static_cast<long long>(steps), loss.item());
       }
+      ++total_steps;
+      if (flags.eval_every > 0 && steps % flags.eval_every == 0 && steps < loader.num_batches()) {
+        train_seconds +=
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - train_start).count();
+        evaluate_average(/*keep=*/false);
+        print_eval(epoch + 1);
+        world->barrier()->wait();
+        train_start = std::chrono::steady_clock::now();
+      }
     }
+    train_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - train_start).count();
     double mean_loss = loss_sum / static_cast<double>(steps);
     const bool last = epoch + 1 == flags.epochs;
-    std::vector<Tensor> saved;
     if (world_size > 1) {
       // The mean loss over ranks (every rank ran the same number of steps).
       world->allreduce(std::span<double>(&mean_loss, 1), comm::ReduceOp::kAvg)->wait();
-      // Evaluate the average of the replicas; keep the local replicas for further training.
-      if (!last) {
-        for (const Tensor& p : params) saved.push_back(p.detach().clone());
-      }
-      average_over(params, *world);
     }
-    if (lead) accuracy = evaluate(*model, *data.test);
-    for (size_t i = 0; i < saved.size(); ++i) {
-      NoGradGuard no_grad;
-      Tensor p = params[i];
-      p.copy_(saved[i]);
-    }
+    // Evaluate the average of the replicas; keep the local replicas for further training.
+    evaluate_average(/*keep=*/last);
+    print_eval(epoch + 1);
+    if (flags.eval_every > 0 && !last) world->barrier()->wait();
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (lead) {
@@ -405,6 +445,10 @@ int main(int argc, char** argv) {
   app.add_option("--subgroup-size", flags.subgroup_size,
                  "local-sgd/hierarchical: ranks that average gradients after warm-up (0: "
                  "LOCAL_WORLD_SIZE, the ranks of one node; 1: none)")
+      ->capture_default_str();
+  app.add_option("--eval-every", flags.eval_every,
+                 "Also evaluate every N steps of an epoch and print 'eval:' lines with the "
+                 "training seconds so far, evaluations excluded (0: epoch ends only, no lines)")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
