@@ -50,12 +50,13 @@ double median(std::vector<double> v) {
 }
 
 void run_rank(int rank, int world, const fs::path& dir, const Case& c, int warmup,
-              const fs::path& result_file) {
+              bool shared_memory, const fs::path& result_file) {
   hsgd::comm::InitOptions init;
   init.rank = rank;
   init.world_size = world;
   init.store = std::make_shared<hsgd::comm::FileStore>(dir / "store");
   init.timeout = std::chrono::seconds(120);
+  init.shared_memory = shared_memory;
   auto pg = hsgd::comm::init_process_group(init);
 
   std::shared_ptr<hsgd::nn::Module> model;
@@ -92,14 +93,16 @@ void run_rank(int rank, int world, const fs::path& dir, const Case& c, int warmu
 }
 
 // Forks the ranks, waits (killing them by pid after the deadline), reads rank 0's result.
-bool run_hsgd(int world, const Case& c, int warmup, double& ms) {
+bool run_hsgd(int world, const Case& c, int warmup, bool shared_memory, double& ms) {
   const fs::path dir =
       fs::temp_directory_path() / ("hsgd_ddp_bench_" + std::to_string(getpid()) + "_" + c.name);
   fs::remove_all(dir);
   fs::create_directories(dir);
   const fs::path result_file = dir / "result.txt";
   bool ok = run_forked_ranks(world, std::chrono::minutes(20), c.name,
-                             [&](int rank) { run_rank(rank, world, dir, c, warmup, result_file); });
+                             [&](int rank) {
+                               run_rank(rank, world, dir, c, warmup, shared_memory, result_file);
+                             });
   if (ok) ok = static_cast<bool>(std::ifstream(result_file) >> ms);
   fs::remove_all(dir);
   return ok;
@@ -144,6 +147,9 @@ int main(int argc, char** argv) {
   app.add_option("--torch-script", script, "the PyTorch side");
   app.add_flag("--quick", quick, "few steps");
   app.add_flag("--no-torch", no_torch, "skip PyTorch");
+  bool no_tcp = false;
+  app.add_flag("--no-tcp", no_tcp,
+               "skip the second hsgd run with shared memory off (HSGD_SHM=0: Gloo's TCP only)");
   CLI11_PARSE(app, argc, argv);
   if (quick) {
     iters_mlp = 5;
@@ -154,21 +160,29 @@ int main(int argc, char** argv) {
       "DDP step at %d ranks, median ms per step (max over ranks); OpenBLAS core %s, "
       "OPENBLAS_NUM_THREADS=%s\n",
       world, openblas_get_corename(), std::getenv("OPENBLAS_NUM_THREADS"));
-  std::printf("%-10s %10s %10s %7s\n", "model", "hsgd ms", "torch ms", "ratio");
+  std::printf("%-10s %10s %10s %10s %7s %9s\n", "model", "hsgd ms", "tcp ms", "torch ms", "ratio",
+              "tcp ratio");
   int failures = 0;
   for (const Case& c : {Case{"mlp", iters_mlp}, Case{"resnet20", iters_resnet}}) {
-    double h = -1, t = -1;
-    const bool hok = run_hsgd(world, c, warmup, h);
+    double h = -1, tcp = -1, t = -1;
+    const bool hok = run_hsgd(world, c, warmup, true, h);
+    const bool cok = world > 1 && !no_tcp && run_hsgd(world, c, warmup, false, tcp);
     const bool tok = !no_torch && run_torch(world, c, warmup, script, t);
     failures += hok ? 0 : 1;
-    char torch_ms[32] = "n/a", ratio[32] = "n/a";
+    char torch_ms[32] = "n/a", ratio[32] = "n/a", tcp_ms[32] = "n/a", tcp_ratio[32] = "n/a";
+    if (cok) std::snprintf(tcp_ms, sizeof tcp_ms, "%.2f", tcp);
     if (tok) {
       std::snprintf(torch_ms, sizeof torch_ms, "%.2f", t);
       if (hok) std::snprintf(ratio, sizeof ratio, "%.2f", h / t);
+      if (cok) std::snprintf(tcp_ratio, sizeof tcp_ratio, "%.2f", tcp / t);
     }
-    std::printf("%-10s %10.2f %10s %7s\n", c.name.c_str(), h, torch_ms, ratio);
+    std::printf("%-10s %10.2f %10s %10s %7s %9s\n", c.name.c_str(), h, tcp_ms, torch_ms, ratio,
+                tcp_ratio);
     std::fflush(stdout);
   }
-  std::printf("ratio = hsgd / torch (lower is better)\n");
+  std::printf(
+      "hsgd: allreduce over shared memory within the node (the default); tcp: the same with "
+      "HSGD_SHM=0 (Gloo's TCP transport, like torch)\nratio = hsgd / torch, tcp ratio = tcp / "
+      "torch (lower is better)\n");
   return failures == 0 ? 0 : 1;
 }
