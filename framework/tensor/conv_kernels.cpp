@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "comm/error.h"
+#include "framework/tensor/conv_winograd.h"
 
 namespace hsgd::kernels {
 namespace {
@@ -185,6 +186,19 @@ void im2col_same_width(const float* x, const Conv2dGeometry& g, float* col, int6
   }
 }
 
+// y (N,O,OH,OW) += b (O) broadcast; nothing when b is null.
+void add_bias(const float* b, const Conv2dGeometry& g, float* y) {
+  if (b == nullptr) return;
+  const int64_t plane = g.out_plane();
+  for (int64_t s = 0; s < g.n; ++s) {
+    for (int64_t oc = 0; oc < g.o; ++oc) {
+      float* p = y + (s * g.o + oc) * plane;
+      const float bias = b[oc];
+      for (int64_t k = 0; k < plane; ++k) p[k] += bias;
+    }
+  }
+}
+
 }  // namespace
 
 Conv2dGeometry make_conv2d_geometry(int64_t n, int64_t c, int64_t h, int64_t w, int64_t o,
@@ -249,6 +263,11 @@ void col2im(const float* col, const Conv2dGeometry& g, float* x, int64_t ld) {
 
 void conv2d_forward(const float* x, const float* w, const float* b, const Conv2dGeometry& g,
                     float* y) {
+  if (winograd_applies(g)) {
+    winograd_conv2d_forward(x, w, g, y);
+    add_bias(b, g, y);
+    return;
+  }
   const int64_t rows = g.col_rows(), plane = g.out_plane();
   const int64_t x_size = g.c * g.in_plane(), y_size = g.o * plane;
   const int64_t block = samples_per_block(g);
@@ -274,15 +293,7 @@ void conv2d_forward(const float* x, const float* w, const float* b, const Conv2d
                 0.0f, out, ld);
     if (nb > 1) scatter_block(out, g.o, plane, n0, nb, y);
   }
-  if (b != nullptr) {
-    for (int64_t s = 0; s < g.n; ++s) {
-      for (int64_t oc = 0; oc < g.o; ++oc) {
-        float* p = y + s * y_size + oc * plane;
-        const float bias = b[oc];
-        for (int64_t k = 0; k < plane; ++k) p[k] += bias;
-      }
-    }
-  }
+  add_bias(b, g, y);
 }
 
 void conv2d_backward(const float* x, const float* w, const float* gy, const Conv2dGeometry& g,
@@ -302,6 +313,10 @@ void conv2d_backward(const float* x, const float* w, const float* gy, const Conv
       }
       gb[oc] = static_cast<float>(total);
     }
+  }
+  if ((gx != nullptr || gw != nullptr) && winograd_applies(g)) {
+    winograd_conv2d_backward(x, w, gy, g, gx, gw);
+    return;
   }
   if (gx != nullptr && input_grad_is_conv(g)) {
     conv2d_backward_by_transposed_conv(x, w, gy, g, gx, gw);

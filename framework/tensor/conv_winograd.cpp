@@ -1,0 +1,592 @@
+#include "framework/tensor/conv_winograd.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+
+#include "comm/error.h"
+
+namespace hsgd::kernels {
+namespace {
+
+// Tiles transformed together, one per SIMD lane. Vec is a GCC vector: the same source compiles
+// to one AVX-512 register, two AVX2 registers or four SSE2 registers, depending on the target
+// of the function it is inlined into (see the dispatch section). Vec values only live in locals
+// and arrays, never in by-value parameters, whose ABI would differ between those targets.
+constexpr int kLanes = 16;
+using Vec = float __attribute__((vector_size(kLanes * sizeof(float))));
+
+#define HSGD_INLINE [[gnu::always_inline]] inline
+
+// ---- 1-D transforms ----
+// Each maps in[0], in[is], ... to out[0], out[os], ...; T is float (weights) or Vec (tiles).
+// The 2-D transform X -> F X F^T applies one to every row, then to every column (apply_2d).
+
+// F(2,3): alpha = 4.
+struct F2 {
+  static constexpr int kM = 2, kAlpha = 4;
+  template <typename T>  // B^T d
+  HSGD_INLINE static void input(const T* d, int is, T* o, int os) {
+    const T d0 = d[0], d1 = d[is], d2 = d[2 * is], d3 = d[3 * is];
+    o[0] = d0 - d2, o[os] = d1 + d2, o[2 * os] = d2 - d1, o[3 * os] = d1 - d3;
+  }
+  template <typename T>  // A^T m
+  HSGD_INLINE static void output(const T* m, int is, T* o, int os) {
+    const T m1 = m[is], m2 = m[2 * is];
+    o[0] = m[0] + m1 + m2, o[os] = m1 - m2 - m[3 * is];
+  }
+  template <typename T>  // A g, the adjoint of output
+  HSGD_INLINE static void grad_output(const T* g, int is, T* o, int os) {
+    const T g0 = g[0], g1 = g[is];
+    o[0] = g0, o[os] = g0 + g1, o[2 * os] = g0 - g1, o[3 * os] = -g1;
+  }
+  template <typename T>  // G g
+  HSGD_INLINE static void weight(const T* g, int is, T* o, int os) {
+    const T g0 = g[0], g1 = g[is], g2 = g[2 * is];
+    o[0] = g0, o[os] = 0.5f * (g0 + g1 + g2), o[2 * os] = 0.5f * (g0 - g1 + g2), o[3 * os] = g2;
+  }
+  template <typename T>  // G^T u, the adjoint of weight
+  HSGD_INLINE static void grad_weight(const T* u, int is, T* o, int os) {
+    const T u1 = u[is], u2 = u[2 * is];
+    o[0] = u[0] + 0.5f * (u1 + u2), o[os] = 0.5f * (u1 - u2),
+    o[2 * os] = 0.5f * (u1 + u2) + u[3 * is];
+  }
+};
+
+// F(4,3): alpha = 6, interpolation points 0, 1, -1, 2, -2 and infinity.
+struct F4 {
+  static constexpr int kM = 4, kAlpha = 6;
+  template <typename T>
+  HSGD_INLINE static void input(const T* d, int is, T* o, int os) {
+    const T d0 = d[0], d1 = d[is], d2 = d[2 * is], d3 = d[3 * is], d4 = d[4 * is], d5 = d[5 * is];
+    o[0] = 4.0f * d0 - 5.0f * d2 + d4;
+    o[os] = -4.0f * (d1 + d2) + (d3 + d4);
+    o[2 * os] = 4.0f * (d1 - d2) + (d4 - d3);
+    o[3 * os] = 2.0f * (d3 - d1) + (d4 - d2);
+    o[4 * os] = 2.0f * (d1 - d3) + (d4 - d2);
+    o[5 * os] = 4.0f * d1 - 5.0f * d3 + d5;
+  }
+  template <typename T>
+  HSGD_INLINE static void output(const T* m, int is, T* o, int os) {
+    const T m1 = m[is], m2 = m[2 * is], m3 = m[3 * is], m4 = m[4 * is];
+    const T p12 = m1 + m2, n12 = m1 - m2, p34 = m3 + m4, n34 = m3 - m4;
+    o[0] = m[0] + p12 + p34;
+    o[os] = n12 + 2.0f * n34;
+    o[2 * os] = p12 + 4.0f * p34;
+    o[3 * os] = n12 + 8.0f * n34 + m[5 * is];
+  }
+  template <typename T>
+  HSGD_INLINE static void grad_output(const T* g, int is, T* o, int os) {
+    const T g0 = g[0], g1 = g[is], g2 = g[2 * is], g3 = g[3 * is];
+    o[0] = g0;
+    o[os] = (g0 + g2) + (g1 + g3);
+    o[2 * os] = (g0 + g2) - (g1 + g3);
+    o[3 * os] = (g0 + 4.0f * g2) + (2.0f * g1 + 8.0f * g3);
+    o[4 * os] = (g0 + 4.0f * g2) - (2.0f * g1 + 8.0f * g3);
+    o[5 * os] = g3;
+  }
+  template <typename T>
+  HSGD_INLINE static void weight(const T* g, int is, T* o, int os) {
+    const T g0 = g[0], g1 = g[is], g2 = g[2 * is];
+    o[0] = g0 * (1.0f / 4);
+    o[os] = (g0 + g1 + g2) * (-1.0f / 6);
+    o[2 * os] = (g0 - g1 + g2) * (-1.0f / 6);
+    o[3 * os] = g0 * (1.0f / 24) + g1 * (1.0f / 12) + g2 * (1.0f / 6);
+    o[4 * os] = g0 * (1.0f / 24) - g1 * (1.0f / 12) + g2 * (1.0f / 6);
+    o[5 * os] = g2;
+  }
+  template <typename T>
+  HSGD_INLINE static void grad_weight(const T* u, int is, T* o, int os) {
+    const T u1 = u[is], u2 = u[2 * is], u3 = u[3 * is], u4 = u[4 * is];
+    o[0] = u[0] * (1.0f / 4) - (u1 + u2) * (1.0f / 6) + (u3 + u4) * (1.0f / 24);
+    o[os] = (u2 - u1) * (1.0f / 6) + (u3 - u4) * (1.0f / 12);
+    o[2 * os] = (u3 + u4 - u1 - u2) * (1.0f / 6) + u[5 * is];
+  }
+};
+
+enum class Stage { kInput, kOutput, kGradOutput, kWeight, kGradWeight };
+
+template <typename W, Stage S, typename T>
+HSGD_INLINE void transform_1d(const T* in, int is, T* out, int os) {
+  if constexpr (S == Stage::kInput) W::input(in, is, out, os);
+  if constexpr (S == Stage::kOutput) W::output(in, is, out, os);
+  if constexpr (S == Stage::kGradOutput) W::grad_output(in, is, out, os);
+  if constexpr (S == Stage::kWeight) W::weight(in, is, out, os);
+  if constexpr (S == Stage::kGradWeight) W::grad_weight(in, is, out, os);
+}
+
+// out (kOut, kOut) = F in F^T for in (kIn, kIn), F the 1-D transform of stage S.
+template <typename W, Stage S, int kIn, int kOut, typename T>
+HSGD_INLINE void apply_2d(const T* in, T* out) {
+  T rows[kIn * kOut];  // rows[i][q]: row i of in transformed
+  for (int i = 0; i < kIn; ++i) transform_1d<W, S>(in + i * kIn, 1, rows + i * kOut, 1);
+  for (int q = 0; q < kOut; ++q) transform_1d<W, S>(rows + q, kOut, out + q, kOut);
+}
+
+// ---- tile transforms ----
+// Tiles are numbered over (sample, tile row, tile column); tile (ty, tx) covers output pixels
+// [ty*m, ty*m+m) x [tx*m, tx*m+m) and reads the input patch whose corner is (ty*m-1, tx*m-1)
+// (padding 1). A block is whole samples [n0, n0+nb); its transformed buffers are
+// (alpha^2, channels, ld), one row per (transform position, channel), ld >= nb*tiles + kLanes.
+//
+// A transform handles one (sample, channel) plane at a time, in two steps. First the patch
+// entry (i,j) of every tile is collected into a stage row, stage[i*k+j][tile], reading every
+// m-th element of a zero-padded copy of an input row with vector shuffles (a scalar gather of
+// the patches cost more than the gemm). Then 16 tiles at a time are transformed in SIMD lanes.
+// Vector stores may run up to kLanes - 1 floats past the tiles they are meant for; such spills
+// land in entries that are written later or never read, which is what the slack in ld and in
+// the stage rows is for.
+
+struct TileGrid {
+  int64_t h = 0, w = 0;    // plane size (input and output alike)
+  int64_t th = 0, tw = 0;  // tiles per column and per row
+  int64_t per_sample() const { return th * tw; }
+};
+
+struct TransformArgs {
+  const float* src = nullptr;
+  float* dst = nullptr;
+  int64_t channels = 0;
+  TileGrid grid;
+  int64_t n0 = 0, nb = 0, ld = 0;  // samples [n0, n0+nb) of src (or dst for kOutput)
+};
+
+int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
+
+using Mask = int __attribute__((vector_size(kLanes * sizeof(int))));
+
+HSGD_INLINE void load(Vec& v, const float* p) { std::memcpy(&v, p, sizeof(Vec)); }
+HSGD_INLINE void store(float* p, const Vec& v) { std::memcpy(p, &v, sizeof(Vec)); }
+
+// out[l] = row[m*l] for l < kLanes; reads row[0, 16*m).
+template <int m>
+HSGD_INLINE void every_mth(const float* row, Vec& out) {
+  Vec a, b;
+  load(a, row);
+  load(b, row + kLanes);
+  constexpr Mask kEven = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
+  if constexpr (m == 2) {
+    out = __builtin_shuffle(a, b, kEven);
+  } else {
+    static_assert(m == 4);
+    Vec c, d;
+    load(c, row + 2 * kLanes);
+    load(d, row + 3 * kLanes);
+    constexpr Mask kFourth = {0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28};
+    constexpr Mask kHalves = {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23};
+    out = __builtin_shuffle(__builtin_shuffle(a, b, kFourth), __builtin_shuffle(c, d, kFourth),
+                            kHalves);
+  }
+}
+
+// A sample's planes copied with zero borders, so that collect reads whole vectors without
+// bounds checks: plane c, row r, column q holds x[c][r - shift][q - shift] or zero. The rows
+// run past the plane by what every_mth reads beyond the last tile. The copy is made for all
+// channels before any is read back, so the vector loads do not wait on the stores.
+struct PaddedPlanes {
+  int64_t rows, row_len, plane;
+  std::unique_ptr<float[]> data;
+  PaddedPlanes(const TileGrid& g, int64_t channels, int m, int k) {
+    rows = g.th * m + k;
+    row_len = round_up((g.tw + kLanes) * m + k, kLanes);
+    plane = rows * row_len;
+    data = std::make_unique<float[]>(channels * plane);  // zero: the borders stay so
+  }
+  void fill(const float* x, const TileGrid& g, int64_t channels, int64_t shift) {
+    for (int64_t c = 0; c < channels; ++c) {
+      for (int64_t r = 0; r < g.h; ++r) {
+        std::memcpy(data.get() + c * plane + (r + shift) * row_len + shift, x + (c * g.h + r) * g.w,
+                    sizeof(float) * g.w);
+      }
+    }
+  }
+};
+
+// stage[(i*k+j)*stage_ld + ty*tw + tx] = padded[ty*m + i][tx*m + j] for the k x k patch of
+// every tile of one padded plane.
+template <int m, int k>
+HSGD_INLINE void collect(const float* padded, int64_t row_len, const TileGrid& g, float* stage,
+                         int64_t stage_ld) {
+  for (int64_t ty = 0; ty < g.th; ++ty) {
+    for (int i = 0; i < k; ++i) {
+      const float* row = padded + (ty * m + i) * row_len;
+      for (int64_t tx = 0; tx < g.tw; tx += kLanes) {
+        for (int j = 0; j < k; ++j) {
+          Vec v;
+          every_mth<m>(row + tx * m + j, v);
+          store(stage + (i * k + j) * stage_ld + ty * g.tw + tx, v);
+        }
+      }
+    }
+  }
+}
+
+// Stage rows of one plane: (alpha^2, stage_ld).
+struct StageRows {
+  int64_t ld;
+  std::unique_ptr<float[]> data;
+  StageRows(const TileGrid& g, int alpha)
+      : ld(g.per_sample() + 2 * kLanes),
+        data(std::make_unique_for_overwrite<float[]>(alpha * alpha * ld)) {}
+};
+
+// V = B^T d B: src is x (N,C,H,W), dst V (alpha^2, C, ld).
+template <typename W>
+HSGD_INLINE void input_transform(const TransformArgs& a) {
+  constexpr int kA = W::kAlpha, kM = W::kM;
+  const TileGrid& g = a.grid;
+  const int64_t tiles = g.per_sample(), cld = a.channels * a.ld;
+  PaddedPlanes pad(g, a.channels, kM, kA);
+  StageRows s(g, kA);
+  for (int64_t n = 0; n < a.nb; ++n) {
+    pad.fill(a.src + (a.n0 + n) * a.channels * g.h * g.w, g, a.channels, 1);
+    for (int64_t c = 0; c < a.channels; ++c) {
+      collect<kM, kA>(pad.data.get() + c * pad.plane, pad.row_len, g, s.data.get(), s.ld);
+      float* out = a.dst + c * a.ld + n * tiles;
+      for (int64_t t = 0; t < tiles; t += kLanes) {
+        Vec d[kA * kA], v[kA * kA];
+        for (int p = 0; p < kA * kA; ++p) load(d[p], s.data.get() + p * s.ld + t);
+        apply_2d<W, Stage::kInput, kA, kA>(d, v);
+        for (int p = 0; p < kA * kA; ++p) store(out + p * cld + t, v[p]);
+      }
+    }
+  }
+}
+
+// dM = A gy A^T: src is gy (N,K,H,W), dst dM (alpha^2, K, ld).
+template <typename W>
+HSGD_INLINE void grad_output_transform(const TransformArgs& a) {
+  constexpr int kA = W::kAlpha, kM = W::kM;
+  const TileGrid& g = a.grid;
+  const int64_t tiles = g.per_sample(), cld = a.channels * a.ld;
+  PaddedPlanes pad(g, a.channels, kM, kM);
+  StageRows s(g, kA);
+  for (int64_t n = 0; n < a.nb; ++n) {
+    pad.fill(a.src + (a.n0 + n) * a.channels * g.h * g.w, g, a.channels, 0);
+    for (int64_t c = 0; c < a.channels; ++c) {
+      collect<kM, kM>(pad.data.get() + c * pad.plane, pad.row_len, g, s.data.get(), s.ld);
+      float* out = a.dst + c * a.ld + n * tiles;
+      for (int64_t t = 0; t < tiles; t += kLanes) {
+        Vec d[kM * kM], v[kA * kA];
+        for (int p = 0; p < kM * kM; ++p) load(d[p], s.data.get() + p * s.ld + t);
+        apply_2d<W, Stage::kGradOutput, kM, kA>(d, v);
+        for (int p = 0; p < kA * kA; ++p) store(out + p * cld + t, v[p]);
+      }
+    }
+  }
+}
+
+// y = A^T M A: src is M (alpha^2, K, ld), dst y (N,K,H,W); pixels past the plane are dropped.
+template <typename W>
+HSGD_INLINE void output_transform(const TransformArgs& a) {
+  constexpr int kA = W::kAlpha, kM = W::kM;
+  const TileGrid& g = a.grid;
+  const int64_t tiles = g.per_sample(), cld = a.channels * a.ld;
+  const int64_t full = g.w / kM;  // tiles per row that lie wholly inside the plane
+  StageRows s(g, kA);
+  for (int64_t n = 0; n < a.nb; ++n) {
+    for (int64_t c = 0; c < a.channels; ++c) {
+      const float* in = a.src + c * a.ld + n * tiles;
+      for (int64_t t = 0; t < tiles; t += kLanes) {
+        Vec mv[kA * kA], y[kM * kM];
+        for (int p = 0; p < kA * kA; ++p) load(mv[p], in + p * cld + t);
+        apply_2d<W, Stage::kOutput, kA, kM>(mv, y);
+        for (int p = 0; p < kM * kM; ++p) store(s.data.get() + p * s.ld + t, y[p]);
+      }
+      float* out = a.dst + ((a.n0 + n) * a.channels + c) * g.h * g.w;
+      for (int64_t oy = 0; oy < g.h; ++oy) {
+        // src[j][tx] = y[oy][tx*m + j]
+        const float* src = s.data.get() + (oy % kM) * kM * s.ld + (oy / kM) * g.tw;
+        float* __restrict dst = out + oy * g.w;
+        for (int64_t tx = 0; tx < full; ++tx) {
+          for (int j = 0; j < kM; ++j) dst[tx * kM + j] = src[j * s.ld + tx];
+        }
+        for (int64_t ox = full * kM; ox < g.w; ++ox) dst[ox] = src[(ox % kM) * s.ld + ox / kM];
+      }
+    }
+  }
+}
+
+// ---- the element-wise stage ----
+// For every transform position p: out[p] (K, count) = u[p] (K, C) * v[p] (C, count), the
+// channel sums of all tiles at once. OpenBLAS spends much of its time packing operands this
+// small (C and K of 16 to 64), so on AVX-512 a register-blocked kernel reads them in place:
+// rows of 8 output channels by 32 tiles in 16 accumulators. Other CPUs call cblas_sgemm.
+
+struct MultiplyArgs {
+  const float* u = nullptr;  // (positions, K, C)
+  const float* v = nullptr;  // (positions, C, ld)
+  float* out = nullptr;      // (positions, K, ld)
+  int64_t positions = 0, k = 0, c = 0, count = 0, ld = 0;
+};
+
+constexpr int kRowBlock = 8;
+constexpr int64_t kTileBlock = 2 * kLanes;
+
+// out rows [0, R) x tiles [t, t + kTileBlock) of one position; u is (R, C) with row stride c.
+template <int R>
+HSGD_INLINE void multiply_rows(const float* u, const float* v, float* out, int64_t c, int64_t ld,
+                               int64_t t) {
+  Vec acc[R][2] = {};
+  for (int64_t ic = 0; ic < c; ++ic) {
+    Vec v0, v1;
+    load(v0, v + ic * ld + t);
+    load(v1, v + ic * ld + t + kLanes);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const float s = u[r * c + ic];
+      acc[r][0] += s * v0;
+      acc[r][1] += s * v1;
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    store(out + r * ld + t, acc[r][0]);
+    store(out + r * ld + t + kLanes, acc[r][1]);
+  }
+}
+
+// Reads and writes tiles up to round_up(count, kTileBlock) <= ld.
+HSGD_INLINE void multiply_blocked(const MultiplyArgs& a) {
+  for (int64_t p = 0; p < a.positions; ++p) {
+    const float* u = a.u + p * a.k * a.c;
+    const float* v = a.v + p * a.c * a.ld;
+    float* out = a.out + p * a.k * a.ld;
+    for (int64_t t = 0; t < a.count; t += kTileBlock) {
+      int64_t k0 = 0;
+      for (; k0 + kRowBlock <= a.k; k0 += kRowBlock) {
+        multiply_rows<kRowBlock>(u + k0 * a.c, v, out + k0 * a.ld, a.c, a.ld, t);
+      }
+      for (; k0 < a.k; ++k0) multiply_rows<1>(u + k0 * a.c, v, out + k0 * a.ld, a.c, a.ld, t);
+    }
+  }
+}
+
+__attribute__((target("avx512f,avx2,fma"))) void multiply_avx512(const MultiplyArgs& a) {
+  multiply_blocked(a);
+}
+
+void multiply_cblas(const MultiplyArgs& a) {
+  for (int64_t p = 0; p < a.positions; ++p) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, a.k, a.count, a.c, 1.0f,
+                a.u + p * a.k * a.c, a.c, a.v + p * a.c * a.ld, a.ld, 0.0f, a.out + p * a.k * a.ld,
+                a.ld);
+  }
+}
+
+// ---- run-time dispatch ----
+// The build has no -march flags, so each transform is compiled three times, for AVX-512, for
+// AVX2 + FMA and for the x86-64 baseline, and the widest one the CPU supports runs. The bodies
+// above are always_inline so that they take the target of the wrapper they are inlined into.
+
+template <typename W, Stage S>
+HSGD_INLINE void run_stage(const TransformArgs& a) {
+  if constexpr (S == Stage::kInput) input_transform<W>(a);
+  if constexpr (S == Stage::kOutput) output_transform<W>(a);
+  if constexpr (S == Stage::kGradOutput) grad_output_transform<W>(a);
+}
+
+template <typename W, Stage S>
+__attribute__((target("avx512f,avx2,fma"))) void run_avx512(const TransformArgs& a) {
+  run_stage<W, S>(a);
+}
+template <typename W, Stage S>
+__attribute__((target("avx2,fma"))) void run_avx2(const TransformArgs& a) {
+  run_stage<W, S>(a);
+}
+template <typename W, Stage S>
+void run_baseline(const TransformArgs& a) {
+  run_stage<W, S>(a);
+}
+
+enum class Isa { kAvx512, kAvx2, kBaseline };
+
+Isa detect_isa() {
+  static const Isa isa = [] {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) return Isa::kAvx512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::kAvx2;
+    return Isa::kBaseline;
+  }();
+  return isa;
+}
+
+template <typename W, Stage S>
+void run(const TransformArgs& a) {
+  switch (detect_isa()) {
+    case Isa::kAvx512:
+      return run_avx512<W, S>(a);
+    case Isa::kAvx2:
+      return run_avx2<W, S>(a);
+    case Isa::kBaseline:
+      return run_baseline<W, S>(a);
+  }
+}
+
+void multiply(const MultiplyArgs& a) {
+  if (detect_isa() == Isa::kAvx512) {
+    multiply_avx512(a);
+  } else {
+    multiply_cblas(a);
+  }
+}
+
+// ---- weights ----
+
+// u (alpha^2, O, C) = G w G^T for w (O, C, 3, 3).
+template <typename W>
+void transform_weights(const float* w, int64_t o, int64_t c, float* u) {
+  constexpr int kA = W::kAlpha;
+  for (int64_t oc = 0; oc < o; ++oc) {
+    for (int64_t ic = 0; ic < c; ++ic) {
+      float t[kA * kA];
+      apply_2d<W, Stage::kWeight, 3, kA>(w + (oc * c + ic) * 9, t);
+      for (int p = 0; p < kA * kA; ++p) u[(p * o + oc) * c + ic] = t[p];
+    }
+  }
+}
+
+// gw (O, C, 3, 3) = G^T du G for du (alpha^2, O, C).
+template <typename W>
+void grad_weights(const float* du, int64_t o, int64_t c, float* gw) {
+  constexpr int kA = W::kAlpha;
+  for (int64_t oc = 0; oc < o; ++oc) {
+    for (int64_t ic = 0; ic < c; ++ic) {
+      float t[kA * kA];
+      for (int p = 0; p < kA * kA; ++p) t[p] = du[(p * o + oc) * c + ic];
+      apply_2d<W, Stage::kGradWeight, kA, 3>(t, gw + (oc * c + ic) * 9);
+    }
+  }
+}
+
+// ---- blocked drivers ----
+
+// Transformed data of a tile block (V and M for both channel counts) is kept under this many
+// floats so that it stays in L2; smaller blocks mean more, smaller gemm calls.
+constexpr int64_t kBlockFloats = int64_t{256} << 10;  // 1 MiB
+
+TileGrid make_grid(const Conv2dGeometry& g, int m) {
+  return {.h = g.h, .w = g.w, .th = (g.h + m - 1) / m, .tw = (g.w + m - 1) / m};
+}
+
+// Samples per block: enough for the transformed data to fill kBlockFloats, at least one.
+int64_t samples_per_block(const Conv2dGeometry& g, const TileGrid& grid, int alpha) {
+  const int64_t per_sample = int64_t{alpha} * alpha * (g.c + g.o) * grid.per_sample();
+  return std::clamp<int64_t>(kBlockFloats / per_sample, 1, g.n);
+}
+
+// y (N,K,H,W) = conv of x (N,C,H,W) with weights already transformed, u (alpha^2, K, C).
+template <typename W>
+void forward_transformed(const float* x, const float* u, const Conv2dGeometry& g, int64_t c,
+                         int64_t k, float* y) {
+  constexpr int kA2 = W::kAlpha * W::kAlpha;
+  const TileGrid grid = make_grid(g, W::kM);
+  const int64_t block = samples_per_block(g, grid, W::kAlpha);
+  const int64_t ld = round_up(block * grid.per_sample() + kLanes, kTileBlock);
+  auto v = std::make_unique_for_overwrite<float[]>(kA2 * c * ld);  // (alpha^2, C, ld)
+  auto m = std::make_unique_for_overwrite<float[]>(kA2 * k * ld);  // (alpha^2, K, ld)
+  for (int64_t n0 = 0; n0 < g.n; n0 += block) {
+    const int64_t nb = std::min(block, g.n - n0), count = nb * grid.per_sample();
+    run<W, Stage::kInput>(
+        {.src = x, .dst = v.get(), .channels = c, .grid = grid, .n0 = n0, .nb = nb, .ld = ld});
+    // m[p] (K, count) = u[p] (K, C) * v[p] (C, count)
+    multiply({.u = u,
+              .v = v.get(),
+              .out = m.get(),
+              .positions = kA2,
+              .k = k,
+              .c = c,
+              .count = count,
+              .ld = ld});
+    run<W, Stage::kOutput>(
+        {.src = m.get(), .dst = y, .channels = k, .grid = grid, .n0 = n0, .nb = nb, .ld = ld});
+  }
+}
+
+template <typename W>
+void forward(const float* x, const float* w, const Conv2dGeometry& g, float* y) {
+  constexpr int kA2 = W::kAlpha * W::kAlpha;
+  auto u = std::make_unique_for_overwrite<float[]>(kA2 * g.o * g.c);
+  transform_weights<W>(w, g.o, g.c, u.get());
+  forward_transformed<W>(x, u.get(), g, g.c, g.o, y);
+}
+
+template <typename W>
+void backward(const float* x, const float* w, const float* gy, const Conv2dGeometry& g, float* gx,
+              float* gw) {
+  constexpr int kA2 = W::kAlpha * W::kAlpha;
+  const TileGrid grid = make_grid(g, W::kM);
+  if (gx != nullptr) {
+    // gx is the convolution of gy with flipped[c, o, i, j] = w[o, c, 2-i, 2-j], padding 1.
+    auto flipped = std::make_unique_for_overwrite<float[]>(g.c * g.o * 9);
+    for (int64_t oc = 0; oc < g.o; ++oc) {
+      for (int64_t ic = 0; ic < g.c; ++ic) {
+        for (int k = 0; k < 9; ++k)
+          flipped[(ic * g.o + oc) * 9 + k] = w[(oc * g.c + ic) * 9 + 8 - k];
+      }
+    }
+    auto u = std::make_unique_for_overwrite<float[]>(kA2 * g.c * g.o);
+    transform_weights<W>(flipped.get(), g.c, g.o, u.get());
+    forward_transformed<W>(gy, u.get(), g, g.o, g.c, gx);
+  }
+  if (gw == nullptr) return;
+  const int64_t block = samples_per_block(g, grid, W::kAlpha);
+  const int64_t ld = round_up(block * grid.per_sample() + kLanes, kTileBlock);
+  auto v = std::make_unique_for_overwrite<float[]>(kA2 * g.c * ld);    // (alpha^2, C, ld)
+  auto dm = std::make_unique_for_overwrite<float[]>(kA2 * g.o * ld);   // (alpha^2, O, ld)
+  auto du = std::make_unique_for_overwrite<float[]>(kA2 * g.o * g.c);  // (alpha^2, O, C)
+  for (int64_t n0 = 0; n0 < g.n; n0 += block) {
+    const int64_t nb = std::min(block, g.n - n0), count = nb * grid.per_sample();
+    run<W, Stage::kInput>(
+        {.src = x, .dst = v.get(), .channels = g.c, .grid = grid, .n0 = n0, .nb = nb, .ld = ld});
+    run<W, Stage::kGradOutput>(
+        {.src = gy, .dst = dm.get(), .channels = g.o, .grid = grid, .n0 = n0, .nb = nb, .ld = ld});
+    for (int p = 0; p < kA2; ++p) {
+      // du[p] (O, C) += dm[p] (O, count) * v[p]^T (count, C)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, g.o, g.c, count, 1.0f,
+                  dm.get() + p * g.o * ld, ld, v.get() + p * g.c * ld, ld, n0 == 0 ? 0.0f : 1.0f,
+                  du.get() + p * g.o * g.c, g.c);
+    }
+  }
+  grad_weights<W>(du.get(), g.o, g.c, gw);
+}
+
+int resolve_tile(const Conv2dGeometry& g, int tile) {
+  if (tile == 0) return winograd_tile_size(g);
+  HSGD_CHECK(tile == 2 || tile == 4, "winograd: tile size ", tile, " must be 2 or 4");
+  return tile;
+}
+
+}  // namespace
+
+bool winograd_applies(const Conv2dGeometry& g) {
+  return g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.ph == 1 && g.pw == 1;
+}
+
+int winograd_tile_size(const Conv2dGeometry& /*g*/) { return 2; }
+
+void winograd_conv2d_forward(const float* x, const float* w, const Conv2dGeometry& g, float* y,
+                             int tile) {
+  HSGD_CHECK(winograd_applies(g), "winograd: needs a 3x3 kernel, stride 1 and padding 1, got (",
+             g.kh, ",", g.kw, ") stride (", g.sh, ",", g.sw, ") padding (", g.ph, ",", g.pw, ")");
+  if (resolve_tile(g, tile) == 4) {
+    forward<F4>(x, w, g, y);
+  } else {
+    forward<F2>(x, w, g, y);
+  }
+}
+
+void winograd_conv2d_backward(const float* x, const float* w, const float* gy,
+                              const Conv2dGeometry& g, float* gx, float* gw, int tile) {
+  HSGD_CHECK(winograd_applies(g), "winograd: needs a 3x3 kernel, stride 1 and padding 1, got (",
+             g.kh, ",", g.kw, ") stride (", g.sh, ",", g.sw, ") padding (", g.ph, ",", g.pw, ")");
+  if (resolve_tile(g, tile) == 4) {
+    backward<F4>(x, w, gy, g, gx, gw);
+  } else {
+    backward<F2>(x, w, gy, g, gx, gw);
+  }
+}
+
+}  // namespace hsgd::kernels
