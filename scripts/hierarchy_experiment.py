@@ -1,0 +1,235 @@
+#!/usr/bin/python3
+"""Does hierarchical averaging pay off across a slow link? Measures it on an emulated cluster.
+
+Trains the MLP example (apps/train_mlp) on Fashion-MNIST on 2 emulated nodes x 2 workers
+(scripts/emulated_cluster.sh: network namespaces joined by a tbf-limited veth pair) under
+DDP, local SGD, post-local SGD and hierarchical model averaging, at several link rates, and
+writes under --out:
+  hierarchy_experiment.csv          one row per evaluation: rate, mode, epoch, step,
+                                    training seconds (evaluations excluded), test accuracy
+  hierarchy_experiment_summary.csv  one row per run: seconds per epoch, final accuracy, bytes
+                                    across the link, wall seconds of the whole job
+  hierarchy_experiment.png          accuracy vs training seconds (one panel per rate) and
+                                    training seconds per epoch (bars)
+and prints the summary as a Markdown table. Needs root (network namespaces); run with Debian's
+/usr/bin/python3 (matplotlib). About 10 minutes on a 2-core machine with the defaults.
+
+  sudo scripts/hierarchy_experiment.py                      # all rates and modes
+  sudo scripts/hierarchy_experiment.py --rates 1gbit --modes ddp,hierarchical --epochs 1
+"""
+
+import argparse
+import csv
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# key -> (legend label, train_mlp flags). Warm-up: 20 steps of DDP before local steps begin
+# (as in scripts/demo.sh); --subgroup-size 1 means no gradient allreduce after warm-up.
+MODES = {
+    "ddp": ("DDP: gradients of all 4 averaged every step", ["--mode", "ddp"]),
+    "local_sgd": (
+        "local SGD: all 4 models averaged every 16 steps",
+        ["--mode", "local-sgd", "--subgroup-size", "1", "--period", "16", "--warmup-steps", "20"],
+    ),
+    "post_local_sgd": (
+        "post-local SGD: gradients in node every step, all models every 16",
+        ["--mode", "local-sgd", "--period", "16", "--warmup-steps", "20"],
+    ),
+    "hierarchical": (
+        "hierarchical 1:2,16:4: models in node every step, all every 16",
+        ["--mode", "hierarchical", "--subgroup-size", "1", "--hierarchy", "1:2,16:4",
+         "--warmup-steps", "20"],
+    ),
+}
+COLORS = {"ddp": "tab:red", "local_sgd": "tab:gray", "post_local_sgd": "tab:orange",
+          "hierarchical": "tab:blue"}
+
+EVAL_LINE = re.compile(
+    r"\[rank 0\] eval: epoch (\d+) step (\d+) train_s ([0-9.]+) test_accuracy ([0-9.]+)%")
+
+
+def run_one(rate, mode, args, log_path):
+    """Runs one job on the emulated cluster; returns (eval rows, link stats). Raises on failure."""
+    program = [os.path.join(args.build, "apps/train_mlp/train_mlp"), "--epochs", str(args.epochs),
+               "--eval-every", str(args.eval_every), "--seed", str(args.seed)] + MODES[mode][1]
+    with tempfile.NamedTemporaryFile("r", suffix=".stats") as stats, open(log_path, "w") as log:
+        command = [os.path.join(ROOT, "scripts/emulated_cluster.sh"), "--rate", rate,
+                   "--nproc-per-node", "2", "--port", str(args.port), "--build", args.build,
+                   "--stats", stats.name, "--timeout", str(args.run_timeout), "--"] + program
+        log.write("$ " + " ".join(command) + "\n")
+        log.flush()
+        child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+        try:
+            # emulated_cluster.sh stops the job itself at --timeout; this is the backstop.
+            rc = child.wait(timeout=args.run_timeout + 60)
+        except BaseException:
+            # Ctrl-C reached the script too (same process group); give its cleanup (namespaces,
+            # agents) time to finish instead of killing it half-way.
+            child.send_signal(signal.SIGTERM)
+            try:
+                child.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait(timeout=10)
+            raise
+        link = dict(line.strip().split("=", 1) for line in stats if "=" in line)
+    if rc != 0:
+        raise RuntimeError(f"{mode} at {rate}: emulated_cluster.sh exited with {rc}; see {log_path}")
+    rows = []
+    with open(log_path) as log:
+        for line in log:
+            m = EVAL_LINE.search(line)
+            if m:
+                rows.append({"rate": rate, "mode": mode, "epoch": int(m[1]), "step": int(m[2]),
+                             "train_s": float(m[3]), "test_accuracy": float(m[4])})
+    if not rows:
+        raise RuntimeError(f"{mode} at {rate}: no 'eval:' lines in {log_path}")
+    return rows, link
+
+
+def summarize(rate, mode, rows, link, epochs):
+    ends = [r for r in rows if r["step"] == max(x["step"] for x in rows if x["epoch"] == r["epoch"])]
+    last = ends[-1]
+    return {
+        "rate": rate, "mode": mode, "epochs": epochs,
+        "seconds_per_epoch": round(last["train_s"] / epochs, 2),
+        "final_test_accuracy": last["test_accuracy"],
+        "mb_across_link": round((int(link["bytes_node0_to_node1"]) +
+                                 int(link["bytes_node1_to_node0"])) / 1e6, 1),
+        "job_wall_s": float(link["seconds"]),
+    }
+
+
+def plot(rows, summary, rates, modes, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    columns = 2
+    rows_of_panels = (len(rates) + 1 + columns - 1) // columns
+    fig, grid = plt.subplots(rows_of_panels, columns, figsize=(12, 4.6 * rows_of_panels + 1),
+                             squeeze=False)
+    axes = list(grid.flat)
+    for ax in axes[len(rates) + 1:]:
+        ax.set_visible(False)
+    for ax, rate in zip(axes, rates):
+        for mode in modes:
+            points = [r for r in rows if r["rate"] == rate and r["mode"] == mode]
+            if not points:
+                continue
+            ax.plot([p["train_s"] for p in points], [p["test_accuracy"] for p in points],
+                    marker="o", markersize=3, color=COLORS[mode], label=MODES[mode][0])
+        ax.set_title(f"link {rate} each way" if rate != "none" else "link without rate limit")
+        ax.set_xlabel("training time, rank 0 (s, evaluations excluded)")
+        ax.set_ylabel("test accuracy of the averaged model (%)")
+        ax.set_ylim(min(r["test_accuracy"] for r in rows) - 1, max(r["test_accuracy"] for r in rows) + 1)
+        ax.set_xlim(left=0)
+        ax.grid(alpha=0.3)
+    bars = axes[len(rates)]
+    width = 0.8 / len(modes)
+    for i, mode in enumerate(modes):
+        values = [next((s["seconds_per_epoch"] for s in summary
+                        if s["rate"] == rate and s["mode"] == mode), 0) for rate in rates]
+        drawn = bars.bar([x + (i - (len(modes) - 1) / 2) * width for x in range(len(rates))],
+                         values, width, color=COLORS[mode], label=MODES[mode][0])
+        bars.bar_label(drawn, fmt="%.1f", fontsize=8)
+    bars.set_xticks(range(len(rates)))
+    bars.set_xticklabels([r if r != "none" else "no limit" for r in rates])
+    bars.set_xlabel("link rate between the 2 nodes")
+    bars.set_ylabel("training seconds per epoch (rank 0)")
+    bars.set_title("time per epoch")
+    bars.grid(axis="y", alpha=0.3)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=2, frameon=False)
+    fig.suptitle("MLP on Fashion-MNIST, 2 emulated nodes x 2 workers (one 2-core VM, tbf-limited "
+                 "veth between the nodes)")
+    fig.tight_layout(rect=(0, 0.08, 1, 0.96))
+    fig.savefig(path, dpi=90)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rates", default="100mbit,1gbit,none",
+                        help="comma-separated tc rates of the link, 'none' = no limit")
+    parser.add_argument("--modes", default=",".join(MODES), help="subset of " + ",".join(MODES))
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--eval-every", type=int, default=59,
+                        help="steps between evaluations (235 steps per epoch at 4 workers)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--port", type=int, default=29400)
+    parser.add_argument("--run-timeout", type=int, default=600, help="seconds per job")
+    parser.add_argument("--build", default=os.path.join(ROOT, "build"))
+    parser.add_argument("--out", default=os.path.join(ROOT, "docs/results"))
+    parser.add_argument("--log-dir", default="/tmp/hsgd-hierarchy-experiment",
+                        help="full output of every job")
+    parser.add_argument("--plot-only", action="store_true",
+                        help="redraw the PNG from the CSV files under --out, run nothing")
+    args = parser.parse_args()
+    rates = args.rates.split(",")
+    modes = args.modes.split(",")
+    if args.plot_only:
+        with open(os.path.join(args.out, "hierarchy_experiment.csv")) as f:
+            rows = [dict(r, train_s=float(r["train_s"]), test_accuracy=float(r["test_accuracy"]))
+                    for r in csv.DictReader(f)]
+        with open(os.path.join(args.out, "hierarchy_experiment_summary.csv")) as f:
+            summary = [dict(r, seconds_per_epoch=float(r["seconds_per_epoch"]))
+                       for r in csv.DictReader(f)]
+        plot(rows, summary, rates, modes, os.path.join(args.out, "hierarchy_experiment.png"))
+        return
+    for mode in modes:
+        if mode not in MODES:
+            parser.error(f"--modes: unknown mode '{mode}', expected some of {','.join(MODES)}")
+    if os.geteuid() != 0:
+        sys.exit("hierarchy_experiment: needs root for network namespaces (run with sudo)")
+    os.makedirs(args.out, exist_ok=True)
+    os.makedirs(args.log_dir, exist_ok=True)
+    # SIGTERM like Ctrl-C: stop the running job through emulated_cluster.sh's cleanup.
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+
+    rows, summary = [], []
+    start = time.time()
+    for rate in rates:
+        for mode in modes:
+            log_path = os.path.join(args.log_dir, f"{rate}_{mode}.log")
+            print(f"[{time.time() - start:6.0f} s] {mode} at {rate} (log {log_path})", flush=True)
+            load_before = os.getloadavg()[0]
+            run_rows, link = run_one(rate, mode, args, log_path)
+            rows += run_rows
+            summary.append(summarize(rate, mode, run_rows, link, args.epochs))
+            # This job alone makes about 4 (4 busy workers); more means something else ran.
+            summary[-1]["load_1min_before_after"] = f"{load_before:.1f}/{os.getloadavg()[0]:.1f}"
+            print("    " + ", ".join(f"{k} {v}" for k, v in summary[-1].items()), flush=True)
+
+    with open(os.path.join(args.out, "hierarchy_experiment.csv"), "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    with open(os.path.join(args.out, "hierarchy_experiment_summary.csv"), "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(summary[0]))
+        writer.writeheader()
+        writer.writerows(summary)
+    plot(rows, summary, rates, modes, os.path.join(args.out, "hierarchy_experiment.png"))
+
+    print(f"\nall runs took {time.time() - start:.0f} s; wrote {args.out}/hierarchy_experiment"
+          "{.csv,_summary.csv,.png}\n")
+    print("| mode | link rate | s / epoch | final test acc. | MB across the link | job wall s "
+          "| load before/after |")
+    print("|---|---|---:|---:|---:|---:|---|")
+    for s in summary:
+        print(f"| {s['mode']} | {s['rate']} | {s['seconds_per_epoch']:.1f} | "
+              f"{s['final_test_accuracy']:.2f}% | {s['mb_across_link']:.0f} | {s['job_wall_s']:.0f} "
+              f"| {s['load_1min_before_after']} |")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except KeyboardInterrupt:
+        sys.exit("hierarchy_experiment: interrupted")
