@@ -1,12 +1,11 @@
 #include "framework/tensor/conv_kernels.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <cstring>
 #include <memory>
 
 #include "comm/error.h"
+#include "framework/tensor/conv_gemm.h"
 #include "framework/tensor/conv_winograd.h"
 
 namespace hsgd::kernels {
@@ -129,8 +128,7 @@ void conv2d_backward_by_transposed_conv(const float* x, const float* w, const fl
     for (int64_t s = 0; s < nb; ++s) im2col(gy + (n0 + s) * gy_size, t, col.get() + s * plane, ld);
     // gx block (C, ld) = flipped (C, rows) * col (rows, ld)
     float* gx_out = nb == 1 ? gx + n0 * x_size : wide.get();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g.c, ld, rows, 1.0f, flipped.get(), rows,
-                col.get(), ld, 0.0f, gx_out, ld);
+    conv_gemm_nn(g.c, ld, rows, flipped.get(), rows, col.get(), ld, gx_out, ld);
     if (nb > 1) scatter_block(wide.get(), g.c, plane, n0, nb, gx);
     if (gw == nullptr) continue;
     const float* x_block = x + n0 * x_size;
@@ -139,8 +137,7 @@ void conv2d_backward_by_transposed_conv(const float* x, const float* w, const fl
       x_block = wide.get();
     }
     // gw_t (rows, C) (+)= col (rows, ld) * x_block^T (ld, C)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, g.c, ld, 1.0f, col.get(), ld,
-                x_block, ld, n0 == 0 ? 0.0f : 1.0f, gw_t.get(), g.c);
+    conv_gemm_nt(rows, g.c, ld, col.get(), ld, x_block, ld, n0 == 0 ? 0.0f : 1.0f, gw_t.get(), g.c);
   }
   if (gw != nullptr) {
     for (int64_t oc = 0; oc < g.o; ++oc) {
@@ -289,8 +286,7 @@ void conv2d_forward(const float* x, const float* w, const float* b, const Conv2d
     }
     float* out = nb == 1 ? y + n0 * y_size : wide.get();
     // out (O, ld) = w (O, rows) * a (rows, ld)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g.o, ld, rows, 1.0f, w, rows, a, ld,
-                0.0f, out, ld);
+    conv_gemm_nn(g.o, ld, rows, w, rows, a, ld, out, ld);
     if (nb > 1) scatter_block(out, g.o, plane, n0, nb, y);
   }
   add_bias(b, g, y);
@@ -335,6 +331,14 @@ void conv2d_backward(const float* x, const float* w, const float* gy, const Conv
   if (!direct) col = std::make_unique_for_overwrite<float[]>(rows * block * plane);
   if (block > 1) wide = std::make_unique_for_overwrite<float[]>(g.o * block * plane);
   if (gw != nullptr) gw_t = std::make_unique_for_overwrite<float[]>(rows * g.o);
+  // w_t is w transposed, (C*kh*kw, O), the left operand of the input-gradient product.
+  std::unique_ptr<float[]> w_t;
+  if (gx != nullptr) {
+    w_t = std::make_unique_for_overwrite<float[]>(rows * g.o);
+    for (int64_t oc = 0; oc < g.o; ++oc) {
+      for (int64_t r = 0; r < rows; ++r) w_t[r * g.o + oc] = w[oc * rows + r];
+    }
+  }
 
   for (int64_t n0 = 0; n0 < g.n; n0 += block) {
     const int64_t nb = std::min(block, g.n - n0);
@@ -353,20 +357,17 @@ void conv2d_backward(const float* x, const float* w, const float* gy, const Conv
         a = col.get();
       }
       // gw_t (rows, O) (+)= a (rows, ld) * gy_block^T (ld, O)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, g.o, ld, 1.0f, a, ld, gy_block, ld,
-                  n0 == 0 ? 0.0f : 1.0f, gw_t.get(), g.o);
+      conv_gemm_nt(rows, g.o, ld, a, ld, gy_block, ld, n0 == 0 ? 0.0f : 1.0f, gw_t.get(), g.o);
     }
     if (gx != nullptr) {
       float* gx_block = gx + n0 * x_size;
       if (direct) {
         // gx_n (C, H*W) = w^T (C, O) * gy_n (O, H*W)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rows, ld, g.o, 1.0f, w, rows, gy_block,
-                    ld, 0.0f, gx_block, ld);
+        conv_gemm_nn(rows, ld, g.o, w_t.get(), g.o, gy_block, ld, gx_block, ld);
         continue;
       }
       // col (rows, ld) = w^T (rows, O) * gy_block (O, ld), then fold back into gx
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rows, ld, g.o, 1.0f, w, rows, gy_block,
-                  ld, 0.0f, col.get(), ld);
+      conv_gemm_nn(rows, ld, g.o, w_t.get(), g.o, gy_block, ld, col.get(), ld);
       std::fill(gx_block, gx_block + nb * x_size, 0.0f);
       for (int64_t s = 0; s < nb; ++s) col2im(col.get() + s * plane, g, gx_block + s * x_size, ld);
     }

@@ -1,24 +1,21 @@
 #include "framework/tensor/conv_winograd.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <cstring>
 #include <memory>
 
 #include "comm/error.h"
+#include "framework/tensor/conv_gemm.h"
+#include "framework/tensor/conv_simd.h"
 
 namespace hsgd::kernels {
 namespace {
 
-// Tiles transformed together, one per SIMD lane. Vec is a GCC vector: the same source compiles
-// to one AVX-512 register, two AVX2 registers or four SSE2 registers, depending on the target
-// of the function it is inlined into (see the dispatch section). Vec values only live in locals
-// and arrays, never in by-value parameters, whose ABI would differ between those targets.
-constexpr int kLanes = 16;
-using Vec = float __attribute__((vector_size(kLanes * sizeof(float))));
-
-#define HSGD_INLINE [[gnu::always_inline]] inline
+using simd::kLanes;
+using simd::load;
+using simd::Mask;
+using simd::store;
+using simd::Vec;
 
 // ---- 1-D transforms ----
 // Each maps in[0], in[is], ... to out[0], out[os], ...; T is float (weights) or Vec (tiles).
@@ -52,57 +49,6 @@ struct F2 {
     const T u1 = u[is], u2 = u[2 * is];
     o[0] = u[0] + 0.5f * (u1 + u2), o[os] = 0.5f * (u1 - u2),
     o[2 * os] = 0.5f * (u1 + u2) + u[3 * is];
-  }
-};
-
-// F(4,3): alpha = 6, interpolation points 0, 1, -1, 2, -2 and infinity.
-struct F4 {
-  static constexpr int kM = 4, kAlpha = 6;
-  template <typename T>
-  HSGD_INLINE static void input(const T* d, int is, T* o, int os) {
-    const T d0 = d[0], d1 = d[is], d2 = d[2 * is], d3 = d[3 * is], d4 = d[4 * is], d5 = d[5 * is];
-    o[0] = 4.0f * d0 - 5.0f * d2 + d4;
-    o[os] = -4.0f * (d1 + d2) + (d3 + d4);
-    o[2 * os] = 4.0f * (d1 - d2) + (d4 - d3);
-    o[3 * os] = 2.0f * (d3 - d1) + (d4 - d2);
-    o[4 * os] = 2.0f * (d1 - d3) + (d4 - d2);
-    o[5 * os] = 4.0f * d1 - 5.0f * d3 + d5;
-  }
-  template <typename T>
-  HSGD_INLINE static void output(const T* m, int is, T* o, int os) {
-    const T m1 = m[is], m2 = m[2 * is], m3 = m[3 * is], m4 = m[4 * is];
-    const T p12 = m1 + m2, n12 = m1 - m2, p34 = m3 + m4, n34 = m3 - m4;
-    o[0] = m[0] + p12 + p34;
-    o[os] = n12 + 2.0f * n34;
-    o[2 * os] = p12 + 4.0f * p34;
-    o[3 * os] = n12 + 8.0f * n34 + m[5 * is];
-  }
-  template <typename T>
-  HSGD_INLINE static void grad_output(const T* g, int is, T* o, int os) {
-    const T g0 = g[0], g1 = g[is], g2 = g[2 * is], g3 = g[3 * is];
-    o[0] = g0;
-    o[os] = (g0 + g2) + (g1 + g3);
-    o[2 * os] = (g0 + g2) - (g1 + g3);
-    o[3 * os] = (g0 + 4.0f * g2) + (2.0f * g1 + 8.0f * g3);
-    o[4 * os] = (g0 + 4.0f * g2) - (2.0f * g1 + 8.0f * g3);
-    o[5 * os] = g3;
-  }
-  template <typename T>
-  HSGD_INLINE static void weight(const T* g, int is, T* o, int os) {
-    const T g0 = g[0], g1 = g[is], g2 = g[2 * is];
-    o[0] = g0 * (1.0f / 4);
-    o[os] = (g0 + g1 + g2) * (-1.0f / 6);
-    o[2 * os] = (g0 - g1 + g2) * (-1.0f / 6);
-    o[3 * os] = g0 * (1.0f / 24) + g1 * (1.0f / 12) + g2 * (1.0f / 6);
-    o[4 * os] = g0 * (1.0f / 24) - g1 * (1.0f / 12) + g2 * (1.0f / 6);
-    o[5 * os] = g2;
-  }
-  template <typename T>
-  HSGD_INLINE static void grad_weight(const T* u, int is, T* o, int os) {
-    const T u1 = u[is], u2 = u[2 * is], u3 = u[3 * is], u4 = u[4 * is];
-    o[0] = u[0] * (1.0f / 4) - (u1 + u2) * (1.0f / 6) + (u3 + u4) * (1.0f / 24);
-    o[os] = (u2 - u1) * (1.0f / 6) + (u3 - u4) * (1.0f / 12);
-    o[2 * os] = (u3 + u4 - u1 - u2) * (1.0f / 6) + u[5 * is];
   }
 };
 
@@ -155,11 +101,6 @@ struct TransformArgs {
 
 int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
 
-using Mask = int __attribute__((vector_size(kLanes * sizeof(int))));
-
-HSGD_INLINE void load(Vec& v, const float* p) { std::memcpy(&v, p, sizeof(Vec)); }
-HSGD_INLINE void store(float* p, const Vec& v) { std::memcpy(p, &v, sizeof(Vec)); }
-
 // out[l] = row[m*l] for l < kLanes; reads row[0, 16*m).
 template <int m>
 HSGD_INLINE void every_mth(const float* row, Vec& out) {
@@ -167,18 +108,8 @@ HSGD_INLINE void every_mth(const float* row, Vec& out) {
   load(a, row);
   load(b, row + kLanes);
   constexpr Mask kEven = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
-  if constexpr (m == 2) {
-    out = __builtin_shuffle(a, b, kEven);
-  } else {
-    static_assert(m == 4);
-    Vec c, d;
-    load(c, row + 2 * kLanes);
-    load(d, row + 3 * kLanes);
-    constexpr Mask kFourth = {0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28};
-    constexpr Mask kHalves = {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23};
-    out = __builtin_shuffle(__builtin_shuffle(a, b, kFourth), __builtin_shuffle(c, d, kFourth),
-                            kHalves);
-  }
+  static_assert(m == 2, "only F(2x2,3x3) is implemented");
+  out = __builtin_shuffle(a, b, kEven);
 }
 
 // A sample's planes copied with zero borders, so that collect reads whole vectors without
@@ -309,77 +240,9 @@ HSGD_INLINE void output_transform(const TransformArgs& a) {
   }
 }
 
-// ---- the element-wise stage ----
-// For every transform position p: out[p] (K, count) = u[p] (K, C) * v[p] (C, count), the
-// channel sums of all tiles at once. OpenBLAS spends much of its time packing operands this
-// small (C and K of 16 to 64), so on AVX-512 a register-blocked kernel reads them in place:
-// rows of 8 output channels by 32 tiles in 16 accumulators. Other CPUs call cblas_sgemm.
-
-struct MultiplyArgs {
-  const float* u = nullptr;  // (positions, K, C)
-  const float* v = nullptr;  // (positions, C, ld)
-  float* out = nullptr;      // (positions, K, ld)
-  int64_t positions = 0, k = 0, c = 0, count = 0, ld = 0;
-};
-
-constexpr int kRowBlock = 8;
-constexpr int64_t kTileBlock = 2 * kLanes;
-
-// out rows [0, R) x tiles [t, t + kTileBlock) of one position; u is (R, C) with row stride c.
-template <int R>
-HSGD_INLINE void multiply_rows(const float* u, const float* v, float* out, int64_t c, int64_t ld,
-                               int64_t t) {
-  Vec acc[R][2] = {};
-  for (int64_t ic = 0; ic < c; ++ic) {
-    Vec v0, v1;
-    load(v0, v + ic * ld + t);
-    load(v1, v + ic * ld + t + kLanes);
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      const float s = u[r * c + ic];
-      acc[r][0] += s * v0;
-      acc[r][1] += s * v1;
-    }
-  }
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-    store(out + r * ld + t, acc[r][0]);
-    store(out + r * ld + t + kLanes, acc[r][1]);
-  }
-}
-
-// Reads and writes tiles up to round_up(count, kTileBlock) <= ld.
-HSGD_INLINE void multiply_blocked(const MultiplyArgs& a) {
-  for (int64_t p = 0; p < a.positions; ++p) {
-    const float* u = a.u + p * a.k * a.c;
-    const float* v = a.v + p * a.c * a.ld;
-    float* out = a.out + p * a.k * a.ld;
-    for (int64_t t = 0; t < a.count; t += kTileBlock) {
-      int64_t k0 = 0;
-      for (; k0 + kRowBlock <= a.k; k0 += kRowBlock) {
-        multiply_rows<kRowBlock>(u + k0 * a.c, v, out + k0 * a.ld, a.c, a.ld, t);
-      }
-      for (; k0 < a.k; ++k0) multiply_rows<1>(u + k0 * a.c, v, out + k0 * a.ld, a.c, a.ld, t);
-    }
-  }
-}
-
-__attribute__((target("avx512f,avx2,fma"))) void multiply_avx512(const MultiplyArgs& a) {
-  multiply_blocked(a);
-}
-
-void multiply_cblas(const MultiplyArgs& a) {
-  for (int64_t p = 0; p < a.positions; ++p) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, a.k, a.count, a.c, 1.0f,
-                a.u + p * a.k * a.c, a.c, a.v + p * a.c * a.ld, a.ld, 0.0f, a.out + p * a.k * a.ld,
-                a.ld);
-  }
-}
-
 // ---- run-time dispatch ----
-// The build has no -march flags, so each transform is compiled three times, for AVX-512, for
-// AVX2 + FMA and for the x86-64 baseline, and the widest one the CPU supports runs. The bodies
-// above are always_inline so that they take the target of the wrapper they are inlined into.
+// Each transform is compiled for AVX-512, for AVX2 + FMA and for the x86-64 baseline; the widest
+// one the CPU supports runs (see conv_simd.h).
 
 template <typename W, Stage S>
 HSGD_INLINE void run_stage(const TransformArgs& a) {
@@ -401,35 +264,15 @@ void run_baseline(const TransformArgs& a) {
   run_stage<W, S>(a);
 }
 
-enum class Isa { kAvx512, kAvx2, kBaseline };
-
-Isa detect_isa() {
-  static const Isa isa = [] {
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) return Isa::kAvx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::kAvx2;
-    return Isa::kBaseline;
-  }();
-  return isa;
-}
-
 template <typename W, Stage S>
 void run(const TransformArgs& a) {
-  switch (detect_isa()) {
-    case Isa::kAvx512:
+  switch (simd::conv_isa()) {
+    case simd::Isa::kAvx512:
       return run_avx512<W, S>(a);
-    case Isa::kAvx2:
+    case simd::Isa::kAvx2:
       return run_avx2<W, S>(a);
-    case Isa::kBaseline:
+    case simd::Isa::kBaseline:
       return run_baseline<W, S>(a);
-  }
-}
-
-void multiply(const MultiplyArgs& a) {
-  if (detect_isa() == Isa::kAvx512) {
-    multiply_avx512(a);
-  } else {
-    multiply_cblas(a);
   }
 }
 
@@ -465,16 +308,20 @@ void grad_weights(const float* du, int64_t o, int64_t c, float* gw) {
 
 // Transformed data of a tile block (V and M for both channel counts) is kept under this many
 // floats so that it stays in L2; smaller blocks mean more, smaller gemm calls.
-constexpr int64_t kBlockFloats = int64_t{256} << 10;  // 1 MiB
+constexpr int64_t kBlockFloats = int64_t{128} << 10;  // 512 KiB
+// The weight gradient's blocks are larger: each block ends in a horizontal reduction per entry
+// of du (see conv_gemm_nt), and its kernel streams v from L2 anyway.
+constexpr int64_t kGradBlockFloats = int64_t{256} << 10;  // 1 MiB
 
 TileGrid make_grid(const Conv2dGeometry& g, int m) {
   return {.h = g.h, .w = g.w, .th = (g.h + m - 1) / m, .tw = (g.w + m - 1) / m};
 }
 
 // Samples per block: enough for the transformed data to fill kBlockFloats, at least one.
-int64_t samples_per_block(const Conv2dGeometry& g, const TileGrid& grid, int alpha) {
+int64_t samples_per_block(const Conv2dGeometry& g, const TileGrid& grid, int alpha,
+                          int64_t floats = kBlockFloats) {
   const int64_t per_sample = int64_t{alpha} * alpha * (g.c + g.o) * grid.per_sample();
-  return std::clamp<int64_t>(kBlockFloats / per_sample, 1, g.n);
+  return std::clamp<int64_t>(floats / per_sample, 1, g.n);
 }
 
 // y (N,K,H,W) = conv of x (N,C,H,W) with weights already transformed, u (alpha^2, K, C).
@@ -484,22 +331,18 @@ void forward_transformed(const float* x, const float* u, const Conv2dGeometry& g
   constexpr int kA2 = W::kAlpha * W::kAlpha;
   const TileGrid grid = make_grid(g, W::kM);
   const int64_t block = samples_per_block(g, grid, W::kAlpha);
-  const int64_t ld = round_up(block * grid.per_sample() + kLanes, kTileBlock);
+  const int64_t ld = round_up(block * grid.per_sample() + kLanes, kLanes);
   auto v = std::make_unique_for_overwrite<float[]>(kA2 * c * ld);  // (alpha^2, C, ld)
   auto m = std::make_unique_for_overwrite<float[]>(kA2 * k * ld);  // (alpha^2, K, ld)
   for (int64_t n0 = 0; n0 < g.n; n0 += block) {
     const int64_t nb = std::min(block, g.n - n0), count = nb * grid.per_sample();
     run<W, Stage::kInput>(
         {.src = x, .dst = v.get(), .channels = c, .grid = grid, .n0 = n0, .nb = nb, .ld = ld});
-    // m[p] (K, count) = u[p] (K, C) * v[p] (C, count)
-    multiply({.u = u,
-              .v = v.get(),
-              .out = m.get(),
-              .positions = kA2,
-              .k = k,
-              .c = c,
-              .count = count,
-              .ld = ld});
+    for (int p = 0; p < kA2; ++p) {
+      // m[p] (K, count) = u[p] (K, C) * v[p] (C, count)
+      conv_gemm_nn(k, count, c, u + p * k * c, c, v.get() + p * c * ld, ld, m.get() + p * k * ld,
+                   ld);
+    }
     run<W, Stage::kOutput>(
         {.src = m.get(), .dst = y, .channels = k, .grid = grid, .n0 = n0, .nb = nb, .ld = ld});
   }
@@ -532,8 +375,8 @@ void backward(const float* x, const float* w, const float* gy, const Conv2dGeome
     forward_transformed<W>(gy, u.get(), g, g.o, g.c, gx);
   }
   if (gw == nullptr) return;
-  const int64_t block = samples_per_block(g, grid, W::kAlpha);
-  const int64_t ld = round_up(block * grid.per_sample() + kLanes, kTileBlock);
+  const int64_t block = samples_per_block(g, grid, W::kAlpha, kGradBlockFloats);
+  const int64_t ld = round_up(block * grid.per_sample() + kLanes, kLanes);
   auto v = std::make_unique_for_overwrite<float[]>(kA2 * g.c * ld);    // (alpha^2, C, ld)
   auto dm = std::make_unique_for_overwrite<float[]>(kA2 * g.o * ld);   // (alpha^2, O, ld)
   auto du = std::make_unique_for_overwrite<float[]>(kA2 * g.o * g.c);  // (alpha^2, O, C)
@@ -544,19 +387,12 @@ void backward(const float* x, const float* w, const float* gy, const Conv2dGeome
     run<W, Stage::kGradOutput>(
         {.src = gy, .dst = dm.get(), .channels = g.o, .grid = grid, .n0 = n0, .nb = nb, .ld = ld});
     for (int p = 0; p < kA2; ++p) {
-      // du[p] (O, C) += dm[p] (O, count) * v[p]^T (count, C)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, g.o, g.c, count, 1.0f,
-                  dm.get() + p * g.o * ld, ld, v.get() + p * g.c * ld, ld, n0 == 0 ? 0.0f : 1.0f,
-                  du.get() + p * g.o * g.c, g.c);
+      // du[p] (O, C) (+)= dm[p] (O, count) * v[p]^T (count, C)
+      conv_gemm_nt(g.o, g.c, count, dm.get() + p * g.o * ld, ld, v.get() + p * g.c * ld, ld,
+                   n0 == 0 ? 0.0f : 1.0f, du.get() + p * g.o * g.c, g.c);
     }
   }
   grad_weights<W>(du.get(), g.o, g.c, gw);
-}
-
-int resolve_tile(const Conv2dGeometry& g, int tile) {
-  if (tile == 0) return winograd_tile_size(g);
-  HSGD_CHECK(tile == 2 || tile == 4, "winograd: tile size ", tile, " must be 2 or 4");
-  return tile;
 }
 
 }  // namespace
@@ -565,28 +401,17 @@ bool winograd_applies(const Conv2dGeometry& g) {
   return g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.ph == 1 && g.pw == 1;
 }
 
-int winograd_tile_size(const Conv2dGeometry& /*g*/) { return 2; }
-
-void winograd_conv2d_forward(const float* x, const float* w, const Conv2dGeometry& g, float* y,
-                             int tile) {
+void winograd_conv2d_forward(const float* x, const float* w, const Conv2dGeometry& g, float* y) {
   HSGD_CHECK(winograd_applies(g), "winograd: needs a 3x3 kernel, stride 1 and padding 1, got (",
              g.kh, ",", g.kw, ") stride (", g.sh, ",", g.sw, ") padding (", g.ph, ",", g.pw, ")");
-  if (resolve_tile(g, tile) == 4) {
-    forward<F4>(x, w, g, y);
-  } else {
-    forward<F2>(x, w, g, y);
-  }
+  forward<F2>(x, w, g, y);
 }
 
 void winograd_conv2d_backward(const float* x, const float* w, const float* gy,
-                              const Conv2dGeometry& g, float* gx, float* gw, int tile) {
+                              const Conv2dGeometry& g, float* gx, float* gw) {
   HSGD_CHECK(winograd_applies(g), "winograd: needs a 3x3 kernel, stride 1 and padding 1, got (",
              g.kh, ",", g.kw, ") stride (", g.sh, ",", g.sw, ") padding (", g.ph, ",", g.pw, ")");
-  if (resolve_tile(g, tile) == 4) {
-    backward<F4>(x, w, gy, g, gx, gw);
-  } else {
-    backward<F2>(x, w, gy, g, gx, gw);
-  }
+  backward<F2>(x, w, gy, g, gx, gw);
 }
 
 }  // namespace hsgd::kernels

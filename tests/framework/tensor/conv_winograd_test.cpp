@@ -1,12 +1,11 @@
-// Winograd conv kernels (framework/tensor/conv_winograd.h): forward and both gradients, at both
-// tile sizes, against direct-loop definitions accumulated in double; gradients of conv2d on the
+// Winograd conv kernels (framework/tensor/conv_winograd.h): forward and both gradients against
+// direct-loop definitions accumulated in double; gradients of conv2d on the
 // Winograd route against a numerical Jacobian.
 
 #include "framework/tensor/conv_winograd.h"
 
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -25,9 +24,9 @@ struct Shape3x3 {
   int64_t n, c, h, w, o;
 };
 
-std::string describe(const Shape3x3& s, int tile) {
+std::string describe(const Shape3x3& s) {
   return "x (" + std::to_string(s.n) + "," + std::to_string(s.c) + "," + std::to_string(s.h) + "," +
-         std::to_string(s.w) + ") o " + std::to_string(s.o) + " tile " + std::to_string(tile);
+         std::to_string(s.w) + ") o " + std::to_string(s.o);
 }
 
 // Batch 1, 1x1 and 2x2 planes (smaller than a tile), odd sizes that leave partial tiles,
@@ -38,16 +37,6 @@ const std::vector<Shape3x3> kShapes = {
     {3, 4, 6, 11, 5},    {1, 16, 32, 32, 16}, {2, 64, 8, 8, 64}, {3, 24, 20, 18, 40},
     {5, 40, 21, 19, 24}, {1, 3, 32, 32, 16},
 };
-
-// Tolerance of tile size `tile` for values of root-mean-square `rms`. F(2x2) stays within 1e-4
-// of every value (as the golden tests require); F(4x4)'s transforms amplify rounding, so its
-// errors are bounded relative to the typical magnitude instead, as for any large sum.
-double tolerance(int tile, const std::vector<float>& expected) {
-  if (tile == 2) return 1e-4;
-  double sum = 0;
-  for (float e : expected) sum += double(e) * e;
-  return 1e-4 * std::max(1.0, std::sqrt(sum / double(expected.size())));
-}
 
 kernels::Conv2dGeometry geometry(const Shape3x3& s) {
   return kernels::make_conv2d_geometry(s.n, s.c, s.h, s.w, s.o, 3, 3, 1, 1, 1, 1);
@@ -79,22 +68,23 @@ void reference_backward(const std::vector<float>& x, const std::vector<float>& w
   gw.assign(dw.begin(), dw.end());
 }
 
-TEST(WinogradConvTest, ForwardMatchesDirectDefinition_BothTileSizes) {
+// 1e-4 of every value, as the golden tests against PyTorch require.
+constexpr double kTol = 1e-4;
+
+TEST(WinogradConvTest, ForwardMatchesDirectDefinition) {
   Generator gen(11);
   for (const Shape3x3& s : kShapes) {
     const std::vector<float> x = randn({s.n, s.c, s.h, s.w}, gen).to_vector();
     const std::vector<float> w = randn({s.o, s.c, 3, 3}, gen).to_vector();
     const std::vector<float> expected =
         testing::reference_conv2d(x, w, nullptr, s.n, s.c, s.h, s.w, s.o, 3, 3, 1, 1, 1, 1);
-    for (int tile : {2, 4}) {
-      std::vector<float> y(expected.size(), NAN);
-      kernels::winograd_conv2d_forward(x.data(), w.data(), geometry(s), y.data(), tile);
-      testing::expect_near_all(y, expected, tolerance(tile, expected), describe(s, tile));
-    }
+    std::vector<float> y(expected.size(), NAN);
+    kernels::winograd_conv2d_forward(x.data(), w.data(), geometry(s), y.data());
+    testing::expect_near_all(y, expected, kTol, describe(s));
   }
 }
 
-TEST(WinogradConvTest, GradientsMatchDirectDefinition_BothTileSizes) {
+TEST(WinogradConvTest, GradientsMatchDirectDefinition) {
   Generator gen(12);
   for (const Shape3x3& s : kShapes) {
     const std::vector<float> x = randn({s.n, s.c, s.h, s.w}, gen).to_vector();
@@ -102,13 +92,11 @@ TEST(WinogradConvTest, GradientsMatchDirectDefinition_BothTileSizes) {
     const std::vector<float> gy = randn({s.n, s.o, s.h, s.w}, gen).to_vector();
     std::vector<float> gx_ref, gw_ref;
     reference_backward(x, w, gy, s, gx_ref, gw_ref);
-    for (int tile : {2, 4}) {
-      std::vector<float> gx(x.size(), NAN), gw(w.size(), NAN);
-      kernels::winograd_conv2d_backward(x.data(), w.data(), gy.data(), geometry(s), gx.data(),
-                                        gw.data(), tile);
-      testing::expect_near_all(gx, gx_ref, tolerance(tile, gx_ref), "gx " + describe(s, tile));
-      testing::expect_near_all(gw, gw_ref, tolerance(tile, gw_ref), "gw " + describe(s, tile));
-    }
+    std::vector<float> gx(x.size(), NAN), gw(w.size(), NAN);
+    kernels::winograd_conv2d_backward(x.data(), w.data(), gy.data(), geometry(s), gx.data(),
+                                      gw.data());
+    testing::expect_near_all(gx, gx_ref, kTol, "gx " + describe(s));
+    testing::expect_near_all(gw, gw_ref, kTol, "gw " + describe(s));
   }
 }
 
@@ -122,9 +110,9 @@ TEST(WinogradConvTest, OneGradientOnly_LeavesOtherUntouched) {
   reference_backward(x, w, gy, s, gx_ref, gw_ref);
   std::vector<float> gx(x.size(), NAN), gw(w.size(), NAN);
   kernels::winograd_conv2d_backward(x.data(), w.data(), gy.data(), geometry(s), gx.data(), nullptr);
-  testing::expect_near_all(gx, gx_ref, 1e-4, "gx alone");
+  testing::expect_near_all(gx, gx_ref, kTol, "gx alone");
   kernels::winograd_conv2d_backward(x.data(), w.data(), gy.data(), geometry(s), nullptr, gw.data());
-  testing::expect_near_all(gw, gw_ref, 1e-4, "gw alone");
+  testing::expect_near_all(gw, gw_ref, kTol, "gw alone");
 }
 
 TEST(WinogradConvTest, Conv2dGradientsMatchNumericalJacobian) {
@@ -135,7 +123,7 @@ TEST(WinogradConvTest, Conv2dGradientsMatchNumericalJacobian) {
     std::vector<Tensor> inputs = {randn({s.n, s.c, s.h, s.w}, gen), randn({s.o, s.c, 3, 3}, gen),
                                   randn({s.o}, gen)};
     testing::check_gradients(
-        describe(s, kernels::winograd_tile_size(geometry(s))),
+        describe(s),
         [](const std::vector<Tensor>& in) {
           return conv2d(in[0], in[1], in[2], {1, 1}, {1, 1});
         },
@@ -154,12 +142,12 @@ TEST(WinogradConvTest, OnlyStride1Padding1Applies) {
       kernels::winograd_applies(kernels::make_conv2d_geometry(1, 2, 5, 5, 2, 1, 1, 1, 1, 0, 0)));
 }
 
-TEST(WinogradConvTest, BadTileSize_ThrowsNamingValue) {
-  const std::vector<float> x(9, 1.0f), w(9, 1.0f);
-  std::vector<float> y(9);
-  const kernels::Conv2dGeometry g = kernels::make_conv2d_geometry(1, 1, 3, 3, 1, 3, 3, 1, 1, 1, 1);
+TEST(WinogradConvTest, OtherGeometry_ThrowsNamingValues) {
+  const std::vector<float> x(25, 1.0f), w(9, 1.0f);
+  std::vector<float> y(25);
+  const kernels::Conv2dGeometry g = kernels::make_conv2d_geometry(1, 1, 5, 5, 1, 3, 3, 2, 2, 1, 1);
   testing::expect_invalid_argument(
-      [&] { kernels::winograd_conv2d_forward(x.data(), w.data(), g, y.data(), 3); }, "tile size 3");
+      [&] { kernels::winograd_conv2d_forward(x.data(), w.data(), g, y.data()); }, "stride (2,2)");
 }
 
 }  // namespace
