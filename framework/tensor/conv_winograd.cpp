@@ -209,10 +209,23 @@ HSGD_INLINE void grad_output_transform(const TransformArgs& a) {
   }
 }
 
+// dst[2*l + j] = src[j*ld + l] for l < kLanes, j < 2: one output row from the stage rows of its
+// two tile columns.
+HSGD_INLINE void interleave_pair(const float* src, int64_t ld, float* dst) {
+  constexpr Mask kLow = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23};
+  constexpr Mask kHigh = {8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  Vec a, b;
+  load(a, src);
+  load(b, src + ld);
+  store(dst, __builtin_shuffle(a, b, kLow));
+  store(dst + kLanes, __builtin_shuffle(a, b, kHigh));
+}
+
 // y = A^T M A: src is M (alpha^2, K, ld), dst y (N,K,H,W); pixels past the plane are dropped.
 template <typename W>
 HSGD_INLINE void output_transform(const TransformArgs& a) {
   constexpr int kA = W::kAlpha, kM = W::kM;
+  static_assert(kM == 2, "interleave_pair writes 2x2 tiles");
   const TileGrid& g = a.grid;
   const int64_t tiles = g.per_sample(), cld = a.channels * a.ld;
   const int64_t full = g.w / kM;  // tiles per row that lie wholly inside the plane
@@ -231,7 +244,10 @@ HSGD_INLINE void output_transform(const TransformArgs& a) {
         // src[j][tx] = y[oy][tx*m + j]
         const float* src = s.data.get() + (oy % kM) * kM * s.ld + (oy / kM) * g.tw;
         float* __restrict dst = out + oy * g.w;
-        for (int64_t tx = 0; tx < full; ++tx) {
+        int64_t tx = 0;
+        // Whole vectors of 16 tiles interleave with two shuffles (32x32 and wider maps).
+        for (; tx + kLanes <= full; tx += kLanes) interleave_pair(src + tx, s.ld, dst + tx * kM);
+        for (; tx < full; ++tx) {
           for (int j = 0; j < kM; ++j) dst[tx * kM + j] = src[j * s.ld + tx];
         }
         for (int64_t ox = full * kM; ox < g.w; ++ox) dst[ox] = src[(ox % kM) * s.ld + ox / kM];

@@ -1,0 +1,77 @@
+// conv_gemm_nn / conv_gemm_nt against a direct triple loop in double, over sizes that leave
+// every kind of remainder of the AVX-512 kernels' blocks (8 rows x 32 columns for nn, 4 x 4
+// entries and 16-long inner runs for nt), and with row strides wider than the rows.
+
+#include "framework/tensor/conv_gemm.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "framework/tensor/ops.h"
+#include "tests/framework/conv_ops/grad_check.h"
+
+namespace hsgd {
+namespace {
+
+struct GemmCase {
+  int64_t m, n, k;
+};
+
+const std::vector<GemmCase> kCases = {
+    {1, 1, 1},    {3, 5, 2},     {8, 32, 16},  {16, 256, 16}, {9, 33, 17},
+    {17, 70, 31}, {64, 16, 144}, {5, 7, 1000}, {144, 40, 64}, {4, 4, 15},
+};
+
+std::string describe(const GemmCase& g, const char* op) {
+  return std::string(op) + " m " + std::to_string(g.m) + " n " + std::to_string(g.n) + " k " +
+         std::to_string(g.k);
+}
+
+TEST(ConvGemmTest, NnMatchesDirectProduct) {
+  Generator gen(21);
+  for (const GemmCase& g : kCases) {
+    // Row strides a little wider than the rows: the kernels must honour lda, ldb, ldc.
+    const int64_t lda = g.k + 3, ldb = g.n + 5, ldc = g.n + 2;
+    const std::vector<float> a = randn({g.m, lda}, gen).to_vector();
+    const std::vector<float> b = randn({g.k, ldb}, gen).to_vector();
+    std::vector<float> c(g.m * ldc, -7.0f), expected(c);
+    for (int64_t i = 0; i < g.m; ++i) {
+      for (int64_t j = 0; j < g.n; ++j) {
+        double s = 0;
+        for (int64_t t = 0; t < g.k; ++t) s += double(a[i * lda + t]) * b[t * ldb + j];
+        expected[i * ldc + j] = static_cast<float>(s);
+      }
+    }
+    kernels::conv_gemm_nn(g.m, g.n, g.k, a.data(), lda, b.data(), ldb, c.data(), ldc);
+    // Entries between n and ldc must be left alone (-7).
+    testing::expect_near_all(c, expected, 1e-4, describe(g, "nn"));
+  }
+}
+
+TEST(ConvGemmTest, NtMatchesDirectProduct_OverwriteAndAccumulate) {
+  Generator gen(22);
+  for (const GemmCase& g : kCases) {
+    const int64_t lda = g.k + 1, ldb = g.k + 4, ldc = g.n + 3;
+    const std::vector<float> a = randn({g.m, lda}, gen).to_vector();
+    const std::vector<float> b = randn({g.n, ldb}, gen).to_vector();
+    const std::vector<float> c0 = randn({g.m, ldc}, gen).to_vector();
+    for (float beta : {0.0f, 1.0f}) {
+      std::vector<float> c = c0, expected = c0;
+      for (int64_t i = 0; i < g.m; ++i) {
+        for (int64_t j = 0; j < g.n; ++j) {
+          double s = beta * double(c0[i * ldc + j]);
+          for (int64_t t = 0; t < g.k; ++t) s += double(a[i * lda + t]) * b[j * ldb + t];
+          expected[i * ldc + j] = static_cast<float>(s);
+        }
+      }
+      kernels::conv_gemm_nt(g.m, g.n, g.k, a.data(), lda, b.data(), ldb, beta, c.data(), ldc);
+      testing::expect_near_all(c, expected, 1e-4,
+                               describe(g, "nt") + " beta " + std::to_string(beta));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace hsgd
