@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2317  # cleanup and stop_pids run from traps, they are reachable
 # Emulates a 2-node cluster on this machine and runs one hsgd job on it.
 #
 # Two network namespaces are the "nodes"; one veth pair is the link between them, limited by a
@@ -71,8 +72,9 @@ while [ $# -gt 0 ]; do
 done
 [ $# -ge 1 ] || { echo "emulated_cluster: no PROGRAM after --" >&2; usage >&2; exit 2; }
 [[ $nproc =~ ^[1-9][0-9]*$ ]] || die "--nproc-per-node '$nproc' is not a positive integer" 2
-[[ $port =~ ^[0-9]+$ ]] && [ "$port" -ge 1 ] && [ "$port" -le 65535 ] ||
+if ! [[ $port =~ ^[0-9]+$ ]] || [ "$port" -lt 1 ] || [ "$port" -gt 65535 ]; then
   die "--port '$port' is not in [1, 65535]" 2
+fi
 [[ $timeout_s =~ ^[1-9][0-9]*$ ]] || die "--timeout '$timeout_s' is not a positive integer" 2
 [[ $subnet =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || die "--subnet '$subnet' is not of the form A.B.C" 2
 [[ $rate == none || $rate =~ ^[0-9]+(\.[0-9]+)?(bit|kbit|mbit|gbit)$ ]] ||
@@ -80,7 +82,9 @@ done
 
 run=$build/apps/hsgd-run/hsgd-run
 rendezvous=$build/apps/hsgd-rendezvous/hsgd-rendezvous
-[ -x "$run" ] && [ -x "$rendezvous" ] || die "no hsgd-run / hsgd-rendezvous under $build (build first)"
+if [ ! -x "$run" ] || [ ! -x "$rendezvous" ]; then
+  die "no hsgd-run / hsgd-rendezvous under $build (build first)"
+fi
 
 if [ "$(id -u)" -ne 0 ]; then
   die "needs root to create network namespaces and tc qdiscs (run with sudo)" 77
@@ -103,7 +107,7 @@ stop_pids() {
   for _ in $(seq $((grace * 10))); do
     alive=0
     for pid in "$@"; do kill -0 "$pid" 2>/dev/null && alive=1; done
-    [ $alive -eq 0 ] && return 0
+    [ "$alive" -eq 0 ] && return 0
     sleep 0.1
   done
   for pid in "$@"; do kill -KILL "$pid" 2>/dev/null || true; done
@@ -119,7 +123,9 @@ cleanup() {
   [ ${#agent_pids[@]} -gt 0 ] && stop_pids 15 "${agent_pids[@]}"
   [ -n "$server_pid" ] && stop_pids 5 "$server_pid"
   for n in "${ns[@]}"; do
-    ip netns pids "$n" 2>/dev/null | while read -r pid; do kill -KILL "$pid" 2>/dev/null || true; done
+    ip netns pids "$n" 2>/dev/null | while read -r pid; do
+      kill -KILL "$pid" 2>/dev/null || true
+    done
     ip netns del "$n" 2>/dev/null || true  # also removes the veth pair
   done
   rm -rf "$work"
@@ -207,7 +213,13 @@ bytes10=$(( $(link_bytes 1) - bytes1_start ))
 echo "emulated_cluster: exit code $rc after $job_s s; bytes across the link:" \
   "node0->node1 $bytes01, node1->node0 $bytes10" >&2
 if [ -n "$stats_file" ]; then
-  printf 'rate=%s\nnproc_per_node=%s\nexit_code=%s\nseconds=%s\nbytes_node0_to_node1=%s\nbytes_node1_to_node0=%s\n' \
-    "$rate" "$nproc" "$rc" "$job_s" "$bytes01" "$bytes10" >"$stats_file"
+  {
+    echo "rate=$rate"
+    echo "nproc_per_node=$nproc"
+    echo "exit_code=$rc"
+    echo "seconds=$job_s"
+    echo "bytes_node0_to_node1=$bytes01"
+    echo "bytes_node1_to_node0=$bytes10"
+  } >"$stats_file"
 fi
 exit "$rc"

@@ -27,7 +27,8 @@ fi
 grep -Eq 'final test accuracy: (9[0-9]|100)\.' "$out" || fail "no final test accuracy >= 90%"
 grep -Eq 'model averaging level: +2 +2 +[1-9][0-9]* ' "$out" || fail "level 2:2 never averaged"
 grep -Eq 'model averaging level: +4 +4 +[1-9][0-9]* ' "$out" || fail "level 4:4 never averaged"
-grep -Eq 'bytes across the link: node0->node1 [1-9][0-9]{6,}, node1->node0 [1-9][0-9]{6,}$' "$out" ||
+bytes='bytes across the link: node0->node1 [1-9][0-9]{6,}, node1->node0 [1-9][0-9]{6,}$'
+grep -Eq "$bytes" "$out" ||
   fail "less than 1 MB crossed the link in some direction"
 if ip netns list | grep -q "hsgdemu${pid}n"; then fail "namespaces hsgdemu${pid}n* left behind"; fi
 cat "$out"
