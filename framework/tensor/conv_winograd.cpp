@@ -163,22 +163,54 @@ struct StageRows {
         data(std::make_unique_for_overwrite<float[]>(alpha * alpha * ld)) {}
 };
 
+// Whether collect_direct applies: the 16 tiles of a vector are one tile row (16, 32, ...
+// tiles per row) or two (8 tiles per row). Other maps go through collect and the stage rows.
+bool collects_directly(const TileGrid& g) { return g.tw % kLanes == 0 || g.tw == kLanes / 2; }
+
+// The k x k patches of tiles [t, t + kLanes) of one padded plane straight into registers,
+// patch[i*k+j][lane], skipping the stage rows. Requires collects_directly(g) and m == 2.
+template <int k>
+HSGD_INLINE void collect_direct(const float* padded, int64_t row_len, const TileGrid& g, int64_t t,
+                                Vec* patch) {
+  constexpr Mask kEven = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
+  const int64_t ty = t / g.tw, tx = t % g.tw;
+  for (int i = 0; i < k; ++i) {
+    // Lanes 0-7 read row ty of tiles, lanes 8-15 the next 8 tiles: further along the same row,
+    // or the start of the next tile row when a row has 8 tiles.
+    const float* first = padded + (ty * 2 + i) * row_len + tx * 2;
+    const float* second = g.tw == kLanes / 2 ? first + 2 * row_len : first + kLanes;
+    for (int j = 0; j < k; ++j) {
+      Vec a, b;
+      load(a, first + j);
+      load(b, second + j);
+      patch[i * k + j] = __builtin_shuffle(a, b, kEven);
+    }
+  }
+}
+
 // V = B^T d B: src is x (N,C,H,W), dst V (alpha^2, C, ld).
 template <typename W>
 HSGD_INLINE void input_transform(const TransformArgs& a) {
   constexpr int kA = W::kAlpha, kM = W::kM;
+  static_assert(kM == 2, "collect_direct reads 2x2 tiles");
   const TileGrid& g = a.grid;
   const int64_t tiles = g.per_sample(), cld = a.channels * a.ld;
+  const bool direct = collects_directly(g);
   PaddedPlanes pad(g, a.channels, kM, kA);
   StageRows s(g, kA);
   for (int64_t n = 0; n < a.nb; ++n) {
     pad.fill(a.src + (a.n0 + n) * a.channels * g.h * g.w, g, a.channels, 1);
     for (int64_t c = 0; c < a.channels; ++c) {
-      collect<kM, kA>(pad.data.get() + c * pad.plane, pad.row_len, g, s.data.get(), s.ld);
+      const float* plane = pad.data.get() + c * pad.plane;
+      if (!direct) collect<kM, kA>(plane, pad.row_len, g, s.data.get(), s.ld);
       float* out = a.dst + c * a.ld + n * tiles;
       for (int64_t t = 0; t < tiles; t += kLanes) {
         Vec d[kA * kA], v[kA * kA];
-        for (int p = 0; p < kA * kA; ++p) load(d[p], s.data.get() + p * s.ld + t);
+        if (direct) {
+          collect_direct<kA>(plane, pad.row_len, g, t, d);
+        } else {
+          for (int p = 0; p < kA * kA; ++p) load(d[p], s.data.get() + p * s.ld + t);
+        }
         apply_2d<W, Stage::kInput, kA, kA>(d, v);
         for (int p = 0; p < kA * kA; ++p) store(out + p * cld + t, v[p]);
       }

@@ -30,12 +30,14 @@ std::string describe(const Shape3x3& s) {
 }
 
 // Batch 1, 1x1 and 2x2 planes (smaller than a tile), odd sizes that leave partial tiles,
-// C != O in both directions, a ResNet-20 shape, and batches with enough tiles for several
-// tile blocks and a last block that is not a multiple of the 16 SIMD lanes.
+// C != O in both directions, ResNet-20 shapes, batches with enough tiles for several tile
+// blocks and a last block that is not a multiple of the 16 SIMD lanes, and rows of 8, 16 and 32
+// tiles (the direct patch collection), also with an odd number of tile rows.
 const std::vector<Shape3x3> kShapes = {
-    {1, 1, 1, 1, 1},     {1, 2, 2, 2, 3},     {2, 3, 7, 5, 4},   {1, 5, 9, 6, 2},
-    {3, 4, 6, 11, 5},    {1, 16, 32, 32, 16}, {2, 64, 8, 8, 64}, {3, 24, 20, 18, 40},
-    {5, 40, 21, 19, 24}, {1, 3, 32, 32, 16},
+    {1, 1, 1, 1, 1},     {1, 2, 2, 2, 3},     {2, 3, 7, 5, 4},     {1, 5, 9, 6, 2},
+    {3, 4, 6, 11, 5},    {1, 16, 32, 32, 16}, {2, 64, 8, 8, 64},   {3, 24, 20, 18, 40},
+    {5, 40, 21, 19, 24}, {1, 3, 32, 32, 16},  {2, 32, 16, 16, 32}, {2, 5, 15, 16, 7},
+    {1, 4, 9, 15, 3},    {1, 2, 6, 64, 3},
 };
 
 kernels::Conv2dGeometry geometry(const Shape3x3& s) {
