@@ -355,7 +355,7 @@ void ProcessGroup::run_task(Task& task) {
     return;
   } catch (const std::exception& e) {
     const bool timed_out = looks_like_timeout(e.what());
-    const std::string who = diagnose_failure(task.seq);
+    const std::string who = diagnose_failure(task.seq, timed_out);
     const std::string message = detail::str_cat(
         task.what, " of group '", options_.name, "' (rank ", rank(), " of ", size(), ") ",
         timed_out ? "timed out after " + std::to_string(options_.timeout.count()) + " ms"
@@ -370,11 +370,15 @@ void ProcessGroup::run_task(Task& task) {
 }
 
 // Costs nothing on the fast path: only a rank whose collective failed writes
-// "<prefix>failed/<seq>/<rank>" and waits a grace period (half the timeout, at most 30 s) for
-// the other members to do the same. Ranks that reached the same collective fail too (their
-// peers never answer) and write their key; the ones whose key never appears did not arrive.
-std::string ProcessGroup::diagnose_failure(uint64_t seq) {
-  const Duration grace = std::min<Duration>(options_.timeout / 2, std::chrono::seconds(30));
+// "<prefix>failed/<seq>/<rank>" and waits a grace period for the other members to do the same.
+// Ranks that reached the same collective fail too (their peers never answer) and write their
+// key; the ones whose key never appears did not arrive. After a timeout the others time out
+// about as late, so the grace is half the timeout, at most 30 s; after a lost connection or a
+// peer that exited, the others fail within moments, and a dead peer never reports, so 2 s.
+std::string ProcessGroup::diagnose_failure(uint64_t seq, bool timed_out) {
+  const Duration grace = std::min<Duration>(
+      options_.timeout / 2, timed_out ? Duration(std::chrono::seconds(30))
+                                      : Duration(std::chrono::seconds(2)));
   const std::string base = options_.key_prefix + "failed/" + std::to_string(seq) + "/";
   try {
     options_.store->set(base + std::to_string(rank()), to_bytes("1"));

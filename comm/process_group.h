@@ -168,7 +168,7 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   void help(const Work& work, Duration timeout);
   void run_task(Task& task);
   // After a failure: which members did not reach collective seq (see process_group.cpp).
-  std::string diagnose_failure(uint64_t seq);
+  std::string diagnose_failure(uint64_t seq, bool timed_out);
   template <typename T>
   std::shared_ptr<Work> allreduce_impl(std::span<T> data, ReduceOp op, const char* type);
   template <typename T>
