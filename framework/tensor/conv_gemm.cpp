@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <memory>
 
-#include "framework/tensor/conv_simd.h"
+#include "comm/error.h"
 
 namespace hsgd::kernels {
 namespace {
@@ -174,8 +174,10 @@ __attribute__((target("avx512f,avx2,fma"))) void nt_avx512(int64_t m, int64_t n,
 }  // namespace
 
 void conv_gemm_nn(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
-                  int64_t ldb, float* c, int64_t ldc) {
-  if (simd::conv_isa() == simd::Isa::kAvx512) {
+                  int64_t ldb, float* c, int64_t ldc, simd::Isa isa) {
+  HSGD_CHECK(simd::isa_supported(isa), "conv_gemm_nn: this CPU cannot run ", simd::isa_name(isa),
+             " code");
+  if (isa == simd::Isa::kAvx512) {
     nn_avx512(m, n, k, a, lda, b, ldb, c, ldc);
     return;
   }
@@ -184,8 +186,10 @@ void conv_gemm_nn(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, 
 }
 
 void conv_gemm_nt(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
-                  int64_t ldb, float beta, float* c, int64_t ldc) {
-  if (simd::conv_isa() == simd::Isa::kAvx512) {
+                  int64_t ldb, float beta, float* c, int64_t ldc, simd::Isa isa) {
+  HSGD_CHECK(simd::isa_supported(isa), "conv_gemm_nt: this CPU cannot run ", simd::isa_name(isa),
+             " code");
+  if (isa == simd::Isa::kAvx512) {
     nt_avx512(m, n, k, a, lda, b, ldb, beta != 0.0f, c, ldc);
     return;
   }

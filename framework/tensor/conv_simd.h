@@ -1,6 +1,6 @@
 #pragma once
-// SIMD helpers shared by the conv kernels (conv_winograd.cpp, conv_gemm.cpp). Internal: include
-// only from kernel sources.
+// SIMD helpers shared by the conv kernels (conv_winograd, conv_gemm): the Vec type and the choice
+// of instruction set. For kernel code only.
 //
 // The build has no -march flags. Kernels are written once on Vec, a GCC vector of 16 floats, in
 // always_inline functions (HSGD_INLINE), and instantiated in wrappers declared with
@@ -22,6 +22,7 @@ using Mask = int __attribute__((vector_size(kLanes * sizeof(int))));
 HSGD_INLINE void load(Vec& v, const float* p) { std::memcpy(&v, p, sizeof(Vec)); }
 HSGD_INLINE void store(float* p, const Vec& v) { std::memcpy(p, &v, sizeof(Vec)); }
 
+// Widest first: a CPU supports an Isa and every one after it.
 enum class Isa { kAvx512, kAvx2, kBaseline };
 
 // The widest instruction set the running CPU supports, detected once.
@@ -33,6 +34,22 @@ inline Isa conv_isa() {
     return Isa::kBaseline;
   }();
   return isa;
+}
+
+// Whether the running CPU can execute code compiled for isa.
+inline bool isa_supported(Isa isa) { return static_cast<int>(isa) >= static_cast<int>(conv_isa()); }
+
+// Printable name, for messages and test labels.
+inline const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx512:
+      return "avx512";
+    case Isa::kAvx2:
+      return "avx2";
+    case Isa::kBaseline:
+      return "baseline";
+  }
+  return "?";
 }
 
 }  // namespace hsgd::kernels::simd

@@ -97,6 +97,7 @@ struct TransformArgs {
   int64_t channels = 0;
   TileGrid grid;
   int64_t n0 = 0, nb = 0, ld = 0;  // samples [n0, n0+nb) of src (or dst for kOutput)
+  simd::Isa isa = simd::Isa::kBaseline;
 };
 
 int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
@@ -314,7 +315,7 @@ void run_baseline(const TransformArgs& a) {
 
 template <typename W, Stage S>
 void run(const TransformArgs& a) {
-  switch (simd::conv_isa()) {
+  switch (a.isa) {
     case simd::Isa::kAvx512:
       return run_avx512<W, S>(a);
     case simd::Isa::kAvx2:
@@ -375,7 +376,7 @@ int64_t samples_per_block(const Conv2dGeometry& g, const TileGrid& grid, int alp
 // y (N,K,H,W) = conv of x (N,C,H,W) with weights already transformed, u (alpha^2, K, C).
 template <typename W>
 void forward_transformed(const float* x, const float* u, const Conv2dGeometry& g, int64_t c,
-                         int64_t k, float* y) {
+                         int64_t k, float* y, simd::Isa isa) {
   constexpr int kA2 = W::kAlpha * W::kAlpha;
   const TileGrid grid = make_grid(g, W::kM);
   const int64_t block = samples_per_block(g, grid, W::kAlpha);
@@ -384,29 +385,41 @@ void forward_transformed(const float* x, const float* u, const Conv2dGeometry& g
   auto m = std::make_unique_for_overwrite<float[]>(kA2 * k * ld);  // (alpha^2, K, ld)
   for (int64_t n0 = 0; n0 < g.n; n0 += block) {
     const int64_t nb = std::min(block, g.n - n0), count = nb * grid.per_sample();
-    run<W, Stage::kInput>(
-        {.src = x, .dst = v.get(), .channels = c, .grid = grid, .n0 = n0, .nb = nb, .ld = ld});
+    run<W, Stage::kInput>({.src = x,
+                           .dst = v.get(),
+                           .channels = c,
+                           .grid = grid,
+                           .n0 = n0,
+                           .nb = nb,
+                           .ld = ld,
+                           .isa = isa});
     for (int p = 0; p < kA2; ++p) {
       // m[p] (K, count) = u[p] (K, C) * v[p] (C, count)
       conv_gemm_nn(k, count, c, u + p * k * c, c, v.get() + p * c * ld, ld, m.get() + p * k * ld,
-                   ld);
+                   ld, isa);
     }
-    run<W, Stage::kOutput>(
-        {.src = m.get(), .dst = y, .channels = k, .grid = grid, .n0 = n0, .nb = nb, .ld = ld});
+    run<W, Stage::kOutput>({.src = m.get(),
+                            .dst = y,
+                            .channels = k,
+                            .grid = grid,
+                            .n0 = n0,
+                            .nb = nb,
+                            .ld = ld,
+                            .isa = isa});
   }
 }
 
 template <typename W>
-void forward(const float* x, const float* w, const Conv2dGeometry& g, float* y) {
+void forward(const float* x, const float* w, const Conv2dGeometry& g, float* y, simd::Isa isa) {
   constexpr int kA2 = W::kAlpha * W::kAlpha;
   auto u = std::make_unique_for_overwrite<float[]>(kA2 * g.o * g.c);
   transform_weights<W>(w, g.o, g.c, u.get());
-  forward_transformed<W>(x, u.get(), g, g.c, g.o, y);
+  forward_transformed<W>(x, u.get(), g, g.c, g.o, y, isa);
 }
 
 template <typename W>
 void backward(const float* x, const float* w, const float* gy, const Conv2dGeometry& g, float* gx,
-              float* gw) {
+              float* gw, simd::Isa isa) {
   constexpr int kA2 = W::kAlpha * W::kAlpha;
   const TileGrid grid = make_grid(g, W::kM);
   if (gx != nullptr) {
@@ -420,7 +433,7 @@ void backward(const float* x, const float* w, const float* gy, const Conv2dGeome
     }
     auto u = std::make_unique_for_overwrite<float[]>(kA2 * g.c * g.o);
     transform_weights<W>(flipped.get(), g.c, g.o, u.get());
-    forward_transformed<W>(gy, u.get(), g, g.o, g.c, gx);
+    forward_transformed<W>(gy, u.get(), g, g.o, g.c, gx, isa);
   }
   if (gw == nullptr) return;
   const int64_t block = samples_per_block(g, grid, W::kAlpha, kGradBlockFloats);
@@ -430,14 +443,26 @@ void backward(const float* x, const float* w, const float* gy, const Conv2dGeome
   auto du = std::make_unique_for_overwrite<float[]>(kA2 * g.o * g.c);  // (alpha^2, O, C)
   for (int64_t n0 = 0; n0 < g.n; n0 += block) {
     const int64_t nb = std::min(block, g.n - n0), count = nb * grid.per_sample();
-    run<W, Stage::kInput>(
-        {.src = x, .dst = v.get(), .channels = g.c, .grid = grid, .n0 = n0, .nb = nb, .ld = ld});
-    run<W, Stage::kGradOutput>(
-        {.src = gy, .dst = dm.get(), .channels = g.o, .grid = grid, .n0 = n0, .nb = nb, .ld = ld});
+    run<W, Stage::kInput>({.src = x,
+                           .dst = v.get(),
+                           .channels = g.c,
+                           .grid = grid,
+                           .n0 = n0,
+                           .nb = nb,
+                           .ld = ld,
+                           .isa = isa});
+    run<W, Stage::kGradOutput>({.src = gy,
+                                .dst = dm.get(),
+                                .channels = g.o,
+                                .grid = grid,
+                                .n0 = n0,
+                                .nb = nb,
+                                .ld = ld,
+                                .isa = isa});
     for (int p = 0; p < kA2; ++p) {
       // du[p] (O, C) (+)= dm[p] (O, count) * v[p]^T (count, C)
       conv_gemm_nt(g.o, g.c, count, dm.get() + p * g.o * ld, ld, v.get() + p * g.c * ld, ld,
-                   n0 == 0 ? 0.0f : 1.0f, du.get() + p * g.o * g.c, g.c);
+                   n0 == 0 ? 0.0f : 1.0f, du.get() + p * g.o * g.c, g.c, isa);
     }
   }
   grad_weights<W>(du.get(), g.o, g.c, gw);
@@ -449,17 +474,22 @@ bool winograd_applies(const Conv2dGeometry& g) {
   return g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.ph == 1 && g.pw == 1;
 }
 
-void winograd_conv2d_forward(const float* x, const float* w, const Conv2dGeometry& g, float* y) {
+void winograd_conv2d_forward(const float* x, const float* w, const Conv2dGeometry& g, float* y,
+                             simd::Isa isa) {
   HSGD_CHECK(winograd_applies(g), "winograd: needs a 3x3 kernel, stride 1 and padding 1, got (",
              g.kh, ",", g.kw, ") stride (", g.sh, ",", g.sw, ") padding (", g.ph, ",", g.pw, ")");
-  forward<F2>(x, w, g, y);
+  HSGD_CHECK(simd::isa_supported(isa), "winograd: this CPU cannot run ", simd::isa_name(isa),
+             " code");
+  forward<F2>(x, w, g, y, isa);
 }
 
 void winograd_conv2d_backward(const float* x, const float* w, const float* gy,
-                              const Conv2dGeometry& g, float* gx, float* gw) {
+                              const Conv2dGeometry& g, float* gx, float* gw, simd::Isa isa) {
   HSGD_CHECK(winograd_applies(g), "winograd: needs a 3x3 kernel, stride 1 and padding 1, got (",
              g.kh, ",", g.kw, ") stride (", g.sh, ",", g.sw, ") padding (", g.ph, ",", g.pw, ")");
-  backward<F2>(x, w, gy, g, gx, gw);
+  HSGD_CHECK(simd::isa_supported(isa), "winograd: this CPU cannot run ", simd::isa_name(isa),
+             " code");
+  backward<F2>(x, w, gy, g, gx, gw, isa);
 }
 
 }  // namespace hsgd::kernels

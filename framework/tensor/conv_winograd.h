@@ -21,6 +21,7 @@
 #include <cstdint>
 
 #include "framework/tensor/conv_kernels.h"
+#include "framework/tensor/conv_simd.h"
 
 namespace hsgd::kernels {
 
@@ -28,13 +29,16 @@ namespace hsgd::kernels {
 bool winograd_applies(const Conv2dGeometry& g);
 
 // y = conv2d(x, w) without bias. x is (N,C,H,W), w is (O,C,3,3), y is (N,O,H,W) and is
-// overwritten. Throws hsgd::InvalidArgument unless winograd_applies(g).
-void winograd_conv2d_forward(const float* x, const float* w, const Conv2dGeometry& g, float* y);
+// overwritten. Throws hsgd::InvalidArgument unless winograd_applies(g). isa selects the SIMD
+// code (tests pass each one the CPU supports); it must be supported by the CPU.
+void winograd_conv2d_forward(const float* x, const float* w, const Conv2dGeometry& g, float* y,
+                             simd::Isa isa = simd::conv_isa());
 
 // Gradients of winograd_conv2d_forward for gy (N,O,H,W). gx (N,C,H,W) and gw (O,C,3,3) may each
 // be null when not wanted and are overwritten otherwise. Throws hsgd::InvalidArgument unless
 // winograd_applies(g).
 void winograd_conv2d_backward(const float* x, const float* w, const float* gy,
-                              const Conv2dGeometry& g, float* gx, float* gw);
+                              const Conv2dGeometry& g, float* gx, float* gw,
+                              simd::Isa isa = simd::conv_isa());
 
 }  // namespace hsgd::kernels

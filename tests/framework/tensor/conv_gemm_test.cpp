@@ -1,5 +1,6 @@
-// conv_gemm_nn / conv_gemm_nt against a direct triple loop in double, over sizes that leave
-// every kind of remainder of the AVX-512 kernels' blocks (8 rows x 32 columns for nn, 4 x 4
+// conv_gemm_nn / conv_gemm_nt (the AVX-512 kernels and the cblas_sgemm fallback) against a
+// direct triple loop in double, over sizes that leave every kind of remainder of the AVX-512
+// kernels' blocks (8 rows x 32 columns for nn, 4 x 4
 // entries and 16-long inner runs for nt), and with row strides wider than the rows.
 
 #include "framework/tensor/conv_gemm.h"
@@ -36,7 +37,7 @@ TEST(ConvGemmTest, NnMatchesDirectProduct) {
     const int64_t lda = g.k + 3, ldb = g.n + 5, ldc = g.n + 2;
     const std::vector<float> a = randn({g.m, lda}, gen).to_vector();
     const std::vector<float> b = randn({g.k, ldb}, gen).to_vector();
-    std::vector<float> c(g.m * ldc, -7.0f), expected(c);
+    std::vector<float> expected(g.m * ldc, -7.0f);
     for (int64_t i = 0; i < g.m; ++i) {
       for (int64_t j = 0; j < g.n; ++j) {
         double s = 0;
@@ -44,9 +45,14 @@ TEST(ConvGemmTest, NnMatchesDirectProduct) {
         expected[i * ldc + j] = static_cast<float>(s);
       }
     }
-    kernels::conv_gemm_nn(g.m, g.n, g.k, a.data(), lda, b.data(), ldb, c.data(), ldc);
-    // Entries between n and ldc must be left alone (-7).
-    testing::expect_near_all(c, expected, 1e-4, describe(g, "nn"));
+    for (kernels::simd::Isa isa : {kernels::simd::Isa::kAvx512, kernels::simd::Isa::kBaseline}) {
+      if (!kernels::simd::isa_supported(isa)) continue;
+      std::vector<float> c(g.m * ldc, -7.0f);
+      kernels::conv_gemm_nn(g.m, g.n, g.k, a.data(), lda, b.data(), ldb, c.data(), ldc, isa);
+      // Entries between n and ldc must be left alone (-7).
+      testing::expect_near_all(c, expected, 1e-4,
+                               describe(g, "nn") + " " + kernels::simd::isa_name(isa));
+    }
   }
 }
 
@@ -58,7 +64,7 @@ TEST(ConvGemmTest, NtMatchesDirectProduct_OverwriteAndAccumulate) {
     const std::vector<float> b = randn({g.n, ldb}, gen).to_vector();
     const std::vector<float> c0 = randn({g.m, ldc}, gen).to_vector();
     for (float beta : {0.0f, 1.0f}) {
-      std::vector<float> c = c0, expected = c0;
+      std::vector<float> expected = c0;
       for (int64_t i = 0; i < g.m; ++i) {
         for (int64_t j = 0; j < g.n; ++j) {
           double s = beta * double(c0[i * ldc + j]);
@@ -66,9 +72,15 @@ TEST(ConvGemmTest, NtMatchesDirectProduct_OverwriteAndAccumulate) {
           expected[i * ldc + j] = static_cast<float>(s);
         }
       }
-      kernels::conv_gemm_nt(g.m, g.n, g.k, a.data(), lda, b.data(), ldb, beta, c.data(), ldc);
-      testing::expect_near_all(c, expected, 1e-4,
-                               describe(g, "nt") + " beta " + std::to_string(beta));
+      for (kernels::simd::Isa isa : {kernels::simd::Isa::kAvx512, kernels::simd::Isa::kBaseline}) {
+        if (!kernels::simd::isa_supported(isa)) continue;
+        std::vector<float> c = c0;
+        kernels::conv_gemm_nt(g.m, g.n, g.k, a.data(), lda, b.data(), ldb, beta, c.data(), ldc,
+                              isa);
+        testing::expect_near_all(c, expected, 1e-4,
+                                 describe(g, "nt") + " beta " + std::to_string(beta) + " " +
+                                     kernels::simd::isa_name(isa));
+      }
     }
   }
 }

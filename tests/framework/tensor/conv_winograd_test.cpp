@@ -73,20 +73,34 @@ void reference_backward(const std::vector<float>& x, const std::vector<float>& w
 // 1e-4 of every value, as the golden tests against PyTorch require.
 constexpr double kTol = 1e-4;
 
-TEST(WinogradConvTest, ForwardMatchesDirectDefinition) {
+// Every instruction set the CPU runs: the AVX-512 build of the kernels and the AVX2 and
+// baseline ones that other CPUs would take.
+std::vector<kernels::simd::Isa> supported_isas() {
+  std::vector<kernels::simd::Isa> out;
+  for (auto isa :
+       {kernels::simd::Isa::kAvx512, kernels::simd::Isa::kAvx2, kernels::simd::Isa::kBaseline}) {
+    if (kernels::simd::isa_supported(isa)) out.push_back(isa);
+  }
+  return out;
+}
+
+TEST(WinogradConvTest, ForwardMatchesDirectDefinition_EverySupportedIsa) {
+  ASSERT_FALSE(supported_isas().empty());
   Generator gen(11);
   for (const Shape3x3& s : kShapes) {
     const std::vector<float> x = randn({s.n, s.c, s.h, s.w}, gen).to_vector();
     const std::vector<float> w = randn({s.o, s.c, 3, 3}, gen).to_vector();
     const std::vector<float> expected =
         testing::reference_conv2d(x, w, nullptr, s.n, s.c, s.h, s.w, s.o, 3, 3, 1, 1, 1, 1);
-    std::vector<float> y(expected.size(), NAN);
-    kernels::winograd_conv2d_forward(x.data(), w.data(), geometry(s), y.data());
-    testing::expect_near_all(y, expected, kTol, describe(s));
+    for (kernels::simd::Isa isa : supported_isas()) {
+      std::vector<float> y(expected.size(), NAN);
+      kernels::winograd_conv2d_forward(x.data(), w.data(), geometry(s), y.data(), isa);
+      testing::expect_near_all(y, expected, kTol, describe(s) + " " + kernels::simd::isa_name(isa));
+    }
   }
 }
 
-TEST(WinogradConvTest, GradientsMatchDirectDefinition) {
+TEST(WinogradConvTest, GradientsMatchDirectDefinition_EverySupportedIsa) {
   Generator gen(12);
   for (const Shape3x3& s : kShapes) {
     const std::vector<float> x = randn({s.n, s.c, s.h, s.w}, gen).to_vector();
@@ -94,11 +108,14 @@ TEST(WinogradConvTest, GradientsMatchDirectDefinition) {
     const std::vector<float> gy = randn({s.n, s.o, s.h, s.w}, gen).to_vector();
     std::vector<float> gx_ref, gw_ref;
     reference_backward(x, w, gy, s, gx_ref, gw_ref);
-    std::vector<float> gx(x.size(), NAN), gw(w.size(), NAN);
-    kernels::winograd_conv2d_backward(x.data(), w.data(), gy.data(), geometry(s), gx.data(),
-                                      gw.data());
-    testing::expect_near_all(gx, gx_ref, kTol, "gx " + describe(s));
-    testing::expect_near_all(gw, gw_ref, kTol, "gw " + describe(s));
+    for (kernels::simd::Isa isa : supported_isas()) {
+      std::vector<float> gx(x.size(), NAN), gw(w.size(), NAN);
+      kernels::winograd_conv2d_backward(x.data(), w.data(), gy.data(), geometry(s), gx.data(),
+                                        gw.data(), isa);
+      const std::string what = describe(s) + " " + kernels::simd::isa_name(isa);
+      testing::expect_near_all(gx, gx_ref, kTol, "gx " + what);
+      testing::expect_near_all(gw, gw_ref, kTol, "gw " + what);
+    }
   }
 }
 
