@@ -267,11 +267,77 @@ void ProcessGroup::connect() {
     if (one_node) {
       shm_ = ShmAllreduce::connect(*options_.store, options_.key_prefix + "shm/", rank(), size(),
                                    options_.timeout, options_.name);
+    } else {
+      connect_two_level(nodes);
     }
   }
   logger()->debug("rank {} of group '{}' connected ({} ranks, prefix '{}', allreduce over {})",
                   rank(), options_.name, size(), options_.key_prefix,
-                  shm_ ? "shared memory" : "TCP");
+                  shm_          ? "shared memory"
+                  : two_level_ ? "shared memory within nodes and TCP between them"
+                               : "TCP");
+}
+
+// Members grouped by node (in order of their first group rank). The two-level allreduce needs
+// at least two nodes with the same number L >= 2 of members each: then member i of a node
+// (i-th lowest group rank there) joins "cross group" i, which holds member i of every node.
+// Every rank computes the same plan from the same identities; whether every node could map
+// its segment is agreed through the store, so either all ranks use the two-level allreduce or
+// none does.
+void ProcessGroup::connect_two_level(const std::vector<Bytes>& identities) {
+  std::vector<Bytes> node_ids;
+  std::vector<std::vector<int>> node_members;
+  for (int r = 0; r < size(); ++r) {
+    const Bytes& id = identities[static_cast<size_t>(r)];
+    auto it = std::find(node_ids.begin(), node_ids.end(), id);
+    if (it == node_ids.end()) {
+      node_ids.push_back(id);
+      node_members.emplace_back();
+      it = node_ids.end() - 1;
+    }
+    node_members[static_cast<size_t>(it - node_ids.begin())].push_back(r);
+  }
+  const size_t per_node = node_members.front().size();
+  const bool uniform = std::all_of(node_members.begin(), node_members.end(),
+                                   [&](const auto& m) { return m.size() == per_node; });
+  if (node_members.size() < 2 || per_node < 2 || !uniform) return;
+  int my_node = 0, my_index = 0;
+  for (size_t k = 0; k < node_members.size(); ++k) {
+    auto it = std::find(node_members[k].begin(), node_members[k].end(), rank());
+    if (it != node_members[k].end()) {
+      my_node = static_cast<int>(k);
+      my_index = static_cast<int>(it - node_members[k].begin());
+    }
+  }
+  const std::string node_name = options_.name + "/node" + std::to_string(my_node);
+  auto local = ShmAllreduce::connect(
+      *options_.store, options_.key_prefix + "node" + std::to_string(my_node) + "/shm/", my_index,
+      static_cast<int>(per_node), options_.timeout, node_name);
+  const std::string agreed = options_.key_prefix + "two_level/";
+  options_.store->set(agreed + std::to_string(rank()), to_bytes(local ? "1" : "0"));
+  std::vector<std::string> keys;
+  for (int r = 0; r < size(); ++r) keys.push_back(agreed + std::to_string(r));
+  options_.store->wait(keys, options_.timeout);
+  const auto votes = options_.store->multi_get(keys, options_.timeout);
+  if (!std::all_of(votes.begin(), votes.end(), [](const Bytes& v) { return to_string(v) == "1"; })) {
+    return;
+  }
+  Options cross;
+  cross.store = options_.store;
+  cross.key_prefix = options_.key_prefix + "cross" + std::to_string(my_index) + "/";
+  cross.name = options_.name + "/cross" + std::to_string(my_index);
+  cross.rank = my_node;
+  for (const auto& members : node_members) {
+    cross.ranks.push_back(options_.ranks[static_cast<size_t>(members[static_cast<size_t>(my_index)])]);
+  }
+  cross.timeout = options_.timeout;
+  cross.device = options_.device;
+  cross.resources = options_.resources;
+  cross.allreduce_algorithm = options_.allreduce_algorithm;
+  cross.shared_memory = false;  // one member per node
+  two_level_ = std::make_unique<TwoLevel>(
+      TwoLevel{std::move(local), std::make_shared<ProcessGroup>(std::move(cross)), my_index,
+               static_cast<int>(per_node)});
 }
 
 std::shared_ptr<Work> ProcessGroup::enqueue(std::string what,
@@ -452,6 +518,10 @@ std::shared_ptr<Work> ProcessGroup::allreduce_impl(std::span<T> data, ReduceOp o
       shm_->allreduce(data, op, std::chrono::steady_clock::now() + options_.timeout);
       return;
     }
+    if (algorithm == AllreduceAlgorithm::kAuto && two_level_ != nullptr) {
+      two_level_allreduce(data, op);
+      return;
+    }
     if (algorithm == AllreduceAlgorithm::kAuto) {
       algorithm = data.size_bytes() <= kSmallAllreduceBytes ? AllreduceAlgorithm::kHalvingDoubling
                                                             : AllreduceAlgorithm::kRing;
@@ -480,6 +550,35 @@ std::shared_ptr<Work> ProcessGroup::allreduce_impl(std::span<T> data, ReduceOp o
       for (auto& x : data) x /= n;
     }
   });
+}
+
+// 1. every node reduces the whole buffer in shared memory; 2. member i of each node allreduces
+// shard i (of L) with member i of the other nodes over TCP, so the L cross groups share the
+// inter-node traffic and each crossing carries the buffer once instead of 2 (p-1)/p times;
+// 3. each member keeps its shard, fills the rest with the op's identity, and the node reduces
+// once more, which assembles the result (x + 0, min(x, +inf) and max(x, -inf) are exact, so every
+// rank gets the same bits).
+template <typename T>
+void ProcessGroup::two_level_allreduce(std::span<T> data, ReduceOp op) {
+  const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
+  const ReduceOp inner = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
+  TwoLevel& plan = *two_level_;
+  plan.local->allreduce(data, inner, deadline);
+  const size_t shards = static_cast<size_t>(plan.per_node);
+  const size_t per = (data.size() + shards - 1) / shards;
+  const size_t begin = std::min(data.size(), per * static_cast<size_t>(plan.index));
+  const size_t end = std::min(data.size(), begin + per);
+  plan.cross->allreduce(data.subspan(begin, end - begin), inner)->wait(options_.timeout);
+  const T identity = inner == ReduceOp::kMin   ? std::numeric_limits<T>::infinity()
+                     : inner == ReduceOp::kMax ? -std::numeric_limits<T>::infinity()
+                                               : T(0);
+  std::fill(data.begin(), data.begin() + static_cast<std::ptrdiff_t>(begin), identity);
+  std::fill(data.begin() + static_cast<std::ptrdiff_t>(end), data.end(), identity);
+  plan.local->allreduce(data, inner, deadline);
+  if (op == ReduceOp::kAvg) {
+    const T n = static_cast<T>(size());
+    for (auto& x : data) x /= n;
+  }
 }
 
 std::shared_ptr<Work> ProcessGroup::allreduce(std::span<float> data, ReduceOp op) {

@@ -148,6 +148,9 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   bool shared_memory_enabled() const { return options_.shared_memory; }
   // Whether kAuto allreduces of this group run over shared memory (every member on one node).
   bool uses_shared_memory() const { return shm_ != nullptr; }
+  // Whether kAuto allreduces run in two levels: shared memory within each node, TCP between
+  // nodes (members on at least two nodes, the same number >= 2 on each).
+  bool uses_two_level_allreduce() const { return two_level_ != nullptr; }
 
  private:
   struct Task {
@@ -176,11 +179,22 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   template <typename T>
   std::shared_ptr<Work> allgather_impl(std::span<const T> in, std::span<T> out, const char* type);
   void connect();
+  void connect_two_level(const std::vector<Bytes>& identities);
+  template <typename T>
+  void two_level_allreduce(std::span<T> data, ReduceOp op);
 
   // Constant after construction.
   const Options options_;
   std::shared_ptr<gloo::Context> context_;
   std::unique_ptr<ShmAllreduce> shm_;  // set when every member runs on this node
+  // Set when the members span nodes with the same number >= 2 on each (see connect_two_level).
+  struct TwoLevel {
+    std::unique_ptr<ShmAllreduce> local;   // the members on this node
+    std::shared_ptr<ProcessGroup> cross;   // member `index` of every node
+    int index = 0;                         // this rank's position among its node's members
+    int per_node = 0;
+  };
+  std::unique_ptr<TwoLevel> two_level_;
 
   std::atomic<int64_t> next_child_id_{0};
 

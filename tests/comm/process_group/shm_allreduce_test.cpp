@@ -125,15 +125,16 @@ TEST(ShmAllreduceTest, SubgroupsOfOneNodeUseItAndInheritTheSwitch) {
   std::filesystem::remove_all(dir);
 }
 
-// Two launcher agents on one machine emulate two nodes (GROUP_RANK differs): their groups keep
-// their traffic on the network, where a rate limit between the emulated nodes applies.
-TEST(ShmAllreduceTest, RanksOfDifferentNodesStayOnTcp) {
+// Two launcher agents on one machine emulate two nodes (GROUP_RANK differs): traffic between
+// them stays on the network, where a rate limit between the emulated nodes applies.
+TEST(ShmAllreduceTest, RanksOfDifferentNodesNeverShareOneSegment) {
   const auto dir = unique_temp_dir("shm_nodes");
   auto result = run_ranks(4, std::chrono::seconds(60), [&](int rank) {
     ::setenv("GROUP_RANK", std::to_string(rank / 2).c_str(), 1);
     auto world = init_process_group(
         {.rank = rank, .world_size = 4, .store = std::make_shared<FileStore>(dir)});
     EXPECT_FALSE(world->uses_shared_memory());
+    EXPECT_TRUE(world->uses_two_level_allreduce());
     auto [node, nodes] = new_subgroups(world, 2);
     EXPECT_TRUE(node->uses_shared_memory());  // both members on the same emulated node
     std::vector<double> x{static_cast<double>(rank)};
@@ -143,6 +144,50 @@ TEST(ShmAllreduceTest, RanksOfDifferentNodesStayOnTcp) {
   });
   EXPECT_RANKS_OK(result);
   std::filesystem::remove_all(dir);
+}
+
+// Groups spanning emulated nodes (GROUP_RANK) allreduce in two levels when every node has the
+// same number >= 2 of members, contiguous or interleaved; otherwise over TCP alone. Either way
+// the result matches Gloo's TCP path and is the same on every rank.
+TEST(ShmAllreduceTest, TwoLevelAcrossNodesMatchesTcp) {
+  struct Layout {
+    int world;
+    int (*node_of)(int rank);
+    bool two_level;
+  };
+  const Layout layouts[] = {
+      {4, [](int r) { return r / 2; }, true},         // 2 nodes x 2
+      {6, [](int r) { return r / 3; }, true},         // 2 nodes x 3
+      {6, [](int r) { return r % 3; }, true},         // 3 nodes x 2, ranks interleaved
+      {4, [](int r) { return r == 0 ? 0 : 1; }, false}  // 1 + 3: not uniform
+  };
+  for (const Layout& layout : layouts) {
+    const auto dir = unique_temp_dir("shm_two_level");
+    auto result = run_ranks(layout.world, std::chrono::seconds(120), [&](int rank) {
+      ::setenv("GROUP_RANK", std::to_string(layout.node_of(rank)).c_str(), 1);
+      auto store = std::make_shared<FileStore>(dir);
+      auto two = init_process_group({.rank = rank,
+                                     .world_size = layout.world,
+                                     .store = store,
+                                     .key_prefix = "two/",
+                                     .timeout = std::chrono::seconds(30)});
+      auto tcp = init_process_group({.rank = rank,
+                                     .world_size = layout.world,
+                                     .store = store,
+                                     .key_prefix = "tcp/",
+                                     .timeout = std::chrono::seconds(30),
+                                     .shared_memory = false});
+      ASSERT_FALSE(two->uses_shared_memory());
+      ASSERT_EQ(two->uses_two_level_allreduce(), layout.two_level);
+      ASSERT_FALSE(tcp->uses_two_level_allreduce());
+      compare_with_tcp<float>(*two, *tcp, *store, layout.world);
+      compare_with_tcp<double>(*two, *tcp, *store, layout.world);
+      two->shutdown(std::chrono::seconds(30));
+      tcp->shutdown(std::chrono::seconds(30));
+    });
+    EXPECT_RANKS_OK(result) << "world " << layout.world << ", two-level " << layout.two_level;
+    std::filesystem::remove_all(dir);
+  }
 }
 
 TEST(ShmAllreduceTest, PeerThatExitedIsNamedLongBeforeTheTimeout) {
