@@ -361,6 +361,8 @@ constexpr int64_t kBlockFloats = int64_t{128} << 10;  // 512 KiB
 // The weight gradient's blocks are larger: each block ends in a horizontal reduction per entry
 // of du (see conv_gemm_nt), and its kernel streams v from L2 anyway.
 constexpr int64_t kGradBlockFloats = int64_t{256} << 10;  // 1 MiB
+// Below this many tiles per block the reductions cost a third of the product (8x8 maps).
+constexpr int64_t kMinGradTiles = 512;
 
 TileGrid make_grid(const Conv2dGeometry& g, int m) {
   return {.h = g.h, .w = g.w, .th = (g.h + m - 1) / m, .tw = (g.w + m - 1) / m};
@@ -436,7 +438,11 @@ void backward(const float* x, const float* w, const float* gy, const Conv2dGeome
     forward_transformed<W>(gy, u.get(), g, g.o, g.c, gx, isa);
   }
   if (gw == nullptr) return;
-  const int64_t block = samples_per_block(g, grid, W::kAlpha, kGradBlockFloats);
+  // At least kMinGradTiles tiles per block, however small the maps.
+  const int64_t block =
+      std::clamp<int64_t>(std::max(samples_per_block(g, grid, W::kAlpha, kGradBlockFloats),
+                                   (kMinGradTiles + grid.per_sample() - 1) / grid.per_sample()),
+                          1, g.n);
   const int64_t ld = round_up(block * grid.per_sample() + kLanes, kLanes);
   auto v = std::make_unique_for_overwrite<float[]>(kA2 * g.c * ld);    // (alpha^2, C, ld)
   auto dm = std::make_unique_for_overwrite<float[]>(kA2 * g.o * ld);   // (alpha^2, O, ld)

@@ -34,10 +34,22 @@ std::string describe(const Shape3x3& s) {
 // blocks and a last block that is not a multiple of the 16 SIMD lanes, and rows of 8, 16 and 32
 // tiles (the direct patch collection), also with an odd number of tile rows.
 const std::vector<Shape3x3> kShapes = {
-    {1, 1, 1, 1, 1},     {1, 2, 2, 2, 3},     {2, 3, 7, 5, 4},     {1, 5, 9, 6, 2},
-    {3, 4, 6, 11, 5},    {1, 16, 32, 32, 16}, {2, 64, 8, 8, 64},   {3, 24, 20, 18, 40},
-    {5, 40, 21, 19, 24}, {1, 3, 32, 32, 16},  {2, 32, 16, 16, 32}, {2, 5, 15, 16, 7},
-    {1, 4, 9, 15, 3},    {1, 2, 6, 64, 3},
+    {1, 1, 1, 1, 1},
+    {1, 2, 2, 2, 3},
+    {2, 3, 7, 5, 4},
+    {1, 5, 9, 6, 2},
+    {3, 4, 6, 11, 5},
+    {1, 16, 32, 32, 16},
+    {2, 64, 8, 8, 64},
+    {3, 24, 20, 18, 40},
+    {5, 40, 21, 19, 24},
+    {1, 3, 32, 32, 16},
+    {2, 32, 16, 16, 32},
+    {2, 5, 15, 16, 7},
+    {1, 4, 9, 15, 3},
+    {1, 2, 6, 64, 3},
+    // Two blocks of samples for the weight gradient too (its blocks hold >= 512 tiles).
+    {3, 32, 32, 32, 32},
 };
 
 kernels::Conv2dGeometry geometry(const Shape3x3& s) {
