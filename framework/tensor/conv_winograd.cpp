@@ -79,8 +79,10 @@ HSGD_INLINE void apply_2d(const T* in, T* out) {
 //
 // A transform handles one (sample, channel) plane at a time, in two steps. First the patch
 // entry (i,j) of every tile is collected into a stage row, stage[i*k+j][tile], reading every
-// m-th element of a zero-padded copy of an input row with vector shuffles (a scalar gather of
-// the patches cost more than the gemm). Then 16 tiles at a time are transformed in SIMD lanes.
+// other element of a zero-padded copy of an input row with vector shuffles (a scalar gather of
+// the patches cost more than the gemm); where a vector of 16 tiles is one or two tile rows,
+// collect_direct does the same straight into registers. Then 16 tiles at a time are
+// transformed in SIMD lanes.
 // Vector stores may run up to kLanes - 1 floats past the tiles they are meant for; such spills
 // land in entries that are written later or never read, which is what the slack in ld and in
 // the stage rows is for.
@@ -102,20 +104,18 @@ struct TransformArgs {
 
 int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
 
-// out[l] = row[m*l] for l < kLanes; reads row[0, 16*m).
-template <int m>
-HSGD_INLINE void every_mth(const float* row, Vec& out) {
+// out[l] = row[2*l] for l < kLanes; reads row[0, 2*kLanes).
+HSGD_INLINE void every_other(const float* row, Vec& out) {
+  constexpr Mask kEven = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
   Vec a, b;
   load(a, row);
   load(b, row + kLanes);
-  constexpr Mask kEven = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
-  static_assert(m == 2, "only F(2x2,3x3) is implemented");
   out = __builtin_shuffle(a, b, kEven);
 }
 
 // A sample's planes copied with zero borders, so that collect reads whole vectors without
 // bounds checks: plane c, row r, column q holds x[c][r - shift][q - shift] or zero. The rows
-// run past the plane by what every_mth reads beyond the last tile. The copy is made for all
+// run past the plane by what every_other reads beyond the last tile. The copy is made for all
 // channels before any is read back, so the vector loads do not wait on the stores.
 struct PaddedPlanes {
   int64_t rows, row_len, plane;
@@ -141,13 +141,14 @@ struct PaddedPlanes {
 template <int m, int k>
 HSGD_INLINE void collect(const float* padded, int64_t row_len, const TileGrid& g, float* stage,
                          int64_t stage_ld) {
+  static_assert(m == 2, "every_other reads the tiles of 2x2 outputs");
   for (int64_t ty = 0; ty < g.th; ++ty) {
     for (int i = 0; i < k; ++i) {
       const float* row = padded + (ty * m + i) * row_len;
       for (int64_t tx = 0; tx < g.tw; tx += kLanes) {
         for (int j = 0; j < k; ++j) {
           Vec v;
-          every_mth<m>(row + tx * m + j, v);
+          every_other(row + tx * m + j, v);
           store(stage + (i * k + j) * stage_ld + ty * g.tw + tx, v);
         }
       }
