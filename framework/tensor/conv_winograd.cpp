@@ -93,7 +93,14 @@ struct TileGrid {
   int64_t per_sample() const { return th * tw; }
 };
 
+struct PaddedPlanes;
+struct StageRows;
+
+// One transform call. pad and stage are scratch made once per conv by the driver: allocating
+// them per block of samples cost page faults in every call.
 struct TransformArgs {
+  PaddedPlanes* pad = nullptr;  // kInput and kGradOutput
+  StageRows* stage = nullptr;
   const float* src = nullptr;
   float* dst = nullptr;
   int64_t channels = 0;
@@ -198,8 +205,8 @@ HSGD_INLINE void input_transform(const TransformArgs& a) {
   const TileGrid& g = a.grid;
   const int64_t tiles = g.per_sample(), cld = a.channels * a.ld;
   const bool direct = collects_directly(g);
-  PaddedPlanes pad(g, a.channels, kM, kA);
-  StageRows s(g, kA);
+  PaddedPlanes& pad = *a.pad;
+  StageRows& s = *a.stage;
   for (int64_t n = 0; n < a.nb; ++n) {
     pad.fill(a.src + (a.n0 + n) * a.channels * g.h * g.w, g, a.channels, 1);
     for (int64_t c = 0; c < a.channels; ++c) {
@@ -226,8 +233,8 @@ HSGD_INLINE void grad_output_transform(const TransformArgs& a) {
   constexpr int kA = W::kAlpha, kM = W::kM;
   const TileGrid& g = a.grid;
   const int64_t tiles = g.per_sample(), cld = a.channels * a.ld;
-  PaddedPlanes pad(g, a.channels, kM, kM);
-  StageRows s(g, kA);
+  PaddedPlanes& pad = *a.pad;
+  StageRows& s = *a.stage;
   for (int64_t n = 0; n < a.nb; ++n) {
     pad.fill(a.src + (a.n0 + n) * a.channels * g.h * g.w, g, a.channels, 0);
     for (int64_t c = 0; c < a.channels; ++c) {
@@ -263,7 +270,7 @@ HSGD_INLINE void output_transform(const TransformArgs& a) {
   const TileGrid& g = a.grid;
   const int64_t tiles = g.per_sample(), cld = a.channels * a.ld;
   const int64_t full = g.w / kM;  // tiles per row that lie wholly inside the plane
-  StageRows s(g, kA);
+  StageRows& s = *a.stage;
   for (int64_t n = 0; n < a.nb; ++n) {
     for (int64_t c = 0; c < a.channels; ++c) {
       const float* in = a.src + c * a.ld + n * tiles;
@@ -362,8 +369,6 @@ constexpr int64_t kBlockFloats = int64_t{128} << 10;  // 512 KiB
 // The weight gradient's blocks are larger: each block ends in a horizontal reduction per entry
 // of du (see conv_gemm_nt), and its kernel streams v from L2 anyway.
 constexpr int64_t kGradBlockFloats = int64_t{256} << 10;  // 1 MiB
-// Below this many tiles per block the reductions cost a third of the product (8x8 maps).
-constexpr int64_t kMinGradTiles = 512;
 
 TileGrid make_grid(const Conv2dGeometry& g, int m) {
   return {.h = g.h, .w = g.w, .th = (g.h + m - 1) / m, .tw = (g.w + m - 1) / m};
@@ -386,9 +391,13 @@ void forward_transformed(const float* x, const float* u, const Conv2dGeometry& g
   const int64_t ld = round_up(block * grid.per_sample() + kLanes, kLanes);
   auto v = std::make_unique_for_overwrite<float[]>(kA2 * c * ld);  // (alpha^2, C, ld)
   auto m = std::make_unique_for_overwrite<float[]>(kA2 * k * ld);  // (alpha^2, K, ld)
+  PaddedPlanes pad(grid, c, W::kM, W::kAlpha);
+  StageRows stage(grid, W::kAlpha);
   for (int64_t n0 = 0; n0 < g.n; n0 += block) {
     const int64_t nb = std::min(block, g.n - n0), count = nb * grid.per_sample();
-    run<W, Stage::kInput>({.src = x,
+    run<W, Stage::kInput>({.pad = &pad,
+                           .stage = &stage,
+                           .src = x,
                            .dst = v.get(),
                            .channels = c,
                            .grid = grid,
@@ -401,7 +410,8 @@ void forward_transformed(const float* x, const float* u, const Conv2dGeometry& g
       conv_gemm_nn(k, count, c, u + p * k * c, c, v.get() + p * c * ld, ld, m.get() + p * k * ld,
                    ld, isa);
     }
-    run<W, Stage::kOutput>({.src = m.get(),
+    run<W, Stage::kOutput>({.stage = &stage,
+                            .src = m.get(),
                             .dst = y,
                             .channels = k,
                             .grid = grid,
@@ -439,18 +449,18 @@ void backward(const float* x, const float* w, const float* gy, const Conv2dGeome
     forward_transformed<W>(gy, u.get(), g, g.o, g.c, gx, isa);
   }
   if (gw == nullptr) return;
-  // At least kMinGradTiles tiles per block, however small the maps.
-  const int64_t block =
-      std::clamp<int64_t>(std::max(samples_per_block(g, grid, W::kAlpha, kGradBlockFloats),
-                                   (kMinGradTiles + grid.per_sample() - 1) / grid.per_sample()),
-                          1, g.n);
+  const int64_t block = samples_per_block(g, grid, W::kAlpha, kGradBlockFloats);
   const int64_t ld = round_up(block * grid.per_sample() + kLanes, kLanes);
   auto v = std::make_unique_for_overwrite<float[]>(kA2 * g.c * ld);    // (alpha^2, C, ld)
   auto dm = std::make_unique_for_overwrite<float[]>(kA2 * g.o * ld);   // (alpha^2, O, ld)
   auto du = std::make_unique_for_overwrite<float[]>(kA2 * g.o * g.c);  // (alpha^2, O, C)
+  PaddedPlanes pad_x(grid, g.c, W::kM, W::kAlpha), pad_gy(grid, g.o, W::kM, W::kM);
+  StageRows stage(grid, W::kAlpha);
   for (int64_t n0 = 0; n0 < g.n; n0 += block) {
     const int64_t nb = std::min(block, g.n - n0), count = nb * grid.per_sample();
-    run<W, Stage::kInput>({.src = x,
+    run<W, Stage::kInput>({.pad = &pad_x,
+                           .stage = &stage,
+                           .src = x,
                            .dst = v.get(),
                            .channels = g.c,
                            .grid = grid,
@@ -458,7 +468,9 @@ void backward(const float* x, const float* w, const float* gy, const Conv2dGeome
                            .nb = nb,
                            .ld = ld,
                            .isa = isa});
-    run<W, Stage::kGradOutput>({.src = gy,
+    run<W, Stage::kGradOutput>({.pad = &pad_gy,
+                                .stage = &stage,
+                                .src = gy,
                                 .dst = dm.get(),
                                 .channels = g.o,
                                 .grid = grid,
