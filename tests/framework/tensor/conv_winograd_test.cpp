@@ -48,7 +48,7 @@ const std::vector<Shape3x3> kShapes = {
     {2, 5, 15, 16, 7},
     {1, 4, 9, 15, 3},
     {1, 2, 6, 64, 3},
-    // Two blocks of samples for the weight gradient too (its blocks hold >= 512 tiles).
+    // One sample per block in both passes, so the weight gradient accumulates over blocks.
     {3, 32, 32, 32, 32},
 };
 
