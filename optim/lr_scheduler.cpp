@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numbers>
+#include <string>
 
 #include "comm/error.h"
 
@@ -14,6 +15,12 @@ LRScheduler::LRScheduler(Optimizer& optimizer) : optimizer_(optimizer) {
     HSGD_CHECK(groups[g].lr.has_value(), "LRScheduler: param group ", g, " has no lr");
     base_lrs_.push_back(*groups[g].lr);
   }
+}
+
+LRScheduler::LRScheduler(Optimizer& optimizer, std::vector<double> base_lrs)
+    : optimizer_(optimizer), base_lrs_(std::move(base_lrs)) {
+  HSGD_CHECK_EQ(base_lrs_.size(), optimizer_.param_groups().size(),
+                "LRScheduler: one base lr per param group");
 }
 
 void LRScheduler::step() { set_last_epoch(last_epoch_ + 1); }
@@ -83,6 +90,43 @@ double LinearWarmup::lr_at(int64_t epoch, double base_lr) const {
                           static_cast<double>(options_.total_iters);
   return base_lr *
          (options_.start_factor + (options_.end_factor - options_.start_factor) * progress);
+}
+
+namespace {
+std::vector<double> first_base_lrs(const std::vector<const LRScheduler*>& schedulers) {
+  HSGD_CHECK(!schedulers.empty() && schedulers.front() != nullptr,
+             "SequentialLR: needs at least one scheduler");
+  return schedulers.front()->base_lrs();
+}
+}  // namespace
+
+SequentialLR::SequentialLR(Optimizer& optimizer, std::vector<const LRScheduler*> schedulers,
+                           std::vector<int64_t> milestones)
+    : LRScheduler(optimizer, first_base_lrs(schedulers)),
+      schedulers_(std::move(schedulers)),
+      milestones_(std::move(milestones)) {
+  HSGD_CHECK(milestones_.size() + 1 == schedulers_.size(), "SequentialLR: ", schedulers_.size(),
+             " schedulers need ", schedulers_.size() - 1, " milestones, got ", milestones_.size());
+  for (size_t i = 0; i < schedulers_.size(); ++i) {
+    HSGD_CHECK(schedulers_[i] != nullptr, "SequentialLR: scheduler ", i, " is null");
+    HSGD_CHECK(&schedulers_[i]->optimizer() == &optimizer, "SequentialLR: scheduler ", i,
+               " drives another optimizer");
+  }
+  for (size_t i = 0; i < milestones_.size(); ++i) {
+    HSGD_CHECK(milestones_[i] > (i == 0 ? 0 : milestones_[i - 1]), "SequentialLR: milestone ", i,
+               " (", milestones_[i], ") must be greater than ",
+               i == 0 ? std::string("0")
+                      : "milestone " + std::to_string(i - 1) + " (" +
+                            std::to_string(milestones_[i - 1]) + ")");
+  }
+  initialize();
+}
+
+double SequentialLR::lr_at(int64_t epoch, double base_lr) const {
+  const size_t index = static_cast<size_t>(
+      std::upper_bound(milestones_.begin(), milestones_.end(), epoch) - milestones_.begin());
+  const int64_t start = index == 0 ? 0 : milestones_[index - 1];
+  return schedulers_[index]->lr_at(epoch - start, base_lr);
 }
 
 }  // namespace hsgd::optim

@@ -7,6 +7,8 @@
 //   CosineAnnealingLR  eta_min + (base_lr - eta_min) * (1 + cos(pi * e / t_max)) / 2
 //   LinearWarmup       base_lr * (start + (end - start) * min(e, total_iters) / total_iters)
 //                      (torch's LinearLR)
+//   SequentialLR       schedulers[i].lr_at(e - milestones[i-1], base_lr) for the i with
+//                      milestones[i-1] <= e < milestones[i] (e.g. warm-up, then cosine)
 // Construction already applies epoch 0 (as torch does, so LinearWarmup starts at
 // start_factor * lr). Call step() after optimizer.step(), once per epoch (or per iteration if
 // the schedule is counted in iterations).
@@ -21,6 +23,7 @@
 // The optimizer must outlive the scheduler. Bad options throw InvalidArgument naming the value.
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "framework/train/optimizer.h"
@@ -41,11 +44,15 @@ class LRScheduler {
   // The lr of each group as last set by this scheduler.
   std::vector<double> get_last_lr() const { return last_lr_; }
   const std::vector<double>& base_lrs() const { return base_lrs_; }
+  const Optimizer& optimizer() const { return optimizer_; }
   // The schedule's closed form.
   virtual double lr_at(int64_t epoch, double base_lr) const = 0;
 
  protected:
+  // base_lrs: each group's lr now (the usual case), or given (SequentialLR passes its first
+  // scheduler's, as torch uses every group's "initial_lr").
   explicit LRScheduler(Optimizer& optimizer);
+  LRScheduler(Optimizer& optimizer, std::vector<double> base_lrs);
   // Sets epoch 0; derived constructors call it after validating their options.
   void initialize() { set_last_epoch(0); }
 
@@ -107,6 +114,27 @@ class LinearWarmup : public LRScheduler {
 
  private:
   LinearWarmupOptions options_;
+};
+
+// Runs schedulers one after the other (torch's SequentialLR): schedulers[0] from epoch 0,
+// schedulers[i] from epoch milestones[i-1], each counting its epochs from 0 when it starts.
+// All use the base lrs of schedulers[0] (the lrs before any scheduler touched them; construct
+// the schedulers in order), whatever a later scheduler captured at its construction; the
+// sub-schedulers only provide their closed forms and are not stepped themselves. Throws
+// hsgd::InvalidArgument unless there is one milestone fewer than schedulers, the milestones
+// are positive and strictly increasing, and every scheduler drives this optimizer.
+//   optim::LinearWarmup warmup(opt, {.start_factor = 0.1, .total_iters = 5});
+//   optim::CosineAnnealingLR cosine(opt, {.t_max = 95});
+//   optim::SequentialLR sched(opt, {&warmup, &cosine}, {5});
+class SequentialLR : public LRScheduler {
+ public:
+  SequentialLR(Optimizer& optimizer, std::vector<const LRScheduler*> schedulers,
+               std::vector<int64_t> milestones);
+  double lr_at(int64_t epoch, double base_lr) const override;
+
+ private:
+  std::vector<const LRScheduler*> schedulers_;
+  std::vector<int64_t> milestones_;
 };
 
 }  // namespace hsgd::optim

@@ -245,6 +245,12 @@ def gen_schedulers():
     sched_case(w, "cosine_annealing_lr",
                lambda o: S.CosineAnnealingLR(o, T_max=10, eta_min=0.001), 25)
     sched_case(w, "linear_warmup", lambda o: S.LinearLR(o, start_factor=0.25, total_iters=4), 8)
+    sched_case(w, "sequential_warmup_cosine", lambda o: S.SequentialLR(
+        o, [S.LinearLR(o, start_factor=0.25, total_iters=4),
+            S.CosineAnnealingLR(o, T_max=10, eta_min=0.001)], milestones=[4]), 20)
+    sched_case(w, "sequential_three", lambda o: S.SequentialLR(
+        o, [S.LinearLR(o, start_factor=0.5, total_iters=2), S.StepLR(o, step_size=3, gamma=0.5),
+            S.MultiStepLR(o, milestones=[1, 3], gamma=0.1)], milestones=[2, 8]), 14)
     w.close()
 
 

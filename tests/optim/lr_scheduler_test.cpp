@@ -71,6 +71,56 @@ TEST(LRSchedulerTest, ProducesPyTorchValues_LinearWarmup) {
   });
 }
 
+// Warm-up then cosine, and three phases, as torch's SequentialLR (each phase counts from 0 when
+// it starts; all use the lrs from before the first scheduler, not what a later one captured).
+TEST(LRSchedulerTest, ProducesPyTorchValues_SequentialLR) {
+  std::vector<std::unique_ptr<LRScheduler>> parts;
+  check("sequential_warmup_cosine", [&](Optimizer& o) {
+    parts.push_back(std::make_unique<LinearWarmup>(
+        o, LinearWarmupOptions{.start_factor = 0.25, .total_iters = 4}));
+    parts.push_back(std::make_unique<CosineAnnealingLR>(
+        o, CosineAnnealingLROptions{.t_max = 10, .eta_min = 0.001}));
+    return std::make_unique<SequentialLR>(
+        o, std::vector<const LRScheduler*>{parts[0].get(), parts[1].get()},
+        std::vector<int64_t>{4});
+  });
+  parts.clear();
+  check("sequential_three", [&](Optimizer& o) {
+    parts.push_back(std::make_unique<LinearWarmup>(
+        o, LinearWarmupOptions{.start_factor = 0.5, .total_iters = 2}));
+    parts.push_back(std::make_unique<StepLR>(o, StepLROptions{.step_size = 3, .gamma = 0.5}));
+    parts.push_back(
+        std::make_unique<MultiStepLR>(o, MultiStepLROptions{.milestones = {1, 3}, .gamma = 0.1}));
+    return std::make_unique<SequentialLR>(
+        o, std::vector<const LRScheduler*>{parts[0].get(), parts[1].get(), parts[2].get()},
+        std::vector<int64_t>{2, 8});
+  });
+}
+
+TEST(LRSchedulerTest, SequentialLR_BadArgumentsNameTheValue) {
+  Fixture fx, other;
+  StepLR a(*fx.opt, {.step_size = 2});
+  StepLR b(*fx.opt, {.step_size = 3});
+  StepLR foreign(*other.opt, {.step_size = 3});
+  auto message = [&](std::vector<const LRScheduler*> s, std::vector<int64_t> m) {
+    try {
+      SequentialLR seq(*fx.opt, std::move(s), std::move(m));
+    } catch (const InvalidArgument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message({&a, &b}, {}).find("2 schedulers need 1 milestones, got 0"), std::string::npos);
+  EXPECT_NE(
+      message({&a, &b, &a}, {5, 5}).find("milestone 1 (5) must be greater than milestone 0 (5)"),
+      std::string::npos);
+  EXPECT_NE(message({&a, &b}, {0}).find("milestone 0 (0) must be greater than 0"),
+            std::string::npos);
+  EXPECT_NE(message({&a, &foreign}, {3}).find("scheduler 1 drives another optimizer"),
+            std::string::npos);
+  EXPECT_NE(message({}, {}).find("at least one scheduler"), std::string::npos);
+}
+
 TEST(LRSchedulerTest, SetLastEpoch_JumpsToTheClosedForm) {
   Fixture fx;
   StepLR sched(*fx.opt, {.step_size = 2, .gamma = 0.1});
