@@ -223,8 +223,7 @@ void ProcessGroup::connect() {
   // Everyone announces itself first, so that a missing rank is named ("ranks [3] did not
   // arrive") instead of surfacing as an anonymous Gloo store timeout.
   // The value is this rank's node identity when the group may use shared memory.
-  const bool try_shm =
-      options_.shared_memory && size() > 1 && size() <= ShmAllreduce::kMaxRanks;
+  const bool try_shm = options_.shared_memory && size() > 1 && size() <= ShmAllreduce::kMaxRanks;
   const std::string arrived = options_.key_prefix + "arrived/";
   options_.store->set(arrived + std::to_string(rank()),
                       to_bytes(try_shm ? node_identity() : std::string("1")));
@@ -273,7 +272,7 @@ void ProcessGroup::connect() {
   }
   logger()->debug("rank {} of group '{}' connected ({} ranks, prefix '{}', allreduce over {})",
                   rank(), options_.name, size(), options_.key_prefix,
-                  shm_          ? "shared memory"
+                  shm_         ? "shared memory"
                   : two_level_ ? "shared memory within nodes and TCP between them"
                                : "TCP");
 }
@@ -319,7 +318,8 @@ void ProcessGroup::connect_two_level(const std::vector<Bytes>& identities) {
   for (int r = 0; r < size(); ++r) keys.push_back(agreed + std::to_string(r));
   options_.store->wait(keys, options_.timeout);
   const auto votes = options_.store->multi_get(keys, options_.timeout);
-  if (!std::all_of(votes.begin(), votes.end(), [](const Bytes& v) { return to_string(v) == "1"; })) {
+  if (!std::all_of(votes.begin(), votes.end(),
+                   [](const Bytes& v) { return to_string(v) == "1"; })) {
     return;
   }
   Options cross;
@@ -328,16 +328,17 @@ void ProcessGroup::connect_two_level(const std::vector<Bytes>& identities) {
   cross.name = options_.name + "/cross" + std::to_string(my_index);
   cross.rank = my_node;
   for (const auto& members : node_members) {
-    cross.ranks.push_back(options_.ranks[static_cast<size_t>(members[static_cast<size_t>(my_index)])]);
+    cross.ranks.push_back(
+        options_.ranks[static_cast<size_t>(members[static_cast<size_t>(my_index)])]);
   }
   cross.timeout = options_.timeout;
   cross.device = options_.device;
   cross.resources = options_.resources;
   cross.allreduce_algorithm = options_.allreduce_algorithm;
   cross.shared_memory = false;  // one member per node
-  two_level_ = std::make_unique<TwoLevel>(
-      TwoLevel{std::move(local), std::make_shared<ProcessGroup>(std::move(cross)), my_index,
-               static_cast<int>(per_node)});
+  two_level_ = std::make_unique<TwoLevel>(TwoLevel{std::move(local),
+                                                   std::make_shared<ProcessGroup>(std::move(cross)),
+                                                   my_index, static_cast<int>(per_node)});
 }
 
 std::shared_ptr<Work> ProcessGroup::enqueue(std::string what,
@@ -442,9 +443,9 @@ void ProcessGroup::run_task(Task& task) {
 // about as late, so the grace is half the timeout, at most 30 s; after a lost connection or a
 // peer that exited, the others fail within moments, and a dead peer never reports, so 2 s.
 std::string ProcessGroup::diagnose_failure(uint64_t seq, bool timed_out) {
-  const Duration grace = std::min<Duration>(
-      options_.timeout / 2, timed_out ? Duration(std::chrono::seconds(30))
-                                      : Duration(std::chrono::seconds(2)));
+  const Duration grace =
+      std::min<Duration>(options_.timeout / 2, timed_out ? Duration(std::chrono::seconds(30))
+                                                         : Duration(std::chrono::seconds(2)));
   const std::string base = options_.key_prefix + "failed/" + std::to_string(seq) + "/";
   try {
     options_.store->set(base + std::to_string(rank()), to_bytes("1"));

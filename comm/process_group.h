@@ -189,9 +189,9 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   std::unique_ptr<ShmAllreduce> shm_;  // set when every member runs on this node
   // Set when the members span nodes with the same number >= 2 on each (see connect_two_level).
   struct TwoLevel {
-    std::unique_ptr<ShmAllreduce> local;   // the members on this node
-    std::shared_ptr<ProcessGroup> cross;   // member `index` of every node
-    int index = 0;                         // this rank's position among its node's members
+    std::unique_ptr<ShmAllreduce> local;  // the members on this node
+    std::shared_ptr<ProcessGroup> cross;  // member `index` of every node
+    int index = 0;                        // this rank's position among its node's members
     int per_node = 0;
   };
   std::unique_ptr<TwoLevel> two_level_;

@@ -133,8 +133,7 @@ std::string unique_segment_name() {
   const uint64_t nonce = (uint64_t{device()} << 32) | device();
   char text[96];
   std::snprintf(text, sizeof(text), "/hsgd-%d-%llu-%016llx", static_cast<int>(::getpid()),
-                static_cast<unsigned long long>(counter++),
-                static_cast<unsigned long long>(nonce));
+                static_cast<unsigned long long>(counter++), static_cast<unsigned long long>(nonce));
   return text;
 }
 
@@ -235,11 +234,12 @@ std::unique_ptr<ShmAllreduce> ShmAllreduce::connect(Store& store, const std::str
     logger()->warn(
         "group '{}': ranks {} could not map the shared-memory segment{}{}; allreduce uses Gloo's "
         "TCP transport",
-        group_name, format_ranks(failed), why.empty() ? "" : " (here: ", why.empty() ? "" : why + ")");
+        group_name, format_ranks(failed),
+        why.empty() ? "" : " (here: ", why.empty() ? "" : why + ")");
     return nullptr;
   }
-  auto channel = std::unique_ptr<ShmAllreduce>(
-      new ShmAllreduce(mapping.base, bytes, rank, size, group_name));
+  auto channel =
+      std::unique_ptr<ShmAllreduce>(new ShmAllreduce(mapping.base, bytes, rank, size, group_name));
   mapping.release();
   return channel;
 }
@@ -255,8 +255,8 @@ ShmAllreduce::ShmAllreduce(void* base, size_t bytes, int rank, int size, std::st
 ShmAllreduce::~ShmAllreduce() { ::munmap(base_, bytes_); }
 
 char* ShmAllreduce::slot(int half, int rank) const {
-  const size_t index = static_cast<size_t>(half) * (static_cast<size_t>(size_) + 1) +
-                       static_cast<size_t>(rank);
+  const size_t index =
+      static_cast<size_t>(half) * (static_cast<size_t>(size_) + 1) + static_cast<size_t>(rank);
   return static_cast<char*>(base_) + kDataOffset + index * kChunkBytes;
 }
 

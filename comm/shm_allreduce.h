@@ -65,7 +65,8 @@ class ShmAllreduce {
   // a member does not arrive before deadline, hsgd::CommError when one exited, and
   // hsgd::InvalidArgument on every rank when the members passed different sizes, types or ops
   // (then no buffer changed and the channel stays usable; Gloo would time out or mix data).
-  void allreduce(std::span<float> data, ReduceOp op, std::chrono::steady_clock::time_point deadline);
+  void allreduce(std::span<float> data, ReduceOp op,
+                 std::chrono::steady_clock::time_point deadline);
   void allreduce(std::span<double> data, ReduceOp op,
                  std::chrono::steady_clock::time_point deadline);
 
@@ -95,8 +96,8 @@ class ShmAllreduce {
   int size_;
   std::string group_name_;
   Header* header_;
-  uint32_t rounds_ = 0;     // barriers this rank passed
-  uint64_t chunks_ = 0;     // chunks processed, picks the half of the segment
+  uint32_t rounds_ = 0;  // barriers this rank passed
+  uint64_t chunks_ = 0;  // chunks processed, picks the half of the segment
 };
 
 }  // namespace hsgd::comm

@@ -241,8 +241,8 @@ int main(int argc, char** argv) {
 
   std::printf("allreduce_bench: float32 sum on 127.0.0.1, medians of rank 0 (us), busbw GB/s\n");
   std::printf("%5s %9s | %9s %9s %9s | %9s %9s %9s | %9s | %8s %8s | %9s %9s %10s\n", "ranks",
-              "bytes", "hsgd", "hsgd-tcp", "hsgd-ring", "ring", "chunked", "hd", "torch",
-              "hsgd bw", "gloo bw", "hsgd/gloo", "tcp/gloo", "torch/hsgd");
+              "bytes", "hsgd", "hsgd-tcp", "hsgd-ring", "ring", "chunked", "hd", "torch", "hsgd bw",
+              "gloo bw", "hsgd/gloo", "tcp/gloo", "torch/hsgd");
   for (int world : worlds) {
     const auto out = std::filesystem::temp_directory_path() /
                      ("hsgd_allreduce_bench_" + std::to_string(::getpid()) + ".txt");

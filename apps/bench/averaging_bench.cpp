@@ -225,7 +225,8 @@ int main(int argc, char** argv) {
         std::snprintf(torch_ms, sizeof torch_ms, "%.3f", t.level_ms[level]);
         if (hok) std::snprintf(ratio, sizeof ratio, "%.2f", h.level_ms[level] / t.level_ms[level]);
         if (cok) {
-          std::snprintf(tcp_ratio, sizeof tcp_ratio, "%.2f", tcp.level_ms[level] / t.level_ms[level]);
+          std::snprintf(tcp_ratio, sizeof tcp_ratio, "%.2f",
+                        tcp.level_ms[level] / t.level_ms[level]);
         }
       }
       std::printf("%-10s %9lld %8zu %-14s %9.3f %9s %9s %7s %9s %12.0f\n", w.name.c_str(),

@@ -99,10 +99,9 @@ bool run_hsgd(int world, const Case& c, int warmup, bool shared_memory, double& 
   fs::remove_all(dir);
   fs::create_directories(dir);
   const fs::path result_file = dir / "result.txt";
-  bool ok = run_forked_ranks(world, std::chrono::minutes(20), c.name,
-                             [&](int rank) {
-                               run_rank(rank, world, dir, c, warmup, shared_memory, result_file);
-                             });
+  bool ok = run_forked_ranks(world, std::chrono::minutes(20), c.name, [&](int rank) {
+    run_rank(rank, world, dir, c, warmup, shared_memory, result_file);
+  });
   if (ok) ok = static_cast<bool>(std::ifstream(result_file) >> ms);
   fs::remove_all(dir);
   return ok;

@@ -2,10 +2,10 @@
 
 #include <malloc.h>
 
+#include <cstdlib>
 #include <mutex>
 #include <new>
 #include <string_view>
-#include <cstdlib>
 
 namespace hsgd {
 

@@ -66,8 +66,8 @@ void compare_with_tcp(ProcessGroup& shm, ProcessGroup& tcp, FileStore& store, in
       uint64_t hash = 1469598103934665603ull;
       const auto* bytes = reinterpret_cast<const unsigned char*>(a.data());
       for (size_t i = 0; i < n * sizeof(T); ++i) hash = (hash ^ bytes[i]) * 1099511628211ull;
-      const std::string key = "hash/" + std::to_string(sizeof(T)) + "/" + std::to_string(n) +
-                              "/" + to_string(op) + "/";
+      const std::string key =
+          "hash/" + std::to_string(sizeof(T)) + "/" + std::to_string(n) + "/" + to_string(op) + "/";
       store.set(key + std::to_string(shm.rank()), to_bytes(std::to_string(hash)));
       const auto first = to_string(store.get(key + "0", std::chrono::seconds(30)));
       EXPECT_EQ(std::to_string(hash), first) << key << " rank " << shm.rank();
@@ -113,9 +113,11 @@ TEST(ShmAllreduceTest, SubgroupsOfOneNodeUseItAndInheritTheSwitch) {
     std::vector<float> x{static_cast<float>(rank)};
     pair->allreduce(std::span<float>(x))->wait();
     EXPECT_EQ(x[0], rank < 2 ? 1.0f : 5.0f);
-    auto off = init_process_group(
-        {.rank = rank, .world_size = 4, .store = store, .key_prefix = "off/",
-         .shared_memory = false});
+    auto off = init_process_group({.rank = rank,
+                                   .world_size = 4,
+                                   .store = store,
+                                   .key_prefix = "off/",
+                                   .shared_memory = false});
     auto [off_pair, off_pairs] = new_subgroups(off, 2);
     EXPECT_FALSE(off_pair->uses_shared_memory());
     world->shutdown(std::chrono::seconds(30));
@@ -156,9 +158,9 @@ TEST(ShmAllreduceTest, TwoLevelAcrossNodesMatchesTcp) {
     bool two_level;
   };
   const Layout layouts[] = {
-      {4, [](int r) { return r / 2; }, true},         // 2 nodes x 2
-      {6, [](int r) { return r / 3; }, true},         // 2 nodes x 3
-      {6, [](int r) { return r % 3; }, true},         // 3 nodes x 2, ranks interleaved
+      {4, [](int r) { return r / 2; }, true},           // 2 nodes x 2
+      {6, [](int r) { return r / 3; }, true},           // 2 nodes x 3
+      {6, [](int r) { return r % 3; }, true},           // 3 nodes x 2, ranks interleaved
       {4, [](int r) { return r == 0 ? 0 : 1; }, false}  // 1 + 3: not uniform
   };
   for (const Layout& layout : layouts) {
@@ -197,8 +199,8 @@ TEST(ShmAllreduceTest, PeerThatExitedIsNamedLongBeforeTheTimeout) {
   options.timeout = std::chrono::seconds(60);
   auto result = run_ranks(3, options, [&](int rank) {
     auto store = std::make_shared<FileStore>(dir);
-    auto pg = init_process_group(
-        {.rank = rank, .world_size = 3, .store = store, .timeout = kTimeout});
+    auto pg =
+        init_process_group({.rank = rank, .world_size = 3, .store = store, .timeout = kTimeout});
     ASSERT_TRUE(pg->uses_shared_memory());
     std::vector<float> x(1000, 1.0f);
     pg->allreduce(std::span<float>(x))->wait();

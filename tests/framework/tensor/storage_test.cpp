@@ -36,8 +36,8 @@ TEST(StorageTest, RecycledLargeBlocksAreNotFaultedInAgain) {
   // With glibc's defaults every step faults in both blocks again, 2 x 4096 pages (about 160,000
   // in all, measured); with Storage's settings about 1,000 pages a step (20,000 measured). The
   // bound is one block a step.
-  EXPECT_LT(faults, kSteps * 4096) << faults << " minor page faults over " << kSteps
-                          << " steps of two 16 MiB blocks";
+  EXPECT_LT(faults, kSteps * 4096)
+      << faults << " minor page faults over " << kSteps << " steps of two 16 MiB blocks";
 }
 
 }  // namespace
