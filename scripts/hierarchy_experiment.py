@@ -4,7 +4,8 @@
 Trains the MLP example (apps/train_mlp) on Fashion-MNIST on 2 emulated nodes x 2 workers
 (scripts/emulated_cluster.sh: network namespaces joined by a tbf-limited veth pair) under
 DDP, local SGD, post-local SGD and hierarchical model averaging, at several link rates, and
-writes under --out:
+writes under --out (--topology racks: 2 racks x 2 nodes x 1 worker, a fast link within a rack
+and a slow one between the racks, files racks_experiment*, bytes of the inter-rack link):
   hierarchy_experiment.csv          one row per evaluation: rate, mode, epoch, step,
                                     training seconds (evaluations excluded), test accuracy
   hierarchy_experiment_summary.csv  one row per run: seconds per epoch, final accuracy, bytes
@@ -17,6 +18,7 @@ which DDP at 100mbit takes 2.5). Results and caveats: docs/emulated_cluster.md.
 
   sudo scripts/hierarchy_experiment.py                      # all rates and modes
   sudo scripts/hierarchy_experiment.py --rates 1gbit --modes ddp,hierarchical --epochs 1
+  sudo scripts/hierarchy_experiment.py --topology racks     # 2 racks x 2 nodes, about 5 minutes
 """
 
 import argparse
@@ -49,21 +51,83 @@ MODES = {
          "--warmup-steps", "20"],
     ),
 }
+# --topology racks: rank r on node r, racks {0,1} and {2,3}; groups of 2 are the racks.
+RACK_MODES = {
+    "ddp": MODES["ddp"],
+    "local_sgd": MODES["local_sgd"],
+    "post_local_sgd": (
+        "post-local SGD: gradients in rack every step, all models every 16",
+        ["--mode", "local-sgd", "--subgroup-size", "2", "--period", "16", "--warmup-steps", "20"],
+    ),
+    "hierarchical": (
+        "hierarchical 1:2,16:4: models in rack every step, all every 16",
+        MODES["hierarchical"][1],
+    ),
+    "hierarchical_2_16": (
+        "hierarchical 2:2,16:4: models in rack every 2 steps, all every 16",
+        ["--mode", "hierarchical", "--subgroup-size", "1", "--hierarchy", "2:2,16:4",
+         "--warmup-steps", "20"],
+    ),
+}
 COLORS = {"ddp": "tab:red", "local_sgd": "tab:gray", "post_local_sgd": "tab:orange",
-          "hierarchical": "tab:blue"}
+          "hierarchical": "tab:blue", "hierarchical_2_16": "tab:cyan"}
+
+
+class Topology:
+    """How one topology is run, summarized and drawn."""
+
+    def __init__(self, name, modes, default_rates, cluster_flags, byte_keys, rate_axis, title,
+                 bar_metrics, panel_title, log_time=False):
+        self.name = name  # stem of the output files
+        self.modes = modes
+        self.default_rates = default_rates
+        self.cluster_flags = cluster_flags  # (rate, args) -> emulated_cluster.sh flags
+        self.byte_keys = byte_keys  # --stats keys of the two directions of the measured link
+        self.rate_axis = rate_axis
+        self.title = title
+        self.bar_metrics = bar_metrics  # [(summary key, y label, panel title)]
+        self.panel_title = panel_title  # (rate, args) -> title of a rate's accuracy panel
+        self.log_time = log_time  # log time axis: DDP is 10x slower than the rest
+
+
+TOPOLOGIES = {
+    "nodes": Topology(
+        "hierarchy_experiment", MODES, "100mbit,1gbit,none",
+        lambda rate, args: ["--rate", rate, "--nproc-per-node", "2"],
+        ("bytes_node0_to_node1", "bytes_node1_to_node0"), "link rate between the 2 nodes",
+        "MLP on Fashion-MNIST, 2 emulated nodes x 2 workers (one 2-core VM, tbf-limited veth "
+        "between the nodes)",
+        [("seconds_per_epoch", "training seconds per epoch (rank 0)", "time per epoch")],
+        lambda rate, args: f"link {rate} each way" if rate != "none"
+        else "link without rate limit"),
+    "racks": Topology(
+        "racks_experiment", RACK_MODES, "100mbit",
+        lambda rate, args: ["--rate", rate, "--nodes", "4", "--racks", "2",
+                            "--rack-rate", args.rack_rate, "--nproc-per-node", "1"],
+        ("bytes_rack0_to_rack1", "bytes_rack1_to_rack0"), "link rate between the 2 racks",
+        "MLP on Fashion-MNIST, 2 emulated racks x 2 nodes x 1 worker (one 2-core VM, bridges "
+        "and tbf-limited veths)",
+        [("seconds_per_epoch", "training seconds per epoch (rank 0)", "time per epoch"),
+         ("mb_across_link", "MB across the inter-rack link, both ways",
+          "traffic between the racks (whole job)")],
+        lambda rate, args: f"{rate} between the racks, {args.rack_rate} within a rack",
+        log_time=True),
+}
 
 EVAL_LINE = re.compile(
     r"\[rank 0\] eval: epoch (\d+) step (\d+) train_s ([0-9.]+) test_accuracy ([0-9.]+)%")
 
 
-def run_one(rate, mode, args, log_path):
+def run_one(topology, rate, mode, args, log_path):
     """Runs one job on the emulated cluster; returns (eval rows, link stats). Raises on failure."""
     program = [os.path.join(args.build, "apps/train_mlp/train_mlp"), "--epochs", str(args.epochs),
-               "--eval-every", str(args.eval_every), "--seed", str(args.seed)] + MODES[mode][1]
+               "--eval-every", str(args.eval_every), "--seed", str(args.seed)]
+    program += topology.modes[mode][1]
     with tempfile.NamedTemporaryFile("r", suffix=".stats") as stats, open(log_path, "w") as log:
-        command = [os.path.join(ROOT, "scripts/emulated_cluster.sh"), "--rate", rate,
-                   "--nproc-per-node", "2", "--port", str(args.port), "--build", args.build,
-                   "--stats", stats.name, "--timeout", str(args.run_timeout), "--"] + program
+        command = [os.path.join(ROOT, "scripts/emulated_cluster.sh")]
+        command += topology.cluster_flags(rate, args)
+        command += ["--port", str(args.port), "--build", args.build, "--stats", stats.name,
+                    "--timeout", str(args.run_timeout), "--"] + program
         log.write("$ " + " ".join(command) + "\n")
         log.flush()
         child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
@@ -96,7 +160,7 @@ def run_one(rate, mode, args, log_path):
     return rows, link
 
 
-def summarize(rate, mode, rows, link, epochs):
+def summarize(topology, rate, mode, rows, link, epochs):
     last_step = {}
     for r in rows:
         last_step[r["epoch"]] = max(last_step.get(r["epoch"], 0), r["step"])
@@ -108,23 +172,25 @@ def summarize(rate, mode, rows, link, epochs):
         # The first epoch carries the warm-up steps of DDP; the last one is the steady state.
         "last_epoch_s": round(last["train_s"] - (ends[-2]["train_s"] if len(ends) > 1 else 0), 2),
         "final_test_accuracy": last["test_accuracy"],
-        "mb_across_link": round((int(link["bytes_node0_to_node1"]) +
-                                 int(link["bytes_node1_to_node0"])) / 1e6, 1),
+        "mb_across_link": round(sum(int(link[k]) for k in topology.byte_keys) / 1e6, 1),
         "job_wall_s": float(link["seconds"]),
     }
 
 
-def plot(rows, summary, rates, modes, path):
+def plot(topology, args, rows, summary, rates, modes, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
-    columns = 2
-    rows_of_panels = (len(rates) + 1 + columns - 1) // columns
-    fig, grid = plt.subplots(rows_of_panels, columns, figsize=(12, 4.6 * rows_of_panels + 1),
+    panels = len(rates) + len(topology.bar_metrics)
+    columns = 3 if panels in (3, 5, 6) else 2
+    rows_of_panels = (panels + columns - 1) // columns
+    fig, grid = plt.subplots(rows_of_panels, columns,
+                             figsize=(6 * columns, 4.6 * rows_of_panels + 1),
                              squeeze=False)
     axes = list(grid.flat)
-    for ax in axes[len(rates) + 1:]:
+    for ax in axes[panels:]:
         ax.set_visible(False)
     for ax, rate in zip(axes, rates):
         for mode in modes:
@@ -132,41 +198,53 @@ def plot(rows, summary, rates, modes, path):
             if not points:
                 continue
             ax.plot([p["train_s"] for p in points], [p["test_accuracy"] for p in points],
-                    marker="o", markersize=3, color=COLORS[mode], label=MODES[mode][0])
-        ax.set_title(f"link {rate} each way" if rate != "none" else "link without rate limit")
+                    marker="o", markersize=3, color=COLORS[mode], label=topology.modes[mode][0])
+        ax.set_title(topology.panel_title(rate, args))
         ax.set_xlabel("training time, rank 0 (s, evaluations excluded)")
         ax.set_ylabel("test accuracy of the averaged model (%)")
         accuracies = [r["test_accuracy"] for r in rows]
         ax.set_ylim(min(accuracies) - 1, max(accuracies) + 1)
-        ax.set_xlim(left=0)
+        if topology.log_time:
+            ax.set_xscale("log")
+            ax.set_xticks([5, 10, 20, 50, 100, 200])
+            ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+            ax.set_xlabel("training time, rank 0 (s, log scale, evaluations excluded)")
+        else:
+            ax.set_xlim(left=0)
         ax.grid(alpha=0.3)
-    bars = axes[len(rates)]
     width = 0.8 / len(modes)
-    for i, mode in enumerate(modes):
-        values = [next((s["seconds_per_epoch"] for s in summary
-                        if s["rate"] == rate and s["mode"] == mode), 0) for rate in rates]
-        drawn = bars.bar([x + (i - (len(modes) - 1) / 2) * width for x in range(len(rates))],
-                         values, width, color=COLORS[mode], label=MODES[mode][0])
-        bars.bar_label(drawn, fmt="%.1f", fontsize=8)
-    bars.set_xticks(range(len(rates)))
-    bars.set_xticklabels([r if r != "none" else "no limit" for r in rates])
-    bars.set_xlabel("link rate between the 2 nodes")
-    bars.set_ylabel("training seconds per epoch (rank 0)")
-    bars.set_title("time per epoch")
-    bars.grid(axis="y", alpha=0.3)
+    for bars, (key, ylabel, title) in zip(axes[len(rates):], topology.bar_metrics):
+        for i, mode in enumerate(modes):
+            values = [next((s[key] for s in summary
+                            if s["rate"] == rate and s["mode"] == mode), 0) for rate in rates]
+            drawn = bars.bar([x + (i - (len(modes) - 1) / 2) * width for x in range(len(rates))],
+                             values, width, color=COLORS[mode], label=topology.modes[mode][0])
+            bars.bar_label(drawn, fmt="%.0f" if max(values) >= 100 else "%.1f", fontsize=8)
+        bars.set_xticks(range(len(rates)))
+        bars.set_xticklabels([r if r != "none" else "no limit" for r in rates])
+        bars.set_xlabel(topology.rate_axis)
+        bars.set_ylabel(ylabel)
+        bars.set_title(title)
+        bars.grid(axis="y", alpha=0.3)
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=2, frameon=False)
-    fig.suptitle("MLP on Fashion-MNIST, 2 emulated nodes x 2 workers (one 2-core VM, tbf-limited "
-                 "veth between the nodes)")
-    fig.tight_layout(rect=(0, 0.08, 1, 0.96))
+    fig.legend(handles, labels, loc="lower center", ncol=min(columns, 3), frameon=False)
+    fig.suptitle(topology.title)
+    fig.tight_layout(rect=(0, 0.08 if rows_of_panels > 1 else 0.14, 1, 0.96 if rows_of_panels > 1
+                           else 0.93))
     fig.savefig(path, dpi=90)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rates", default="100mbit,1gbit,none",
-                        help="comma-separated tc rates of the link, 'none' = no limit")
-    parser.add_argument("--modes", default=",".join(MODES), help="subset of " + ",".join(MODES))
+    parser.add_argument("--topology", choices=sorted(TOPOLOGIES), default="nodes",
+                        help="nodes: 2 nodes x 2 workers; racks: 2 racks x 2 nodes x 1 worker")
+    parser.add_argument("--rates", help="comma-separated tc rates of the link between the nodes "
+                        "(racks: between the racks), 'none' = no limit (default: nodes "
+                        "100mbit,1gbit,none; racks 100mbit)")
+    parser.add_argument("--rack-rate", default="1gbit",
+                        help="racks: rate of each node's link within its rack")
+    parser.add_argument("--modes", help="subset of " + ",".join(MODES) + " (racks: of " +
+                        ",".join(RACK_MODES) + "); default all")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--eval-every", type=int, default=59,
                         help="steps between evaluations (235 steps per epoch at 4 workers)")
@@ -180,20 +258,24 @@ def main():
     parser.add_argument("--plot-only", action="store_true",
                         help="redraw the PNG from the CSV files under --out, run nothing")
     args = parser.parse_args()
-    rates = args.rates.split(",")
-    modes = args.modes.split(",")
+    topology = TOPOLOGIES[args.topology]
+    rates = (args.rates or topology.default_rates).split(",")
+    modes = args.modes.split(",") if args.modes else list(topology.modes)
+    stem = os.path.join(args.out, topology.name)
     if args.plot_only:
-        with open(os.path.join(args.out, "hierarchy_experiment.csv")) as f:
+        with open(stem + ".csv") as f:
             rows = [dict(r, train_s=float(r["train_s"]), test_accuracy=float(r["test_accuracy"]))
                     for r in csv.DictReader(f)]
-        with open(os.path.join(args.out, "hierarchy_experiment_summary.csv")) as f:
-            summary = [dict(r, seconds_per_epoch=float(r["seconds_per_epoch"]))
+        with open(stem + "_summary.csv") as f:
+            summary = [dict(r, seconds_per_epoch=float(r["seconds_per_epoch"]),
+                            mb_across_link=float(r["mb_across_link"]))
                        for r in csv.DictReader(f)]
-        plot(rows, summary, rates, modes, os.path.join(args.out, "hierarchy_experiment.png"))
+        plot(topology, args, rows, summary, rates, modes, stem + ".png")
         return
     for mode in modes:
-        if mode not in MODES:
-            parser.error(f"--modes: unknown mode '{mode}', expected some of {','.join(MODES)}")
+        if mode not in topology.modes:
+            parser.error(f"--modes: unknown mode '{mode}', expected some of "
+                         f"{','.join(topology.modes)}")
     if os.geteuid() != 0:
         sys.exit("hierarchy_experiment: needs root for network namespaces (run with sudo)")
     os.makedirs(args.out, exist_ok=True)
@@ -205,28 +287,27 @@ def main():
     start = time.time()
     for rate in rates:
         for mode in modes:
-            log_path = os.path.join(args.log_dir, f"{rate}_{mode}.log")
+            log_path = os.path.join(args.log_dir, f"{args.topology}_{rate}_{mode}.log")
             print(f"[{time.time() - start:6.0f} s] {mode} at {rate} (log {log_path})", flush=True)
             load_before = os.getloadavg()[0]
-            run_rows, link = run_one(rate, mode, args, log_path)
+            run_rows, link = run_one(topology, rate, mode, args, log_path)
             rows += run_rows
-            summary.append(summarize(rate, mode, run_rows, link, args.epochs))
+            summary.append(summarize(topology, rate, mode, run_rows, link, args.epochs))
             # This job alone makes about 4 (4 busy workers); more means something else ran.
             summary[-1]["load_1min_before_after"] = f"{load_before:.1f}/{os.getloadavg()[0]:.1f}"
             print("    " + ", ".join(f"{k} {v}" for k, v in summary[-1].items()), flush=True)
 
-    with open(os.path.join(args.out, "hierarchy_experiment.csv"), "w", newline="") as f:
+    with open(stem + ".csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    with open(os.path.join(args.out, "hierarchy_experiment_summary.csv"), "w", newline="") as f:
+    with open(stem + "_summary.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(summary[0]))
         writer.writeheader()
         writer.writerows(summary)
-    plot(rows, summary, rates, modes, os.path.join(args.out, "hierarchy_experiment.png"))
+    plot(topology, args, rows, summary, rates, modes, stem + ".png")
 
-    print(f"\nall runs took {time.time() - start:.0f} s; wrote {args.out}/hierarchy_experiment"
-          "{.csv,_summary.csv,.png}\n")
+    print(f"\nall runs took {time.time() - start:.0f} s; wrote {stem}{{.csv,_summary.csv,.png}}\n")
     print("| mode | link rate | s / epoch | last epoch s | final test acc. | MB across the link "
           "| job wall s | load before/after |")
     print("|---|---|---:|---:|---:|---:|---:|---|")
