@@ -77,6 +77,8 @@ class RendezvousServer::Impl {
   std::unordered_map<const Connection*, std::weak_ptr<Connection>> connections_;
   // Guarded by mu_: connected clients per job, to log when a job comes and goes.
   std::unordered_map<std::string, size_t> job_clients_;
+  // Guarded by mu_: jobs without clients whose keys expire (options_.idle_job_ttl > 0).
+  std::unordered_map<std::string, std::shared_ptr<asio::steady_timer>> expiries_;
 };
 
 // One client connection. All its handlers run on its strand; replies of waiters woken from
@@ -366,6 +368,10 @@ void RendezvousServer::Impl::joined(const std::string& job, const std::string& p
   // One line per job at info level (a 1,000-rank job would otherwise log 1,000 lines); every
   // connection at debug level.
   if (job_clients_[job]++ == 0) logger()->info("rendezvous: job '{}': first client {}", job, peer);
+  if (auto it = expiries_.find(job); it != expiries_.end()) {
+    it->second->cancel();  // the handler sees the job has a client again
+    expiries_.erase(it);
+  }
   logger()->debug("rendezvous: {} joined job '{}'", peer, job);
 }
 
@@ -376,7 +382,27 @@ void RendezvousServer::Impl::remove(const Connection* connection, const std::str
   auto it = job_clients_.find(*job);
   if (it != job_clients_.end() && --it->second == 0) {
     job_clients_.erase(it);
-    logger()->info("rendezvous: job '{}': last client disconnected (its keys are kept)", *job);
+    if (options_.idle_job_ttl.count() <= 0 || stopped_) {
+      logger()->info("rendezvous: job '{}': last client disconnected (its keys are kept)", *job);
+      return;
+    }
+    logger()->info(
+        "rendezvous: job '{}': last client disconnected (its keys are deleted unless a client "
+        "returns within {} ms)",
+        *job, options_.idle_job_ttl.count());
+    auto timer = std::make_shared<asio::steady_timer>(io_, options_.idle_job_ttl);
+    expiries_[*job] = timer;
+    timer->async_wait([this, name = *job, timer](error_code ec) {
+      if (ec) return;  // cancelled: a client returned, or the server is stopping
+      std::lock_guard lock(mu_);
+      auto pending = expiries_.find(name);
+      if (pending == expiries_.end() || pending->second != timer) return;
+      expiries_.erase(pending);
+      if (job_clients_.count(name) != 0) return;
+      state_.erase_job(name);
+      logger()->info("rendezvous: job '{}': keys deleted after {} ms without clients", name,
+                     options_.idle_job_ttl.count());
+    });
   }
 }
 
@@ -397,6 +423,10 @@ void RendezvousServer::Impl::stop() {
     }
   }
   for (auto& connection : open) connection->close("server stopping");
+  {
+    std::lock_guard lock(mu_);
+    expiries_.clear();  // their handlers were destroyed with the stopped io_context's queue
+  }
   state_.clear();
   if (started_) logger()->info("rendezvous: stopped ({}:{})", options_.host, port_);
 }
@@ -420,5 +450,7 @@ size_t RendezvousServer::num_connections() const {
 }
 
 size_t RendezvousServer::num_pending_waits() const { return impl_->state_.num_waiters(); }
+
+size_t RendezvousServer::num_jobs() const { return impl_->state_.num_jobs(); }
 
 }  // namespace hsgd::comm

@@ -16,8 +16,10 @@
 // - Refusals and errors are logged through comm::logger() at warn/error level; the first and
 //   last client of each job at info level; every connection at debug level (so that a
 //   1,000-rank job does not flood stderr at the default level).
-// - Keys live as long as the server: a job's keys survive its clients disconnecting (a
-//   restarted worker finds them again).
+// - A job's keys survive its clients disconnecting (a restarted worker finds them again). With
+//   idle_job_ttl > 0 they are deleted once the job has had no client for that long (a
+//   long-lived shared server does not grow forever); a client of the job arriving in time
+//   keeps them.
 //
 // Usage:
 //   hsgd::comm::RendezvousServer server({.host = "127.0.0.1", .port = 0});
@@ -42,6 +44,9 @@ struct RendezvousServerOptions {
   // A connection without a handshake by then is closed (port scanners, stuck clients), so that
   // stray connections cannot pile up file descriptors.
   std::chrono::milliseconds handshake_timeout = std::chrono::seconds(60);
+  // Keys of a job without clients for this long are deleted; 0 keeps them while the server
+  // runs.
+  std::chrono::milliseconds idle_job_ttl = std::chrono::milliseconds(0);
 };
 
 class RendezvousServer {
@@ -63,6 +68,9 @@ class RendezvousServer {
   int port() const;
   // The host the server was asked to bind, as given in the options.
   std::string host() const;
+
+  // Number of jobs that hold keys (for tests and monitoring).
+  size_t num_jobs() const;
 
   // Closes the listener and every connection, drops pending waits and joins the I/O threads.
   // Idempotent; safe to call before start().

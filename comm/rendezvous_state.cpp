@@ -318,6 +318,26 @@ void RendezvousState::clear() {
   num_waiters_ = 0;
 }
 
+void RendezvousState::erase_job(const std::string& job_id) {
+  std::lock_guard lock(mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return;
+  for (auto& [key, list] : it->second->waiters) {
+    for (auto& waiter : list) {
+      if (waiter->done) continue;
+      waiter->done = true;
+      waiter->timer->cancel();
+      --num_waiters_;
+    }
+  }
+  jobs_.erase(it);
+}
+
+size_t RendezvousState::num_jobs() const {
+  std::lock_guard lock(mu_);
+  return jobs_.size();
+}
+
 size_t RendezvousState::num_waiters() const {
   std::lock_guard lock(mu_);
   return num_waiters_;

@@ -59,6 +59,10 @@ class RendezvousState {
   // Drops every waiter and every key (server stop).
   void clear();
 
+  // Deletes the keys of job (none of its clients is connected, so it has no waiters).
+  void erase_job(const std::string& job_id);
+  size_t num_jobs() const;
+
   // Number of waiters still pending, over all jobs. For tests.
   size_t num_waiters() const;
 

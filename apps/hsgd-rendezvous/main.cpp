@@ -59,7 +59,13 @@ int main(int argc, char** argv) {
   app.add_option("--threads", options.threads, "I/O threads")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  int64_t job_ttl_s = 3600;
+  app.add_option("--job-ttl", job_ttl_s,
+                 "seconds a job's keys are kept after its last client disconnected (0: forever)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
+  options.idle_job_ttl = std::chrono::seconds(job_ttl_s);
 
   // Block the stop signals before the server starts its threads (they inherit the mask), then
   // wait for them synchronously here: no signal handler, no global flag.

@@ -94,6 +94,31 @@ TEST(RendezvousServerTest, StopIsIdempotentAndClosesConnections) {
   EXPECT_EQ(server->num_connections(), 0u);
 }
 
+// idle_job_ttl: a job's keys go once it has had no client for that long, not before, and a
+// client that returns in time keeps them. Other jobs are untouched.
+TEST(RendezvousServerTest, IdleJobKeysExpireUnlessAClientReturns) {
+  auto server = start_server({.idle_job_ttl = 1500ms});
+  TcpStore other(client_options(*server, "other"));  // stays connected throughout
+  other.set("k", to_bytes("v"));
+  {
+    TcpStore gone(client_options(*server, "gone"));
+    gone.set("k", to_bytes("v"));
+  }
+  ASSERT_TRUE(eventually([&] { return server->num_jobs() == 1; }, 10s))
+      << server->num_jobs() << " jobs hold keys";
+  TcpStore back_late(client_options(*server, "gone"));
+  EXPECT_FALSE(back_late.check({"k"}));
+
+  {
+    TcpStore first(client_options(*server, "kept"));
+    first.set("k", to_bytes("v"));
+  }
+  TcpStore second(client_options(*server, "kept"));  // back well within the ttl
+  std::this_thread::sleep_for(2500ms);               // past the ttl, with a client connected
+  EXPECT_TRUE(second.check({"k"})) << "a job with a client lost its keys";
+  EXPECT_EQ(to_string(other.get("k", 5s)), "v");
+}
+
 TEST(RendezvousServerTest, HandshakeAnnouncesVersionAndLimits) {
   auto server = start_server({.max_frame_bytes = 4096, .max_key_bytes = 100});
   RawClient raw(server->host(), server->port());
