@@ -42,7 +42,6 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -51,23 +50,18 @@
 #include <utility>
 #include <vector>
 
+#include "apps/common/parallel_training.h"
 #include "comm/error.h"
 #include "comm/init.h"
 #include "comm/process_group.h"
-#include "comm/subgroups.h"
 #include "comm/work.h"
 #include "framework/data/data_loader.h"
 #include "framework/data/fashion_mnist.h"
 #include "framework/data/synthetic_dataset.h"
-#include "framework/distributed/comm_hooks/post_local_sgd_hook.h"
-#include "framework/distributed/ddp.h"
-#include "framework/distributed/model_averaging/averagers.h"
-#include "framework/distributed/model_averaging/hierarchical_model_averager.h"
 #include "framework/nn/functional.h"
 #include "framework/tensor/grad_mode.h"
 #include "models/mlp.h"
 #include "optim/lr_scheduler.h"
-#include "optim/post_local_sgd_optimizer.h"
 #include "optim/sgd.h"
 
 namespace {
@@ -88,60 +82,9 @@ struct Flags {
   std::string schedule = "cosine";
   int64_t log_every = 0;
   int blas_threads = 1;
-  std::string mode = "ddp";
-  int64_t warmup_steps = 0;
-  int64_t period = 4;
-  std::string hierarchy = "";
-  int subgroup_size = 0;   // 0: LOCAL_WORLD_SIZE
+  apps::ParallelFlags parallel;
   int64_t eval_every = 0;  // 0: evaluate at the end of each epoch only, print no eval: lines
 };
-
-using Hierarchy = std::vector<std::pair<int64_t, int>>;
-
-// Thrown for a --hierarchy the program cannot use (exit code 2).
-struct BadHierarchy : InvalidArgument {
-  using InvalidArgument::InvalidArgument;
-};
-
-// Parses "P:G,P:G,..." (period:group_size pairs, positive integers), e.g. "2:2,4:4".
-Hierarchy parse_hierarchy(const std::string& text) {
-  const auto fail = [&text](const std::string& why) {
-    throw BadHierarchy("--hierarchy '" + text + "': " + why +
-                       "; expected period:group_size pairs separated by commas, e.g. 2:2,4:4");
-  };
-  const auto parse_int = [&fail](std::string_view part, const char* what) {
-    int64_t value = 0;
-    const auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), value);
-    if (part.empty() || ec != std::errc() || end != part.data() + part.size() || value < 1 ||
-        value > (int64_t{1} << 30)) {
-      fail(std::string(what) + " '" + std::string(part) + "' is not a positive integer");
-    }
-    return value;
-  };
-  if (text.empty()) fail("empty");
-  Hierarchy levels;
-  size_t begin = 0;
-  while (begin <= text.size()) {
-    size_t end = text.find(',', begin);
-    if (end == std::string::npos) end = text.size();
-    const std::string_view entry(text.data() + begin, end - begin);
-    const size_t colon = entry.find(':');
-    if (colon == std::string_view::npos) fail("entry '" + std::string(entry) + "' has no ':'");
-    const int64_t period = parse_int(entry.substr(0, colon), "period");
-    const int64_t group = parse_int(entry.substr(colon + 1), "group size");
-    levels.emplace_back(period, static_cast<int>(group));
-    begin = end + 1;
-  }
-  return levels;
-}
-
-// Averages the parameters over pg (one allreduce per tensor). Collective over pg.
-void average_over(const std::vector<Tensor>& params, comm::ProcessGroup& pg) {
-  for (Tensor p : params) {  // shallow copy: the same storage
-    pg.allreduce(std::span<float>(p.data(), static_cast<size_t>(p.numel())), comm::ReduceOp::kAvg)
-        ->wait();
-  }
-}
 
 struct Data {
   std::shared_ptr<const data::Dataset> train, test;
@@ -187,18 +130,7 @@ double evaluate(nn::Module& model, const data::Dataset& test) {
 
 int run(const Flags& flags) {
   HSGD_CHECK(flags.epochs >= 1, "--epochs ", flags.epochs, " must be at least 1");
-  HSGD_CHECK(flags.warmup_steps >= 0, "--warmup-steps ", flags.warmup_steps, " must be at least 0");
-  HSGD_CHECK(flags.period >= 1, "--period ", flags.period, " must be at least 1");
   HSGD_CHECK(flags.eval_every >= 0, "--eval-every ", flags.eval_every, " must be at least 0");
-  HSGD_CHECK(flags.subgroup_size >= 0, "--subgroup-size ", flags.subgroup_size,
-             " must be at least 0 (0: LOCAL_WORLD_SIZE)");
-  Hierarchy hierarchy;
-  if (flags.mode == "hierarchical") {
-    hierarchy = parse_hierarchy(flags.hierarchy);
-  } else if (!flags.hierarchy.empty()) {
-    throw BadHierarchy("--hierarchy '" + flags.hierarchy + "' needs --mode hierarchical, not '" +
-                       flags.mode + "'");
-  }
   // The batch-64 GEMMs of this model are too small to gain from BLAS threads; on a busy 2-core
   // machine OpenBLAS's spinning threads made an epoch 4x slower (45 s vs 11 s wall).
   if (flags.blas_threads > 0) openblas_set_num_threads(flags.blas_threads);
@@ -217,43 +149,15 @@ int run(const Flags& flags) {
       std::make_shared<models::MLP>(models::MLPOptions{.sizes = sizes, .seed = flags.seed});
 
   // A world of one in --mode ddp is the plain single-process program: no DDP wrapper.
-  std::unique_ptr<distributed::DistributedDataParallel> ddp;
-  if (world_size > 1 || flags.mode != "ddp") {
-    ddp = std::make_unique<distributed::DistributedDataParallel>(model, world);
-  }
-  std::shared_ptr<distributed::ModelAverager> averager;
-  if (flags.mode != "ddp") {
-    auto state = std::make_shared<distributed::PostLocalSGDState>(distributed::PostLocalSGDState{
-        .process_group = world, .start_localSGD_iter = flags.warmup_steps});
-    if (flags.subgroup_size == 1) {
-      state->post_local_gradient_allreduce = false;
-    } else if (flags.subgroup_size > 1) {
-      HSGD_CHECK_AS(InvalidArgument, world_size % flags.subgroup_size == 0, "--subgroup-size ",
-                    flags.subgroup_size, " must divide the world size ", world_size);
-      state->subgroup = comm::new_subgroups(world, flags.subgroup_size).first;
-    }
-    ddp->register_comm_hook(state, distributed::post_localSGD_hook);
-    if (flags.mode == "local-sgd") {
-      averager = std::make_shared<distributed::PeriodicModelAverager>(flags.period,
-                                                                      flags.warmup_steps, world);
-    } else {
-      try {
-        averager = std::make_shared<distributed::HierarchicalModelAverager>(
-            hierarchy, flags.warmup_steps, world);
-      } catch (const InvalidArgument& e) {
-        throw BadHierarchy("--hierarchy '" + flags.hierarchy + "' with " +
-                           std::to_string(world_size) + " ranks: " + e.what());
-      }
-    }
-  }
+  const apps::Parallel parallel = apps::make_parallel(model, world, flags.parallel);
+  const bool distributed_run = world_size > 1 || flags.parallel.mode != "ddp";
 
   const optim::SGDOptions sgd_options{.lr = flags.lr,
                                       .momentum = flags.momentum,
                                       .weight_decay = flags.weight_decay,
                                       .nesterov = flags.nesterov};
-  std::shared_ptr<Optimizer> optimizer =
-      std::make_shared<optim::SGD>(model->parameters(), sgd_options);
-  if (averager) optimizer = std::make_shared<optim::PostLocalSGDOptimizer>(optimizer, averager);
+  const std::shared_ptr<Optimizer> optimizer =
+      parallel.wrap(std::make_shared<optim::SGD>(model->parameters(), sgd_options));
   data::DataLoader loader(data.train, {.batch_size = flags.batch_size,
                                        .shuffle = true,
                                        .seed = flags.seed,
@@ -277,17 +181,10 @@ int run(const Flags& flags) {
         static_cast<long long>(data.train->size()), static_cast<long long>(data.test->size()),
         static_cast<long long>(flags.batch_size), flags.lr, flags.momentum, flags.schedule.c_str(),
         openblas_get_num_threads());
-    if (world_size > 1 || flags.mode != "ddp") {
-      std::printf("train_mlp: %d ranks, mode %s, %lld batches per rank per epoch", world_size,
-                  flags.mode.c_str(), static_cast<long long>(loader.num_batches()));
-      if (flags.mode == "local-sgd") {
-        std::printf(", period %lld", static_cast<long long>(flags.period));
-      }
-      if (flags.mode == "hierarchical") std::printf(", hierarchy %s", flags.hierarchy.c_str());
-      if (flags.mode != "ddp") {
-        std::printf(", warm-up %lld steps", static_cast<long long>(flags.warmup_steps));
-      }
-      std::printf("\n");
+    if (distributed_run) {
+      std::printf("train_mlp: %s, %lld batches per rank per epoch\n",
+                  parallel.describe(world_size, flags.parallel).c_str(),
+                  static_cast<long long>(loader.num_batches()));
     }
     std::printf("%5s %12s %14s %9s\n", "epoch", "train_loss", "test_accuracy", "time_s");
   }
@@ -297,19 +194,9 @@ int run(const Flags& flags) {
   // Rank 0's accuracy of the average of the replicas (collective over world). keep: every rank
   // keeps the averaged parameters, else each restores its own.
   const auto evaluate_average = [&](bool keep) {
-    std::vector<Tensor> saved;
-    if (world_size > 1) {
-      if (!keep) {
-        for (const Tensor& p : params) saved.push_back(p.detach().clone());
-      }
-      average_over(params, *world);
-    }
-    if (lead) accuracy = evaluate(*model, *data.test);
-    for (size_t i = 0; i < saved.size(); ++i) {
-      NoGradGuard no_grad;
-      Tensor p = params[i];
-      p.copy_(saved[i]);
-    }
+    apps::with_average(params, *world, keep, [&] {
+      if (lead) accuracy = evaluate(*model, *data.test);
+    });
   };
   // --eval-every: training seconds without evaluations, and steps, since the start.
   double train_seconds = 0;
@@ -330,8 +217,7 @@ int run(const Flags& flags) {
     auto train_start = std::chrono::steady_clock::now();
     for (const data::Batch& batch : loader) {
       optimizer->zero_grad();
-      Tensor loss = nn::cross_entropy(
-          ddp ? ddp->forward(batch.inputs) : model->forward(batch.inputs), batch.targets);
+      Tensor loss = nn::cross_entropy(parallel.forward(*model, batch.inputs), batch.targets);
       loss.backward();
       optimizer->step();
       if (scheduler) scheduler->step();
@@ -374,20 +260,11 @@ int run(const Flags& flags) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
   if (lead) {
     std::printf("final test accuracy: %.2f%%\n", 100 * accuracy);
-    if (world_size > 1 || flags.mode != "ddp") {
+    if (distributed_run) {
       std::printf("train_mlp: %d ranks, mode %s, training wall time %.2f s (rank 0)\n", world_size,
-                  flags.mode.c_str(), total_seconds);
+                  flags.parallel.mode.c_str(), total_seconds);
     }
-    if (averager) {
-      std::printf("model averaging per level (rank 0): %8s %10s %8s %10s %10s\n", "period",
-                  "group_size", "calls", "MB", "seconds");
-      for (const distributed::AveragingLevelStats& level : averager->level_stats()) {
-        std::printf("model averaging level: %8lld %10d %8lld %10.3f %10.3f\n",
-                    static_cast<long long>(level.period), level.group_size,
-                    static_cast<long long>(level.calls), static_cast<double>(level.bytes) / 1e6,
-                    level.seconds);
-      }
-    }
+    if (parallel.averager) apps::print_averaging_stats(*parallel.averager);
     std::fflush(stdout);
   }
   // No rank leaves while a peer may still have a collective in flight.
@@ -428,24 +305,7 @@ int main(int argc, char** argv) {
                  "OpenBLAS threads (0: OpenBLAS's default, all cores)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--mode", flags.mode,
-                 "ddp: gradient allreduce every step; local-sgd: post-local SGD with periodic "
-                 "model averaging; hierarchical: post-local SGD with hierarchical averaging")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"ddp", "local-sgd", "hierarchical"}));
-  app.add_option("--warmup-steps", flags.warmup_steps,
-                 "local-sgd/hierarchical: steps of global gradient averaging before local SGD "
-                 "and model averaging start")
-      ->capture_default_str();
-  app.add_option("--period", flags.period, "local-sgd: average the models every N steps")
-      ->capture_default_str();
-  app.add_option("--hierarchy", flags.hierarchy,
-                 "hierarchical: period:group_size pairs, e.g. 2:2,4:4 (every 2 steps pairs of "
-                 "ranks average, every 4 steps groups of 4); the last size is the world size");
-  app.add_option("--subgroup-size", flags.subgroup_size,
-                 "local-sgd/hierarchical: ranks that average gradients after warm-up (0: "
-                 "LOCAL_WORLD_SIZE, the ranks of one node; 1: none)")
-      ->capture_default_str();
+  apps::add_parallel_flags(app, flags.parallel);
   app.add_option("--eval-every", flags.eval_every,
                  "Also evaluate every N steps of an epoch and print 'eval:' lines with the "
                  "training seconds so far, evaluations excluded (0: epoch ends only, no lines)")
@@ -453,7 +313,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     return run(flags);
-  } catch (const BadHierarchy& e) {
+  } catch (const apps::BadFlag& e) {
     std::fprintf(stderr, "train_mlp: error: %s\n", e.what());
     return 2;
   } catch (const hsgd::Error& e) {

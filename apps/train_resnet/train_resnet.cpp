@@ -1,12 +1,17 @@
 // train_resnet: trains a ResNet (or any model of models::make_model) on CIFAR-10 binary files, or
-// on a synthetic data set of 3x32x32 images, in one process. Prints, per epoch, the mean training
-// loss and accuracy, the test loss and accuracy, the time taken and the training throughput.
+// on a synthetic data set of 3x32x32 images, in one process or data-parallel under hsgd-run
+// (--mode ddp | local-sgd | hierarchical, as train_mlp; BatchNorm statistics are averaged with
+// the parameters). Prints, per epoch, the mean training loss and accuracy, the test loss and
+// accuracy (of the average of the replicas), the time taken and the training throughput.
 //
 //   train_resnet --data-dir ~/cifar-10-batches-bin --epochs 160 --cosine   # ResNet-20 recipe
 //   train_resnet --model resnet18 --data-dir DIR --weight-decay 5e-4
 //   train_resnet --synthetic --epochs 1 --max-steps 20                    # no data files needed
+//   hsgd-run --nproc-per-node 4 -- train_resnet --data-dir DIR --mode hierarchical
+//       --hierarchy 2:2,8:4 --subgroup-size 1 --warmup-steps 200   (one command line)
 //
-// Exit code 0 on success, 1 on a bad flag value or unreadable data (the message names it).
+// Exit code 0 on success, 1 on a bad flag value or unreadable data (the message names it), 2 on
+// a --mode/--hierarchy setting the job cannot use.
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -15,7 +20,9 @@
 #include <memory>
 #include <string>
 
+#include "apps/common/parallel_training.h"
 #include "comm/error.h"
+#include "comm/init.h"
 #include "framework/data/cifar10.h"
 #include "framework/data/data_loader.h"
 #include "framework/data/synthetic_dataset.h"
@@ -46,6 +53,7 @@ struct Flags {
   int64_t max_steps = 0;  // 0: no limit
   int64_t max_eval = 0;   // test examples evaluated per epoch, 0: all
   int64_t log_every = 0;
+  apps::ParallelFlags parallel;
 };
 
 struct Data {
@@ -108,6 +116,10 @@ int run(Flags flags) {
   HSGD_CHECK(flags.epochs >= 1, "--epochs ", flags.epochs, " must be at least 1");
   HSGD_CHECK(flags.max_steps >= 0, "--max-steps ", flags.max_steps, " must not be negative");
   if (flags.weight_decay < 0) flags.weight_decay = flags.model == "resnet18" ? 5e-4 : 1e-4;
+  const std::shared_ptr<comm::ProcessGroup> world =
+      comm::init_process_group(comm::InitOptions::from_env());
+  const int world_size = world->size();
+  const bool lead = world->rank() == 0;
   const Data data = load_data(flags);
   auto model = models::make_model(
       flags.model,
@@ -115,13 +127,20 @@ int run(Flags flags) {
   int64_t num_params = 0;
   for (const Tensor& p : model->parameters()) num_params += p.numel();
 
-  optim::SGD optimizer(model->parameters(), {.lr = flags.lr,
+  const apps::Parallel parallel =
+      apps::make_parallel(model, world, flags.parallel, model->buffers());
+  const std::shared_ptr<Optimizer> optimizer_ptr = parallel.wrap(std::make_shared<optim::SGD>(
+      model->parameters(), optim::SGDOptions{.lr = flags.lr,
                                              .momentum = flags.momentum,
                                              .weight_decay = flags.weight_decay,
-                                             .nesterov = flags.nesterov});
-  data::DataLoader loader(
-      data.train,
-      {.batch_size = flags.batch_size, .shuffle = true, .seed = flags.seed, .drop_last = true});
+                                             .nesterov = flags.nesterov}));
+  Optimizer& optimizer = *optimizer_ptr;
+  data::DataLoader loader(data.train, {.batch_size = flags.batch_size,
+                                       .shuffle = true,
+                                       .seed = flags.seed,
+                                       .drop_last = true,
+                                       .rank = world->rank(),
+                                       .world_size = world_size});
   int64_t total_steps = flags.epochs * loader.num_batches();
   if (flags.max_steps > 0) total_steps = std::min(total_steps, flags.max_steps);
   std::unique_ptr<optim::LRScheduler> scheduler;
@@ -130,16 +149,27 @@ int run(Flags flags) {
         optimizer, optim::CosineAnnealingLROptions{.t_max = total_steps});
   }
 
-  std::printf(
-      "train_resnet: %s (%lld parameters), %s: %lld train / %lld test examples, batch "
-      "%lld, lr %g, momentum %g, weight decay %g%s\n",
-      flags.model.c_str(), static_cast<long long>(num_params),
-      flags.synthetic ? "synthetic data" : flags.data_dir.c_str(),
-      static_cast<long long>(data.train->size()), static_cast<long long>(data.test->size()),
-      static_cast<long long>(flags.batch_size), flags.lr, flags.momentum, flags.weight_decay,
-      flags.cosine ? ", cosine schedule" : "");
-  std::printf("%5s %7s %10s %9s %10s %9s %8s %9s\n", "epoch", "steps", "train_loss", "train_acc",
-              "test_loss", "test_acc", "time_s", "images/s");
+  if (lead) {
+    std::printf(
+        "train_resnet: %s (%lld parameters), %s: %lld train / %lld test examples, batch "
+        "%lld, lr %g, momentum %g, weight decay %g%s\n",
+        flags.model.c_str(), static_cast<long long>(num_params),
+        flags.synthetic ? "synthetic data" : flags.data_dir.c_str(),
+        static_cast<long long>(data.train->size()), static_cast<long long>(data.test->size()),
+        static_cast<long long>(flags.batch_size), flags.lr, flags.momentum, flags.weight_decay,
+        flags.cosine ? ", cosine schedule" : "");
+    if (world_size > 1 || flags.parallel.mode != "ddp") {
+      std::printf("train_resnet: %s, batch %lld per rank, %lld batches per rank per epoch\n",
+                  parallel.describe(world_size, flags.parallel).c_str(),
+                  static_cast<long long>(flags.batch_size),
+                  static_cast<long long>(loader.num_batches()));
+    }
+    std::printf("%5s %7s %10s %9s %10s %9s %8s %9s\n", "epoch", "steps", "train_loss", "train_acc",
+                "test_loss", "test_acc", "time_s", "images/s");
+  }
+  // The replicas' parameters and BatchNorm statistics, averaged for each evaluation.
+  std::vector<Tensor> state = model->parameters();
+  for (const Tensor& b : model->buffers()) state.push_back(b);
   int64_t step = 0;
   Eval eval;
   for (int64_t epoch = 0; epoch < flags.epochs && step < total_steps; ++epoch) {
@@ -151,7 +181,7 @@ int run(Flags flags) {
       const auto step_start = Clock::now();
       const data::Batch batch = loader.batch(i);
       optimizer.zero_grad();
-      const Tensor logits = model->forward(batch.inputs);
+      const Tensor logits = parallel.forward(*model, batch.inputs);
       Tensor loss = nn::cross_entropy(logits, batch.targets);
       loss.backward();
       optimizer.step();
@@ -161,21 +191,38 @@ int run(Flags flags) {
       loss_sum += loss.item() * static_cast<double>(n);
       correct += nn::accuracy(logits, batch.targets) * static_cast<double>(n);
       images += n;
-      if (flags.log_every > 0 && (step + 1) % flags.log_every == 0) {
+      if (lead && flags.log_every > 0 && (step + 1) % flags.log_every == 0) {
         std::printf("  step %lld loss %.4f\n", static_cast<long long>(step + 1), loss.item());
         std::fflush(stdout);
       }
     }
-    eval = evaluate(*model, *data.test, flags.max_eval);
+    // Sums over ranks: every rank ran the same number of steps on its shard.
+    std::vector<double> sums{loss_sum, correct, static_cast<double>(images), train_seconds};
+    if (world_size > 1) world->allreduce(std::span<double>(sums))->wait();
+    loss_sum = sums[0];
+    correct = sums[1];
+    images = static_cast<int64_t>(sums[2]);
+    train_seconds = sums[3] / world_size;  // images/s of the whole job
+    const bool last = epoch + 1 == flags.epochs || step >= total_steps;
+    apps::with_average(state, *world, /*keep=*/last, [&] {
+      if (lead) eval = evaluate(*model, *data.test, flags.max_eval);
+    });
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     const double denom = images > 0 ? static_cast<double>(images) : 1.0;
-    std::printf("%5lld %7lld %10.4f %8.2f%% %10.4f %8.2f%% %8.2f %9.1f\n",
-                static_cast<long long>(epoch + 1), static_cast<long long>(steps), loss_sum / denom,
-                100 * correct / denom, eval.loss, 100 * eval.accuracy, seconds,
-                train_seconds > 0 ? static_cast<double>(images) / train_seconds : 0.0);
+    if (lead)
+      std::printf("%5lld %7lld %10.4f %8.2f%% %10.4f %8.2f%% %8.2f %9.1f\n",
+                  static_cast<long long>(epoch + 1), static_cast<long long>(steps),
+                  loss_sum / denom, 100 * correct / denom, eval.loss, 100 * eval.accuracy, seconds,
+                  train_seconds > 0 ? static_cast<double>(images) / train_seconds : 0.0);
     std::fflush(stdout);
   }
-  std::printf("final test accuracy: %.2f%%\n", 100 * eval.accuracy);
+  if (lead) {
+    std::printf("final test accuracy: %.2f%%\n", 100 * eval.accuracy);
+    if (parallel.averager) apps::print_averaging_stats(*parallel.averager);
+    std::fflush(stdout);
+  }
+  // No rank leaves while a peer may still have a collective in flight.
+  world->shutdown();
   return 0;
 }
 
@@ -183,7 +230,9 @@ int run(Flags flags) {
 
 int main(int argc, char** argv) {
   Flags flags;
-  CLI::App app{"Train a ResNet on CIFAR-10 (single process)."};
+  CLI::App app{
+      "Train a ResNet on CIFAR-10, in one process or data-parallel under hsgd-run (DDP, "
+      "post-local SGD, hierarchical model averaging)."};
   app.add_option("--model", flags.model, "mlp, resnet20, resnet32, resnet56 or resnet18")
       ->capture_default_str();
   app.add_option("--data-dir", flags.data_dir,
@@ -205,9 +254,13 @@ int main(int argc, char** argv) {
   app.add_option("--max-steps", flags.max_steps, "Stop after this many steps (0: no limit)");
   app.add_option("--max-eval", flags.max_eval, "Test examples per evaluation (0: all)");
   app.add_option("--log-every", flags.log_every, "Print the loss every N steps (0: never)");
+  apps::add_parallel_flags(app, flags.parallel);
   CLI11_PARSE(app, argc, argv);
   try {
     return run(flags);
+  } catch (const apps::BadFlag& e) {
+    std::fprintf(stderr, "train_resnet: error: %s\n", e.what());
+    return 2;
   } catch (const hsgd::Error& e) {
     std::fprintf(stderr, "train_resnet: error: %s\n", e.what());
     return 1;

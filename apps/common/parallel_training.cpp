@@ -1,0 +1,158 @@
+#include "apps/common/parallel_training.h"
+
+#include <charconv>
+#include <cstdio>
+#include <string_view>
+
+#include "framework/distributed/comm_hooks/post_local_sgd_hook.h"
+#include "framework/distributed/model_averaging/hierarchical_model_averager.h"
+#include "framework/tensor/grad_mode.h"
+#include "optim/post_local_sgd_optimizer.h"
+
+namespace hsgd::apps {
+
+void add_parallel_flags(CLI::App& app, ParallelFlags& flags) {
+  app.add_option("--mode", flags.mode,
+                 "ddp: gradient allreduce every step; local-sgd: post-local SGD with periodic "
+                 "model averaging; hierarchical: post-local SGD with hierarchical averaging")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"ddp", "local-sgd", "hierarchical"}));
+  app.add_option("--warmup-steps", flags.warmup_steps,
+                 "local-sgd/hierarchical: steps of global gradient averaging before local SGD "
+                 "and model averaging start")
+      ->capture_default_str();
+  app.add_option("--period", flags.period, "local-sgd: average the models every N steps")
+      ->capture_default_str();
+  app.add_option("--hierarchy", flags.hierarchy,
+                 "hierarchical: period:group_size pairs, e.g. 2:2,4:4 (every 2 steps pairs of "
+                 "ranks average, every 4 steps groups of 4); the last size is the world size");
+  app.add_option("--subgroup-size", flags.subgroup_size,
+                 "local-sgd/hierarchical: ranks that average gradients after warm-up (0: "
+                 "LOCAL_WORLD_SIZE, the ranks of one node; 1: none)")
+      ->capture_default_str();
+}
+
+std::vector<std::pair<int64_t, int>> parse_hierarchy(const std::string& text) {
+  const auto fail = [&text](const std::string& why) {
+    throw BadFlag("--hierarchy '" + text + "': " + why +
+                  "; expected period:group_size pairs separated by commas, e.g. 2:2,4:4");
+  };
+  const auto parse_int = [&fail](std::string_view part, const char* what) {
+    int64_t value = 0;
+    const auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), value);
+    if (part.empty() || ec != std::errc() || end != part.data() + part.size() || value < 1 ||
+        value > (int64_t{1} << 30)) {
+      fail(std::string(what) + " '" + std::string(part) + "' is not a positive integer");
+    }
+    return value;
+  };
+  if (text.empty()) fail("empty");
+  std::vector<std::pair<int64_t, int>> levels;
+  size_t begin = 0;
+  while (begin <= text.size()) {
+    size_t end = text.find(',', begin);
+    if (end == std::string::npos) end = text.size();
+    const std::string_view entry(text.data() + begin, end - begin);
+    const size_t colon = entry.find(':');
+    if (colon == std::string_view::npos) fail("entry '" + std::string(entry) + "' has no ':'");
+    const int64_t period = parse_int(entry.substr(0, colon), "period");
+    const int64_t group = parse_int(entry.substr(colon + 1), "group size");
+    levels.emplace_back(period, static_cast<int>(group));
+    begin = end + 1;
+  }
+  return levels;
+}
+
+std::shared_ptr<Optimizer> Parallel::wrap(std::shared_ptr<Optimizer> optimizer) const {
+  if (!averager) return optimizer;
+  return std::make_shared<optim::PostLocalSGDOptimizer>(std::move(optimizer), averager);
+}
+
+std::string Parallel::describe(int world_size, const ParallelFlags& flags) const {
+  std::string text = std::to_string(world_size) + " ranks, mode " + flags.mode;
+  if (flags.mode == "local-sgd") text += ", period " + std::to_string(flags.period);
+  if (flags.mode == "hierarchical") text += ", hierarchy " + flags.hierarchy;
+  if (flags.mode != "ddp") text += ", warm-up " + std::to_string(flags.warmup_steps) + " steps";
+  return text;
+}
+
+Parallel make_parallel(const std::shared_ptr<nn::Module>& model,
+                       const std::shared_ptr<comm::ProcessGroup>& world, const ParallelFlags& flags,
+                       std::vector<Tensor> average_buffers) {
+  HSGD_CHECK_AS(BadFlag, flags.warmup_steps >= 0, "--warmup-steps ", flags.warmup_steps,
+                " must be at least 0");
+  HSGD_CHECK_AS(BadFlag, flags.period >= 1, "--period ", flags.period, " must be at least 1");
+  HSGD_CHECK_AS(BadFlag, flags.subgroup_size >= 0, "--subgroup-size ", flags.subgroup_size,
+                " must be at least 0 (0: LOCAL_WORLD_SIZE)");
+  std::vector<std::pair<int64_t, int>> hierarchy;
+  if (flags.mode == "hierarchical") {
+    hierarchy = parse_hierarchy(flags.hierarchy);
+  } else if (!flags.hierarchy.empty()) {
+    throw BadFlag("--hierarchy '" + flags.hierarchy + "' needs --mode hierarchical, not '" +
+                  flags.mode + "'");
+  }
+  const int world_size = world->size();
+  Parallel out;
+  if (world_size > 1 || flags.mode != "ddp") {
+    out.ddp = std::make_unique<distributed::DistributedDataParallel>(model, world);
+  }
+  if (flags.mode == "ddp") return out;
+
+  auto state = std::make_shared<distributed::PostLocalSGDState>(distributed::PostLocalSGDState{
+      .process_group = world, .start_localSGD_iter = flags.warmup_steps});
+  if (flags.subgroup_size == 1) {
+    state->post_local_gradient_allreduce = false;
+  } else if (flags.subgroup_size > 1) {
+    HSGD_CHECK_AS(BadFlag, world_size % flags.subgroup_size == 0, "--subgroup-size ",
+                  flags.subgroup_size, " must divide the world size ", world_size);
+    state->subgroup = comm::new_subgroups(world, flags.subgroup_size).first;
+  }
+  out.ddp->register_comm_hook(state, distributed::post_localSGD_hook);
+  const distributed::ModelAveragerOptions options{.average_buffers = std::move(average_buffers)};
+  if (flags.mode == "local-sgd") {
+    out.averager = std::make_shared<distributed::PeriodicModelAverager>(
+        flags.period, flags.warmup_steps, world, options);
+    return out;
+  }
+  try {
+    out.averager = std::make_shared<distributed::HierarchicalModelAverager>(
+        hierarchy, flags.warmup_steps, world, options);
+  } catch (const InvalidArgument& e) {
+    throw BadFlag("--hierarchy '" + flags.hierarchy + "' with " + std::to_string(world_size) +
+                  " ranks: " + e.what());
+  }
+  return out;
+}
+
+void with_average(const std::vector<Tensor>& tensors, comm::ProcessGroup& world, bool keep,
+                  const std::function<void()>& evaluate) {
+  std::vector<Tensor> saved;
+  if (world.size() > 1) {
+    for (Tensor t : tensors) {  // shallow copy: the same storage
+      if (!keep) saved.push_back(t.detach().clone());
+      world
+          .allreduce(std::span<float>(t.data(), static_cast<size_t>(t.numel())),
+                     comm::ReduceOp::kAvg)
+          ->wait();
+    }
+  }
+  evaluate();
+  NoGradGuard no_grad;
+  for (size_t i = 0; i < saved.size(); ++i) {
+    Tensor t = tensors[i];
+    t.copy_(saved[i]);
+  }
+}
+
+void print_averaging_stats(const distributed::ModelAverager& averager) {
+  std::printf("model averaging per level (rank 0): %8s %10s %8s %10s %10s\n", "period",
+              "group_size", "calls", "MB", "seconds");
+  for (const distributed::AveragingLevelStats& level : averager.level_stats()) {
+    std::printf("model averaging level: %8lld %10d %8lld %10.3f %10.3f\n",
+                static_cast<long long>(level.period), level.group_size,
+                static_cast<long long>(level.calls), static_cast<double>(level.bytes) / 1e6,
+                level.seconds);
+  }
+}
+
+}  // namespace hsgd::apps
