@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace hsgd {
 
@@ -50,6 +51,13 @@ std::string str_cat(Args&&... args) {
   std::ostringstream out;
   if constexpr (sizeof...(Args) > 0) (out << ... << std::forward<Args>(args));
   return out.str();
+}
+
+// "[0, 3, 5]": ranks as messages name them.
+inline std::string format_ranks(const std::vector<int>& ranks) {
+  std::string out = "[";
+  for (size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
+  return out + "]";
 }
 
 // Strips the directory part of __FILE__ for shorter messages.

@@ -104,12 +104,6 @@ bool looks_like_timeout(const std::string& message) {
          message.find("imeout") != std::string::npos;
 }
 
-std::string format_ranks(const std::vector<int>& ranks) {
-  std::string out = "[";
-  for (size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
-  return out + "]";
-}
-
 // Gloo's TCP pair sets SO_SNDBUF to the size of the first message sent from a pinned buffer
 // (the halving-doubling and ring-chunked algorithms of the cache) and raises it only for larger
 // ones. That turns off Linux's send-buffer autotuning for the pair for good, so a small first
@@ -240,8 +234,9 @@ void ProcessGroup::connect() {
       }
     }
     HSGD_THROW(Timeout, "ProcessGroup '", options_.name, "' (rank ", rank(), " of ", size(),
-               "): ranks ", format_ranks(missing), " (global ", format_ranks(missing_global),
-               ") did not arrive within ", options_.timeout.count(), " ms");
+               "): ranks ", detail::format_ranks(missing), " (global ",
+               detail::format_ranks(missing_global), ") did not arrive within ",
+               options_.timeout.count(), " ms");
   }
   if (size() == 1) return;  // no peers: collectives are local
 
@@ -464,8 +459,8 @@ std::string ProcessGroup::diagnose_failure(uint64_t seq, bool timed_out) {
         missing_global.push_back(options_.ranks[static_cast<size_t>(r)]);
       }
     }
-    return detail::str_cat("ranks ", format_ranks(missing), " (global ",
-                           format_ranks(missing_global),
+    return detail::str_cat("ranks ", detail::format_ranks(missing), " (global ",
+                           detail::format_ranks(missing_global),
                            ") did not arrive (no failure report "
                            "from them within ",
                            grace.count(), " ms)");
@@ -500,8 +495,8 @@ void ProcessGroup::shutdown(Duration timeout) {
       if (!options_.store->check({keys[static_cast<size_t>(r)]})) missing.push_back(r);
     }
     HSGD_THROW(Timeout, "ProcessGroup::shutdown of group '", options_.name, "' (rank ", rank(),
-               " of ", size(), "): ranks ", format_ranks(missing), " did not arrive within ",
-               timeout.count(), " ms");
+               " of ", size(), "): ranks ", detail::format_ranks(missing),
+               " did not arrive within ", timeout.count(), " ms");
   }
 }
 

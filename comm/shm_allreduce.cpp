@@ -74,12 +74,6 @@ inline void cpu_relax() {
 #endif
 }
 
-std::string format_ranks(const std::vector<int>& ranks) {
-  std::string out = "[";
-  for (size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
-  return out + "]";
-}
-
 // Unmaps on scope exit unless released.
 struct Mapping {
   void* base = nullptr;
@@ -234,7 +228,7 @@ std::unique_ptr<ShmAllreduce> ShmAllreduce::connect(Store& store, const std::str
     logger()->warn(
         "group '{}': ranks {} could not map the shared-memory segment{}{}; allreduce uses Gloo's "
         "TCP transport",
-        group_name, format_ranks(failed),
+        group_name, detail::format_ranks(failed),
         why.empty() ? "" : " (here: ", why.empty() ? "" : why + ")");
     return nullptr;
   }
@@ -277,7 +271,7 @@ void ShmAllreduce::check_peers(uint32_t target_round, Clock::time_point deadline
   }
   if (!behind.empty() && Clock::now() >= deadline) {
     HSGD_THROW(Timeout, "shared-memory allreduce of group '", group_name_, "' timed out: ranks ",
-               format_ranks(behind), " did not reach shared-memory barrier ", target_round);
+               detail::format_ranks(behind), " did not reach shared-memory barrier ", target_round);
   }
 }
 
