@@ -63,7 +63,7 @@ int main(int argc, char** argv) {
   app.add_option("--job-ttl", job_ttl_s,
                  "seconds a job's keys are kept after its last client disconnected (0: forever)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(int64_t{0}, int64_t{365} * 24 * 3600));
   CLI11_PARSE(app, argc, argv);
   options.idle_job_ttl = std::chrono::seconds(job_ttl_s);
 
