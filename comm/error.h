@@ -53,13 +53,6 @@ std::string str_cat(Args&&... args) {
   return out.str();
 }
 
-// "[0, 3, 5]": ranks as messages name them.
-inline std::string format_ranks(const std::vector<int>& ranks) {
-  std::string out = "[";
-  for (size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
-  return out + "]";
-}
-
 // Strips the directory part of __FILE__ for shorter messages.
 constexpr const char* base_name(const char* path) {
   const char* base = path;

@@ -16,6 +16,7 @@
 #include <map>
 #include <tuple>
 
+#include "comm/detail/format_ranks.h"
 #include "comm/error.h"
 #include "comm/gloo_store.h"
 #include "comm/log.h"

@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "comm/detail/format_ranks.h"
 #include "comm/error.h"
 #include "comm/log.h"
 #include "comm/process_group.h"

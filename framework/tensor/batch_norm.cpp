@@ -6,7 +6,7 @@
 
 #include "comm/error.h"
 #include "framework/autograd/node.h"
-#include "framework/tensor/batch_norm_kernels.h"
+#include "framework/kernels/batch_norm_kernels.h"
 #include "framework/tensor/nn_ops.h"
 
 namespace hsgd {

@@ -2,7 +2,7 @@
 
 #include "comm/error.h"
 #include "framework/autograd/node.h"
-#include "framework/tensor/conv_kernels.h"
+#include "framework/kernels/conv_kernels.h"
 #include "framework/tensor/nn_ops.h"
 
 namespace hsgd {

@@ -8,7 +8,7 @@
 #include "comm/error.h"
 #include "framework/autograd/node.h"
 #include "framework/tensor/nn_ops.h"
-#include "framework/tensor/pool_kernels.h"
+#include "framework/kernels/pool_kernels.h"
 
 namespace hsgd {
 namespace {

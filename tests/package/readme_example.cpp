@@ -2,7 +2,7 @@
 // test so the README cannot drift from the API. Run with a directory to train one epoch.
 #include <iostream>
 
-#include "framework/hsgd.h"  // umbrella header for applications
+#include "hsgd.h"  // umbrella header for applications
 
 using namespace hsgd;
 

@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include "framework/hsgd.h"
+#include "hsgd.h"
 
 namespace hsgd {
 namespace {

@@ -1,8 +1,8 @@
-// Winograd conv kernels (framework/tensor/conv_winograd.h): forward and both gradients against
+// Winograd conv kernels (framework/kernels/conv_winograd.h): forward and both gradients against
 // direct-loop definitions accumulated in double; gradients of conv2d on the
 // Winograd route against a numerical Jacobian.
 
-#include "framework/tensor/conv_winograd.h"
+#include "framework/kernels/conv_winograd.h"
 
 #include <gtest/gtest.h>
 
@@ -11,11 +11,11 @@
 #include <vector>
 
 #include "comm/error.h"
-#include "framework/tensor/conv_kernels.h"
+#include "framework/kernels/conv_kernels.h"
 #include "framework/tensor/nn_ops.h"
 #include "framework/tensor/ops.h"
-#include "tests/framework/conv_ops/grad_check.h"
-#include "tests/framework/conv_ops/reference.h"
+#include "tests/framework/tensor/grad_check.h"
+#include "tests/framework/tensor/reference.h"
 
 namespace hsgd {
 namespace {

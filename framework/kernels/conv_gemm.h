@@ -10,7 +10,7 @@
 
 #include <cstdint>
 
-#include "framework/tensor/conv_simd.h"
+#include "framework/kernels/conv_simd.h"
 
 namespace hsgd::kernels {
 

@@ -1,10 +1,11 @@
 #pragma once
 // hsgd's umbrella header for APPLICATIONS (apps/, tests, programs built with find_package(hsgd)):
 // the tensor and autograd core, nn layers, data, optimizers, models and the distributed API.
-// Library code includes the specific headers it needs instead, so that the layer arrows of
-// DESIGN.md (framework never includes optim/ or models/) hold.
+// It sits at the repository root, above every layer, because it includes all of them. Library
+// code (comm/, framework/, optim/, models/) includes the specific headers it needs instead;
+// scripts/check_layers.py, run by the test suite, refuses any include that points up a layer.
 //
-//   #include "framework/hsgd.h"
+//   #include "hsgd.h"
 //   hsgd::Generator gen(0);
 //   hsgd::Tensor x = hsgd::randn({8, 784}, gen);
 //   auto model = hsgd::models::make_model("resnet20", {.num_classes = 10, .seed = 1});

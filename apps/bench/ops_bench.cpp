@@ -1,7 +1,7 @@
 // Micro-benchmark of the tensor ops (not a test; nothing asserts on time). Prints ms per call;
 // ops_bench_torch.py prints the same table for PyTorch. Single-threaded comparison:
-//   OPENBLAS_NUM_THREADS=1 build-a/tests/framework/tensor/ops_bench
-//   OMP_NUM_THREADS=1 /usr/bin/python3 tests/framework/tensor/ops_bench_torch.py
+//   OPENBLAS_NUM_THREADS=1 build/apps/bench/ops_bench
+//   OMP_NUM_THREADS=1 /usr/bin/python3 apps/bench/ops_bench_torch.py
 
 #include <cblas.h>
 
@@ -9,7 +9,7 @@
 #include <cstdio>
 #include <functional>
 
-#include "framework/hsgd.h"
+#include "hsgd.h"
 
 namespace {
 

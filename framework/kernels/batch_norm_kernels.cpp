@@ -1,4 +1,4 @@
-#include "framework/tensor/batch_norm_kernels.h"
+#include "framework/kernels/batch_norm_kernels.h"
 
 namespace hsgd::kernels {
 namespace {

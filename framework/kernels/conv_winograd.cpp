@@ -1,12 +1,12 @@
-#include "framework/tensor/conv_winograd.h"
+#include "framework/kernels/conv_winograd.h"
 
 #include <algorithm>
 #include <cstring>
 #include <memory>
 
 #include "comm/error.h"
-#include "framework/tensor/conv_gemm.h"
-#include "framework/tensor/conv_simd.h"
+#include "framework/kernels/conv_gemm.h"
+#include "framework/kernels/conv_simd.h"
 
 namespace hsgd::kernels {
 namespace {

@@ -12,8 +12,8 @@
 #include "comm/error.h"
 #include "framework/tensor/nn_ops.h"
 #include "framework/tensor/ops.h"
-#include "tests/framework/conv_ops/grad_check.h"
-#include "tests/framework/conv_ops/reference.h"
+#include "tests/framework/tensor/grad_check.h"
+#include "tests/framework/tensor/reference.h"
 
 namespace hsgd {
 namespace {

@@ -20,8 +20,8 @@
 
 #include <cstdint>
 
-#include "framework/tensor/conv_kernels.h"
-#include "framework/tensor/conv_simd.h"
+#include "framework/kernels/conv_kernels.h"
+#include "framework/kernels/conv_simd.h"
 
 namespace hsgd::kernels {
 

@@ -10,7 +10,7 @@
 #include "comm/error.h"
 #include "framework/tensor/nn_ops.h"
 #include "framework/tensor/ops.h"
-#include "tests/framework/conv_ops/grad_check.h"
+#include "tests/framework/tensor/grad_check.h"
 
 namespace hsgd {
 namespace {

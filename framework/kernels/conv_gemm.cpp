@@ -1,4 +1,4 @@
-#include "framework/tensor/conv_gemm.h"
+#include "framework/kernels/conv_gemm.h"
 
 #include <cblas.h>
 

@@ -1,4 +1,4 @@
-#include "framework/tensor/pool_kernels.h"
+#include "framework/kernels/pool_kernels.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,5 +1,5 @@
 #pragma once
-// Direct-loop reference implementations for the conv_ops tests: the textbook definitions,
+// Direct-loop reference implementations for the tensor-op and kernel tests: the textbook definitions,
 // written independently of the im2col / window-clipping kernels they check. Row-major vectors.
 
 #include <algorithm>

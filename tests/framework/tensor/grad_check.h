@@ -1,5 +1,5 @@
 #pragma once
-// Helpers of the conv_ops tests: element-wise comparison with index/expected/actual in the
+// Helpers of the tensor-op and kernel tests: element-wise comparison with index/expected/actual in the
 // failure, an InvalidArgument expectation that checks the message names the value, and
 // check_gradients, a thin adapter over the shared numerical-Jacobian checker
 // (tests/support/gradcheck.h) that marks every input as requiring grad and labels failures.

@@ -3,7 +3,7 @@
 // kernels' blocks (8 rows x 32 columns for nn, 4 x 4
 // entries and 16-long inner runs for nt), and with row strides wider than the rows.
 
-#include "framework/tensor/conv_gemm.h"
+#include "framework/kernels/conv_gemm.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "framework/tensor/ops.h"
-#include "tests/framework/conv_ops/grad_check.h"
+#include "tests/framework/tensor/grad_check.h"
 
 namespace hsgd {
 namespace {
