@@ -9,12 +9,40 @@
 
 namespace hsgd::optim {
 
+namespace {
+constexpr const char* kInitialLr = "initial_lr";
+}
+
 LRScheduler::LRScheduler(Optimizer& optimizer) : optimizer_(optimizer) {
-  const std::vector<ParamGroup>& groups = optimizer_.param_groups();
+  std::vector<ParamGroup>& groups = optimizer_.param_groups();
   for (size_t g = 0; g < groups.size(); ++g) {
     HSGD_CHECK(groups[g].lr.has_value(), "LRScheduler: param group ", g, " has no lr");
-    base_lrs_.push_back(*groups[g].lr);
+    const auto initial = groups[g].options.try_emplace(kInitialLr, *groups[g].lr).first;
+    base_lrs_.push_back(initial->second);
   }
+}
+
+StateDict LRScheduler::state_dict() const {
+  StateDict state;
+  state.set("last_epoch", last_epoch_);
+  for (size_t g = 0; g < base_lrs_.size(); ++g) {
+    state.set("base_lrs." + std::to_string(g), base_lrs_[g]);
+  }
+  return state;
+}
+
+void LRScheduler::load_state_dict(const StateDict& state) {
+  const int64_t epoch = state.get_int("last_epoch");
+  HSGD_CHECK_GE(epoch, 0, "LRScheduler::load_state_dict: last_epoch");
+  std::vector<double> base_lrs;
+  while (state.contains("base_lrs." + std::to_string(base_lrs.size()))) {
+    base_lrs.push_back(state.get_double("base_lrs." + std::to_string(base_lrs.size())));
+  }
+  HSGD_CHECK_EQ(base_lrs.size(), optimizer_.param_groups().size(),
+                "LRScheduler::load_state_dict: base lrs in the state vs param groups of the "
+                "optimizer");
+  base_lrs_ = std::move(base_lrs);
+  set_last_epoch(epoch);
 }
 
 LRScheduler::LRScheduler(Optimizer& optimizer, std::vector<double> base_lrs)

@@ -10,8 +10,11 @@
 //   SequentialLR       schedulers[i].lr_at(e - milestones[i-1], base_lr) for the i with
 //                      milestones[i-1] <= e < milestones[i] (e.g. warm-up, then cosine)
 // Construction already applies epoch 0 (as torch does, so LinearWarmup starts at
-// start_factor * lr). Call step() after optimizer.step(), once per epoch (or per iteration if
-// the schedule is counted in iterations).
+// start_factor * lr). base_lr is the group's "initial_lr" option when it has one, else its lr,
+// and construction stores it as "initial_lr" (torch's group.setdefault('initial_lr', lr)): a
+// scheduler built after optimizer.load_state_dict() keeps the schedule's original base instead
+// of taking the restored, already decayed lr as its base. Call step() after optimizer.step(), once
+// per epoch (or per iteration if the schedule is counted in iterations).
 //
 // Torch computes the same values recursively from the current lr; the closed form here gives the
 // same numbers when one scheduler owns the lr, but overwrites changes made to lr by others.
@@ -47,6 +50,12 @@ class LRScheduler {
   const Optimizer& optimizer() const { return optimizer_; }
   // The schedule's closed form.
   virtual double lr_at(int64_t epoch, double base_lr) const = 0;
+
+  // For checkpoints: "last_epoch" (int64) and "base_lrs.<g>" (double) per param group.
+  StateDict state_dict() const;
+  // Restores both and sets every group's lr for the restored epoch. Throws InvalidArgument
+  // (nothing changed) when the number of base lrs differs from the optimizer's param groups.
+  void load_state_dict(const StateDict& state);
 
  protected:
   // base_lrs: each group's lr now (the usual case), or given (SequentialLR passes its first

@@ -108,6 +108,7 @@ Parallel make_parallel(const std::shared_ptr<nn::Module>& model,
     state->subgroup = comm::new_subgroups(world, flags.subgroup_size).first;
   }
   out.ddp->register_comm_hook(state, distributed::post_localSGD_hook);
+  out.hook_state = state;
   const distributed::ModelAveragerOptions options{.average_buffers = std::move(average_buffers)};
   if (flags.mode == "local-sgd") {
     out.averager = std::make_shared<distributed::PeriodicModelAverager>(

@@ -22,6 +22,7 @@
 
 #include "comm/error.h"
 #include "comm/process_group.h"
+#include "framework/distributed/comm_hooks/post_local_sgd_hook.h"
 #include "framework/distributed/ddp.h"
 #include "framework/distributed/model_averaging/averagers.h"
 #include "framework/nn/module.h"
@@ -52,6 +53,8 @@ struct Parallel {
   std::unique_ptr<distributed::DistributedDataParallel> ddp;
   // Null in --mode ddp.
   std::shared_ptr<distributed::ModelAverager> averager;
+  // The post-local SGD hook's state (its iteration counter); null in --mode ddp.
+  std::shared_ptr<distributed::PostLocalSGDState> hook_state;
 
   Tensor forward(nn::Module& model, const Tensor& x) const {
     return ddp ? ddp->forward(x) : model.forward(x);

@@ -50,6 +50,7 @@
 #include <utility>
 #include <vector>
 
+#include "apps/common/checkpointing.h"
 #include "apps/common/parallel_training.h"
 #include "comm/error.h"
 #include "comm/init.h"
@@ -83,6 +84,7 @@ struct Flags {
   int64_t log_every = 0;
   int blas_threads = 1;
   apps::ParallelFlags parallel;
+  apps::CheckpointFlags checkpoint;
   int64_t eval_every = 0;  // 0: evaluate at the end of each epoch only, print no eval: lines
 };
 
@@ -135,8 +137,8 @@ int run(const Flags& flags) {
   // machine OpenBLAS's spinning threads made an epoch 4x slower (45 s vs 11 s wall).
   if (flags.blas_threads > 0) openblas_set_num_threads(flags.blas_threads);
 
-  const std::shared_ptr<comm::ProcessGroup> world =
-      comm::init_process_group(comm::InitOptions::from_env());
+  const comm::InitOptions init = comm::InitOptions::from_env();
+  const std::shared_ptr<comm::ProcessGroup> world = comm::init_process_group(init);
   const int rank = world->rank();
   const int world_size = world->size();
   const bool lead = rank == 0;
@@ -173,6 +175,25 @@ int run(const Flags& flags) {
 
   std::string arch;
   for (size_t i = 0; i < sizes.size(); ++i) arch += (i ? "-" : "") + std::to_string(sizes[i]);
+  apps::RunCheckpoints checkpoints(flags.checkpoint, world,
+                                   {.mode = flags.parallel.mode,
+                                    .hierarchy = flags.parallel.hierarchy,
+                                    .model = "mlp " + arch,
+                                    .local_world_size = init.local_world_size},
+                                   {.model = model,
+                                    .optimizer = optimizer,
+                                    .scheduler = scheduler.get(),
+                                    .loader = &loader,
+                                    .parallel = &parallel,
+                                    .warmup_steps = flags.parallel.warmup_steps});
+  // Steps trained so far: 0, or the step of the checkpoint resumed from. A checkpoint taken at
+  // the end of an epoch resumes at the start of the next.
+  const int64_t resumed_step = checkpoints.resume();
+  int64_t first_epoch = 0;
+  if (resumed_step > 0) {
+    first_epoch = loader.epoch();
+    if (loader.position() >= loader.num_batches()) ++first_epoch;
+  }
   if (lead) {
     std::printf(
         "train_mlp: MLP %s, %s: %lld train / %lld test examples, batch %lld, lr %g, "
@@ -186,8 +207,8 @@ int run(const Flags& flags) {
                   parallel.describe(world_size, flags.parallel).c_str(),
                   static_cast<long long>(loader.num_batches()));
     }
-    std::printf("%5s %12s %14s %9s\n", "epoch", "train_loss", "test_accuracy", "time_s");
   }
+  if (lead) std::printf("%5s %12s %14s %9s\n", "epoch", "train_loss", "test_accuracy", "time_s");
   const auto run_start = std::chrono::steady_clock::now();
   const std::vector<Tensor> params = model->parameters();
   double accuracy = 0;
@@ -200,7 +221,7 @@ int run(const Flags& flags) {
   };
   // --eval-every: training seconds without evaluations, and steps, since the start.
   double train_seconds = 0;
-  int64_t total_steps = 0;
+  int64_t total_steps = resumed_step;
   const auto print_eval = [&](int64_t epoch) {
     if (lead && flags.eval_every > 0) {
       std::printf("eval: epoch %lld step %lld train_s %.3f test_accuracy %.2f%%\n",
@@ -209,7 +230,8 @@ int run(const Flags& flags) {
       std::fflush(stdout);
     }
   };
-  for (int64_t epoch = 0; epoch < flags.epochs; ++epoch) {
+  if (first_epoch >= flags.epochs) evaluate_average(/*keep=*/true);  // nothing left to train
+  for (int64_t epoch = first_epoch; epoch < flags.epochs; ++epoch) {
     const auto start = std::chrono::steady_clock::now();
     loader.set_epoch(epoch);
     double loss_sum = 0;
@@ -223,10 +245,11 @@ int run(const Flags& flags) {
       if (scheduler) scheduler->step();
       loss_sum += loss.item();
       ++steps;
-      if (lead && flags.log_every > 0 && steps % flags.log_every == 0) {
-        std::printf("  step %lld loss %.4f\n", static_cast<long long>(steps), loss.item());
-      }
       ++total_steps;
+      checkpoints.after_step(total_steps, loader.position() == loader.num_batches());
+      if (lead && flags.log_every > 0 && total_steps % flags.log_every == 0) {
+        std::printf("  step %lld loss %.4f\n", static_cast<long long>(total_steps), loss.item());
+      }
       if (flags.eval_every > 0 && steps % flags.eval_every == 0 && steps < loader.num_batches()) {
         train_seconds +=
             std::chrono::duration<double>(std::chrono::steady_clock::now() - train_start).count();
@@ -238,7 +261,7 @@ int run(const Flags& flags) {
     }
     train_seconds +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - train_start).count();
-    double mean_loss = loss_sum / static_cast<double>(steps);
+    double mean_loss = steps > 0 ? loss_sum / static_cast<double>(steps) : 0.0;
     const bool last = epoch + 1 == flags.epochs;
     if (world_size > 1) {
       // The mean loss over ranks (every rank ran the same number of steps).
@@ -256,6 +279,7 @@ int run(const Flags& flags) {
       std::fflush(stdout);
     }
   }
+  checkpoints.finish();
   const double total_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
   if (lead) {
@@ -300,17 +324,21 @@ int main(int argc, char** argv) {
          "Learning-rate schedule: cosine (annealed to 0 over the run, per step) or constant")
       ->capture_default_str()
       ->check(CLI::IsMember({"cosine", "constant"}));
-  app.add_option("--log-every", flags.log_every, "Print the loss every N steps (0: never)");
+  app.add_option("--log-every", flags.log_every,
+                 "Print the loss every N steps, counted from the start (0: never)");
   app.add_option("--blas-threads", flags.blas_threads,
                  "OpenBLAS threads (0: OpenBLAS's default, all cores)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   apps::add_parallel_flags(app, flags.parallel);
+  apps::add_checkpoint_flags(app, flags.checkpoint);
   app.add_option("--eval-every", flags.eval_every,
                  "Also evaluate every N steps of an epoch and print 'eval:' lines with the "
                  "training seconds so far, evaluations excluded (0: epoch ends only, no lines)")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  // One line at a time even into a pipe (hsgd-run, CI): a killed worker loses no output.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   try {
     return run(flags);
   } catch (const apps::BadFlag& e) {

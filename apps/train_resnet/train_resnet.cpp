@@ -20,6 +20,7 @@
 #include <memory>
 #include <string>
 
+#include "apps/common/checkpointing.h"
 #include "apps/common/parallel_training.h"
 #include "comm/error.h"
 #include "comm/init.h"
@@ -54,6 +55,7 @@ struct Flags {
   int64_t max_eval = 0;   // test examples evaluated per epoch, 0: all
   int64_t log_every = 0;
   apps::ParallelFlags parallel;
+  apps::CheckpointFlags checkpoint;
 };
 
 struct Data {
@@ -116,8 +118,8 @@ int run(Flags flags) {
   HSGD_CHECK(flags.epochs >= 1, "--epochs ", flags.epochs, " must be at least 1");
   HSGD_CHECK(flags.max_steps >= 0, "--max-steps ", flags.max_steps, " must not be negative");
   if (flags.weight_decay < 0) flags.weight_decay = flags.model == "resnet18" ? 5e-4 : 1e-4;
-  const std::shared_ptr<comm::ProcessGroup> world =
-      comm::init_process_group(comm::InitOptions::from_env());
+  const comm::InitOptions init = comm::InitOptions::from_env();
+  const std::shared_ptr<comm::ProcessGroup> world = comm::init_process_group(init);
   const int world_size = world->size();
   const bool lead = world->rank() == 0;
   const Data data = load_data(flags);
@@ -164,22 +166,47 @@ int run(Flags flags) {
                   static_cast<long long>(flags.batch_size),
                   static_cast<long long>(loader.num_batches()));
     }
-    std::printf("%5s %7s %10s %9s %10s %9s %8s %9s\n", "epoch", "steps", "train_loss", "train_acc",
-                "test_loss", "test_acc", "time_s", "images/s");
   }
   // The replicas' parameters and BatchNorm statistics, averaged for each evaluation.
   std::vector<Tensor> state = model->parameters();
   for (const Tensor& b : model->buffers()) state.push_back(b);
-  int64_t step = 0;
+  apps::RunCheckpoints checkpoints(flags.checkpoint, world,
+                                   {.mode = flags.parallel.mode,
+                                    .hierarchy = flags.parallel.hierarchy,
+                                    .model = flags.model,
+                                    .local_world_size = init.local_world_size},
+                                   {.model = model,
+                                    .optimizer = optimizer_ptr,
+                                    .scheduler = scheduler.get(),
+                                    .loader = &loader,
+                                    .parallel = &parallel,
+                                    .warmup_steps = flags.parallel.warmup_steps});
+  // Steps trained so far: 0, or the step of the checkpoint resumed from (a checkpoint taken at
+  // the end of an epoch resumes at the start of the next).
+  int64_t step = checkpoints.resume();
+  int64_t first_epoch = 0;
+  if (step > 0) {
+    first_epoch = loader.epoch();
+    if (loader.position() >= loader.num_batches()) ++first_epoch;
+  }
+  if (lead) {
+    std::printf("%5s %7s %10s %9s %10s %9s %8s %9s\n", "epoch", "steps", "train_loss", "train_acc",
+                "test_loss", "test_acc", "time_s", "images/s");
+  }
   Eval eval;
-  for (int64_t epoch = 0; epoch < flags.epochs && step < total_steps; ++epoch) {
+  if (first_epoch >= flags.epochs || step >= total_steps) {  // nothing left to train
+    apps::with_average(state, *world, /*keep=*/true, [&] {
+      if (lead) eval = evaluate(*model, *data.test, flags.max_eval);
+    });
+  }
+  for (int64_t epoch = first_epoch; epoch < flags.epochs && step < total_steps; ++epoch) {
     loader.set_epoch(epoch);
     const auto start = Clock::now();
     double loss_sum = 0, correct = 0, train_seconds = 0;
     int64_t images = 0, steps = 0;
-    for (int64_t i = 0; i < loader.num_batches() && step < total_steps; ++i, ++step, ++steps) {
+    for (const data::Batch& batch : loader) {
+      if (step >= total_steps) break;
       const auto step_start = Clock::now();
-      const data::Batch batch = loader.batch(i);
       optimizer.zero_grad();
       const Tensor logits = parallel.forward(*model, batch.inputs);
       Tensor loss = nn::cross_entropy(logits, batch.targets);
@@ -191,8 +218,11 @@ int run(Flags flags) {
       loss_sum += loss.item() * static_cast<double>(n);
       correct += nn::accuracy(logits, batch.targets) * static_cast<double>(n);
       images += n;
-      if (lead && flags.log_every > 0 && (step + 1) % flags.log_every == 0) {
-        std::printf("  step %lld loss %.4f\n", static_cast<long long>(step + 1), loss.item());
+      ++step;
+      ++steps;
+      checkpoints.after_step(step, loader.position() == loader.num_batches());
+      if (lead && flags.log_every > 0 && step % flags.log_every == 0) {
+        std::printf("  step %lld loss %.4f\n", static_cast<long long>(step), loss.item());
         std::fflush(stdout);
       }
     }
@@ -216,6 +246,7 @@ int run(Flags flags) {
                   train_seconds > 0 ? static_cast<double>(images) / train_seconds : 0.0);
     std::fflush(stdout);
   }
+  checkpoints.finish();
   if (lead) {
     std::printf("final test accuracy: %.2f%%\n", 100 * eval.accuracy);
     if (parallel.averager) apps::print_averaging_stats(*parallel.averager);
@@ -255,7 +286,10 @@ int main(int argc, char** argv) {
   app.add_option("--max-eval", flags.max_eval, "Test examples per evaluation (0: all)");
   app.add_option("--log-every", flags.log_every, "Print the loss every N steps (0: never)");
   apps::add_parallel_flags(app, flags.parallel);
+  apps::add_checkpoint_flags(app, flags.checkpoint);
   CLI11_PARSE(app, argc, argv);
+  // One line at a time even into a pipe (hsgd-run, CI): a killed worker loses no output.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   try {
     return run(flags);
   } catch (const apps::BadFlag& e) {

@@ -20,7 +20,9 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
 }
 
 void DataLoader::set_epoch(int64_t epoch) {
+  if (epoch != epoch_) resume_at_ = 0;
   epoch_ = epoch;
+  position_ = 0;
   const int64_t n = dataset_->size();
   std::vector<int64_t> order(static_cast<size_t>(n));
   std::iota(order.begin(), order.end(), int64_t{0});
@@ -62,13 +64,61 @@ Batch DataLoader::batch(int64_t i) const {
       std::vector<int64_t>(indices_.begin() + begin, indices_.begin() + end));
 }
 
+DataLoader::Iterator DataLoader::begin() const {
+  const int64_t start = std::min(resume_at_, num_batches());
+  resume_at_ = 0;
+  position_ = start;
+  return Iterator(this, start);
+}
+
+StateDict DataLoader::state_dict() const {
+  StateDict state;
+  state.set("epoch", epoch_);
+  state.set("position", position_);
+  state.set("batch_size", options_.batch_size);
+  state.set("world_size", int64_t{options_.world_size});
+  state.set("dataset_size", dataset_->size());
+  return state;
+}
+
+void DataLoader::load_state_dict(const StateDict& state) {
+  const int64_t epoch = state.get_int("epoch");
+  const int64_t position = state.get_int("position");
+  const int64_t batch_size = state.get_int("batch_size");
+  const int64_t saved_world = state.get_int("world_size");
+  const int64_t dataset_size = state.get_int("dataset_size");
+  HSGD_CHECK(batch_size == options_.batch_size,
+             "DataLoader::load_state_dict: the state has "
+             "batch_size ",
+             batch_size, ", this loader ", options_.batch_size);
+  HSGD_CHECK(dataset_size == dataset_->size(),
+             "DataLoader::load_state_dict: the state has a "
+             "data set of ",
+             dataset_size, " examples, this loader ", dataset_->size());
+  HSGD_CHECK(epoch >= 0 && saved_world >= 1, "DataLoader::load_state_dict: epoch ", epoch,
+             " and world_size ", saved_world, " must be >= 0 and >= 1");
+  int64_t resume = position;
+  if (saved_world != options_.world_size) {
+    resume = position * saved_world / options_.world_size;
+  }
+  // num_batches() depends on the data set and world size only, not on the epoch.
+  HSGD_CHECK(resume >= 0 && resume <= num_batches(), "DataLoader::load_state_dict: position ",
+             resume, " outside [0, ", num_batches(), "] batches of epoch ", epoch);
+  set_epoch(epoch);
+  resume_at_ = resume;
+  position_ = resume;
+}
+
 DataLoader::Iterator::Iterator(const DataLoader* loader, int64_t index)
     : loader_(loader), index_(index) {
   load();
 }
 
 void DataLoader::Iterator::load() {
-  if (index_ < loader_->num_batches()) current_ = loader_->batch(index_);
+  if (index_ < loader_->num_batches()) {
+    current_ = loader_->batch(index_);
+    loader_->position_ = index_ + 1;
+  }
 }
 
 DataLoader::Iterator& DataLoader::Iterator::operator++() {

@@ -19,6 +19,13 @@
 //     for (const data::Batch& batch : loader) { ... batch.inputs, batch.targets ... }
 //   }
 //
+// Position and resume: position() counts the batches of the current epoch handed out so far
+// (the iterator's batch i counts as handed out once it is dereferenceable). state_dict() saves
+// the epoch and position; after load_state_dict() the next pass over the loader starts at the
+// saved position, also when the usual loop first calls set_epoch() with the restored epoch (a
+// restored position survives set_epoch of the same epoch, and is used by the next begin()
+// only). Save after training on a batch: a batch handed out but not trained is skipped.
+//
 // Errors: batch_size < 1, world_size < 1, rank outside [0, world_size), null dataset:
 // InvalidArgument naming the value.
 
@@ -28,6 +35,7 @@
 #include <vector>
 
 #include "framework/data/dataset.h"
+#include "framework/train/state_dict.h"
 
 namespace hsgd::data {
 
@@ -74,8 +82,21 @@ class DataLoader {
     int64_t index_;
     Batch current_;
   };
-  Iterator begin() const { return Iterator(this, 0); }
+  // The first pass after load_state_dict starts at the restored position, every other at 0.
+  Iterator begin() const;
   Iterator end() const { return Iterator(this, num_batches()); }
+
+  // Batches of the current epoch handed out so far (see above).
+  int64_t position() const { return position_; }
+
+  // For checkpoints: "epoch", "position", "batch_size", "world_size", "dataset_size" (int64).
+  StateDict state_dict() const;
+  // Restores the epoch and the position of the next pass. When the state was saved with another
+  // world size (a resume on a different number of ranks), the position is recomputed from the
+  // global number of samples seen in the epoch: floor(position * batch_size * saved_world /
+  // (batch_size * world_size)). InvalidArgument (nothing changed) when batch_size or the data
+  // set size differ from this loader's, or the position is outside [0, num_batches].
+  void load_state_dict(const StateDict& state);
 
   const DataLoaderOptions& options() const { return options_; }
   const Dataset& dataset() const { return *dataset_; }
@@ -85,6 +106,9 @@ class DataLoader {
   DataLoaderOptions options_;
   int64_t epoch_ = 0;
   std::vector<int64_t> indices_;
+  // Iteration bookkeeping, written by const iteration (begin(), the iterator).
+  mutable int64_t position_ = 0;
+  mutable int64_t resume_at_ = 0;  // where the next begin() starts; 0 after it did
 };
 
 }  // namespace hsgd::data

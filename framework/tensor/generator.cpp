@@ -78,4 +78,21 @@ uint64_t Generator::next_below(uint64_t n) {
   return x % n;
 }
 
+Generator::State Generator::state() const {
+  State out{};
+  for (int i = 0; i < 4; ++i) out.words[i] = state_[i];
+  out.has_spare_normal = has_spare_normal_;
+  out.spare_normal = spare_normal_;
+  return out;
+}
+
+void Generator::set_state(const State& state) {
+  HSGD_CHECK(
+      state.words[0] != 0 || state.words[1] != 0 || state.words[2] != 0 || state.words[3] != 0,
+      "Generator::set_state: an all-zero state is not a valid xoshiro256** state");
+  for (int i = 0; i < 4; ++i) state_[i] = state.words[i];
+  has_spare_normal_ = state.has_spare_normal;
+  spare_normal_ = state.spare_normal;
+}
+
 }  // namespace hsgd

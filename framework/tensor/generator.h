@@ -25,6 +25,15 @@ class Generator {
   // Uniform integer in [0, n); n > 0.
   uint64_t next_below(uint64_t n);
 
+  // The whole state (for checkpoints): set_state(state()) continues the same sequence.
+  struct State {
+    uint64_t words[4];
+    bool has_spare_normal;
+    double spare_normal;
+  };
+  State state() const;
+  void set_state(const State& state);
+
  private:
   uint64_t state_[4] = {0, 0, 0, 0};
   bool has_spare_normal_ = false;

@@ -5,61 +5,11 @@
 namespace hsgd {
 namespace {
 
-const char* type_name(const StateValue& v) {
-  switch (v.index()) {
-    case 0:
-      return "double";
-    case 1:
-      return "int64";
-    default:
-      return "Tensor";
-  }
-}
-
-template <typename T>
-const T& get_as(const StateDict& state, const std::string& key, const char* wanted) {
-  const StateValue* v = state.find(key);
-  HSGD_CHECK(v != nullptr, "StateDict: missing key '", key, "'");
-  const T* value = std::get_if<T>(v);
-  HSGD_CHECK(value != nullptr, "StateDict: key '", key, "' holds a ", type_name(*v),
-             ", expected a ", wanted);
-  return *value;
-}
-
 std::string group_key(size_t g, const std::string& field) {
   return "param_groups." + std::to_string(g) + "." + field;
 }
 
 }  // namespace
-
-void StateDict::set(const std::string& key, StateValue value) {
-  for (auto& [k, v] : entries_) {
-    if (k == key) {
-      v = std::move(value);
-      return;
-    }
-  }
-  entries_.emplace_back(key, std::move(value));
-}
-
-const StateValue* StateDict::find(const std::string& key) const {
-  for (const auto& [k, v] : entries_) {
-    if (k == key) return &v;
-  }
-  return nullptr;
-}
-
-double StateDict::get_double(const std::string& key) const {
-  return get_as<double>(*this, key, "double");
-}
-
-int64_t StateDict::get_int(const std::string& key) const {
-  return get_as<int64_t>(*this, key, "int64");
-}
-
-Tensor StateDict::get_tensor(const std::string& key) const {
-  return get_as<Tensor>(*this, key, "Tensor");
-}
 
 Optimizer::Optimizer(std::vector<ParamGroup> param_groups)
     : param_groups_(std::move(param_groups)) {}

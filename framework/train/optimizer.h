@@ -19,10 +19,10 @@
 #include <optional>
 #include <string>
 #include <utility>
-#include <variant>
 #include <vector>
 
 #include "framework/tensor/tensor.h"
+#include "framework/train/state_dict.h"
 
 namespace hsgd {
 
@@ -38,30 +38,6 @@ struct ParamGroup {
   std::optional<double> weight_decay = std::nullopt;
   std::optional<bool> nesterov = std::nullopt;
   std::map<std::string, double> options = {};
-};
-
-// The value of one state entry: a hyper-parameter, a counter or a tensor (e.g. a momentum buffer).
-using StateValue = std::variant<double, int64_t, Tensor>;
-
-// Optimizer state for checkpoints: an ORDERED list of (key, value) with unique keys. Keys are
-// dotted paths chosen by each optimizer and documented there (SGD: "param_groups.<g>.lr",
-// "state.<i>.momentum_buffer", ...). The tensors are copies, independent of the optimizer.
-// Getters throw InvalidArgument naming the key when it is missing or holds another type.
-class StateDict {
- public:
-  // Replaces the value of key, or appends (key, value) if key is new.
-  void set(const std::string& key, StateValue value);
-  bool contains(const std::string& key) const { return find(key) != nullptr; }
-  // Null when key is absent.
-  const StateValue* find(const std::string& key) const;
-  double get_double(const std::string& key) const;
-  int64_t get_int(const std::string& key) const;
-  Tensor get_tensor(const std::string& key) const;
-  const std::vector<std::pair<std::string, StateValue>>& entries() const { return entries_; }
-  size_t size() const { return entries_.size(); }
-
- private:
-  std::vector<std::pair<std::string, StateValue>> entries_;
 };
 
 // The interface. The base class stores the param groups; implementations fill in missing

@@ -61,4 +61,16 @@ float Trainer::step(const std::function<Tensor()>& forward_loss) {
   return context.loss;
 }
 
+StateDict Trainer::state_dict() const {
+  StateDict state;
+  state.set("iteration", iteration_);
+  return state;
+}
+
+void Trainer::load_state_dict(const StateDict& state) {
+  const int64_t iteration = state.get_int("iteration");
+  HSGD_CHECK_GE(iteration, 0, "Trainer::load_state_dict: iteration");
+  iteration_ = iteration;
+}
+
 }  // namespace hsgd

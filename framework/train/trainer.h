@@ -64,6 +64,9 @@ class Trainer {
   float step(const std::function<Tensor()>& forward_loss);
 
   int64_t iteration() const { return iteration_; }
+  // For checkpoints: "iteration" (int64). The stages keep their own state.
+  StateDict state_dict() const;
+  void load_state_dict(const StateDict& state);
   Optimizer& optimizer() { return *optimizer_; }
 
  private:

@@ -54,4 +54,16 @@ std::shared_ptr<comm::Work> post_localSGD_hook(PostLocalSGDState& state, GradBuc
   return allreduce_hook(*state.subgroup, bucket);
 }
 
+StateDict PostLocalSGDState::state_dict() const {
+  StateDict state;
+  state.set("iter", iter);
+  return state;
+}
+
+void PostLocalSGDState::load_state_dict(const StateDict& state) {
+  const int64_t restored = state.get_int("iter");
+  HSGD_CHECK_GE(restored, 0, "PostLocalSGDState::load_state_dict: iter");
+  iter = restored;
+}
+
 }  // namespace hsgd::distributed

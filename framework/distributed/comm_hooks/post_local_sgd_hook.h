@@ -23,6 +23,7 @@
 
 #include "comm/process_group.h"
 #include "framework/distributed/grad_bucket.h"
+#include "framework/train/state_dict.h"
 
 namespace hsgd::distributed {
 
@@ -32,6 +33,10 @@ struct PostLocalSGDState {
   int64_t start_localSGD_iter = 0;
   bool post_local_gradient_allreduce = true;
   int64_t iter = 0;
+
+  // For checkpoints: "iter" (int64); the groups and options are the program's to rebuild.
+  StateDict state_dict() const;
+  void load_state_dict(const StateDict& state);
 };
 
 std::shared_ptr<comm::Work> post_localSGD_hook(PostLocalSGDState& state, GradBucket& bucket);

@@ -28,6 +28,37 @@ void ModelAverager::set_step(int64_t step) {
   step_ = step;
 }
 
+StateDict ModelAverager::state_dict() const {
+  StateDict state;
+  state.set("step", step_);
+  for (size_t i = 0; i < stats_.size(); ++i) {
+    const std::string level = "levels." + std::to_string(i) + ".";
+    state.set(level + "calls", stats_[i].calls);
+    state.set(level + "bytes", stats_[i].bytes);
+    state.set(level + "seconds", stats_[i].seconds);
+  }
+  return state;
+}
+
+void ModelAverager::load_state_dict(const StateDict& state) {
+  const int64_t step = state.get_int("step");
+  HSGD_CHECK_GE(step, 0, class_name_, "::load_state_dict: step");
+  const std::string extra = "levels." + std::to_string(stats_.size()) + ".calls";
+  HSGD_CHECK(!state.contains(extra), class_name_, "::load_state_dict: the state has more than ",
+             stats_.size(), " levels ('", extra, "' exists)");
+  for (size_t i = 0; i < stats_.size(); ++i) {
+    const std::string level = "levels." + std::to_string(i) + ".";
+    if (!state.contains(level + "calls")) continue;
+    stats_[i].calls = state.get_int(level + "calls");
+    stats_[i].bytes = state.get_int(level + "bytes");
+    stats_[i].seconds = state.get_double(level + "seconds");
+  }
+  step_ = step;
+  // The step before the restored one was a checkpoint's step: whether it averaged over the
+  // whole group is not recorded, so do not claim it.
+  whole_group_step_ = -1;
+}
+
 void ModelAverager::after_step(StepContext& context) {
   average_parameters(context.optimizer.param_groups());
 }
@@ -39,6 +70,7 @@ void ModelAverager::average_at_level(size_t level, const std::vector<Tensor>& pa
   const int64_t bytes =
       flat_.average(get_params_to_average(params), options_.average_buffers, *group);
   const std::chrono::duration<double> spent = std::chrono::steady_clock::now() - start;
+  if (group->size() == pg_->size()) whole_group_step_ = step_;
   AveragingLevelStats& s = stats_.at(level);
   s.calls += 1;
   s.bytes += bytes;

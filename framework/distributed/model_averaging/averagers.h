@@ -68,6 +68,18 @@ class ModelAverager : public PostStepStage {
   void set_step(int64_t step);
 
   const std::vector<AveragingLevelStats>& level_stats() const { return stats_; }
+  // Whether the last average_parameters call averaged over the whole process group, so that
+  // every replica's parameters are equal now (a checkpoint then may resume on another world
+  // size; see framework/checkpoint/checkpointer.h).
+  bool averaged_whole_group_last_step() const { return whole_group_step_ == step_ - 1; }
+
+  // For checkpoints: "step" (int64) and per level i "levels.<i>.{calls,bytes}" (int64) and
+  // "levels.<i>.seconds" (double), so level_stats() keep counting across a resume.
+  virtual StateDict state_dict() const;
+  // Restores what state_dict() stored; the level entries are optional (a state with only
+  // "step", e.g. from PostLocalSGDOptimizer, restores the step). InvalidArgument when the state
+  // has more levels than this averager; nothing is changed then.
+  virtual void load_state_dict(const StateDict& state);
   const std::shared_ptr<comm::ProcessGroup>& process_group() const { return pg_; }
 
   // PostStepStage: average_parameters(context.optimizer.param_groups()).
@@ -87,6 +99,7 @@ class ModelAverager : public PostStepStage {
   const char* const class_name_;
 
   int64_t step_ = 0;
+  int64_t whole_group_step_ = -1;  // the last step whose averaging covered the whole group
   std::vector<AveragingLevelStats> stats_;
 
  private:

@@ -1,0 +1,89 @@
+#include "apps/common/checkpointing.h"
+
+#include <cstdio>
+#include <utility>
+
+namespace hsgd::apps {
+
+void add_checkpoint_flags(CLI::App& app, CheckpointFlags& flags) {
+  app.add_option("--checkpoint-dir", flags.dir,
+                 "Write checkpoints to DIR/step_<N>/ and resume from the newest complete one "
+                 "(empty: no checkpoints)");
+  app.add_option("--checkpoint-every", flags.every,
+                 "Steps between checkpoints (0: at the end of every epoch)")
+      ->capture_default_str();
+  app.add_option("--resume", flags.resume,
+                 "auto: resume from the newest complete checkpoint in --checkpoint-dir if there "
+                 "is one; never: start fresh; or the path of one checkpoint (DIR/step_N)")
+      ->capture_default_str();
+  app.add_option("--keep-checkpoints", flags.keep_last, "Complete checkpoints kept")
+      ->capture_default_str();
+}
+
+RunCheckpoints::RunCheckpoints(const CheckpointFlags& flags,
+                               std::shared_ptr<comm::ProcessGroup> world, checkpoint::RunInfo run,
+                               Resumable objects)
+    : flags_(flags), world_(std::move(world)), objects_(std::move(objects)) {
+  HSGD_CHECK_AS(BadFlag, flags_.every >= 0, "--checkpoint-every ", flags_.every,
+                " must be at least 0 (0: at the end of every epoch)");
+  HSGD_CHECK_AS(BadFlag, flags_.keep_last >= 1, "--keep-checkpoints ", flags_.keep_last,
+                " must be at least 1");
+  if (flags_.dir.empty()) {
+    HSGD_CHECK_AS(BadFlag, flags_.resume == "auto" || flags_.resume == "never", "--resume '",
+                  flags_.resume, "' needs --checkpoint-dir");
+    return;
+  }
+  checkpointer_ = std::make_unique<checkpoint::Checkpointer>(
+      checkpoint::CheckpointOptions{.dir = flags_.dir, .keep_last = flags_.keep_last}, world_,
+      std::move(run));
+  checkpoint::Checkpointer& c = *checkpointer_;
+  c.add_module("model", objects_.model);
+  c.add("optimizer", objects_.optimizer);
+  if (objects_.scheduler != nullptr) c.add("scheduler", *objects_.scheduler);
+  if (objects_.loader != nullptr) c.add("loader", *objects_.loader);
+  if (objects_.parallel != nullptr && objects_.parallel->averager) {
+    c.add("averager", objects_.parallel->averager);
+  }
+  if (objects_.parallel != nullptr && objects_.parallel->hook_state) {
+    c.add("post_local_hook", objects_.parallel->hook_state);
+  }
+}
+
+int64_t RunCheckpoints::resume() {
+  if (!checkpointer_ || flags_.resume == "never") return 0;
+  const std::optional<checkpoint::LoadedCheckpoint> loaded = checkpointer_->load(flags_.resume);
+  if (!loaded) return 0;
+  last_saved_ = loaded->step;
+  if (world_->rank() == 0) {
+    const data::DataLoader* loader = objects_.loader;
+    std::printf("resumed from %s (epoch %lld, step %lld)%s\n", loaded->path.c_str(),
+                static_cast<long long>(loader ? loader->epoch() + 1 : 0),
+                static_cast<long long>(loaded->step),
+                loaded->resized ? " on a different number of workers" : "");
+    std::fflush(stdout);
+  }
+  return loaded->step;
+}
+
+bool RunCheckpoints::replicas_equal(int64_t step) const {
+  if (world_->size() == 1) return true;
+  const Parallel* parallel = objects_.parallel;
+  if (parallel == nullptr || !parallel->averager) return true;  // DDP: gradients averaged
+  // During the warm-up the post-local hook averages gradients over the world.
+  if (step <= objects_.warmup_steps) return true;
+  return parallel->averager->averaged_whole_group_last_step();
+}
+
+void RunCheckpoints::after_step(int64_t step, bool end_of_epoch) {
+  if (!checkpointer_ || step <= last_saved_) return;
+  const bool due = flags_.every > 0 ? step % flags_.every == 0 : end_of_epoch;
+  if (!due) return;
+  checkpointer_->save(step, {.replicas_equal = replicas_equal(step)});
+  last_saved_ = step;
+}
+
+void RunCheckpoints::finish() {
+  if (checkpointer_) checkpointer_->wait();
+}
+
+}  // namespace hsgd::apps
