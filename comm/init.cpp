@@ -187,6 +187,7 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
   pg.resources = server;
   pg.allreduce_algorithm = options.allreduce_algorithm;
   pg.shared_memory = options.shared_memory;
+  pg.local_world_size = options.local_world_size;
   return std::make_shared<ProcessGroup>(std::move(pg));
 }
 

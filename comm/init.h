@@ -22,7 +22,9 @@ struct InitOptions {
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;
-  int local_world_size = 1;
+  // Ranks per node (LOCAL_WORLD_SIZE); the world group keeps it (ProcessGroup::local_world_size)
+  // as the job's node layout. 0 = not declared: the intra-node group is then the whole group.
+  int local_world_size = 0;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   // If set, used instead of connecting to master_addr:master_port (FileStore, HashStore...).

@@ -27,15 +27,12 @@
 //   auto [node, all_nodes] = hsgd::comm::new_subgroups(world, 4);
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
+#include <exception>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "comm/store.h"
@@ -47,6 +44,19 @@ namespace transport {
 class Device;
 }
 }  // namespace gloo
+
+namespace hsgd::comm {
+class ProcessGroup;
+}  // namespace hsgd::comm
+
+// Comm-internal parts of ProcessGroup, each in comm/detail/<name>.h.
+namespace hsgd::detail {
+class CollectiveQueue;    // the FIFO of collectives and the worker thread
+class GlooAllreduce;      // Gloo algorithm choice and cache
+class TwoLevelAllreduce;  // shared memory within nodes, TCP between them
+std::shared_ptr<comm::ProcessGroup> make_child_group(
+    const std::shared_ptr<comm::ProcessGroup>& parent, std::vector<int> parent_ranks);
+}  // namespace hsgd::detail
 
 namespace hsgd::comm {
 
@@ -67,7 +77,7 @@ enum class AllreduceAlgorithm {
 const char* to_string(AllreduceAlgorithm algorithm);
 
 // kAuto: buffers of at most this many bytes use halving-doubling, larger ones kRing.
-// See process_group.cpp for the measurements behind the number.
+// See comm/detail/gloo_allreduce.cpp for the measurements behind the number.
 inline constexpr size_t kSmallAllreduceBytes = 1u << 20;
 // The halving-doubling and ring-chunked algorithm objects are built once per (type, count, op)
 // over a group-owned buffer (the caller's data is copied in and out) and cached, least recently
@@ -93,6 +103,10 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
     // kAuto allreduces of a group whose members all run on one node go through shared memory
     // (comm/shm_allreduce.h) instead of Gloo; subgroups inherit it.
     bool shared_memory = true;
+    // Ranks per node of the job as its launcher declared them (InitOptions::local_world_size,
+    // LOCAL_WORLD_SIZE); 0 = not declared. Describes the job's nodes, not this group's members,
+    // so subgroups inherit it.
+    int local_world_size = 0;
   };
 
   // Connects to every other member (blocks until all arrived). Throws hsgd::Timeout naming the
@@ -138,12 +152,11 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // that did not arrive. Collectives queued afterwards fail with hsgd::CommError.
   void shutdown(Duration timeout = kDefaultTimeout);
 
-  // ---- for new_group() ----
-  // The id of the next child group; every member calls new_group in the same order, so the
-  // same child gets the same id (and key prefix) on every rank.
-  int64_t next_child_id() { return next_child_id_++; }
-  const std::shared_ptr<gloo::transport::Device>& device() const { return options_.device; }
-  const std::shared_ptr<void>& resources() const { return options_.resources; }
+  // ---- configuration ----
+  // The job's ranks per node as the launcher declared them (Options::local_world_size; the same
+  // in every group of the job), or 0 when not declared. The node layout the intra-node group of
+  // post-local SGD is built from.
+  int local_world_size() const { return options_.local_world_size; }
   AllreduceAlgorithm allreduce_algorithm() const { return options_.allreduce_algorithm; }
   bool shared_memory_enabled() const { return options_.shared_memory; }
   // Whether kAuto allreduces of this group run over shared memory (every member on one node).
@@ -153,23 +166,13 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   bool uses_two_level_allreduce() const { return two_level_ != nullptr; }
 
  private:
-  struct Task {
-    std::shared_ptr<Work> work;
-    std::string what;  // "allreduce (1000 x float, sum) #7"
-    uint64_t seq = 0;
-    std::function<void(uint32_t tag)> run;
-  };
-  struct AlgorithmCache;  // Gloo algorithm objects kept per (type, count, op, algorithm)
+  // Takes the child id and reads options_ (device, resources...) of the parent.
+  friend std::shared_ptr<ProcessGroup> hsgd::detail::make_child_group(
+      const std::shared_ptr<ProcessGroup>& parent, std::vector<int> parent_ranks);
 
   std::shared_ptr<Work> enqueue(std::string what, std::function<void(uint32_t tag)> run);
-  void worker_loop();
-  // Pops the task at the head of the queue and runs it, holding exec_mu_ throughout, so tasks
-  // run one at a time and in order whichever thread runs them. False if the queue was empty.
-  bool run_next();
-  // Work::wait's helper: runs queued tasks on the waiting thread until work completed, unless
-  // another thread is running one (then the waiter simply blocks).
-  void help(const Work& work, Duration timeout);
-  void run_task(Task& task);
+  // The error that breaks the group after collective `what` (sequence number seq) failed with e.
+  std::exception_ptr on_failure(const std::string& what, uint64_t seq, const std::exception& e);
   // After a failure: which members did not reach collective seq (see process_group.cpp).
   std::string diagnose_failure(uint64_t seq, bool timed_out);
   template <typename T>
@@ -179,38 +182,22 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   template <typename T>
   std::shared_ptr<Work> allgather_impl(std::span<const T> in, std::span<T> out, const char* type);
   void connect();
-  void connect_two_level(const std::vector<Bytes>& identities);
-  template <typename T>
-  void two_level_allreduce(std::span<T> data, ReduceOp op);
 
   // Constant after construction.
   const Options options_;
-  std::shared_ptr<gloo::Context> context_;
+  std::shared_ptr<gloo::Context> context_;                       // set when size() > 1
+  std::unique_ptr<hsgd::detail::GlooAllreduce> gloo_allreduce_;  // with context_
   std::unique_ptr<ShmAllreduce> shm_;  // set when every member runs on this node
-  // Set when the members span nodes with the same number >= 2 on each (see connect_two_level).
-  struct TwoLevel {
-    std::unique_ptr<ShmAllreduce> local;  // the members on this node
-    std::shared_ptr<ProcessGroup> cross;  // member `index` of every node
-    int index = 0;                        // this rank's position among its node's members
-    int per_node = 0;
-  };
-  std::unique_ptr<TwoLevel> two_level_;
+  // Set when the members span nodes with the same number >= 2 on each.
+  std::unique_ptr<hsgd::detail::TwoLevelAllreduce> two_level_;
 
+  // The id of the next child group (hsgd::detail::make_child_group): every member creates children
+  // in the same order, so the same child gets the same id (and key prefix) on every rank.
   std::atomic<int64_t> next_child_id_{0};
 
-  // Used only by the worker thread.
-  std::unique_ptr<AlgorithmCache> algorithm_cache_;
-  std::exception_ptr broken_;  // first failure; later collectives fail fast
-  std::string broken_what_;
-
-  std::mutex exec_mu_;  // held while a task is popped and run
-  std::mutex mu_;
-  std::condition_variable wake_;
-  std::deque<Task> queue_;  // guarded by mu_
-  uint64_t next_seq_ = 0;   // guarded by mu_
-  bool stopping_ = false;   // guarded by mu_
-  bool shut_down_ = false;  // guarded by mu_
-  std::thread worker_;      // started last in the constructor
+  // Runs the collectives; gloo_allreduce_ is used only by the task it runs. Created last in the
+  // constructor (it starts the worker thread), destroyed first.
+  std::unique_ptr<hsgd::detail::CollectiveQueue> queue_;
 };
 
 }  // namespace hsgd::comm

@@ -22,6 +22,7 @@
 #include "comm/error.h"
 #include "comm/log.h"
 #include "comm/process_group.h"
+#include "comm/store_barrier.h"
 
 namespace hsgd::comm {
 namespace {
@@ -216,11 +217,13 @@ std::unique_ptr<ShmAllreduce> ShmAllreduce::connect(Store& store, const std::str
   if (mapping.base != nullptr) {
     static_cast<Header*>(mapping.base)->members[rank].pid.store(static_cast<int32_t>(::getpid()));
   }
-  store.set(key_prefix + "ok/" + std::to_string(rank), to_bytes(why.empty() ? "1" : "0"));
-  std::vector<std::string> keys;
-  for (int r = 0; r < size; ++r) keys.push_back(key_prefix + "ok/" + std::to_string(r));
-  store.wait(keys, timeout);
-  const auto values = store.multi_get(keys, timeout);
+  // Every rank votes whether it mapped the segment; all use it or none does.
+  const std::string ok = key_prefix + "ok/";
+  store_barrier(store, ok, rank, size, timeout,
+                {.value = to_bytes(why.empty() ? "1" : "0"),
+                 .what = detail::str_cat("shared-memory setup of group '", group_name, "' (rank ",
+                                         rank, " of ", size, ")")});
+  const auto values = store.multi_get(store_barrier_keys(ok, size), timeout);
   std::vector<int> failed;
   for (int r = 0; r < size; ++r) {
     if (to_string(values[static_cast<size_t>(r)]) != "1") failed.push_back(r);

@@ -1,7 +1,6 @@
 #include "comm/subgroups.h"
 
-#include <algorithm>
-
+#include "comm/detail/child_group.h"
 #include "comm/error.h"
 #include "comm/process_group.h"
 
@@ -21,28 +20,6 @@ void check_ranks(const ProcessGroup& parent, const std::vector<int>& ranks, std:
   }
 }
 
-std::shared_ptr<ProcessGroup> make_group(const std::shared_ptr<ProcessGroup>& parent,
-                                         std::vector<int> ranks) {
-  // Every parent rank takes an id, members or not, so ids agree across ranks.
-  const int64_t id = parent->next_child_id();
-  std::sort(ranks.begin(), ranks.end());
-  auto it = std::find(ranks.begin(), ranks.end(), parent->rank());
-  if (it == ranks.end()) return nullptr;
-
-  ProcessGroup::Options options;
-  options.store = parent->store();
-  options.key_prefix = parent->key_prefix() + "g" + std::to_string(id) + "/";
-  options.name = parent->name() + "/g" + std::to_string(id);
-  options.rank = static_cast<int>(it - ranks.begin());
-  for (int r : ranks) options.ranks.push_back(parent->ranks()[static_cast<size_t>(r)]);
-  options.timeout = parent->timeout();
-  options.device = parent->device();
-  options.resources = parent->resources();
-  options.allreduce_algorithm = parent->allreduce_algorithm();
-  options.shared_memory = parent->shared_memory_enabled();
-  return std::make_shared<ProcessGroup>(std::move(options));
-}
-
 }  // namespace
 
 std::shared_ptr<ProcessGroup> new_group(const std::shared_ptr<ProcessGroup>& parent,
@@ -50,7 +27,7 @@ std::shared_ptr<ProcessGroup> new_group(const std::shared_ptr<ProcessGroup>& par
   HSGD_CHECK(parent != nullptr, "new_group: parent group is null");
   std::vector<bool> seen(static_cast<size_t>(parent->size()), false);
   check_ranks(*parent, ranks, seen, "new_group");
-  return make_group(parent, std::move(ranks));
+  return hsgd::detail::make_child_group(parent, std::move(ranks));
 }
 
 std::pair<std::shared_ptr<ProcessGroup>, std::vector<std::shared_ptr<ProcessGroup>>> new_subgroups(
@@ -78,7 +55,7 @@ new_subgroups_by_enumeration(const std::shared_ptr<ProcessGroup>& parent,
   std::shared_ptr<ProcessGroup> mine;
   std::vector<std::shared_ptr<ProcessGroup>> groups;
   for (const auto& ranks : rank_lists) {
-    groups.push_back(make_group(parent, ranks));
+    groups.push_back(hsgd::detail::make_child_group(parent, ranks));
     if (groups.back()) mine = groups.back();
   }
   return {mine, groups};

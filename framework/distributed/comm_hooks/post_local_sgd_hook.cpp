@@ -1,6 +1,5 @@
 #include "framework/distributed/comm_hooks/post_local_sgd_hook.h"
 
-#include <cstdlib>
 #include <string>
 
 #include "comm/error.h"
@@ -12,16 +11,12 @@ namespace hsgd::distributed {
 std::shared_ptr<comm::ProcessGroup> intra_node_subgroup(
     const std::shared_ptr<comm::ProcessGroup>& pg) {
   HSGD_CHECK(pg != nullptr, "intra_node_subgroup: process group is null");
-  int local_world_size = pg->size();
-  if (const char* env = std::getenv("LOCAL_WORLD_SIZE"); env != nullptr && *env != '\0') {
-    char* end = nullptr;
-    const long value = std::strtol(env, &end, 10);
-    HSGD_CHECK(*end == '\0' && value > 0,
-               "intra_node_subgroup: LOCAL_WORLD_SIZE must be a positive integer, got '", env, "'");
-    local_world_size = static_cast<int>(value);
-  }
+  // The node layout is the job's, as the launcher declared it (LOCAL_WORLD_SIZE, read once by
+  // InitOptions::from_env and kept by the process group); not declared: one node.
+  const int local_world_size = pg->local_world_size() > 0 ? pg->local_world_size() : pg->size();
   HSGD_CHECK(pg->size() % local_world_size == 0, "intra_node_subgroup: LOCAL_WORLD_SIZE ",
-             local_world_size, " must divide the process group size ", pg->size());
+             local_world_size, " (the process group's local_world_size) must divide the size ",
+             pg->size(), " of process group '", pg->name(), "'");
   if (local_world_size == pg->size()) return pg;
   return comm::new_subgroups(pg, local_world_size).first;
 }

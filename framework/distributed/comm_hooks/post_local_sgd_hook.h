@@ -8,9 +8,10 @@
 // then keeps the replicas close. iter counts the iterations (it advances on the last bucket).
 //
 // process_group is required (there is no default group in hsgd). A null subgroup means the
-// intra-node group: LOCAL_WORLD_SIZE contiguous ranks of process_group, created when the hook
-// is registered with DistributedDataParallel::register_comm_hook (a collective on every rank),
-// never lazily during backward.
+// intra-node group: LOCAL_WORLD_SIZE contiguous ranks of process_group (the node layout the
+// process group keeps, see intra_node_subgroup), created when the hook is registered with
+// DistributedDataParallel::register_comm_hook (a collective on every rank), never lazily during
+// backward.
 //
 // Usage:
 //   auto state = std::make_shared<hsgd::distributed::PostLocalSGDState>(
@@ -41,10 +42,10 @@ struct PostLocalSGDState {
 
 std::shared_ptr<comm::Work> post_localSGD_hook(PostLocalSGDState& state, GradBucket& bucket);
 
-// The intra-node subgroup of pg: contiguous groups of local_world_size ranks, where
-// local_world_size is LOCAL_WORLD_SIZE from the environment (set by hsgd-run and torchrun), or
-// pg's size when it is unset. Collective over pg. InvalidArgument when the value is not a
-// positive divisor of pg's size.
+// The intra-node subgroup of pg: contiguous groups of pg->local_world_size() ranks (the job's
+// LOCAL_WORLD_SIZE as set by hsgd-run and torchrun, kept by the process group from
+// InitOptions::local_world_size), or pg itself when that is not declared (0). Collective over
+// pg. InvalidArgument when the value does not divide pg's size.
 std::shared_ptr<comm::ProcessGroup> intra_node_subgroup(
     const std::shared_ptr<comm::ProcessGroup>& pg);
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -11,6 +12,7 @@
 
 #include "comm/file_store.h"
 #include "comm/process_group.h"
+#include "comm/store_barrier.h"
 #include "framework/tensor/tensor.h"
 
 namespace hsgd::testing {
@@ -27,6 +29,11 @@ inline std::shared_ptr<comm::ProcessGroup> make_world(int rank, int world_size,
   options.world_size = world_size;
   options.store = std::make_shared<comm::FileStore>(dir);
   options.timeout = std::chrono::seconds(20);
+  // A test emulates a launcher's node layout by setting LOCAL_WORLD_SIZE in its rank's process,
+  // which InitOptions::from_env would read (from_env needs RANK too, so it is read here).
+  if (const char* local = std::getenv("LOCAL_WORLD_SIZE")) {
+    options.local_world_size = std::atoi(local);
+  }
   return comm::init_process_group(options);
 }
 
@@ -34,13 +41,10 @@ inline std::shared_ptr<comm::ProcessGroup> make_world(int rank, int world_size,
 // A process that exits while a peer still reads its last collective can reset the connection
 // (the peer then fails with "Connection closed by peer"); waiting through the store, not a
 // collective, avoids that race.
+// Throws hsgd::Timeout naming the ranks that did not arrive within 30 s.
 inline void leave_together(const comm::ProcessGroup& pg) {
-  auto store = pg.store();
-  const std::string prefix = pg.key_prefix() + "test-done/";
-  store->set(prefix + std::to_string(pg.rank()), comm::to_bytes("1"));
-  std::vector<std::string> keys;
-  for (int r = 0; r < pg.size(); ++r) keys.push_back(prefix + std::to_string(r));
-  store->wait(keys, std::chrono::seconds(30));
+  comm::store_barrier(*pg.store(), pg.key_prefix() + "test-done/", pg.rank(), pg.size(),
+                      std::chrono::seconds(30));
 }
 
 // Every element of t equals expected (exactly: the values are sums of small integers divided
