@@ -3,7 +3,7 @@
 //
 // Semantics (DESIGN.md): tensors whose grad() is undefined are skipped (they did not take part
 // in the step, like torch's get_params_to_average); the rest are packed into one flat buffer,
-// divided by the group size, allreduced once (sum) and copied back. A rank outside the group
+// divided by the group size, allreduced once (sum) and copied back (flat_buffer.h). A rank outside the group
 // (a null group) does nothing. Note: torch's utils.average_parameters averages every tensor it
 // is given; hsgd's free function applies the grad filter itself so that no caller forgets it.
 //
