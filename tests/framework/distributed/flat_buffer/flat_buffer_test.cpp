@@ -37,14 +37,19 @@ TEST(FlatBuffer, Flatten_TensorsInOrderEachRowMajor_RestUntouched) {
 }
 
 TEST(FlatBuffer, Flatten_DividesExactlyAsASeparateDivision) {
-  // 0.1f / 3 and friends round; the result must be the bits of x / 3.0f, not x * (1 / 3.0f).
-  const Tensor t = from_vector({0.1f, 1.0f, -7.3f, 3e-38f, 16777215.0f});
-  std::vector<float> flat(5);
-  flatten_into({t}, flat, 3.0f);
+  // The averagers pre-divide by the group size while packing: the result must be the bits of
+  // x / 7.0f, not of x * (1 / 7.0f), which rounds differently for some of these values.
+  const Tensor t = from_vector({0.1f, 0.2f, 0.3f, -7.3f, 1.0f, 3e-38f});
+  std::vector<float> flat(6);
+  flatten_into({t}, flat, 7.0f);
   const std::vector<float> src = t.to_vector();
+  volatile float seven = 7.0f;  // keeps the compiler from folding the reference divisions
+  int differs_from_reciprocal = 0;
   for (size_t i = 0; i < src.size(); ++i) {
-    EXPECT_EQ(flat[i], src[i] / 3.0f) << "index " << i;
+    EXPECT_EQ(flat[i], src[i] / seven) << "index " << i;
+    differs_from_reciprocal += src[i] * (1.0f / seven) != src[i] / seven;
   }
+  ASSERT_GT(differs_from_reciprocal, 0) << "the values no longer tell the two roundings apart";
   // Divisor 1 copies the bits, including the sign of zero.
   flatten_into({from_vector({-0.0f})}, flat);
   EXPECT_TRUE(std::signbit(flat[0]));
