@@ -15,21 +15,6 @@
 
 namespace hsgd::testing {
 
-// Deadline of one multi-rank test body; ctest's TIMEOUT is the outer bound.
-inline constexpr std::chrono::seconds kRankDeadline{60};
-
-// The world group of `world_size` ranks meeting through a FileStore in dir. Collectives time
-// out after 20 s so that a broken test fails rather than waits for ctest's TIMEOUT.
-inline std::shared_ptr<comm::ProcessGroup> make_world(int rank, int world_size,
-                                                      const std::filesystem::path& dir) {
-  comm::InitOptions options;
-  options.rank = rank;
-  options.world_size = world_size;
-  options.store = std::make_shared<comm::FileStore>(dir);
-  options.timeout = std::chrono::seconds(20);
-  return comm::init_process_group(options);
-}
-
 // Call at the end of a rank's body: returns once every rank of pg finished its collectives.
 // A process that exits while a peer still reads its last collective can reset the connection
 // (the peer then fails with "Connection closed by peer"); waiting through the store, not a
