@@ -359,7 +359,7 @@ INSTANTIATE_TEST_SUITE_P(Nodes, PostLocalSGDHookTest,
                          });
 
 TEST(DistributedDataParallel, InvalidArguments_NameTheValue) {
-  auto result = run_world(1, [&](int rank, const auto& pg) {
+  auto result = run_world(1, [&](int, const auto& pg) {
     EXPECT_THROW(DistributedDataParallel(nullptr, pg), InvalidArgument);
     EXPECT_THROW(DistributedDataParallel(make_mlp(0), nullptr), InvalidArgument);
     try {

@@ -159,7 +159,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(PostLocalSGDOptimizer, StepReload_RestoresAveragerStepOrResetsToZero) {
   const int world = 4;
-  auto result = run_world(world, [&](int rank, const auto& pg) {
+  auto result = run_world(world, [&](int, const auto& pg) {
     auto model = make_ddp_net();
     DistributedDataParallel ddp(model, pg);
     auto averager = std::make_shared<PeriodicModelAverager>(4, 10, pg);
