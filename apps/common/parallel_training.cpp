@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "framework/distributed/comm_hooks/post_local_sgd_hook.h"
+#include "framework/distributed/flat_buffer.h"
 #include "framework/distributed/model_averaging/hierarchical_model_averager.h"
 #include "framework/tensor/grad_mode.h"
 #include "optim/post_local_sgd_optimizer.h"
@@ -129,13 +130,15 @@ void with_average(const std::vector<Tensor>& tensors, comm::ProcessGroup& world,
                   const std::function<void()>& evaluate) {
   std::vector<Tensor> saved;
   if (world.size() > 1) {
-    for (Tensor t : tensors) {  // shallow copy: the same storage
-      if (!keep) saved.push_back(t.detach().clone());
-      world
-          .allreduce(std::span<float>(t.data(), static_cast<size_t>(t.numel())),
-                     comm::ReduceOp::kAvg)
-          ->wait();
+    if (!keep) {
+      for (const Tensor& t : tensors) saved.push_back(t.detach().clone());
     }
+    // One allreduce for all tensors. kAvg (sum, then divide by the world size) rather than the
+    // averagers' pre-divided sum: the same arithmetic per element as one call per tensor.
+    std::vector<float> flat(static_cast<size_t>(distributed::flat_numel(tensors)));
+    distributed::flatten_into(tensors, flat);
+    world.allreduce(std::span<float>(flat), comm::ReduceOp::kAvg)->wait();
+    distributed::unflatten_from(flat, tensors);
   }
   evaluate();
   NoGradGuard no_grad;

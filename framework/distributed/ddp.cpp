@@ -8,6 +8,7 @@
 #include "comm/log.h"
 #include "framework/autograd/node.h"
 #include "framework/distributed/comm_hooks/default_hooks.h"
+#include "framework/distributed/flat_buffer.h"
 #include "framework/tensor/grad_mode.h"
 
 namespace hsgd::distributed {
@@ -63,24 +64,12 @@ DistributedDataParallel::~DistributedDataParallel() {
 
 void DistributedDataParallel::broadcast_from_rank0(const std::vector<Tensor>& tensors) {
   if (pg_->size() == 1) return;
-  int64_t n = 0;
-  for (const Tensor& t : tensors) n += t.numel();
+  const int64_t n = flat_numel(tensors);
   if (n == 0) return;
   std::vector<float> flat(static_cast<size_t>(n));  // (n,) every tensor packed in order
-  int64_t offset = 0;
-  for (const Tensor& t : tensors) {
-    const Tensor c = t.contiguous();
-    std::copy_n(c.data(), c.numel(), flat.data() + offset);
-    offset += c.numel();
-  }
+  flatten_into(tensors, flat);
   pg_->broadcast(std::span<float>(flat), 0)->wait(pg_->timeout());
-  offset = 0;
-  for (const Tensor& t : tensors) {
-    Tensor handle = t;
-    handle.copy_(from_vector(
-        std::vector<float>(flat.begin() + offset, flat.begin() + offset + t.numel()), t.shape()));
-    offset += t.numel();
-  }
+  unflatten_from(flat, tensors);
 }
 
 void DistributedDataParallel::build_buckets() {

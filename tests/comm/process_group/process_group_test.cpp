@@ -14,12 +14,15 @@
 #include "comm/file_store.h"
 #include "comm/hash_store.h"
 #include "tests/support/multiprocess.h"
+#include "tests/support/world.h"
 
 namespace hsgd::comm {
 namespace {
 
 using hsgd::testing::run_ranks;
+using hsgd::testing::run_world;
 using hsgd::testing::unique_temp_dir;
+using hsgd::testing::WorldOptions;
 
 // Input of rank r at index i: small integers, so float sums are exact.
 template <typename T>
@@ -99,13 +102,10 @@ class CollectivesTest : public ::testing::TestWithParam<std::tuple<int, bool>> {
 
 TEST_P(CollectivesTest, AllOpsMatchClosedForm) {
   const auto [world, shm] = GetParam();
-  const auto dir = unique_temp_dir("collectives");
-  auto result = run_ranks(world, std::chrono::seconds(90), [&](int rank) {
-    auto pg = init_process_group({.rank = rank,
-                                  .world_size = world,
-                                  .store = std::make_shared<FileStore>(dir),
-                                  .timeout = std::chrono::seconds(30),
-                                  .shared_memory = shm});
+  const WorldOptions options{.deadline = std::chrono::seconds(90),
+                             .timeout = std::chrono::seconds(30),
+                             .shared_memory = shm};
+  auto result = run_world(world, options, [&](int rank, const auto& pg) {
     ASSERT_EQ(pg->rank(), rank);
     ASSERT_EQ(pg->size(), world);
     ASSERT_EQ(pg->uses_shared_memory(), shm && world > 1);
@@ -125,7 +125,6 @@ TEST_P(CollectivesTest, AllOpsMatchClosedForm) {
     pg->shutdown(std::chrono::seconds(30));
   });
   EXPECT_RANKS_OK(result);
-  std::filesystem::remove_all(dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, CollectivesTest,
@@ -165,10 +164,7 @@ TEST(ProcessGroupTest, EveryAllreduceAlgorithmAtEverySize) {
 }
 
 TEST(ProcessGroupTest, QueuedCollectivesRunInOrder_WaitOnLastOnly) {
-  const auto dir = unique_temp_dir("fifo");
-  auto result = run_ranks(3, std::chrono::seconds(60), [&](int rank) {
-    auto pg = init_process_group(
-        {.rank = rank, .world_size = 3, .store = std::make_shared<FileStore>(dir)});
+  auto result = run_world(3, [&](int rank, const auto& pg) {
     // Each step doubles the previous result: only FIFO execution gives 3^k * (rank sum).
     std::vector<double> x{static_cast<double>(rank)};
     std::vector<std::shared_ptr<Work>> works;
@@ -178,7 +174,25 @@ TEST(ProcessGroupTest, QueuedCollectivesRunInOrder_WaitOnLastOnly) {
     EXPECT_EQ(x[0], 3.0 * 81.0);  // (0+1+2) after the first, times 3 for each of four more
   });
   EXPECT_RANKS_OK(result);
-  std::filesystem::remove_all(dir);
+}
+
+// The harness itself: a rank that fails is reported with its reason, and its peers, left
+// waiting in a collective, fail within the group's timeout instead of hanging the test.
+TEST(RunWorldTest, FailingRankIsNamed_PeersDoNotHang) {
+  const auto start = std::chrono::steady_clock::now();
+  const WorldOptions options{.deadline = std::chrono::seconds(30),
+                             .timeout = std::chrono::seconds(3)};
+  auto result = run_world(3, options, [&](int rank, const auto& pg) {
+    if (rank == 1) throw std::runtime_error("rank 1 fails on purpose");
+    std::vector<float> x(10, 1.0f);
+    pg->allreduce(std::span<float>(x))->wait();
+  });
+  ASSERT_EQ(result.failures.size(), 3u) << result.describe();
+  EXPECT_NE(result.failures[1].reason.find("rank 1 fails on purpose"), std::string::npos)
+      << result.describe();
+  EXPECT_EQ(result.failures[0].reason.find("deadline"), std::string::npos) << result.describe();
+  EXPECT_EQ(result.failures[2].reason.find("deadline"), std::string::npos) << result.describe();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
 }
 
 TEST(ProcessGroupTest, RanksAsThreadsShareOneHashStore) {

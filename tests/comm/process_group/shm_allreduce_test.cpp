@@ -16,12 +16,14 @@
 #include "comm/process_group.h"
 #include "tests/support/error_message.h"
 #include "tests/support/multiprocess.h"
+#include "tests/support/world.h"
 
 namespace hsgd::comm {
 namespace {
 
 using hsgd::testing::error_message;
 using hsgd::testing::run_ranks;
+using hsgd::testing::run_world;
 using hsgd::testing::unique_temp_dir;
 using ::testing::HasSubstr;
 using Clock = std::chrono::steady_clock;
@@ -223,10 +225,7 @@ TEST(ShmAllreduceTest, PeerThatExitedIsNamedLongBeforeTheTimeout) {
 // Gloo would time out or mix data; here every rank learns which rank passed what, nothing is
 // changed, and the next (matching) collective works.
 TEST(ShmAllreduceTest, MismatchedCallsAreNamedOnEveryRank_GroupStaysUsable) {
-  const auto dir = unique_temp_dir("shm_mismatch");
-  auto result = run_ranks(3, std::chrono::seconds(60), [&](int rank) {
-    auto pg = init_process_group(
-        {.rank = rank, .world_size = 3, .store = std::make_shared<FileStore>(dir)});
+  auto result = run_world(3, [&](int rank, const auto& pg) {
     ASSERT_TRUE(pg->uses_shared_memory());
     std::vector<float> x(rank == 1 ? 999 : 1000, 2.0f);
     std::string message =
@@ -243,14 +242,10 @@ TEST(ShmAllreduceTest, MismatchedCallsAreNamedOnEveryRank_GroupStaysUsable) {
     pg->shutdown(std::chrono::seconds(30));
   });
   EXPECT_RANKS_OK(result);
-  std::filesystem::remove_all(dir);
 }
 
 TEST(ShmAllreduceTest, NoSegmentIsLeftInDevShm) {
-  const auto dir = unique_temp_dir("shm_unlink");
-  auto result = run_ranks(3, std::chrono::seconds(60), [&](int rank) {
-    auto pg = init_process_group(
-        {.rank = rank, .world_size = 3, .store = std::make_shared<FileStore>(dir)});
+  auto result = run_world(3, [&](int rank, const auto& pg) {
     ASSERT_TRUE(pg->uses_shared_memory());
     std::vector<float> x(10, 1.0f);
     pg->allreduce(std::span<float>(x))->wait();
@@ -265,7 +260,6 @@ TEST(ShmAllreduceTest, NoSegmentIsLeftInDevShm) {
     pg->shutdown(std::chrono::seconds(30));
   });
   EXPECT_RANKS_OK(result);
-  std::filesystem::remove_all(dir);
 }
 
 TEST(ShmAllreduceTest, EnvironmentSwitchIsChecked) {

@@ -4,15 +4,16 @@
 #include <gtest/gtest.h>
 
 #include "comm/error.h"
-#include "comm/file_store.h"
 #include "comm/process_group.h"
-#include "tests/support/multiprocess.h"
+#include "tests/support/world.h"
 
 namespace hsgd::comm {
 namespace {
 
-using hsgd::testing::run_ranks;
-using hsgd::testing::unique_temp_dir;
+using hsgd::testing::run_world;
+
+const hsgd::testing::WorldOptions kOptions{.deadline = std::chrono::seconds(90),
+                                           .timeout = std::chrono::seconds(30)};
 
 // Sum over the group of the global ranks, by allreduce; compared to the expected member list.
 void expect_group(const std::shared_ptr<ProcessGroup>& g, const std::vector<int>& members,
@@ -39,12 +40,7 @@ class SubgroupsTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(SubgroupsTest, ContiguousSubgroupsOfEveryDivisor) {
   const int world = GetParam();
-  const auto dir = unique_temp_dir("subgroups");
-  auto result = run_ranks(world, std::chrono::seconds(90), [&](int rank) {
-    auto pg = init_process_group({.rank = rank,
-                                  .world_size = world,
-                                  .store = std::make_shared<FileStore>(dir),
-                                  .timeout = std::chrono::seconds(30)});
+  auto result = run_world(world, kOptions, [&](int rank, const auto& pg) {
     for (int g = 1; g <= world; ++g) {
       if (world % g != 0) {
         try {
@@ -70,19 +66,13 @@ TEST_P(SubgroupsTest, ContiguousSubgroupsOfEveryDivisor) {
     pg->shutdown(std::chrono::seconds(30));
   });
   EXPECT_RANKS_OK(result);
-  std::filesystem::remove_all(dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, SubgroupsTest, ::testing::Values(4, 6, 8),
                          [](const auto& info) { return "world" + std::to_string(info.param); });
 
 TEST(SubgroupsTest, NewGroupAndEnumeration_NonMembersGetNull) {
-  const auto dir = unique_temp_dir("new_group");
-  auto result = run_ranks(7, std::chrono::seconds(90), [&](int rank) {
-    auto pg = init_process_group({.rank = rank,
-                                  .world_size = 7,
-                                  .store = std::make_shared<FileStore>(dir),
-                                  .timeout = std::chrono::seconds(30)});
+  auto result = run_world(7, kOptions, [&](int rank, const auto& pg) {
     // Unsorted input: the group's rank order is the sorted order, as in torch.
     auto odds = new_group(pg, {5, 1, 3});
     if (rank % 2 == 1 && rank < 7) {
@@ -114,7 +104,6 @@ TEST(SubgroupsTest, NewGroupAndEnumeration_NonMembersGetNull) {
     pg->shutdown(std::chrono::seconds(30));
   });
   EXPECT_RANKS_OK(result);
-  std::filesystem::remove_all(dir);
 }
 
 TEST(SubgroupsTest, InvalidListsAreRejectedOnEveryRank) {

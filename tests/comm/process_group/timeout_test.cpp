@@ -10,6 +10,7 @@
 #include "comm/file_store.h"
 #include "comm/process_group.h"
 #include "tests/support/multiprocess.h"
+#include "tests/support/world.h"
 
 namespace hsgd::comm {
 namespace {
@@ -80,10 +81,8 @@ TEST(CommTimeoutTest, MissingRankAtInit_IsNamed) {
 }
 
 TEST(CommTimeoutTest, WorkWaitTimeoutDoesNotCancelTheCollective) {
-  const auto dir = unique_temp_dir("work_wait");
-  auto result = run_ranks(2, std::chrono::seconds(30), [&](int rank) {
-    auto store = std::make_shared<FileStore>(dir);
-    auto pg = init_process_group({.rank = rank, .world_size = 2, .store = store});
+  auto result = hsgd::testing::run_world(2, [&](int rank, const auto& pg) {
+    auto store = pg->store();
     std::vector<float> x{static_cast<float>(rank + 1)};
     if (rank == 1) store->wait({"rank0_waited"}, std::chrono::seconds(10));
     auto work = pg->allreduce(std::span<float>(x));
@@ -96,7 +95,6 @@ TEST(CommTimeoutTest, WorkWaitTimeoutDoesNotCancelTheCollective) {
     EXPECT_EQ(x[0], 3.0f);
   });
   EXPECT_RANKS_OK(result);
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

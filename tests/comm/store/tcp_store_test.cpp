@@ -1,6 +1,7 @@
-// TcpStore against an embedded RendezvousServer: every Store operation, push-based waits woken
-// by set/add/compare_set/multi_set, timeouts (message names keys and host:port), the connection
-// staying usable after a timeout, connect backoff, reconnect after a server restart, limits.
+// TcpStore against an embedded RendezvousServer, beyond the Store contract that store_test.cpp
+// runs for every store: push-based waits woken across connections by set/add/compare_set/
+// multi_set, timeouts naming host:port, the connection staying usable after a timeout, connect
+// backoff, reconnect after a server restart, limits.
 
 #include "comm/tcp_store.h"
 
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "comm/error.h"
+#include "comm/frame.h"
 #include "comm/rendezvous_server.h"
 #include "tests/comm/rendezvous/rendezvous_test_util.h"
 
@@ -52,18 +54,6 @@ class TcpStoreTest : public ::testing::Test {
 
   std::unique_ptr<RendezvousServer> server_;
 };
-
-TEST_F(TcpStoreTest, SetThenGet_ReturnsValue) {
-  auto store = connect();
-  const Bytes binary = {0, 1, 2, 255, 0, 7};
-  store->set("bin", binary);
-  EXPECT_EQ(store->get("bin", 5s), binary);
-  store->set("bin", to_bytes("replaced"));
-  EXPECT_EQ(to_string(store->get("bin", 5s)), "replaced");
-  store->set("empty", {});
-  EXPECT_TRUE(store->get("empty", 5s).empty());
-  EXPECT_TRUE(store->check({"empty"}));
-}
 
 TEST_F(TcpStoreTest, GetBlocksUntilAnotherClientSets) {
   auto waiter = connect();
@@ -135,13 +125,6 @@ TEST_F(TcpStoreTest, GetTimeout_ThrowsTimeoutNamingKeyAndEndpoint) {
   EXPECT_EQ(to_string(store->get("k", 5s)), "v");
 }
 
-TEST_F(TcpStoreTest, ZeroTimeout_AnswersAtOnce) {
-  auto store = connect();
-  EXPECT_THROW(store->wait({"missing"}, 0ms), Timeout);
-  store->set("there", to_bytes("1"));
-  EXPECT_NO_THROW(store->wait({"there"}, 0ms));
-}
-
 TEST_F(TcpStoreTest, Add_IsAtomicAcrossClients) {
   constexpr int kThreads = 8;
   constexpr int kAdds = 50;
@@ -155,77 +138,14 @@ TEST_F(TcpStoreTest, Add_IsAtomicAcrossClients) {
   for (auto& t : threads) t.join();
   auto store = connect();
   EXPECT_EQ(store->add("counter", 0), kThreads * kAdds);
-  EXPECT_EQ(store->add("counter", -5), kThreads * kAdds - 5);
-  // Counters are stored as decimal text, like torch's TCPStore.
-  EXPECT_EQ(to_string(store->get("counter", 5s)), std::to_string(kThreads * kAdds - 5));
 }
 
-TEST_F(TcpStoreTest, AddOnNonInteger_ThrowsInvalidArgumentNamingValue) {
+// Not yet part of the contract: HashStore and FileStore do not check the addition for overflow.
+TEST_F(TcpStoreTest, AddOverflow_ThrowsInvalidArgumentAndKeepsValue) {
   auto store = connect();
-  store->set("text", to_bytes("abc"));
-  try {
-    store->add("text", 1);
-    FAIL() << "add on a non-integer must throw";
-  } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("'abc'"), std::string::npos) << e.what();
-  }
   store->set("big", to_bytes(std::to_string(INT64_MAX)));
   EXPECT_THROW(store->add("big", 1), InvalidArgument);
-}
-
-TEST_F(TcpStoreTest, CompareSet_FollowsTorchSemantics) {
-  auto store = connect();
-  // Missing key, empty expected: swaps.
-  auto r = store->compare_set("k", {}, to_bytes("first"));
-  EXPECT_TRUE(r.swapped);
-  EXPECT_EQ(to_string(r.current), "first");
-  // Wrong expected: no swap, returns the current value.
-  r = store->compare_set("k", to_bytes("other"), to_bytes("second"));
-  EXPECT_FALSE(r.swapped);
-  EXPECT_EQ(to_string(r.current), "first");
-  // Right expected: swaps.
-  r = store->compare_set("k", to_bytes("first"), to_bytes("second"));
-  EXPECT_TRUE(r.swapped);
-  EXPECT_EQ(to_string(store->get("k", 5s)), "second");
-  // Missing key, non-empty expected: nothing stored.
-  r = store->compare_set("absent", to_bytes("x"), to_bytes("y"));
-  EXPECT_FALSE(r.swapped);
-  EXPECT_TRUE(r.current.empty());
-  EXPECT_FALSE(store->check({"absent"}));
-}
-
-TEST_F(TcpStoreTest, CheckDeleteAndNumKeys) {
-  auto store = connect();
-  EXPECT_EQ(store->num_keys(), 0);
-  EXPECT_TRUE(store->check({}));
-  store->set("a", to_bytes("1"));
-  store->set("b", to_bytes("2"));
-  EXPECT_TRUE(store->check({"a", "b"}));
-  EXPECT_FALSE(store->check({"a", "c"}));
-  EXPECT_EQ(store->num_keys(), 2);
-  EXPECT_TRUE(store->delete_key("a"));
-  EXPECT_FALSE(store->delete_key("a"));
-  EXPECT_FALSE(store->check({"a"}));
-  EXPECT_EQ(store->num_keys(), 1);
-}
-
-TEST_F(TcpStoreTest, MultiSetAndMultiGet_KeepKeyOrder) {
-  auto store = connect();
-  std::vector<std::string> keys;
-  std::vector<Bytes> values;
-  for (int i = 0; i < 100; ++i) {
-    keys.push_back(
-        detail::str_cat("k", i));  // not "k" + to_string: g++ 12 -Wrestrict false positive
-    values.push_back(to_bytes(detail::str_cat("v", i * 7)));
-  }
-  store->multi_set(keys, values);
-  std::vector<std::string> reversed(keys.rbegin(), keys.rend());
-  auto got = store->multi_get(reversed, 5s);
-  ASSERT_EQ(got.size(), keys.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    EXPECT_EQ(got[i], values[keys.size() - 1 - i]) << "index " << i;
-  }
-  EXPECT_THROW(store->multi_set({"x", "y"}, {to_bytes("1")}), InvalidArgument);
+  EXPECT_EQ(to_string(store->get("big", 5s)), std::to_string(INT64_MAX));
 }
 
 TEST_F(TcpStoreTest, MultiGetBlocksUntilAllKeysExist) {
@@ -260,24 +180,6 @@ TEST_F(TcpStoreTest, WaitForDeletedKey_WaitsAgain) {
   EXPECT_EQ(to_string(got[1]), "2");
 }
 
-TEST_F(TcpStoreTest, OneStoreSharedByThreads) {
-  auto store = connect();
-  std::vector<std::thread> threads;
-  for (int i = 0; i < 6; ++i) {
-    threads.emplace_back([&, i] {
-      for (int j = 0; j < 30; ++j) {
-        const std::string key = detail::str_cat("t", i, "-", j);
-        store->set(key, to_bytes(key));
-        EXPECT_EQ(to_string(store->get(key, 5s)), key);
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  EXPECT_EQ(store->num_keys(), 6 * 30);
-}
-
-// A get() blocking in one thread must not hold up a set() on the same store from another thread
-// (with one shared connection this would stall until the get timed out).
 TEST_F(TcpStoreTest, BlockingGetDoesNotDelaySetFromAnotherThreadOfSameStore) {
   auto store = connect();
   std::string got;
@@ -299,7 +201,7 @@ TEST_F(TcpStoreTest, BlockingGetDoesNotDelaySetFromAnotherThreadOfSameStore) {
 TEST_F(TcpStoreTest, PingAndServerVersion) {
   auto store = connect();
   EXPECT_TRUE(store->ping());
-  EXPECT_GE(store->server_version(), 1u);
+  EXPECT_EQ(store->server_version(), kProtocolVersion);
   EXPECT_EQ(store->endpoint(), endpoint());
 }
 

@@ -21,8 +21,8 @@
 #include "models/mlp.h"
 #include "optim/lr_scheduler.h"
 #include "optim/sgd.h"
-#include "tests/framework/distributed/dist_test_util.h"
 #include "tests/support/multiprocess.h"
+#include "tests/support/world.h"
 
 namespace hsgd::checkpoint {
 namespace {
@@ -344,22 +344,19 @@ TEST(CheckpointerTest, ReadOnlyDirectoryIsNamedAtConstruction) {
 // state; a corrupt file of one rank makes every rank fall back to the previous checkpoint.
 TEST(CheckpointerMultiRankTest, EveryRankRestoresItsOwnStateAndAllFallBackTogether) {
   const fs::path dir = unique_temp_dir("ckpt-ranks");
-  const fs::path store_dir = unique_temp_dir("ckpt-ranks-store");
   constexpr int kWorld = 3;
-  auto result = testing::run_ranks(kWorld, testing::kRankDeadline, [&](int rank) {
-    auto pg = testing::make_world(rank, kWorld, store_dir / "a");
-    TrainingRun run(rank, kWorld);
-    Checkpointer ckpt({.dir = dir.string()}, pg, {.model = "mlp"});
-    run.register_with(ckpt);
-    run.train_to(12, &ckpt, 6);
-    ckpt.wait();
-    testing::leave_together(*pg);
-  });
+  auto result =
+      testing::run_world(kWorld, [&](int rank, const std::shared_ptr<comm::ProcessGroup>& pg) {
+        TrainingRun run(rank, kWorld);
+        Checkpointer ckpt({.dir = dir.string()}, pg, {.model = "mlp"});
+        run.register_with(ckpt);
+        run.train_to(12, &ckpt, 6);
+        ckpt.wait();
+      });
   ASSERT_RANKS_OK(result);
   flip_byte(dir / "step_12" / "rank_1");
 
-  result = testing::run_ranks(kWorld, testing::kRankDeadline, [&](int rank) {
-    auto pg = testing::make_world(rank, kWorld, store_dir / "b");
+  result = testing::run_world(kWorld, [&](int rank, const std::shared_ptr<comm::ProcessGroup>& pg) {
     TrainingRun resumed(rank, kWorld, 42);
     Checkpointer ckpt({.dir = dir.string()}, pg, {.model = "mlp"});
     resumed.register_with(ckpt);
@@ -369,7 +366,6 @@ TEST(CheckpointerMultiRankTest, EveryRankRestoresItsOwnStateAndAllFallBackTogeth
     TrainingRun reference(rank, kWorld);
     reference.train_to(6);
     expect_same_parameters(*reference.model, *resumed.model);
-    testing::leave_together(*pg);
   });
   EXPECT_RANKS_OK(result);
 }
@@ -379,9 +375,7 @@ TEST(CheckpointerMultiRankTest, EveryRankRestoresItsOwnStateAndAllFallBackTogeth
 // recomputed from the samples seen. Without replicas_equal the same resume is refused.
 TEST(CheckpointerMultiRankTest, ResumesOnAnotherWorldSizeOnlyWhenReplicasWereEqual) {
   const fs::path dir = unique_temp_dir("ckpt-resize");
-  const fs::path store_dir = unique_temp_dir("ckpt-resize-store");
-  auto result = testing::run_ranks(4, testing::kRankDeadline, [&](int rank) {
-    auto pg = testing::make_world(rank, 4, store_dir / "a");
+  auto result = testing::run_world(4, [&](int rank, const std::shared_ptr<comm::ProcessGroup>& pg) {
     TrainingRun run(rank, 4);
     Checkpointer ckpt({.dir = dir.string()}, pg, {.model = "mlp"});
     run.register_with(ckpt);
@@ -392,12 +386,10 @@ TEST(CheckpointerMultiRankTest, ResumesOnAnotherWorldSizeOnlyWhenReplicasWereEqu
     ckpt.save(2, {.replicas_equal = true});
     ckpt.save(3);  // not equal: must not resume on 2 ranks
     ckpt.wait();
-    testing::leave_together(*pg);
   });
   ASSERT_RANKS_OK(result);
 
-  result = testing::run_ranks(2, testing::kRankDeadline, [&](int rank) {
-    auto pg = testing::make_world(rank, 2, store_dir / "b");
+  result = testing::run_world(2, [&](int rank, const std::shared_ptr<comm::ProcessGroup>& pg) {
     TrainingRun resumed(rank, 2, 77);
     Checkpointer ckpt({.dir = dir.string()}, pg, {.model = "mlp"});
     resumed.register_with(ckpt);
@@ -426,7 +418,6 @@ TEST(CheckpointerMultiRankTest, ResumesOnAnotherWorldSizeOnlyWhenReplicasWereEqu
     for (size_t i = 0; i < g.size(); ++i) ASSERT_NEAR(g[i], expected[i], 1e-6) << "element " << i;
     // 2 batches of 8 on each of 4 ranks = 64 samples = 4 batches of 8 on each of 2 ranks.
     EXPECT_EQ(resumed.loader->position(), 4);
-    testing::leave_together(*pg);
   });
   EXPECT_RANKS_OK(result);
 }

@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -16,26 +15,6 @@
 #include "framework/tensor/tensor.h"
 
 namespace hsgd::testing {
-
-// Deadline of one multi-rank test body; ctest's TIMEOUT is the outer bound.
-inline constexpr std::chrono::seconds kRankDeadline{60};
-
-// The world group of `world_size` ranks meeting through a FileStore in dir. Collectives time
-// out after 20 s so that a broken test fails rather than waits for ctest's TIMEOUT.
-inline std::shared_ptr<comm::ProcessGroup> make_world(int rank, int world_size,
-                                                      const std::filesystem::path& dir) {
-  comm::InitOptions options;
-  options.rank = rank;
-  options.world_size = world_size;
-  options.store = std::make_shared<comm::FileStore>(dir);
-  options.timeout = std::chrono::seconds(20);
-  // A test emulates a launcher's node layout by setting LOCAL_WORLD_SIZE in its rank's process,
-  // which InitOptions::from_env would read (from_env needs RANK too, so it is read here).
-  if (const char* local = std::getenv("LOCAL_WORLD_SIZE")) {
-    options.local_world_size = std::atoi(local);
-  }
-  return comm::init_process_group(options);
-}
 
 // Call at the end of a rank's body: returns once every rank of pg finished its collectives.
 // A process that exits while a peer still reads its last collective can reset the connection

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "comm/error.h"
@@ -18,17 +19,12 @@
 #include "framework/distributed/comm_hooks/post_local_sgd_hook.h"
 #include "framework/nn/nn.h"
 #include "framework/tensor/ops.h"
-#include "tests/framework/distributed/dist_test_util.h"
-#include "tests/support/multiprocess.h"
+#include "tests/support/world.h"
 
 namespace hsgd::distributed {
 namespace {
 
-using hsgd::testing::kRankDeadline;
-using hsgd::testing::leave_together;
-using hsgd::testing::make_world;
-using hsgd::testing::run_ranks;
-using hsgd::testing::unique_temp_dir;
+using hsgd::testing::run_world;
 
 constexpr double kTolerance = 1e-6;
 
@@ -143,9 +139,7 @@ class DDPGradientTest : public ::testing::TestWithParam<NetCase> {};
 
 TEST_P(DDPGradientTest, GradientsEqualAverageOfRankGradients) {
   const NetCase c = GetParam();
-  const auto dir = unique_temp_dir("ddp_grad");
-  auto result = run_ranks(c.world, kRankDeadline, [&](int rank) {
-    auto pg = make_world(rank, c.world, dir);
+  auto result = run_world(c.world, [&](int rank, const auto& pg) {
     auto model = c.make(static_cast<uint64_t>(rank));
     DistributedDataParallel ddp(model, pg, c.options);
     // Construction broadcast rank 0's parameters (every rank initialised differently).
@@ -161,19 +155,21 @@ TEST_P(DDPGradientTest, GradientsEqualAverageOfRankGradients) {
       cross_entropy(ddp.forward(b.x), b.y).backward();
       expect_grads_near(*model, expected, "iteration " + std::to_string(it));
     }
-    leave_together(*pg);
   });
   EXPECT_RANKS_OK(result);
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Nets, DDPGradientTest,
-    ::testing::Values(NetCase{"Mlp", make_mlp, {4, 6}, {}, 4},
-                      NetCase{"MlpTinyBuckets", make_mlp, {4, 6}, kTinyBuckets, 4},
-                      NetCase{"MlpTinyBucketsWorld8", make_mlp, {3, 6}, kTinyBuckets, 8},
-                      NetCase{"ConvBatchNorm", make_conv_bn, {2, 3, 5, 5}, {}, 4},
-                      NetCase{
-                          "ConvBatchNormTinyBuckets", make_conv_bn, {2, 3, 5, 5}, kTinyBuckets, 4}),
+    ::testing::Values(
+        NetCase{"Mlp", make_mlp, {4, 6}, {}, 4},
+        NetCase{"MlpTinyBuckets", make_mlp, {4, 6}, kTinyBuckets, 4},
+        NetCase{"MlpTinyBucketsWorld8", make_mlp, {3, 6}, kTinyBuckets, 8},
+        NetCase{"MlpWorld3", make_mlp, {4, 6}, {}, 3},
+        NetCase{"MlpTinyBucketsWorld5", make_mlp, {3, 6}, kTinyBuckets, 5},
+        NetCase{"ConvBatchNorm", make_conv_bn, {2, 3, 5, 5}, {}, 4},
+        NetCase{"ConvBatchNormTinyBucketsWorld7", make_conv_bn, {2, 3, 5, 5}, kTinyBuckets, 7},
+        NetCase{"ConvBatchNormTinyBuckets", make_conv_bn, {2, 3, 5, 5}, kTinyBuckets, 4}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // a(x) on every rank, + b(x) on odd ranks only; c is never used.
@@ -195,11 +191,13 @@ class Branchy : public nn::Module {
   std::shared_ptr<nn::Linear> a_, b_, c_;
 };
 
-TEST(DistributedDataParallel, UnusedParameters_ZerosAndNoHang) {
-  const int world = 4;
-  const auto dir = unique_temp_dir("ddp_unused");
-  auto result = run_ranks(world, kRankDeadline, [&](int rank) {
-    auto pg = make_world(rank, world, dir);
+// Rank-dependent behaviour (which ranks use a branch, whose gradients are averaged) over even
+// and odd world sizes.
+class DDPWorldTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(DDPWorldTest, UnusedParameters_ZerosAndNoHang) {
+  const int world = GetParam();
+  auto result = run_world(world, [&](int rank, const auto& pg) {
     auto model = std::make_shared<Branchy>(rank % 2 == 1, static_cast<uint64_t>(rank));
     DistributedDataParallel ddp(model, pg, kTinyBuckets);
     auto replica = std::make_shared<Branchy>(false, 99);
@@ -220,16 +218,13 @@ TEST(DistributedDataParallel, UnusedParameters_ZerosAndNoHang) {
     for (size_t i : {4u, 5u}) {
       for (float v : model->parameters()[i].grad().to_vector()) EXPECT_EQ(v, 0.0f);
     }
-    leave_together(*pg);
   });
   EXPECT_RANKS_OK(result);
 }
 
-TEST(DistributedDataParallel, NoSync_AccumulatesLocallyThenAveragesTheSum) {
-  const int world = 4;
-  const auto dir = unique_temp_dir("ddp_no_sync");
-  auto result = run_ranks(world, kRankDeadline, [&](int rank) {
-    auto pg = make_world(rank, world, dir);
+TEST_P(DDPWorldTest, NoSync_AccumulatesLocallyThenAveragesTheSum) {
+  const int world = GetParam();
+  auto result = run_world(world, [&](int rank, const auto& pg) {
     auto model = make_mlp(static_cast<uint64_t>(rank));
     DistributedDataParallel ddp(model, pg, kTinyBuckets);
     auto replica = replica_of(*model, make_mlp(99));
@@ -253,10 +248,12 @@ TEST(DistributedDataParallel, NoSync_AccumulatesLocallyThenAveragesTheSum) {
     const Batch b = make_batch(rank, 1, {4, 6});
     cross_entropy(ddp.forward(b.x), b.y).backward();
     expect_grads_near(*model, expected, "after the synchronised backward");
-    leave_together(*pg);
   });
   EXPECT_RANKS_OK(result);
 }
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, DDPWorldTest, ::testing::Values(3, 4, 5),
+                         [](const auto& info) { return "World" + std::to_string(info.param); });
 
 // Records, from inside the hook, which buckets launched and whether backward was still running.
 struct OverlapProbe {
@@ -269,9 +266,7 @@ struct OverlapProbe {
 
 TEST(DistributedDataParallel, Overlap_FirstBucketLaunchesBeforeBackwardFinishes) {
   const int world = 4;
-  const auto dir = unique_temp_dir("ddp_overlap");
-  auto result = run_ranks(world, kRankDeadline, [&](int rank) {
-    auto pg = make_world(rank, world, dir);
+  auto result = run_world(world, [&](int rank, const auto& pg) {
     auto model = make_mlp(static_cast<uint64_t>(rank));
     DistributedDataParallel ddp(model, pg, kTinyBuckets);
     const size_t buckets = ddp.bucket_assignment().size();
@@ -304,24 +299,28 @@ TEST(DistributedDataParallel, Overlap_FirstBucketLaunchesBeforeBackwardFinishes)
     expect_grads_near(*model, expected, "with the probe hook");
     // The hook cannot change once a backward ran.
     EXPECT_THROW(ddp.register_comm_hook(pg, allreduce_hook), InvalidArgument);
-    leave_together(*pg);
   });
   EXPECT_RANKS_OK(result);
 }
 
-TEST(DistributedDataParallel, PostLocalSGDHook_GlobalThenIntraNode) {
-  const int world = 4;
-  const auto dir = unique_temp_dir("ddp_post_local");
-  auto result = run_ranks(world, kRankDeadline, [&](int rank) {
-    ::setenv("LOCAL_WORLD_SIZE", "2", 1);  // this child process only: two "nodes" of two
-    auto pg = make_world(rank, world, dir);
+// (world size, ranks per "node"): pairs; one rank per node in an odd world (after the start
+// every rank is alone); nodes of three.
+class PostLocalSGDHookTest : public ::testing::TestWithParam<std::pair<int, int>> {};
+
+TEST_P(PostLocalSGDHookTest, GlobalThenIntraNode) {
+  const auto [world, per_node] = GetParam();
+  // Nodes of per_node contiguous ranks.
+  auto result = run_world(world, {.local_world_size = per_node}, [&](int rank, const auto& pg) {
+    std::vector<int> node(static_cast<size_t>(per_node));
+    for (int i = 0; i < per_node; ++i)
+      node[static_cast<size_t>(i)] = rank / per_node * per_node + i;
     auto model = make_mlp(static_cast<uint64_t>(rank));
     DistributedDataParallel ddp(model, pg, kTinyBuckets);
     auto state = std::make_shared<PostLocalSGDState>(
         PostLocalSGDState{.process_group = pg, .start_localSGD_iter = 2});
     ddp.register_comm_hook(state, post_localSGD_hook);
     ASSERT_NE(state->subgroup, nullptr) << "the intra-node group is created at registration";
-    EXPECT_EQ(state->subgroup->ranks(), (std::vector<int>{rank / 2 * 2, rank / 2 * 2 + 1}));
+    EXPECT_EQ(state->subgroup->ranks(), node);
 
     auto local_model = make_mlp(static_cast<uint64_t>(rank));
     DistributedDataParallel local_ddp(local_model, pg, kTinyBuckets);
@@ -330,7 +329,6 @@ TEST(DistributedDataParallel, PostLocalSGDHook_GlobalThenIntraNode) {
     local_ddp.register_comm_hook(local_state, post_localSGD_hook);
 
     auto replica = replica_of(*model, make_mlp(99));
-    const std::vector<int> node = {rank / 2 * 2, rank / 2 * 2 + 1};
     for (int it = 0; it < 4; ++it) {
       const bool global = it < 2;
       const Grads expected =
@@ -348,15 +346,19 @@ TEST(DistributedDataParallel, PostLocalSGDHook_GlobalThenIntraNode) {
                         "no post-local allreduce, iteration " + std::to_string(it));
     }
     EXPECT_EQ(state->iter, 2);
-    leave_together(*pg);
   });
   EXPECT_RANKS_OK(result);
 }
 
+INSTANTIATE_TEST_SUITE_P(Nodes, PostLocalSGDHookTest,
+                         ::testing::Values(std::pair{4, 2}, std::pair{5, 1}, std::pair{6, 3}),
+                         [](const auto& info) {
+                           return "World" + std::to_string(info.param.first) + "PerNode" +
+                                  std::to_string(info.param.second);
+                         });
+
 TEST(DistributedDataParallel, InvalidArguments_NameTheValue) {
-  const auto dir = unique_temp_dir("ddp_invalid");
-  auto result = run_ranks(1, kRankDeadline, [&](int rank) {
-    auto pg = make_world(rank, 1, dir);
+  auto result = run_world(1, [&](int, const auto& pg) {
     EXPECT_THROW(DistributedDataParallel(nullptr, pg), InvalidArgument);
     EXPECT_THROW(DistributedDataParallel(make_mlp(0), nullptr), InvalidArgument);
     try {

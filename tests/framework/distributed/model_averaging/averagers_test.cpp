@@ -17,16 +17,13 @@
 #include "framework/distributed/model_averaging/hierarchical_model_averager.h"
 #include "framework/distributed/model_averaging/utils.h"
 #include "tests/framework/distributed/dist_test_util.h"
-#include "tests/support/multiprocess.h"
+#include "tests/support/world.h"
 
 namespace hsgd::distributed {
 namespace {
 
 using hsgd::testing::expect_all_equal;
-using hsgd::testing::kRankDeadline;
-using hsgd::testing::make_world;
-using hsgd::testing::run_ranks;
-using hsgd::testing::unique_temp_dir;
+using hsgd::testing::run_world;
 
 // A (5, 1) parameter (torch's nn.Linear(1, 5, bias=False).weight) filled with value, with a
 // mock gradient of ones so the averagers do not skip it.
@@ -46,32 +43,37 @@ class AveragerTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(AveragerTest, Periodic_AveragesAfterWarmupEveryPeriod) {
   const int world = GetParam();
-  const auto dir = unique_temp_dir("periodic");
-  auto result = run_ranks(world, kRankDeadline, [&](int rank) {
-    auto pg = make_world(rank, world, dir);
+  auto result = run_world(world, [&](int rank, const auto& pg) {
     Tensor param = make_param(0);
     const int64_t period = 4;
     for (int64_t warmup : {12, 13, 14, 15}) {
       PeriodicModelAverager averager(period, warmup, pg);
+      int64_t averagings = 0;
       for (int64_t step = 0; step < 20; ++step) {
         param.fill_(static_cast<float>(rank));  // reset at every step
         averager.average_parameters(std::vector<Tensor>{param});
         const bool averaged = step >= warmup && (step - warmup) % period == 0;
+        averagings += averaged;
         expect_all_equal(param, averaged ? mean_of_ranks(0, world) : static_cast<float>(rank),
                          "warmup " + std::to_string(warmup) + " step " + std::to_string(step));
       }
       EXPECT_EQ(averager.step(), 20);
+      // One level: every averaging of the (5, 1) parameter counted, with its exact payload.
+      ASSERT_EQ(averager.level_stats().size(), 1u);
+      const AveragingLevelStats& stats = averager.level_stats()[0];
+      EXPECT_EQ(stats.period, period);
+      EXPECT_EQ(stats.group_size, world);
+      EXPECT_EQ(stats.calls, averagings) << "warmup " << warmup;
+      EXPECT_EQ(stats.bytes, averagings * 5 * static_cast<int64_t>(sizeof(float)));
+      EXPECT_GT(stats.seconds, 0.0) << "an allreduce between processes took no time";
     }
-    hsgd::testing::leave_together(*pg);
   });
   EXPECT_RANKS_OK(result);
 }
 
 TEST_P(AveragerTest, Periodic_ParamGroupsSkipParamsWithoutGrad) {
   const int world = GetParam();
-  const auto dir = unique_temp_dir("param_group");
-  auto result = run_ranks(world, kRankDeadline, [&](int rank) {
-    auto pg = make_world(rank, world, dir);
+  auto result = run_world(world, [&](int rank, const auto& pg) {
     Tensor a = make_param(0), b = make_param(0);
     Tensor no_grad = full({3}, 0).set_requires_grad(true);  // never got a gradient
     std::vector<ParamGroup> groups(2);
@@ -90,7 +92,6 @@ TEST_P(AveragerTest, Periodic_ParamGroupsSkipParamsWithoutGrad) {
         expect_all_equal(no_grad, static_cast<float>(rank), "param without grad");
       }
     }
-    hsgd::testing::leave_together(*pg);
   });
   EXPECT_RANKS_OK(result);
 }
@@ -102,9 +103,7 @@ TEST_P(AveragerTest, Hierarchical_OneLevelEqualsPeriodic) {
   // "step % period == 0" after warm-up, the periodic one "(step - warmup) % period == 0". Each is
   // checked against its own schedule, and they must agree when warmup % period == 0.
   const int world = GetParam();
-  const auto dir = unique_temp_dir("one_level");
-  auto result = run_ranks(world, kRankDeadline, [&](int rank) {
-    auto pg = make_world(rank, world, dir);
+  auto result = run_world(world, [&](int rank, const auto& pg) {
     Tensor p1 = make_param(0), p2 = make_param(0);
     const int64_t period = 4;
     const float mean = mean_of_ranks(0, world), mine = static_cast<float>(rank);
@@ -127,19 +126,38 @@ TEST_P(AveragerTest, Hierarchical_OneLevelEqualsPeriodic) {
       }
       EXPECT_EQ(hierarchical.step(), periodic.step());
     }
-    hsgd::testing::leave_together(*pg);
   });
   EXPECT_RANKS_OK(result);
 }
 
-INSTANTIATE_TEST_SUITE_P(WorldSizes, AveragerTest, ::testing::Values(4, 8),
+TEST_P(AveragerTest, AverageParameters_SubgroupMembersAverageOthersUntouched) {
+  const int world = GetParam();
+  auto result = run_world(world, [&](int rank, const auto& pg) {
+    Tensor with_grad = make_param(static_cast<float>(rank));
+    Tensor without_grad = full({2}, static_cast<float>(rank)).set_requires_grad(true);
+    average_parameters({with_grad, without_grad}, pg);
+    expect_all_equal(with_grad, mean_of_ranks(0, world), "world average");
+    expect_all_equal(without_grad, static_cast<float>(rank), "param without grad");
+
+    // The first and the last rank: not contiguous, and the last is odd in odd worlds.
+    auto ends = comm::new_group(pg, {0, world - 1});  // nullptr on the ranks in between
+    ASSERT_EQ(ends != nullptr, rank == 0 || rank == world - 1);
+    with_grad.fill_(static_cast<float>(rank));
+    average_parameters({with_grad}, ends);
+    const float ends_mean = static_cast<float>(world - 1) / 2;
+    expect_all_equal(with_grad, ends != nullptr ? ends_mean : static_cast<float>(rank),
+                     "group {0, " + std::to_string(world - 1) + "}");
+  });
+  EXPECT_RANKS_OK(result);
+}
+
+// Odd sizes too: the reductions and the subgroup ranks must not assume a power of two.
+INSTANTIATE_TEST_SUITE_P(WorldSizes, AveragerTest, ::testing::Values(3, 4, 5, 7, 8),
                          [](const auto& info) { return "World" + std::to_string(info.param); });
 
 TEST(HierarchicalModelAverager, ThreeLevels_LargestDividingPeriodSelectsTheGroup) {
   const int world = 8;
-  const auto dir = unique_temp_dir("three_level");
-  auto result = run_ranks(world, kRankDeadline, [&](int rank) {
-    auto pg = make_world(rank, world, dir);
+  auto result = run_world(world, [&](int rank, const auto& pg) {
     HierarchicalModelAverager averager({{2, 2}, {4, 4}, {8, 8}}, /*warmup_steps=*/10, pg);
     // The subgroups are made of contiguous ranks.
     const auto& groups = averager.level_groups();
@@ -154,6 +172,13 @@ TEST(HierarchicalModelAverager, ThreeLevels_LargestDividingPeriodSelectsTheGroup
 
     Tensor param = make_param(0);
     for (int64_t step = 0; step < 25; ++step) {
+      if (step == 10) {  // warm-up over: nothing averaged, nothing counted
+        for (const AveragingLevelStats& level : averager.level_stats()) {
+          EXPECT_EQ(level.calls, 0);
+          EXPECT_EQ(level.bytes, 0);
+          EXPECT_EQ(level.seconds, 0.0);
+        }
+      }
       param.fill_(static_cast<float>(rank));
       averager.average_parameters(std::vector<Tensor>{param});
       float expected = static_cast<float>(rank);  // no averaging
@@ -166,23 +191,27 @@ TEST(HierarchicalModelAverager, ThreeLevels_LargestDividingPeriodSelectsTheGroup
       }
       expect_all_equal(param, expected, "step " + std::to_string(step));
     }
-    // Steps 10..24: four averagings of pairs, two of fours, two global.
+    // Steps 10..24: four averagings of pairs, two of fours, two global; each of the (5, 1)
+    // parameter, 20 bytes.
     const auto& stats = averager.level_stats();
-    EXPECT_EQ(stats[0].calls, 4);
-    EXPECT_EQ(stats[1].calls, 2);
-    EXPECT_EQ(stats[2].calls, 2);
-    EXPECT_EQ(stats[2].bytes, 2 * 5 * static_cast<int64_t>(sizeof(float)));
-    EXPECT_GE(stats[0].seconds, 0.0);
-    hsgd::testing::leave_together(*pg);
+    ASSERT_EQ(stats.size(), 3u);
+    const int64_t expected_calls[] = {4, 2, 2};
+    const int64_t expected_period[] = {2, 4, 8};
+    for (size_t level = 0; level < 3; ++level) {
+      EXPECT_EQ(stats[level].period, expected_period[level]) << "level " << level;
+      EXPECT_EQ(stats[level].group_size, 2 << level) << "level " << level;
+      EXPECT_EQ(stats[level].calls, expected_calls[level]) << "level " << level;
+      EXPECT_EQ(stats[level].bytes, expected_calls[level] * 5 * static_cast<int64_t>(sizeof(float)))
+          << "level " << level;
+      EXPECT_GT(stats[level].seconds, 0.0) << "level " << level << " averaged but took no time";
+    }
   });
   EXPECT_RANKS_OK(result);
 }
 
 TEST(HierarchicalModelAverager, AverageBuffers_AveragedWithParameters) {
   const int world = 4;
-  const auto dir = unique_temp_dir("buffers");
-  auto result = run_ranks(world, kRankDeadline, [&](int rank) {
-    auto pg = make_world(rank, world, dir);
+  auto result = run_world(world, [&](int rank, const auto& pg) {
     Tensor param = make_param(static_cast<float>(rank));
     Tensor running_mean = full({3}, static_cast<float>(2 * rank));  // no grad, still averaged
     HierarchicalModelAverager averager({{1, 2}, {2, 4}}, 0, pg,
@@ -190,28 +219,30 @@ TEST(HierarchicalModelAverager, AverageBuffers_AveragedWithParameters) {
     averager.average_parameters(std::vector<Tensor>{param});  // step 0: global
     expect_all_equal(param, mean_of_ranks(0, 4), "param");
     expect_all_equal(running_mean, 2 * mean_of_ranks(0, 4), "buffer");
+    EXPECT_EQ(averager.level_stats()[0].calls, 0) << "step 0 selects the largest period";
+    EXPECT_EQ(averager.level_stats()[1].calls, 1);
     EXPECT_EQ(averager.level_stats()[1].bytes, (5 + 3) * static_cast<int64_t>(sizeof(float)));
-    hsgd::testing::leave_together(*pg);
   });
   EXPECT_RANKS_OK(result);
 }
 
-TEST(AverageParameters, SubgroupMembersAverageOthersUntouched) {
-  const int world = 4;
-  const auto dir = unique_temp_dir("average_parameters");
-  auto result = run_ranks(world, kRankDeadline, [&](int rank) {
-    auto pg = make_world(rank, world, dir);
-    Tensor with_grad = make_param(static_cast<float>(rank));
-    Tensor without_grad = full({2}, static_cast<float>(rank)).set_requires_grad(true);
-    average_parameters({with_grad, without_grad}, pg);
-    expect_all_equal(with_grad, mean_of_ranks(0, 4), "world average");
-    expect_all_equal(without_grad, static_cast<float>(rank), "param without grad");
-
-    auto pair = comm::new_group(pg, {0, 1});  // nullptr on ranks 2 and 3
-    with_grad.fill_(static_cast<float>(rank));
-    average_parameters({with_grad}, pair);
-    expect_all_equal(with_grad, rank < 2 ? 0.5f : static_cast<float>(rank), "group {0, 1}");
-    hsgd::testing::leave_together(*pg);
+TEST(HierarchicalModelAverager, OddGroupSize_ContiguousGroupsOfThree) {
+  const int world = 6;
+  auto result = run_world(world, [&](int rank, const auto& pg) {
+    HierarchicalModelAverager averager({{2, 3}, {4, 6}}, /*warmup_steps=*/0, pg);
+    const int first = rank / 3 * 3;
+    EXPECT_EQ(averager.level_groups()[0]->ranks(), (std::vector<int>{first, first + 1, first + 2}));
+    Tensor param = make_param(0);
+    for (int64_t step = 0; step < 8; ++step) {
+      param.fill_(static_cast<float>(rank));
+      averager.average_parameters(std::vector<Tensor>{param});
+      const float expected = step % 4 == 0   ? mean_of_ranks(0, world)
+                             : step % 2 == 0 ? mean_of_ranks(first, 3)
+                                             : static_cast<float>(rank);
+      expect_all_equal(param, expected, "step " + std::to_string(step));
+    }
+    EXPECT_EQ(averager.level_stats()[0].calls, 2);  // steps 2 and 6
+    EXPECT_EQ(averager.level_stats()[1].calls, 2);  // steps 0 and 4
   });
   EXPECT_RANKS_OK(result);
 }
@@ -231,9 +262,7 @@ void expect_invalid(Make make, const std::string& expected, const std::string& w
 
 TEST(HierarchicalModelAverager, InvalidHierarchies_FailOnEveryRankWithoutHanging) {
   const int world = 4;
-  const auto dir = unique_temp_dir("invalid");
-  auto result = run_ranks(world, kRankDeadline, [&](int rank) {
-    auto pg = make_world(rank, world, dir);
+  auto result = run_world(world, [&](int rank, const auto& pg) {
     using H = std::vector<std::pair<int64_t, int>>;
     auto hier = [&](H levels, int64_t warmup = 0) {
       return [=] { HierarchicalModelAverager averager(levels, warmup, pg); };
@@ -269,7 +298,6 @@ TEST(HierarchicalModelAverager, InvalidHierarchies_FailOnEveryRankWithoutHanging
     Tensor p = make_param(static_cast<float>(rank));
     ok.average_parameters(std::vector<Tensor>{p});
     expect_all_equal(p, mean_of_ranks(0, 4), "after errors");
-    hsgd::testing::leave_together(*pg);
   });
   EXPECT_RANKS_OK(result);
 }

@@ -21,7 +21,7 @@
 namespace hsgd::distributed {
 namespace {
 
-using hsgd::testing::kRankDeadline;
+constexpr std::chrono::seconds kRankDeadline{60};
 using hsgd::testing::run_ranks;
 using hsgd::testing::unique_temp_dir;
 using ::testing::HasSubstr;

@@ -1,8 +1,9 @@
 // Ports of torch's test_post_localSGD_optimizer_parity (periodic and hierarchical averagers) and
 // test_post_localSGD_optimizer_step_reload, plus the Trainer's averaging stage, which must give
 // the same model as the wrapper optimizer. Unlike torch's test, the gradient hook is
-// post_localSGD_hook with pairs of ranks as the intra-node group and rank-dependent inputs, so
-// the replicas really drift apart and the averaging matters.
+// post_localSGD_hook with small groups of contiguous ranks (pairs, threes, or each rank alone) as
+// the intra-node group and rank-dependent inputs, so the replicas really drift apart and the
+// averaging matters.
 
 #include <gtest/gtest.h>
 
@@ -21,17 +22,12 @@
 #include "framework/train/trainer.h"
 #include "optim/post_local_sgd_optimizer.h"
 #include "optim/sgd.h"
-#include "tests/framework/distributed/dist_test_util.h"
-#include "tests/support/multiprocess.h"
+#include "tests/support/world.h"
 
 namespace hsgd::distributed {
 namespace {
 
-using hsgd::testing::kRankDeadline;
-using hsgd::testing::leave_together;
-using hsgd::testing::make_world;
-using hsgd::testing::run_ranks;
-using hsgd::testing::unique_temp_dir;
+using hsgd::testing::run_world;
 
 constexpr double kLearningRate = 0.03;
 
@@ -49,18 +45,18 @@ std::shared_ptr<nn::Module> make_ddp_net() {
 }
 
 // A DDP replica whose gradients are averaged globally for `warmup` iterations, then within
-// pairs of ranks (post-local SGD).
+// `intra`, a group of contiguous ranks (post-local SGD).
 struct Replica {
   std::shared_ptr<nn::Module> model;
   std::unique_ptr<DistributedDataParallel> ddp;
 };
 Replica make_replica(const std::shared_ptr<comm::ProcessGroup>& pg,
-                     const std::shared_ptr<comm::ProcessGroup>& pairs, int64_t warmup) {
+                     const std::shared_ptr<comm::ProcessGroup>& intra, int64_t warmup) {
   Replica r{make_ddp_net(), nullptr};
   r.ddp = std::make_unique<DistributedDataParallel>(r.model, pg);
   r.ddp->register_comm_hook(
       std::make_shared<PostLocalSGDState>(
-          PostLocalSGDState{.process_group = pg, .subgroup = pairs, .start_localSGD_iter = warmup}),
+          PostLocalSGDState{.process_group = pg, .subgroup = intra, .start_localSGD_iter = warmup}),
       post_localSGD_hook);
   return r;
 }
@@ -72,34 +68,35 @@ struct ParityCase {
   const char* name;
   MakeAverager make;
   int64_t warmup;
+  int world;
+  int subgroup_size;          // the hook's intra-node group after warmup (contiguous ranks)
+  int64_t global_averagings;  // of the 20 steps, those where the last level (the world) averages
 };
 
 class PostLocalSGDOptimizerTest : public ::testing::TestWithParam<ParityCase> {};
 
 TEST_P(PostLocalSGDOptimizerTest, Parity_WrapperAndTrainerStageEqualManualAveraging) {
   const ParityCase c = GetParam();
-  const int world = 4;
-  const auto dir = unique_temp_dir("post_local_parity");
-  auto result = run_ranks(world, kRankDeadline, [&](int rank) {
-    auto pg = make_world(rank, world, dir);
-    auto pairs = comm::new_subgroups(pg, 2).first;
+  const int world = c.world;
+  auto result = run_world(world, [&](int rank, const auto& pg) {
+    auto intra = comm::new_subgroups(pg, c.subgroup_size).first;
     Generator gen(100 + static_cast<uint64_t>(rank));  // each rank its own data
     const Tensor input = randn({world * 2, 2}, gen);
     const Tensor target = randn({world * 2, 4}, gen);
 
     // 1. Manual: SGD step, then the averager.
-    Replica manual = make_replica(pg, pairs, c.warmup);
+    Replica manual = make_replica(pg, intra, c.warmup);
     auto manual_averager = c.make(pg);
     optim::SGD manual_opt(manual.model->parameters(), {.lr = kLearningRate});
     // 2. The wrapper optimizer.
-    Replica wrapped = make_replica(pg, pairs, c.warmup);
+    Replica wrapped = make_replica(pg, intra, c.warmup);
     auto wrapped_averager = c.make(pg);
     optim::PostLocalSGDOptimizer wrapped_opt(
         std::make_shared<optim::SGD>(wrapped.model->parameters(),
                                      optim::SGDOptions{.lr = kLearningRate}),
         wrapped_averager);
     // 3. The Trainer with the averager as a post-step stage.
-    Replica staged = make_replica(pg, pairs, c.warmup);
+    Replica staged = make_replica(pg, intra, c.warmup);
     auto staged_averager = c.make(pg);
     Trainer trainer([&](const Tensor& x) { return staged.ddp->forward(x); },
                     std::make_shared<optim::SGD>(staged.model->parameters(),
@@ -130,31 +127,39 @@ TEST_P(PostLocalSGDOptimizerTest, Parity_WrapperAndTrainerStageEqualManualAverag
     EXPECT_EQ(manual_averager->step(), wrapped_averager->step());
     EXPECT_EQ(manual_averager->step(), staged_averager->step());
     EXPECT_EQ(trainer.iteration(), 20);
-    EXPECT_GT(manual_averager->level_stats().back().calls, 0);
-    leave_together(*pg);
+    for (const auto* averager : {&manual_averager, &wrapped_averager, &staged_averager}) {
+      EXPECT_EQ((*averager)->level_stats().back().calls, c.global_averagings);
+    }
   });
   EXPECT_RANKS_OK(result);
 }
 
+std::shared_ptr<ModelAverager> make_periodic(const std::shared_ptr<comm::ProcessGroup>& pg) {
+  return std::make_shared<PeriodicModelAverager>(4, 10, pg);
+}
+
+// Groups of group_size contiguous ranks average every 2 steps, the world every 4.
+MakeAverager make_hierarchical(int group_size) {
+  return [group_size](const std::shared_ptr<comm::ProcessGroup>& pg) {
+    return std::make_shared<HierarchicalModelAverager>(
+        std::vector<std::pair<int64_t, int>>{{2, group_size}, {4, pg->size()}}, 4, pg);
+  };
+}
+
+// Odd worlds: alone after warm-up (subgroup of one) in a world of 5, so the replicas drift and
+// only the averager brings them together; odd groups of 3 in a world of 6.
 INSTANTIATE_TEST_SUITE_P(
     Averagers, PostLocalSGDOptimizerTest,
-    ::testing::Values(
-        ParityCase{
-            "Periodic",
-            [](const auto& pg) { return std::make_shared<PeriodicModelAverager>(4, 10, pg); }, 10},
-        ParityCase{"Hierarchical",
-                   [](const auto& pg) {
-                     return std::make_shared<HierarchicalModelAverager>(
-                         std::vector<std::pair<int64_t, int>>{{2, 2}, {4, pg->size()}}, 4, pg);
-                   },
-                   4}),
+    // Periodic (4, warm-up 10): steps 10, 14, 18. Hierarchical (warm-up 4): 4, 8, 12, 16.
+    ::testing::Values(ParityCase{"Periodic", make_periodic, 10, 4, 2, 3},
+                      ParityCase{"Hierarchical", make_hierarchical(2), 4, 4, 2, 4},
+                      ParityCase{"PeriodicWorld5", make_periodic, 10, 5, 1, 3},
+                      ParityCase{"HierarchicalWorld6GroupsOf3", make_hierarchical(3), 4, 6, 3, 4}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(PostLocalSGDOptimizer, StepReload_RestoresAveragerStepOrResetsToZero) {
   const int world = 4;
-  const auto dir = unique_temp_dir("post_local_reload");
-  auto result = run_ranks(world, kRankDeadline, [&](int rank) {
-    auto pg = make_world(rank, world, dir);
+  auto result = run_world(world, [&](int, const auto& pg) {
     auto model = make_ddp_net();
     DistributedDataParallel ddp(model, pg);
     auto averager = std::make_shared<PeriodicModelAverager>(4, 10, pg);
@@ -176,8 +181,8 @@ TEST(PostLocalSGDOptimizer, StepReload_RestoresAveragerStepOrResetsToZero) {
     const StateDict saved = opt.state_dict();
     ASSERT_TRUE(saved.contains("step"));
     dummy.load_state_dict(saved);
-    EXPECT_NE(averager2->step(), 0) << "trivial case";
-    EXPECT_EQ(averager2->step(), averager->step());
+    EXPECT_EQ(averager->step(), 20) << "one averager step per optimizer step";
+    EXPECT_EQ(averager2->step(), 20);
 
     StateDict without_step;
     for (const auto& [key, value] : saved.entries()) {
@@ -186,7 +191,6 @@ TEST(PostLocalSGDOptimizer, StepReload_RestoresAveragerStepOrResetsToZero) {
     ASSERT_FALSE(without_step.contains("step"));
     dummy.load_state_dict(without_step);  // warns and resets
     EXPECT_EQ(averager2->step(), 0);
-    leave_together(*pg);
   });
   EXPECT_RANKS_OK(result);
 }

@@ -1,0 +1,32 @@
+#include "tests/support/world.h"
+
+#include <filesystem>
+
+#include "comm/file_store.h"
+#include "tests/framework/distributed/dist_test_util.h"  // leave_together
+
+namespace hsgd::testing {
+
+RunResult run_world(int world_size, const WorldBody& body) {
+  return run_world(world_size, WorldOptions{}, body);
+}
+
+RunResult run_world(int world_size, const WorldOptions& options, const WorldBody& body) {
+  const std::filesystem::path dir = unique_temp_dir("world");
+  RunResult result = run_ranks(world_size, RunOptions{.timeout = options.deadline}, [&](int rank) {
+    comm::InitOptions init;
+    init.rank = rank;
+    init.world_size = world_size;
+    init.store = std::make_shared<comm::FileStore>(dir);
+    init.timeout = options.timeout;
+    init.shared_memory = options.shared_memory;
+    init.local_world_size = options.local_world_size;
+    const std::shared_ptr<comm::ProcessGroup> world = comm::init_process_group(init);
+    body(rank, world);
+    if (!::testing::Test::HasFatalFailure()) leave_together(*world);
+  });
+  std::filesystem::remove_all(dir);
+  return result;
+}
+
+}  // namespace hsgd::testing

@@ -1,0 +1,45 @@
+#pragma once
+// run_world: the skeleton of every multi-rank test over a world group, so that a test reads as
+// its assertions. It runs body(rank, world) on world_size ranks, each a separate process
+// (run_ranks, tests/support/multiprocess.h), where world is a ProcessGroup of all ranks that met
+// through a FileStore in a fresh temporary directory (removed afterwards). When body returns,
+// the rank meets the others through the store (leave_together) before its process exits, so
+// that no rank closes its connections while a peer still reads its last collective. A rank
+// whose body threw or hit a fatal assertion does not wait: the others then fail at their next
+// collective instead of hanging, within WorldOptions::timeout.
+//
+// Usage:
+//   auto result = hsgd::testing::run_world(4, [&](int rank, const auto& world) {
+//     std::vector<float> x{static_cast<float>(rank)};
+//     world->allreduce(std::span<float>(x))->wait();
+//     EXPECT_EQ(x[0], 6.0f);
+//   });
+//   EXPECT_RANKS_OK(result);
+
+#include <chrono>
+#include <functional>
+#include <memory>
+
+#include "comm/process_group.h"
+#include "tests/support/multiprocess.h"
+
+namespace hsgd::testing {
+
+struct WorldOptions {
+  // Deadline of the whole run (every rank is killed after it); ctest's TIMEOUT is the outer bound.
+  std::chrono::milliseconds deadline = std::chrono::seconds(60);
+  // InitOptions::timeout: init and every collective, so a broken test fails rather than waits
+  // for the deadline.
+  std::chrono::milliseconds timeout = std::chrono::seconds(20);
+  // InitOptions::shared_memory (allreduce within the node over shared memory, or Gloo's TCP).
+  bool shared_memory = true;
+  // InitOptions::local_world_size: ranks per emulated node (contiguous), 0: not declared.
+  int local_world_size = 0;
+};
+
+using WorldBody = std::function<void(int rank, const std::shared_ptr<comm::ProcessGroup>& world)>;
+
+RunResult run_world(int world_size, const WorldOptions& options, const WorldBody& body);
+RunResult run_world(int world_size, const WorldBody& body);  // default WorldOptions
+
+}  // namespace hsgd::testing
