@@ -1,6 +1,7 @@
 #include "framework/data/idx.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -140,6 +141,53 @@ TEST_F(IdxTest, TrailingBytes_AreRejected) {
   bytes.push_back(7);
   const fs::path p = write_raw("long", bytes);
   expect_invalid([&] { read_idx_labels(p); }, {p.string(), "trailing"});
+}
+
+// A header whose sizes multiply past 2^64 (65536 x 2^24 x 2^24 wraps to 0 in 64 bits): refused
+// naming the sizes, before anything is allocated.
+TEST_F(IdxTest, HeaderSizesThatOverflow_AreRejected) {
+  std::vector<uint8_t> bytes;
+  put_be32(bytes, 0x803);
+  put_be32(bytes, 65536);
+  put_be32(bytes, 1u << 24);
+  put_be32(bytes, 1u << 24);
+  const fs::path p = write_raw("overflow", bytes);
+  expect_invalid([&] { read_idx_images(p); }, {p.string(), "overflows", "65536 x 16777216"});
+}
+
+TEST_F(IdxTest, DeclaredSizeAboveTheLimit_IsRejectedBeforeInflating) {
+  const fs::path p = write_gz("big.gz", images_bytes(4, 8, 8));  // 256 bytes of data
+  expect_invalid([&] { read_idx_images(p, /*max_bytes=*/255); },
+                 {p.string(), "4 x 8 x 8 = 256 bytes", "limit of 255"});
+  EXPECT_EQ(read_idx_images(p, 256).pixels.size(), 256u);
+}
+
+long peak_rss_kb() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_maxrss;
+}
+
+// A gzip bomb: a valid small header followed by 64 MiB of zeros (compressing to ~64 KB). The
+// reader stops inflating one byte past the declared 3 x 2 x 2 and reports trailing data.
+TEST_F(IdxTest, GzipBomb_StopsAtTheDeclaredSize) {
+  const fs::path p = dir_ / "bomb.gz";
+  gzFile f = gzopen(p.c_str(), "wb9");
+  ASSERT_NE(f, nullptr);
+  std::vector<uint8_t> header;
+  put_be32(header, 0x803);
+  put_be32(header, 3);
+  put_be32(header, 2);
+  put_be32(header, 2);
+  gzwrite(f, header.data(), static_cast<unsigned>(header.size()));
+  const std::vector<uint8_t> zeros(1 << 20, 0);
+  for (int i = 0; i < 64; ++i) gzwrite(f, zeros.data(), static_cast<unsigned>(zeros.size()));
+  gzclose(f);
+  ASSERT_LT(fs::file_size(p), 1u << 20);
+  const long peak_before_kb = peak_rss_kb();
+  expect_invalid([&] { read_idx_images(p); }, {p.string(), "trailing bytes after 28 bytes"});
+  // Inflating the whole bomb would hold 64 MiB at once; stopping at the declared size does not.
+  EXPECT_LT(peak_rss_kb() - peak_before_kb, 16 * 1024) << "peak resident memory grew (KiB)";
 }
 
 }  // namespace
