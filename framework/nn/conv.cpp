@@ -13,8 +13,7 @@ Shape weight_shape(const Conv2dOptions& o) {
 }  // namespace
 
 Conv2d::Conv2d(const Conv2dOptions& options) : Module("Conv2d"), options_(options) {
-  Generator gen(init::default_seed("Conv2d", weight_shape(options)));
-  reset_parameters(gen);
+  with_default_generator([&](Generator& gen) { reset_parameters(gen); });
 }
 
 Conv2d::Conv2d(const Conv2dOptions& options, Generator& gen) : Module("Conv2d"), options_(options) {

@@ -8,8 +8,7 @@ namespace hsgd::nn {
 
 Linear::Linear(int64_t in_features, int64_t out_features, bool bias)
     : Module("Linear"), in_features_(in_features), out_features_(out_features) {
-  Generator gen(init::default_seed("Linear", {out_features, in_features}));
-  reset_parameters(bias, gen);
+  with_default_generator([&](Generator& gen) { reset_parameters(bias, gen); });
 }
 
 Linear::Linear(int64_t in_features, int64_t out_features, bool bias, Generator& gen)

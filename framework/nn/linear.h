@@ -2,7 +2,7 @@
 // nn::Linear: y = x W^T + b, with W (out_features, in_features) and b (out_features).
 //
 // Initialisation is PyTorch's default: W and b from U(-1/sqrt(in), 1/sqrt(in)), drawn from the
-// given Generator (or from one seeded by init::default_seed, identical on every process).
+// given Generator (or from the default generator, see manual_seed in framework/tensor/generator.h).
 //
 //   hsgd::Generator gen(0);
 //   auto fc = std::make_shared<nn::Linear>(784, 10, /*bias=*/true, gen);

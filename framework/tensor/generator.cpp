@@ -95,4 +95,22 @@ void Generator::set_state(const State& state) {
   spare_normal_ = state.spare_normal;
 }
 
+namespace detail {
+
+std::mutex& default_generator_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
+Generator& default_generator() {
+  static Generator generator(kDefaultSeed);
+  return generator;
+}
+
+}  // namespace detail
+
+void manual_seed(uint64_t seed) {
+  with_default_generator([seed](Generator& g) { g.seed(seed); });
+}
+
 }  // namespace hsgd

@@ -7,8 +7,15 @@
 //   hsgd::Tensor w = hsgd::randn({3, 4}, gen);
 
 #include <cstdint>
+#include <mutex>
 
 namespace hsgd {
+
+class Generator;
+namespace detail {
+std::mutex& default_generator_mutex();
+Generator& default_generator();  // guarded by default_generator_mutex()
+}  // namespace detail
 
 class Generator {
  public:
@@ -39,5 +46,24 @@ class Generator {
   bool has_spare_normal_ = false;
   double spare_normal_ = 0;
 };
+
+// ---- the default generator ----
+// The process-wide default generator, like torch's default CPU generator: modules built without
+// an explicit Generator (nn::Linear(in, out), nn::Conv2d(options), ...) draw from it, so two
+// layers of the same shape get different values, and a program that calls manual_seed(s) first
+// builds the same model on every run and every rank. It starts seeded with kDefaultSeed (torch's
+// default seed), so unseeded programs are deterministic too. Thread-safe (one mutex); ranks that
+// run as threads of one process share it, so multi-rank tests pass their own Generator.
+inline constexpr uint64_t kDefaultSeed = 67280421310721ull;
+
+// Reseeds the default generator (torch.manual_seed).
+void manual_seed(uint64_t seed);
+
+// Runs fn(Generator&) with the default generator locked; returns what fn returns.
+template <typename Fn>
+auto with_default_generator(Fn&& fn) {
+  std::lock_guard<std::mutex> lock(detail::default_generator_mutex());
+  return fn(detail::default_generator());
+}
 
 }  // namespace hsgd

@@ -214,8 +214,6 @@ TEST(ModuleTest, Init_IsDeterministicPerGeneratorSeed) {
   Linear a(5, 4, true, g1), b(5, 4, true, g2), c(5, 4, true, g3);
   EXPECT_EQ(a.weight().to_vector(), b.weight().to_vector());
   EXPECT_NE(a.weight().to_vector(), c.weight().to_vector());
-  // Without a Generator: identical on every process (derived seed), so ranks agree.
-  EXPECT_EQ(Linear(5, 4).weight().to_vector(), Linear(5, 4).weight().to_vector());
 }
 
 TEST(ModuleTest, Dropout_TrainingDropsAndEvalIsIdentity) {
@@ -241,6 +239,34 @@ TEST(ModuleTest, Sequential_ForwardChainsModulesInOrder) {
   EXPECT_EQ(net->forward(x).to_vector(), relu(fc->forward(x)).to_vector());
   EXPECT_EQ(net->size(), 2u);
   expect_invalid([&] { (*net)[2]; }, {"index"});
+}
+
+}  // namespace
+}  // namespace hsgd::nn
+
+namespace hsgd::nn {
+namespace {
+
+// Layers built without a Generator draw from the default generator: two of one shape differ,
+// and manual_seed makes a build repeatable (as torch.manual_seed does).
+TEST(DefaultGeneratorTest, LayersOfOneShapeDifferAndManualSeedRepeats) {
+  manual_seed(3);
+  Linear a(64, 64), b(64, 64);
+  Conv2d c({.in_channels = 3, .out_channels = 8, .kernel_size = {3, 3}});
+  EXPECT_NE(a.named_parameters()[0].second.to_vector(), b.named_parameters()[0].second.to_vector());
+  manual_seed(3);
+  Linear a2(64, 64), b2(64, 64);
+  Conv2d c2({.in_channels = 3, .out_channels = 8, .kernel_size = {3, 3}});
+  EXPECT_EQ(a.named_parameters()[0].second.to_vector(),
+            a2.named_parameters()[0].second.to_vector());
+  EXPECT_EQ(b.named_parameters()[1].second.to_vector(),
+            b2.named_parameters()[1].second.to_vector());
+  EXPECT_EQ(c.named_parameters()[0].second.to_vector(),
+            c2.named_parameters()[0].second.to_vector());
+  manual_seed(4);
+  Linear other(64, 64);
+  EXPECT_NE(a.named_parameters()[0].second.to_vector(),
+            other.named_parameters()[0].second.to_vector());
 }
 
 }  // namespace
