@@ -83,11 +83,10 @@ TEST(HsgdRunTokenFileTest, PerJobLines_RunPresentsItsJobsToken) {
 TEST(HsgdRunTokenFileTest, Standalone_EmbeddedServerUsesTheJobsToken) {
   const auto dir = unique_temp_dir("hsgd_run_token_standalone");
   std::ofstream(dir / "tokens") << "solo-job tok-solo\nanother tok-other\n";
-  const auto result =
-      Command::start({kRun, "--standalone", "--nproc-per-node", "2", "--rdzv-id", "solo-job",
-                      "--token-file", (dir / "tokens").string(), "--", kWorker, "allreduce",
-                      dir.string()})
-          .wait(seconds(90));
+  const auto result = Command::start({kRun, "--standalone", "--nproc-per-node", "2", "--rdzv-id",
+                                      "solo-job", "--token-file", (dir / "tokens").string(), "--",
+                                      kWorker, "allreduce", dir.string()})
+                          .wait(seconds(90));
   EXPECT_TRUE(result.status.success()) << show(result);
   EXPECT_TRUE(fs::exists(dir / "allreduce_rank1")) << show(result);
 }

@@ -68,10 +68,10 @@ TEST(MalformedFailureRecordTest, WorkerFailsAfterGarbage_RestartsWithoutThrowing
   const auto dir = hsgd::testing::unique_temp_dir("malformed_publish");
   auto store = std::make_shared<HashStore>();
   store->set("hsgd-run/attempt/0/failed", to_bytes(std::string(100000, '\x01')));
-  LaunchAgent agent(job("touch " + dir.string() +
-                            "/ran_$HSGD_RESTART_COUNT.$RANK; [ $HSGD_RESTART_COUNT != 0 ]",
-                        1),
-                    store);
+  LaunchAgent agent(
+      job("touch " + dir.string() + "/ran_$HSGD_RESTART_COUNT.$RANK; [ $HSGD_RESTART_COUNT != 0 ]",
+          1),
+      store);
   EXPECT_EQ(agent.run(), 0);
   EXPECT_TRUE(fs::exists(dir / "ran_1.1"));
   // The record is quoted, shortened, in the message; a 100 kB value does not end up in the log.

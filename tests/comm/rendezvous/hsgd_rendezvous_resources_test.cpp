@@ -86,7 +86,9 @@ TEST(HsgdRendezvousResourcesTest, AnnouncedButUnsentFrames_DoNotGrowRss) {
   std::vector<std::unique_ptr<RawClient>> clients;
   for (int i = 0; i < 40; ++i) {
     clients.push_back(std::make_unique<RawClient>("127.0.0.1", port));
-    if (i % 2 == 1) ASSERT_TRUE(clients.back()->hello("job").accepted());
+    if (i % 2 == 1) {
+      ASSERT_TRUE(clients.back()->hello("job").accepted());
+    }
     clients.back()->send_bytes(announce);
   }
   // The server reads in arrival order on one thread: once a later client is served, every

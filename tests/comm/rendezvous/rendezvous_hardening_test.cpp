@@ -60,7 +60,9 @@ proto::Response read_response(RawClient& raw, std::chrono::milliseconds timeout 
   auto frame = raw.read_frame(timeout);
   EXPECT_TRUE(frame.has_value()) << "no response within " << timeout.count() << " ms";
   proto::Response response;
-  if (frame) EXPECT_TRUE(response.ParseFromString(*frame));
+  if (frame) {
+    EXPECT_TRUE(response.ParseFromString(*frame));
+  }
   return response;
 }
 
@@ -108,9 +110,9 @@ TEST(RendezvousHardeningTest, JobIdLongerThan256Bytes_IsRefusedNamingTheLimit) {
 
 TEST(RendezvousHardeningTest, JobIdEmptyOrUnprintable_IsRefused) {
   auto server = start_server();
-  for (const std::string job : {std::string(), std::string("job\nINFO fake log line"),
-                                std::string("tab\tjob"), std::string("sp ace"),
-                                std::string("nul\0job", 7), std::string("\xc3\xa9t\xc3\xa9")}) {
+  for (const std::string& job :
+       {std::string(), std::string("job\nINFO fake log line"), std::string("tab\tjob"),
+        std::string("sp ace"), std::string("nul\0job", 7), std::string("\xc3\xa9t\xc3\xa9")}) {
     RawClient raw(server->host(), server->port());
     const auto reply = raw.hello(job);
     EXPECT_FALSE(reply.accepted()) << "job id of " << job.size() << " bytes";
