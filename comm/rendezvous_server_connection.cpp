@@ -32,6 +32,11 @@ RendezvousServer::Impl::Connection::Connection(Impl& server, tcp::socket socket)
 
 void RendezvousServer::Impl::Connection::start() {
   // Runs on the strand, like every other handler of this connection.
+  std::weak_ptr<Connection> weak = weak_from_this();
+  session_.emplace(server_.options_, server_.tokens_, server_.state_, socket_.get_executor(),
+                   [weak](proto::Response response) {
+                     if (auto self = weak.lock()) self->send(response);
+                   });
   hello_timer_.expires_after(server_.options_.handshake_timeout);
   hello_timer_.async_wait([self = shared_from_this()](error_code ec) {
     if (ec || self->handshake_done_ || self->closed_) return;
@@ -101,7 +106,8 @@ void RendezvousServer::Impl::Connection::on_readable() {
     const size_t n = std::min(std::max<size_t>(available, 1), decoder_.wanted());
     if (!handshake_done_) {
       if (!server_.reserve_unauthenticated(n)) {
-        return refuse("", "the server holds too many incomplete handshakes; try again");
+        return refuse("", RendezvousSession::refusal(
+                              "the server holds too many incomplete handshakes; try again"));
       }
       unauthenticated_held_ += n;
     }
@@ -138,10 +144,11 @@ void RendezvousServer::Impl::Connection::on_readable() {
 void RendezvousServer::Impl::Connection::on_oversized() {
   const size_t length = decoder_.announced();
   if (!handshake_done_) {
-    return refuse("", "a handshake frame of " + std::to_string(length) +
-                          " bytes exceeds the limit of " +
-                          std::to_string(server_.options_.max_handshake_bytes) +
-                          " bytes before the handshake");
+    return refuse("",
+                  RendezvousSession::refusal("a handshake frame of " + std::to_string(length) +
+                                             " bytes exceeds the limit of " +
+                                             std::to_string(server_.options_.max_handshake_bytes) +
+                                             " bytes before the handshake"));
   }
   if (auto held_back = server_.request_log_.allow()) {
     logger()->warn("rendezvous: {} (job '{}') sent a frame of {} bytes (limit {}); closing it{}",
@@ -152,88 +159,57 @@ void RendezvousServer::Impl::Connection::on_oversized() {
 }
 
 bool RendezvousServer::Impl::Connection::on_frame() {
-  if (!handshake_done_) return on_hello();
-  proto::Request request;
-  if (!request.ParseFromString(decoder_.frame())) {
+  const bool was_handshake = !handshake_done_;
+  auto step = session_->on_frame(decoder_.frame());
+  if (was_handshake) release_unauthenticated();  // the Hello is parsed: its bytes are dropped
+  using Kind = RendezvousSession::Step::Kind;
+  if (step.kind == Kind::kRefused) {
+    refuse(session_->claimed_job(), *step.hello_reply);
+    return false;  // stop reading; the socket closes once the refusal is written
+  }
+  if (step.kind == Kind::kMalformed) {
     if (auto held_back = server_.request_log_.allow()) {
       logger()->warn("rendezvous: malformed request frame ({} bytes) from {} (job '{}'); closing{}",
-                     decoder_.frame().size(), peer_, printable_excerpt(job_),
-                     held_back_note(*held_back));
+                     decoder_.frame().size(), peer_, job_, held_back_note(*held_back));
     }
     close("malformed frame");
     return false;
   }
-  std::weak_ptr<Connection> weak = weak_from_this();
-  auto outcome = server_.state_.handle(job_, request, socket_.get_executor(),
-                                       [weak](proto::Response response) {
-                                         if (auto self = weak.lock()) self->send(response);
-                                       });
-  if (outcome.response) {
-    if (outcome.response->status() == proto::STATUS_INVALID_ARGUMENT) {
+  if (step.hello_reply) {
+    handshake_done_ = true;
+    job_ = session_->job();
+    decoder_.set_limit(server_.options_.max_frame_bytes);
+    hello_timer_.cancel();
+    server_.joined(job_, peer_);
+    send(*step.hello_reply);
+    return true;
+  }
+  if (step.response) {
+    if (step.response->status() == proto::STATUS_INVALID_ARGUMENT) {
       if (auto held_back = server_.request_log_.allow()) {
-        logger()->warn("rendezvous: invalid request from {} (job '{}'): {}{}", peer_,
-                       printable_excerpt(job_), printable_excerpt(outcome.response->error(), 300),
-                       held_back_note(*held_back));
+        logger()->warn("rendezvous: invalid request from {} (job '{}'): {}{}", peer_, job_,
+                       printable_excerpt(step.response->error(), 300), held_back_note(*held_back));
       }
     }
-    send(*outcome.response);
-  } else {
+    send(*step.response);
+  } else if (step.waiter) {
     // Forget waiters already answered, so that a long-lived connection does not grow.
     if (waiters_.size() >= 2 * live_waiters_hint_ + 16) {
       std::erase_if(waiters_, [](const auto& w) { return w.expired(); });
       live_waiters_hint_ = waiters_.size();
     }
-    waiters_.push_back(outcome.waiter);
+    waiters_.push_back(std::move(step.waiter));
   }
   return true;
 }
 
-bool RendezvousServer::Impl::Connection::on_hello() {
-  proto::Hello hello;
-  const auto& options = server_.options_;
-  std::string refusal;
-  const bool parsed = hello.ParseFromString(decoder_.frame());
-  release_unauthenticated();  // the frame is parsed: its bytes are no longer needed
-  if (!parsed || hello.magic() != kProtocolMagic) {
-    refusal = "not an hsgd rendezvous handshake (bad magic)";
-  } else if (hello.version() != kProtocolVersion) {
-    refusal = "protocol version " + std::to_string(hello.version()) +
-              " is not supported; this server speaks version " + std::to_string(kProtocolVersion);
-  } else if (auto problem = job_id_problem(hello.job_id())) {
-    refusal = *problem;
-  } else if (!server_.tokens_.admits(hello.job_id(), hello.token())) {
-    refusal = hello.token().empty() ? "this server requires a token and none was given"
-                                    : "invalid token for job '" + hello.job_id() + "'";
-  }
-  if (!refusal.empty()) {
-    refuse(hello.job_id(), refusal);
-    return false;  // stop reading; the socket closes once the refusal is written
-  }
-  handshake_done_ = true;
-  decoder_.set_limit(options.max_frame_bytes);
-  hello_timer_.cancel();
-  job_ = hello.job_id();
-  server_.joined(job_, peer_);
-  proto::HelloReply reply;
-  reply.set_version(kProtocolVersion);
-  reply.set_accepted(true);
-  reply.set_max_frame_bytes(options.max_frame_bytes);
-  reply.set_max_key_bytes(options.max_key_bytes);
-  reply.set_max_keys_per_request(options.max_keys_per_request);
-  send(reply);
-  return true;
-}
-
-void RendezvousServer::Impl::Connection::refuse(const std::string& job, const std::string& reason) {
+void RendezvousServer::Impl::Connection::refuse(const std::string& job,
+                                                const proto::HelloReply& reply) {
   if (auto held_back = server_.refusal_log_.allow()) {
-    logger()->warn("rendezvous: refused {} (job '{}'): {}{}", peer_, printable_excerpt(job), reason,
-                   held_back_note(*held_back));
+    logger()->warn("rendezvous: refused {} (job '{}'): {}{}", peer_, printable_excerpt(job),
+                   reply.error(), held_back_note(*held_back));
   }
   release_unauthenticated();
-  proto::HelloReply reply;
-  reply.set_version(kProtocolVersion);
-  reply.set_accepted(false);
-  reply.set_error(reason);
   close_after_write_ = true;
   send(reply);
 }

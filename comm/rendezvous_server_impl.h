@@ -18,6 +18,7 @@
 #include "comm/asio.h"
 #include "comm/frame.h"
 #include "comm/rendezvous_server.h"
+#include "comm/rendezvous_server_session.h"
 #include "comm/rendezvous_server_tokens.h"
 #include "comm/rendezvous_state.h"
 #include "proto/rendezvous.pb.h"
@@ -124,9 +125,8 @@ class RendezvousServer::Impl::Connection : public std::enable_shared_from_this<C
   void on_oversized();
   // Returns false when the connection was closed (or will be, after a refusal is written).
   bool on_frame();
-  bool on_hello();
-  // Refuses the handshake with reason (logged, throttled) and closes once it is written.
-  void refuse(const std::string& job, const std::string& reason);
+  // Refuses the handshake (logged, throttled) and closes once the reply is written.
+  void refuse(const std::string& job, const proto::HelloReply& reply);
   void release_unauthenticated();
   void queue_write(std::string frame);
   void write_next();
@@ -137,7 +137,8 @@ class RendezvousServer::Impl::Connection : public std::enable_shared_from_this<C
   std::string peer_;
   // Touched only on the strand.
   FrameDecoder decoder_;
-  size_t unauthenticated_held_ = 0;  // bytes reserved from the server's pre-login budget
+  std::optional<RendezvousSession> session_;  // created by start()
+  size_t unauthenticated_held_ = 0;           // bytes reserved from the server's pre-login budget
   bool handshake_done_ = false;
   bool close_after_write_ = false;
   bool closed_ = false;
