@@ -18,6 +18,7 @@ struct RendezvousState::Waiter {
   size_t remaining = 0;
   bool done = false;          // answered, timed out or dropped
   uint64_t deletes_seen = 0;  // Job::deletes when it last checked its keys
+  size_t charged_bytes = 0;   // its share of Job::bytes while pending (its key copies)
   Reply reply;
   std::unique_ptr<asio::steady_timer> timer;
 };
@@ -26,6 +27,8 @@ struct RendezvousState::Job {
   std::unordered_map<std::string, std::string> values;
   std::unordered_map<std::string, std::vector<std::shared_ptr<Waiter>>> waiters;
   uint64_t deletes = 0;  // keys deleted so far: a waiter re-checks its keys only if this moved
+  size_t bytes = 0;      // keys + values stored, plus the keys of pending waiters
+  size_t num_waiters = 0;
 };
 
 namespace {
@@ -37,6 +40,9 @@ proto::Response invalid(const proto::Request& request, std::string error) {
   response.set_error(std::move(error));
   return response;
 }
+
+// The longest decimal int64 ("-9223372036854775808"): what an OP_ADD counter may come to hold.
+constexpr size_t kCounterBytes = 20;
 
 bool is_blocking(proto::Op op) {
   return op == proto::OP_GET || op == proto::OP_WAIT || op == proto::OP_MULTI_GET;
@@ -113,15 +119,107 @@ std::optional<proto::Response> RendezvousState::check_limits(const proto::Reques
   return std::nullopt;
 }
 
+std::optional<proto::Response> RendezvousState::check_quota(const std::string& job_id,
+                                                            const Job& job,
+                                                            const proto::Request& request) const {
+  // What the job would hold afterwards. A key written twice by one multi_set counts twice: an
+  // over-estimate only refuses earlier, never lets a job past its quota.
+  int64_t keys = static_cast<int64_t>(job.values.size());
+  int64_t bytes = static_cast<int64_t>(job.bytes);
+  auto write = [&](const std::string& key, size_t value_bytes) {
+    const auto it = job.values.find(key);
+    if (it == job.values.end()) {
+      keys += 1;
+      bytes += static_cast<int64_t>(key.size() + value_bytes);
+    } else {
+      bytes += static_cast<int64_t>(value_bytes) - static_cast<int64_t>(it->second.size());
+    }
+  };
+  switch (request.op()) {
+    case proto::OP_SET:
+      write(request.keys(0), request.values(0).size());
+      break;
+    case proto::OP_ADD:
+      write(request.keys(0), kCounterBytes);
+      break;
+    case proto::OP_COMPARE_SET:
+      write(request.keys(0), request.values(1).size());
+      break;
+    case proto::OP_MULTI_SET:
+      for (int i = 0; i < request.keys_size(); ++i)
+        write(request.keys(i), request.values(i).size());
+      break;
+    default:
+      return std::nullopt;  // reads and deletes never grow a job
+  }
+  const auto& name = proto::Op_Name(request.op());
+  if (keys > static_cast<int64_t>(limits_.max_keys_per_job) &&
+      keys > static_cast<int64_t>(job.values.size())) {
+    return invalid(request, name + ": job '" + job_id + "' would hold " + std::to_string(keys) +
+                                " keys; the server allows " +
+                                std::to_string(limits_.max_keys_per_job) +
+                                " keys per job (--max-keys-per-job)");
+  }
+  if (bytes > static_cast<int64_t>(limits_.max_job_bytes) &&
+      bytes > static_cast<int64_t>(job.bytes)) {
+    return invalid(request, name + ": job '" + job_id + "' would hold " + std::to_string(bytes) +
+                                " bytes of keys, values and pending waits; the server allows " +
+                                std::to_string(limits_.max_job_bytes) +
+                                " bytes per job (--max-job-bytes)");
+  }
+  return std::nullopt;
+}
+
+void RendezvousState::store_value(Job& job, const std::string& key, std::string value) {
+  auto [it, inserted] = job.values.try_emplace(key);
+  if (inserted) {
+    job.bytes += key.size();
+  } else {
+    job.bytes -= it->second.size();
+  }
+  job.bytes += value.size();
+  it->second = std::move(value);
+}
+
+bool RendezvousState::erase_value(Job& job, const std::string& key) {
+  const auto it = job.values.find(key);
+  if (it == job.values.end()) return false;
+  job.bytes -= key.size() + it->second.size();
+  job.values.erase(it);
+  return true;
+}
+
+void RendezvousState::release(Job& job, Waiter& waiter) {
+  job.bytes -= waiter.charged_bytes;
+  waiter.charged_bytes = 0;
+  --job.num_waiters;
+  --num_waiters_;
+}
+
 RendezvousState::Outcome RendezvousState::handle(const std::string& job_id, proto::Request& request,
                                                  const asio::any_io_executor& executor,
                                                  Reply reply) {
   if (auto error = check_limits(request)) return {.response = std::move(error), .waiter = {}};
   std::lock_guard lock(mu_);
   auto& job_ptr = jobs_[job_id];
-  if (!job_ptr) job_ptr = std::make_unique<Job>();
+  if (!job_ptr) {
+    if (jobs_.size() > limits_.max_jobs) {
+      jobs_.erase(job_id);
+      return {
+          .response = invalid(
+              request, "the server holds the keys of " + std::to_string(limits_.max_jobs) +
+                           " jobs, its limit (--max-jobs); job '" + job_id + "' cannot be added"),
+          .waiter = {}};
+    }
+    job_ptr = std::make_unique<Job>();
+  }
   Job& job = *job_ptr;
-  if (!is_blocking(request.op())) return {.response = execute(job, request), .waiter = {}};
+  if (!is_blocking(request.op())) {
+    if (auto error = check_quota(job_id, job, request)) {
+      return {.response = std::move(error), .waiter = {}};
+    }
+    return {.response = execute(job, request), .waiter = {}};
+  }
 
   auto waiter = std::make_shared<Waiter>();
   waiter->job = job_id;
@@ -135,13 +233,34 @@ RendezvousState::Outcome RendezvousState::handle(const std::string& job_id, prot
     complete(job, waiter);
     return {.response = std::move(now), .waiter = {}};
   }
+  // The waiter holds copies of its keys (twice at most: keys and missing).
+  size_t charge = 0;
+  for (const auto& key : waiter->keys) charge += 2 * key.size();
+  std::optional<std::string> refusal;
+  if (job.num_waiters >= limits_.max_waits_per_job) {
+    refusal = "job '" + job_id + "' has " + std::to_string(job.num_waiters) +
+              " pending waits, the server's limit per job (--max-waits-per-job)";
+  } else if (job.bytes + charge > limits_.max_job_bytes) {
+    refusal = "job '" + job_id + "' would hold " + std::to_string(job.bytes + charge) +
+              " bytes of keys, values and pending waits; the server allows " +
+              std::to_string(limits_.max_job_bytes) + " bytes per job (--max-job-bytes)";
+  }
+  if (refusal) {
+    unregister(job, *waiter);
+    return {.response = invalid(request, proto::Op_Name(request.op()) + ": " + *refusal),
+            .waiter = {}};
+  }
   waiter->reply = std::move(reply);
+  waiter->charged_bytes = charge;
+  job.bytes += charge;
+  ++job.num_waiters;
   ++num_waiters_;
   // The deadline is a timer on the connection's executor: pending waits cost no thread and no
-  // polling. A negative timeout behaves as zero (answer TIMEOUT at once).
+  // polling. A negative timeout behaves as zero (answer TIMEOUT at once); one beyond a year is a
+  // year, since now + 2^63 ms overflows the clock (and would time out at once).
   waiter->timer = std::make_unique<asio::steady_timer>(executor);
   waiter->timer->expires_after(
-      std::chrono::milliseconds(std::max<int64_t>(0, request.timeout_ms())));
+      std::chrono::milliseconds(std::clamp<int64_t>(request.timeout_ms(), 0, kMaxWaitTimeoutMs)));
   waiter->timer->async_wait([this, weak = std::weak_ptr<Waiter>(waiter)](const auto& error) {
     if (error) return;  // cancelled: the waiter completed or was dropped
     if (auto w = weak.lock()) on_deadline(w);
@@ -155,7 +274,7 @@ proto::Response RendezvousState::execute(Job& job, proto::Request& request) {
   auto& values = job.values;
   switch (request.op()) {
     case proto::OP_SET: {
-      values[request.keys(0)] = std::move(*request.mutable_values(0));
+      store_value(job, request.keys(0), std::move(*request.mutable_values(0)));
       notify(job, request.keys(0));
       break;
     }
@@ -177,7 +296,7 @@ proto::Response RendezvousState::execute(Job& job, proto::Request& request) {
                                     std::to_string(request.delta()) + " overflows int64 for key '" +
                                     key + "'");
       }
-      values[key] = std::to_string(sum);
+      store_value(job, key, std::to_string(sum));
       response.set_number(sum);
       notify(job, key);
       break;
@@ -189,9 +308,8 @@ proto::Response RendezvousState::execute(Job& job, proto::Request& request) {
           it == values.end() ? request.values(0).empty() : it->second == request.values(0);
       response.set_flag(matches);
       if (matches) {
-        auto& slot = values[key];
-        slot = std::move(*request.mutable_values(1));
-        response.add_values(slot);
+        store_value(job, key, std::move(*request.mutable_values(1)));
+        response.add_values(values.at(key));
         notify(job, key);
       } else {
         response.add_values(it == values.end() ? std::string() : it->second);
@@ -204,7 +322,7 @@ proto::Response RendezvousState::execute(Job& job, proto::Request& request) {
       break;
     }
     case proto::OP_DELETE_KEY: {
-      const bool existed = values.erase(request.keys(0)) > 0;
+      const bool existed = erase_value(job, request.keys(0));
       job.deletes += existed ? 1 : 0;
       response.set_flag(existed);
       break;
@@ -214,7 +332,7 @@ proto::Response RendezvousState::execute(Job& job, proto::Request& request) {
       break;
     case proto::OP_MULTI_SET: {
       for (int i = 0; i < request.keys_size(); ++i) {
-        values[request.keys(i)] = std::move(*request.mutable_values(i));
+        store_value(job, request.keys(i), std::move(*request.mutable_values(i)));
       }
       for (const auto& key : request.keys()) notify(job, key);
       break;
@@ -246,7 +364,7 @@ void RendezvousState::complete(Job& job, const std::shared_ptr<Waiter>& waiter) 
   if (job.deletes != waiter->deletes_seen && register_waiter(job, waiter)) return;
   waiter->done = true;
   if (waiter->timer) {
-    --num_waiters_;
+    release(job, *waiter);
     waiter->timer->cancel();
   }
   proto::Response response;
@@ -272,8 +390,8 @@ void RendezvousState::on_deadline(const std::shared_ptr<Waiter>& waiter) {
   std::lock_guard lock(mu_);
   if (waiter->done) return;
   waiter->done = true;
-  --num_waiters_;
   Job& job = *jobs_.at(waiter->job);
+  release(job, *waiter);
   unregister(job, *waiter);
   proto::Response response;
   response.set_id(waiter->id);
@@ -298,8 +416,9 @@ void RendezvousState::drop(const std::shared_ptr<Waiter>& waiter) {
   std::lock_guard lock(mu_);
   if (waiter->done) return;
   waiter->done = true;
-  --num_waiters_;
-  unregister(*jobs_.at(waiter->job), *waiter);
+  Job& job = *jobs_.at(waiter->job);
+  release(job, *waiter);
+  unregister(job, *waiter);
   waiter->timer->cancel();
 }
 

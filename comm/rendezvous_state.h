@@ -8,11 +8,19 @@
 // timer on the connection's executor answers TIMEOUT at the deadline; drop() forgets the
 // waiter of a connection that went away. Nothing polls.
 //
+// Quotas: each job may hold at most max_keys_per_job keys, max_job_bytes bytes (keys + values +
+// the keys of its pending waits) and max_waits_per_job pending waits; the server at most
+// max_jobs jobs. A request that would go beyond is refused whole with INVALID_ARGUMENT naming
+// the limit (requests that shrink a job are always allowed), so one job cannot grow the server
+// without bound and other jobs are unaffected. A wait's timeout_ms is clamped to
+// [0, kMaxWaitTimeoutMs], so no value overflows the clock.
+//
 // Thread-safe: one mutex guards everything (operations are tiny; the I/O is elsewhere). Replies
 // of woken waiters are delivered through their callback while that mutex is held, so the
 // callback must only queue work (post to a strand), never block or call back into the state.
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -26,9 +34,16 @@
 
 namespace hsgd::comm {
 
+// One year: longer waits are clamped to it (a raw client may send up to 2^63 - 1 ms).
+inline constexpr int64_t kMaxWaitTimeoutMs = int64_t{365} * 24 * 3600 * 1000;
+
 struct RendezvousLimits {
   size_t max_key_bytes = 4096;
   size_t max_keys_per_request = 65536;
+  size_t max_keys_per_job = 100000;
+  size_t max_job_bytes = size_t{64} << 20;
+  size_t max_waits_per_job = 10000;
+  size_t max_jobs = 10000;
 };
 
 class RendezvousState {
@@ -70,6 +85,14 @@ class RendezvousState {
   struct Job;
 
   std::optional<proto::Response> check_limits(const proto::Request& request) const;
+  // Refuses a write that would take job over its key or byte quota; requires mu_.
+  std::optional<proto::Response> check_quota(const std::string& job_id, const Job& job,
+                                             const proto::Request& request) const;
+  // Stores / erases one entry, keeping the job's byte count; requires mu_.
+  static void store_value(Job& job, const std::string& key, std::string value);
+  static bool erase_value(Job& job, const std::string& key);
+  // Forgets a waiter's share of its job's quotas; requires mu_.
+  void release(Job& job, Waiter& waiter);
   proto::Response execute(Job& job, proto::Request& request);
   // Registers the waiter on its missing keys; returns false when none is missing.
   bool register_waiter(Job& job, const std::shared_ptr<Waiter>& waiter);

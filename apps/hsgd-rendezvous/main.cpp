@@ -1,44 +1,28 @@
 // hsgd-rendezvous: the standalone rendezvous server of hsgd jobs (comm/rendezvous_server.h).
 //
 //   hsgd-rendezvous --host 127.0.0.1 --port 29400 [--token-file F] [--max-frame-bytes N]
-//                   [--threads N]
+//                   [--threads N] [--job-ttl S] [--max-connections N] [--max-keys-per-job N]
+//                   [--max-job-bytes N] [--max-waits-per-job N] [--max-jobs N]
 //
 // The first line on stdout is "listening on HOST:PORT" (IPv6 hosts in brackets), printed once
 // the server accepts connections, so a script can start it with --port 0 and read the port.
-// SIGTERM or SIGINT stops it cleanly (exit code 0).
+// The token file follows comm/rendezvous_server_tokens.h (a server-wide token and/or
+// `JOB_ID TOKEN` lines), the same rule hsgd-run reads it by.
+// SIGTERM or SIGINT stops it cleanly (exit code 0); a usage error (bad flag, malformed token
+// file) exits 2, a runtime error (port taken) 1.
 
 #include <pthread.h>
 #include <signal.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
-#include <sstream>
 #include <string>
 
 #include "comm/error.h"
 #include "comm/log.h"
 #include "comm/rendezvous_server.h"
-
-namespace {
-
-// The token is the file's contents without trailing whitespace (a trailing newline is what
-// editors and `echo` add).
-std::string read_token(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  HSGD_CHECK(in.good(), "hsgd-rendezvous: cannot read --token-file '", path, "'");
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  std::string token = buffer.str();
-  while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) {
-    token.pop_back();
-  }
-  HSGD_CHECK(!token.empty(), "hsgd-rendezvous: --token-file '", path, "' is empty");
-  return token;
-}
-
-}  // namespace
+#include "comm/rendezvous_server_tokens.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"hsgd rendezvous server: the key-value store hsgd jobs meet through"};
@@ -49,7 +33,8 @@ int main(int argc, char** argv) {
   app.add_option("--port", options.port, "port to listen on; 0 picks a free port")
       ->capture_default_str()
       ->check(CLI::Range(0, 65535));
-  app.add_option("--token-file", token_file, "file holding the token clients must present")
+  app.add_option("--token-file", token_file,
+                 "tokens clients must present: lines 'TOKEN' (server-wide) and/or 'JOB_ID TOKEN'")
       ->check(CLI::ExistingFile);
   app.add_option("--max-frame-bytes", options.max_frame_bytes,
                  "largest frame accepted; larger ones close the connection")
@@ -64,8 +49,36 @@ int main(int argc, char** argv) {
                  "seconds a job's keys are kept after its last client disconnected (0: forever)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{365} * 24 * 3600));
+  app.add_option("--max-connections", options.max_connections,
+                 "open connections at most (0: the file-descriptor limit minus a reserve)")
+      ->capture_default_str();
+  app.add_option("--max-keys-per-job", options.max_keys_per_job, "keys one job may hold")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--max-job-bytes", options.max_job_bytes,
+                 "bytes of keys, values and pending waits one job may hold")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--max-waits-per-job", options.max_waits_per_job,
+                 "pending get/wait requests of one job")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--max-jobs", options.max_jobs, "jobs holding keys at once")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
   options.idle_job_ttl = std::chrono::seconds(job_ttl_s);
+  try {
+    if (!token_file.empty()) {
+      const auto tokens = hsgd::comm::read_token_file(token_file);
+      options.token = tokens.server_token;
+      options.job_tokens = tokens.job_tokens;
+    }
+    hsgd::comm::RendezvousServer check(options);  // validates the options, binds nothing
+  } catch (const hsgd::InvalidArgument& e) {
+    std::cerr << "hsgd-rendezvous: " << e.what() << std::endl;
+    return 2;
+  }
 
   // Block the stop signals before the server starts its threads (they inherit the mask), then
   // wait for them synchronously here: no signal handler, no global flag.
@@ -76,7 +89,6 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   try {
-    if (!token_file.empty()) options.token = read_token(token_file);
     hsgd::comm::RendezvousServer server(options);
     server.start();
     const std::string host = server.host();

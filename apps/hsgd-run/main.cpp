@@ -10,7 +10,6 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -24,6 +23,7 @@
 #include "comm/launcher/agent.h"
 #include "comm/launcher/worker_process.h"
 #include "comm/rendezvous_server.h"
+#include "comm/rendezvous_server_tokens.h"
 #include "comm/tcp_store.h"
 
 namespace {
@@ -88,16 +88,6 @@ Endpoint parse_endpoint(const std::string& text) {
                text, "' has port '", port, "'; expected a number in [1, 65535]");
   }
   return e;
-}
-
-std::string read_token(const std::string& path) {
-  std::ifstream in(path);
-  HSGD_CHECK(in.good(), "hsgd-run: cannot read --token-file '", path, "'");
-  std::string token;
-  std::getline(in, token);
-  while (!token.empty() && (token.back() == '\r' || token.back() == ' ')) token.pop_back();
-  HSGD_CHECK(!token.empty(), "hsgd-run: --token-file '", path, "' is empty");
-  return token;
 }
 
 std::chrono::milliseconds seconds_to_ms(double s) {
@@ -172,7 +162,8 @@ int run(int argc, char** argv) {
                  "Write each rank's output to DIR/attempt_K/rank_N.log instead of the terminal")
       ->envname("HSGD_LOG_DIR");
   app.add_option("--token-file", token_file,
-                 "File holding the rendezvous server's token (also passed to workers)")
+                 "Token file of the rendezvous server ('TOKEN' and/or 'JOB_ID TOKEN' lines, as "
+                 "hsgd-rendezvous reads it); this job's token is passed to workers")
       ->envname("HSGD_TOKEN_FILE");
   app.add_option("--grace-period", grace, "Seconds between SIGTERM and SIGKILL when stopping")
       ->envname("HSGD_GRACE_PERIOD")
@@ -210,7 +201,12 @@ int run(int argc, char** argv) {
   // A typo in the program name fails now, before any server or rendezvous.
   const char* path = std::getenv("PATH");
   (void)hsgd::comm::launcher::resolve_program(program.front(), path != nullptr ? path : "");
-  const std::string token = token_file.empty() ? "" : read_token(token_file);
+  // One rule with hsgd-rendezvous (comm/rendezvous_server_tokens.h): this job's line, else the
+  // server-wide token.
+  hsgd::comm::TokenTable tokens;
+  if (!token_file.empty()) tokens = hsgd::comm::read_token_file(token_file);
+  const std::string token =
+      tokens.token_for(rdzv_id, "hsgd-run: --token-file '" + token_file + "'");
 
   // SIGINT/SIGTERM go to the forwarding thread only: block them before any thread starts.
   sigset_t blocked;
@@ -227,7 +223,10 @@ int run(int argc, char** argv) {
       std::cerr << "hsgd-run: --standalone ignores --rdzv-endpoint " << endpoint << "\n";
     }
     server = std::make_unique<hsgd::comm::RendezvousServer>(
-        hsgd::comm::RendezvousServerOptions{.host = "127.0.0.1", .port = 0, .token = token});
+        hsgd::comm::RendezvousServerOptions{.host = "127.0.0.1",
+                                            .port = 0,
+                                            .token = tokens.server_token,
+                                            .job_tokens = tokens.job_tokens});
     server->start();
     store_at = Endpoint{"127.0.0.1", server->port()};
   } else {

@@ -252,9 +252,14 @@ LaunchAgent::Outcome LaunchAgent::monitor(Attempt& a) {
     if (Clock::now() < next_store_check) continue;
     next_store_check = Clock::now() + options_.monitor_interval;
     if (store_->check({a.failed_key()})) {
-      last_failure_ = FailureRecord::decode(to_string(store_->get(a.failed_key())));
-      logger()->warn("hsgd-run: node {} reported a failure; stopping the workers of node {}",
-                     last_failure_->node_rank, a.nodes.node_rank);
+      last_failure_ = FailureRecord::from_store(to_string(store_->get(a.failed_key())), a.index);
+      if (last_failure_->node_rank >= 0) {
+        logger()->warn("hsgd-run: node {} reported a failure; stopping the workers of node {}",
+                       last_failure_->node_rank, a.nodes.node_rank);
+      } else {
+        logger()->warn("hsgd-run: {}; stopping the workers of node {}", last_failure_->message,
+                       a.nodes.node_rank);
+      }
       stop_workers(a, SIGTERM);
       return last_failure_->kind == FailureRecord::Kind::kWorkerFailed ? Outcome::kFailed
                                                                        : Outcome::kInterrupted;
@@ -312,7 +317,7 @@ FailureRecord LaunchAgent::publish_failure(Attempt& a, FailureRecord record) {
   // The first record of the attempt wins; later ones learn the root cause from the store.
   auto result = store_->compare_set(a.failed_key(), {}, to_bytes(record.encode()));
   if (result.swapped) return record;
-  return FailureRecord::decode(to_string(result.current));
+  return FailureRecord::from_store(to_string(result.current), a.index);
 }
 
 void LaunchAgent::stop_workers(Attempt& a, int sig) {

@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "comm/error.h"
+#include "comm/rendezvous_server_tokens.h"
 
 namespace hsgd::comm::launcher {
 
@@ -33,12 +34,24 @@ FailureRecord FailureRecord::decode(const std::string& text) {
     r.rank = std::stoi(rank);
     r.signal = std::stoi(sig);
   } catch (const std::exception&) {
-    HSGD_THROW(CommError, "hsgd-run: malformed failure record in the store: '", text, "'");
+    HSGD_THROW(CommError, "hsgd-run: malformed failure record in the store: '",
+               printable_excerpt(text, 200), "'");
   }
   std::ostringstream rest;
   rest << in.rdbuf();
   r.message = rest.str();
   return r;
+}
+
+FailureRecord FailureRecord::from_store(const std::string& text, int attempt) {
+  try {
+    return decode(text);
+  } catch (const Error&) {
+    return FailureRecord{.kind = Kind::kWorkerFailed,
+                         .message = "malformed failure record in the store for attempt " +
+                                    std::to_string(attempt) + " ('" + printable_excerpt(text, 120) +
+                                    "'): counted as a failure of that attempt"};
+  }
 }
 
 }  // namespace hsgd::comm::launcher

@@ -29,6 +29,11 @@ struct FailureRecord {
   std::string encode() const;
   // Throws hsgd::CommError on a malformed record.
   static FailureRecord decode(const std::string& text);
+  // What an agent makes of the record found under attempt's failed key: decode(text), or, when
+  // text is malformed (anything that can reach the job's keys may have written it), a
+  // restartable failure of that attempt whose message quotes a short excerpt of text. Never
+  // throws: a bad record fails the attempt, never the agent.
+  static FailureRecord from_store(const std::string& text, int attempt);
 };
 
 }  // namespace hsgd::comm::launcher

@@ -5,11 +5,14 @@
 #include <netdb.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <stdexcept>
 #include <thread>
 
@@ -120,7 +123,7 @@ bool RawClient::closed_by_server(std::chrono::milliseconds timeout) {
   }
 }
 
-ChildProcess::ChildProcess(const std::vector<std::string>& argv) {
+ChildProcess::ChildProcess(const std::vector<std::string>& argv, const ChildOptions& options) {
   int pipe_fds[2];
   if (::pipe2(pipe_fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
   std::vector<char*> args;
@@ -130,6 +133,17 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv) {
   if (pid_ < 0) throw std::runtime_error("fork failed");
   if (pid_ == 0) {
     ::dup2(pipe_fds[1], STDOUT_FILENO);
+    if (!options.stderr_path.empty()) {
+      const int err = ::open(options.stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (err < 0) ::_exit(126);
+      ::dup2(err, STDERR_FILENO);
+      ::close(err);
+    }
+    if (options.max_open_files > 0) {
+      const rlimit limit{.rlim_cur = static_cast<rlim_t>(options.max_open_files),
+                         .rlim_max = static_cast<rlim_t>(options.max_open_files)};
+      if (::setrlimit(RLIMIT_NOFILE, &limit) != 0) ::_exit(125);
+    }
     ::execv(args[0], args.data());
     ::_exit(127);
   }
@@ -183,6 +197,36 @@ std::optional<int> ChildProcess::wait(std::chrono::milliseconds timeout) {
     if (Clock::now() >= deadline) return std::nullopt;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
+}
+
+size_t ChildProcess::rss_bytes() const {
+  std::ifstream status("/proc/" + std::to_string(pid_) + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) {
+      std::istringstream fields(line.substr(6));
+      size_t kib = 0;
+      fields >> kib;
+      return kib * 1024;
+    }
+  }
+  return 0;
+}
+
+double ChildProcess::cpu_seconds() const {
+  std::ifstream stat("/proc/" + std::to_string(pid_) + "/stat");
+  std::string text;
+  std::getline(stat, text);
+  // Fields after the command name (which may hold spaces): state is field 3, utime 14, stime 15.
+  const auto close = text.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream fields(text.substr(close + 2));
+  std::string field;
+  double ticks = 0;
+  for (int i = 3; i <= 15 && fields >> field; ++i) {
+    if (i >= 14) ticks += std::stod(field);
+  }
+  return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
 }  // namespace hsgd::comm::testing

@@ -45,10 +45,15 @@ class RawClient {
   int fd_ = -1;
 };
 
+struct ChildOptions {
+  std::string stderr_path = {};  // non-empty: the child's stderr goes to this file (truncated)
+  int max_open_files = 0;        // > 0: the child's RLIMIT_NOFILE (soft and hard), set before exec
+};
+
 // A child process whose stdout is a pipe. The destructor SIGKILLs it (by pid) if still running.
 class ChildProcess {
  public:
-  explicit ChildProcess(const std::vector<std::string>& argv);
+  explicit ChildProcess(const std::vector<std::string>& argv, const ChildOptions& options = {});
   ~ChildProcess();
   ChildProcess(const ChildProcess&) = delete;
   ChildProcess& operator=(const ChildProcess&) = delete;
@@ -59,6 +64,11 @@ class ChildProcess {
   // Waits for exit; returns the exit status as from waitpid, or std::nullopt on timeout.
   std::optional<int> wait(std::chrono::milliseconds timeout);
   pid_t pid() const { return pid_; }
+
+  // Resident set size in bytes (VmRSS of /proc/PID/status); 0 when it cannot be read.
+  size_t rss_bytes() const;
+  // User + system CPU time consumed so far (/proc/PID/stat), in seconds.
+  double cpu_seconds() const;
 
  private:
   pid_t pid_ = -1;
