@@ -29,9 +29,9 @@ if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null ||
   command -v apt-get >/dev/null || skip "Slurm is not installed and there is no apt-get"
   echo "slurm_smoke: installing ${packages[*]}"
   export DEBIAN_FRONTEND=noninteractive
-  if ! timeout 120 apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null; then
-    timeout 60 apt-get update -qq >/dev/null 2>&1 || true
-    timeout 120 apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null ||
+  if ! timeout 90 apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null; then
+    timeout 45 apt-get update -qq >/dev/null 2>&1 || true
+    timeout 90 apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null ||
       skip "apt-get could not install ${packages[*]}"
   fi
 fi
