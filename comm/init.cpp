@@ -11,12 +11,14 @@
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "comm/error.h"
 #include "comm/hash_store.h"
 #include "comm/log.h"
 #include "comm/process_group.h"
 #include "comm/rendezvous_server.h"
+#include "comm/slurm_env.h"
 #include "comm/tcp_store.h"
 
 namespace hsgd::comm {
@@ -56,28 +58,63 @@ std::string address_to_string(const sockaddr* addr) {
   return text;
 }
 
+// A task started by srun: its place in the step and the step's rendezvous endpoint.
+void apply_slurm_step(const SlurmStep& step, InitOptions& options) {
+  options.rank = step.rank;
+  options.world_size = step.world_size;
+  options.local_rank = step.local_rank;
+  options.local_world_size = step.local_world_size();
+  options.node_rank = step.node_rank;
+  if (env("MASTER_ADDR") == nullptr) {
+    // Rank 0 hosts the server on the first node; with another placement only the user knows.
+    HSGD_CHECK(step.rank != 0 || step.node_rank == 0, "srun placed rank 0 on node ", step.node_rank,
+               " (SLURM_NODEID), not on the first host '", step.first_host(),
+               "' of SLURM_STEP_NODELIST where its peers look for the rendezvous server; set "
+               "MASTER_ADDR to rank 0's host");
+    options.master_addr = step.first_host();
+  }
+  options.master_port = slurm_rendezvous_port(step.job_id, step.step_id);
+  // The intra-node group and shared memory's node identity read these, as under hsgd-run.
+  ::setenv("LOCAL_WORLD_SIZE", std::to_string(options.local_world_size).c_str(), 0);
+  ::setenv("GROUP_RANK", std::to_string(options.node_rank).c_str(), 0);
+  if (step.rank == 0 && !step.block_layout()) {
+    logger()->warn(
+        "srun placed the ranks of a node apart (not its default block distribution): groups of "
+        "contiguous ranks (the post-local hook's intra-node group, the hierarchy's small groups) "
+        "will span nodes");
+  } else if (step.rank == 0 && !step.uniform_tasks_per_node()) {
+    logger()->warn(
+        "srun runs different numbers of tasks on the nodes ({} nodes, {} tasks): the "
+        "intra-node group of LOCAL_WORLD_SIZE contiguous ranks needs the same number "
+        "on every node; pass --subgroup-size or use --ntasks-per-node",
+        step.num_nodes(), step.world_size);
+  }
+}
+
 }  // namespace
 
 InitOptions InitOptions::from_env() {
   InitOptions options;
-  const bool torchrun = env("RANK") != nullptr;
-  const bool slurm = !torchrun && env("SLURM_PROCID") != nullptr;
-  const char* rank_var = slurm ? "SLURM_PROCID" : "RANK";
-  const char* world_var = slurm ? "SLURM_NTASKS" : "WORLD_SIZE";
-  const char* local_rank_var = slurm ? "SLURM_LOCALID" : "LOCAL_RANK";
-  const char* local_world_var = slurm ? "SLURM_NTASKS_PER_NODE" : "LOCAL_WORLD_SIZE";
-  if (torchrun || slurm) {
-    HSGD_CHECK(env(world_var) != nullptr, "environment variable ", rank_var, " is set but ",
-               world_var, " is not");
-    options.world_size = static_cast<int>(env_int(world_var, 1, 1));
-    options.rank = static_cast<int>(env_int(rank_var, 0, 0));
-    HSGD_CHECK(options.rank < options.world_size, "environment variable ", rank_var, "=",
-               options.rank, " must be < ", world_var, "=", options.world_size);
-    options.local_world_size = static_cast<int>(env_int(local_world_var, 1, 1));
-    options.local_rank = static_cast<int>(env_int(local_rank_var, 0, 0));
-    HSGD_CHECK(options.local_rank < options.local_world_size, "environment variable ",
-               local_rank_var, "=", options.local_rank, " must be < ", local_world_var, "=",
-               options.local_world_size);
+  if (env("RANK") != nullptr) {
+    HSGD_CHECK(env("WORLD_SIZE") != nullptr,
+               "environment variable RANK is set but WORLD_SIZE is not");
+    options.world_size = static_cast<int>(env_int("WORLD_SIZE", 1, 1));
+    options.rank = static_cast<int>(env_int("RANK", 0, 0));
+    HSGD_CHECK(options.rank < options.world_size, "environment variable RANK=", options.rank,
+               " must be < WORLD_SIZE=", options.world_size);
+    options.local_world_size = static_cast<int>(env_int("LOCAL_WORLD_SIZE", 1, 1));
+    options.local_rank = static_cast<int>(env_int("LOCAL_RANK", 0, 0));
+    HSGD_CHECK(options.local_rank < options.local_world_size,
+               "environment variable LOCAL_RANK=", options.local_rank,
+               " must be < LOCAL_WORLD_SIZE=", options.local_world_size);
+    options.node_rank = static_cast<int>(env_int("GROUP_RANK", 0, 0));
+  } else if (const auto step = slurm_step_from_env()) {
+    apply_slurm_step(*step, options);
+  } else if (env("SLURM_PROCID") != nullptr && env_int("SLURM_NTASKS", 1, 1) > 1) {
+    logger()->info(
+        "SLURM_NTASKS={} but no SLURM_STEP_ID: not a task of an srun step (a batch script or "
+        "an salloc shell), so this process runs alone; start it with srun to use the allocation",
+        env("SLURM_NTASKS"));
   }
   options.master_addr = env_string("MASTER_ADDR", options.master_addr);
   options.master_port = static_cast<int>(env_int("MASTER_PORT", options.master_port, 0));

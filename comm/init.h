@@ -25,6 +25,7 @@ struct InitOptions {
   // Ranks per node (LOCAL_WORLD_SIZE); the world group keeps it (ProcessGroup::local_world_size)
   // as the job's node layout. 0 = not declared: the intra-node group is then the whole group.
   int local_world_size = 0;
+  int node_rank = 0;  // GROUP_RANK under hsgd-run, SLURM_NODEID under srun
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   // If set, used instead of connecting to master_addr:master_port (FileStore, HashStore...).
@@ -47,12 +48,19 @@ struct InitOptions {
   // turns it off, e.g. to measure Gloo's TCP path); see comm/shm_allreduce.h.
   bool shared_memory = true;
 
-  // Reads RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
+  // Reads RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT,
   // HSGD_RDZV_TOKEN, HSGD_SOCKET_IFNAME, HSGD_RUN_ID, HSGD_RESTART_COUNT, HSGD_JOB_ID,
-  // HSGD_TIMEOUT_MS and HSGD_SHM (0 or 1). Without RANK, falls back to SLURM_PROCID /
-  // SLURM_NTASKS / SLURM_LOCALID / SLURM_NTASKS_PER_NODE, and without those to a world of one.
-  // Throws hsgd::InvalidArgument
-  // naming the variable and its value when a value is not a number or out of range.
+  // HSGD_TIMEOUT_MS and HSGD_SHM (0 or 1). Without RANK, a task started by srun takes its place
+  // from Slurm (see comm/slurm_env.h): rank SLURM_PROCID, world SLURM_NTASKS, local rank
+  // SLURM_LOCALID, local world its node's entry of SLURM_STEP_TASKS_PER_NODE, node rank
+  // SLURM_NODEID; unless MASTER_ADDR / MASTER_PORT are set, the rendezvous is on the first host
+  // of SLURM_STEP_NODELIST at slurm_rendezvous_port(SLURM_JOB_ID, SLURM_STEP_ID), hosted by
+  // rank 0. It then also exports LOCAL_WORLD_SIZE and GROUP_RANK (when unset), which the
+  // intra-node group of the post-local hook and shared memory's node identity read, so a job
+  // under srun gets the node layout it would get under hsgd-run; call it before starting threads.
+  // Without RANK or a Slurm step (a batch script's own SLURM_PROCID does not count): a world of
+  // one. Throws hsgd::InvalidArgument naming the variable and its value when a value is not a
+  // number, out of range or inconsistent.
   static InitOptions from_env();
 };
 

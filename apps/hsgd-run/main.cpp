@@ -24,6 +24,7 @@
 #include "comm/launcher/worker_process.h"
 #include "comm/rendezvous_server.h"
 #include "comm/rendezvous_server_tokens.h"
+#include "comm/slurm_env.h"
 #include "comm/tcp_store.h"
 
 namespace {
@@ -41,6 +42,10 @@ const char* kExamples = R"(Examples:
   hsgd-rendezvous --host 0.0.0.0 --port 29400
   hsgd-run --nnodes 2 --nproc-per-node 4 --rdzv-endpoint node0:29400 --rdzv-id job42 \
            --max-restarts 3 -- ./train_mlp --mode hierarchical --hierarchy 2:4,8:8
+
+  # inside a Slurm allocation: one hsgd-run per node; --nnodes, the node rank, the endpoint and
+  # the job id come from the step (node 0 hosts the rendezvous server, see scripts/slurm/)
+  srun --ntasks-per-node=1 hsgd-run --nproc-per-node 4 -- ./train_mlp --mode hierarchical
 
   # every flag can also come from the environment
   HSGD_NPROC_PER_NODE=2 HSGD_LOG_DIR=/tmp/logs hsgd-run -- ./train_mlp
@@ -131,23 +136,32 @@ int run(int argc, char** argv) {
                "Embed the rendezvous server on 127.0.0.1 with a free port (the default when "
                "--nnodes is 1 and no --rdzv-endpoint is given)")
       ->envname("HSGD_STANDALONE");
-  app.add_option("--nnodes", nnodes, "Number of nodes (hsgd-run processes) in the job")
-      ->envname("HSGD_NNODES")
-      ->check(CLI::Range(1, 1 << 20));
+  auto* nnodes_option =
+      app.add_option("--nnodes", nnodes,
+                     "Number of nodes (hsgd-run processes) in the job; under srun SLURM_NTASKS")
+          ->envname("HSGD_NNODES")
+          ->check(CLI::Range(1, 1 << 20));
   app.add_option("--nproc-per-node,--nproc_per_node", nproc, "Workers to start on this node")
       ->envname("HSGD_NPROC_PER_NODE")
       ->check(CLI::Range(1, 1 << 16));
   app.add_option("--rdzv-endpoint,--rdzv_endpoint", endpoint,
-                 "HOST:PORT of hsgd-rendezvous (port defaults to 29400)")
+                 "HOST:PORT of hsgd-rendezvous (port defaults to 29400); under srun the step's "
+                 "first host, where node 0 hosts the server")
       ->envname("HSGD_RDZV_ENDPOINT");
-  app.add_option("--rdzv-id,--rdzv_id", rdzv_id,
-                 "Job id: the nodes of one job use the same id; use a new one per job")
-      ->envname("HSGD_RDZV_ID")
-      ->capture_default_str();
-  app.add_option("--node-rank,--node_rank", node_rank,
-                 "Rank of this node; by default nodes are ranked by order of arrival")
-      ->envname("HSGD_NODE_RANK")
-      ->check(CLI::Range(0, 1 << 20));
+  auto* rdzv_id_option =
+      app.add_option(
+             "--rdzv-id,--rdzv_id", rdzv_id,
+             "Job id: the nodes of one job use the same id; use a new one per job (under srun "
+             "slurm-JOBID.STEPID)")
+          ->envname("HSGD_RDZV_ID")
+          ->capture_default_str();
+  auto* node_rank_option =
+      app.add_option(
+             "--node-rank,--node_rank", node_rank,
+             "Rank of this node; by default nodes are ranked by order of arrival (under srun "
+             "SLURM_PROCID)")
+          ->envname("HSGD_NODE_RANK")
+          ->check(CLI::Range(0, 1 << 20));
   app.add_option("--max-restarts,--max_restarts", max_restarts,
                  "Restart the whole job (all nodes) up to this many times after a failure")
       ->envname("HSGD_MAX_RESTARTS")
@@ -191,6 +205,26 @@ int run(int argc, char** argv) {
              "hsgd-run: no program given; expected hsgd-run [OPTIONS] -- "
              "PROGRAM ARGS... (see --help)");
 
+  // Started by srun inside an allocation (one hsgd-run per Slurm task): what was not given, on
+  // the command line or in HSGD_*, comes from the step (comm/slurm_env.h).
+  const auto slurm = standalone ? std::nullopt : hsgd::comm::slurm_step_from_env();
+  bool host_slurm_server = false;  // node 0 hosts the server at the step's default endpoint
+  if (slurm) {
+    if (nnodes_option->count() == 0) nnodes = slurm->world_size;
+    if (node_rank_option->count() == 0) node_rank = slurm->rank;
+    if (rdzv_id_option->count() == 0) {
+      rdzv_id = "slurm-" + std::to_string(slurm->job_id) + "." + std::to_string(slurm->step_id);
+    }
+    if (endpoint.empty()) {
+      HSGD_CHECK(slurm->rank != 0 || slurm->node_rank == 0, "hsgd-run: srun placed task 0 on node ",
+                 slurm->node_rank, ", not on the first host '", slurm->first_host(),
+                 "' of SLURM_STEP_NODELIST; pass --rdzv-endpoint");
+      endpoint = slurm->first_host() + ":" +
+                 std::to_string(hsgd::comm::slurm_rendezvous_port(slurm->job_id, slurm->step_id));
+      host_slurm_server = slurm->rank == 0;
+    }
+  }
+
   const bool embedded = standalone || (endpoint.empty() && nnodes == 1);
   HSGD_CHECK(!(embedded && nnodes > 1), "hsgd-run: --standalone runs one node, but --nnodes is ",
              nnodes, "; start hsgd-rendezvous and pass --rdzv-endpoint HOST:PORT instead");
@@ -231,6 +265,11 @@ int run(int argc, char** argv) {
     store_at = Endpoint{"127.0.0.1", server->port()};
   } else {
     store_at = parse_endpoint(endpoint);
+    if (host_slurm_server) {
+      server = std::make_unique<hsgd::comm::RendezvousServer>(hsgd::comm::RendezvousServerOptions{
+          .host = store_at.host, .port = store_at.port, .token = token});
+      server->start();
+    }
   }
 
   std::shared_ptr<hsgd::comm::TcpStore> store;
@@ -265,7 +304,16 @@ int run(int argc, char** argv) {
                                  .output = {.log_dir = log_dir, .tail_lines = tail_lines}},
                     store);
   SignalForwarder forwarder(agent);
-  return agent.run();
+  const int code = agent.run();
+  if (host_slurm_server) {
+    // The other nodes may still be reading the last "done" keys: serve them until they left
+    // (this process's own store is the one connection left), for a heartbeat timeout at most.
+    const auto deadline = std::chrono::steady_clock::now() + seconds_to_ms(heartbeat);
+    while (server->num_connections() > 1 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  return code;
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// InitOptions::from_env: torchrun variables, SLURM fallback, hsgd-run's restart prefix, and
+// InitOptions::from_env: torchrun variables, a task started by srun, hsgd-run's restart prefix, and
 // errors naming the variable. Each case runs in a forked child so the environment changes
 // never leak into other tests.
 
@@ -8,6 +8,7 @@
 
 #include "comm/error.h"
 #include "comm/process_group.h"
+#include "comm/slurm_env.h"
 #include "tests/support/multiprocess.h"
 
 namespace hsgd::comm {
@@ -19,6 +20,7 @@ const char* const kVars[] = {"RANK",
                              "WORLD_SIZE",
                              "LOCAL_RANK",
                              "LOCAL_WORLD_SIZE",
+                             "GROUP_RANK",
                              "MASTER_ADDR",
                              "MASTER_PORT",
                              "HSGD_RUN_ID",
@@ -28,7 +30,12 @@ const char* const kVars[] = {"RANK",
                              "SLURM_PROCID",
                              "SLURM_NTASKS",
                              "SLURM_LOCALID",
-                             "SLURM_NTASKS_PER_NODE",
+                             "SLURM_NODEID",
+                             "SLURM_STEP_NUM_NODES",
+                             "SLURM_STEP_TASKS_PER_NODE",
+                             "SLURM_STEP_NODELIST",
+                             "SLURM_JOB_ID",
+                             "SLURM_STEP_ID",
                              "HSGD_TIMEOUT_MS",
                              "HSGD_JOB_ID"};
 
@@ -99,18 +106,88 @@ TEST(InitEnvTest, HsgdRunSetsRestartPrefixAndNoEmbeddedServer) {
       });
 }
 
-TEST(InitEnvTest, SlurmFallback) {
-  with_env({{"SLURM_PROCID", "3"},
-            {"SLURM_NTASKS", "6"},
-            {"SLURM_LOCALID", "0"},
-            {"SLURM_NTASKS_PER_NODE", "3"}},
+// What srun sets for rank 5 of `srun -N 4 -n 7` (2,2,2,1 tasks on node01..03 and node07).
+std::vector<std::pair<const char*, const char*>> srun_task(
+    std::vector<std::pair<const char*, const char*>> extra = {}) {
+  std::vector<std::pair<const char*, const char*>> vars = {
+      {"SLURM_PROCID", "5"},
+      {"SLURM_NTASKS", "7"},
+      {"SLURM_LOCALID", "1"},
+      {"SLURM_NODEID", "2"},
+      {"SLURM_STEP_NUM_NODES", "4"},
+      {"SLURM_STEP_TASKS_PER_NODE", "2(x3),1"},
+      {"SLURM_STEP_NODELIST", "node[01-03,07]"},
+      {"SLURM_JOB_ID", "123456"},
+      {"SLURM_STEP_ID", "2"}};
+  vars.insert(vars.end(), extra.begin(), extra.end());
+  return vars;
+}
+
+TEST(InitEnvTest, SrunTaskTakesItsPlaceFromSlurm) {
+  with_env(srun_task(), [] {
+    auto o = InitOptions::from_env();
+    EXPECT_EQ(o.rank, 5);
+    EXPECT_EQ(o.world_size, 7);
+    EXPECT_EQ(o.local_rank, 1);
+    EXPECT_EQ(o.local_world_size, 2);
+    EXPECT_EQ(o.node_rank, 2);
+    EXPECT_EQ(o.master_addr, "node01");
+    EXPECT_EQ(o.master_port, slurm_rendezvous_port(123456, 2));
+    EXPECT_TRUE(o.embedded_server);  // rank 0 hosts the server, as with env://
+    // The node layout, for the intra-node group and shared memory, as hsgd-run exports it.
+    EXPECT_STREQ(std::getenv("LOCAL_WORLD_SIZE"), "2");
+    EXPECT_STREQ(std::getenv("GROUP_RANK"), "2");
+  });
+}
+
+TEST(InitEnvTest, MasterAddressAndPortOverrideSlurm) {
+  with_env(srun_task({{"MASTER_ADDR", "10.0.0.9"}, {"MASTER_PORT", "4321"}}), [] {
+    auto o = InitOptions::from_env();
+    EXPECT_EQ(o.master_addr, "10.0.0.9");
+    EXPECT_EQ(o.master_port, 4321);
+    EXPECT_EQ(o.rank, 5);
+  });
+}
+
+TEST(InitEnvTest, TorchrunVariablesTakePrecedenceOverSlurm) {
+  // hsgd-run started by srun: its workers inherit SLURM_* but are placed by RANK etc.
+  with_env(srun_task({{"RANK", "3"},
+                      {"WORLD_SIZE", "4"},
+                      {"LOCAL_RANK", "1"},
+                      {"LOCAL_WORLD_SIZE", "2"},
+                      {"GROUP_RANK", "1"},
+                      {"MASTER_ADDR", "127.0.0.1"},
+                      {"MASTER_PORT", "29411"}}),
            [] {
              auto o = InitOptions::from_env();
              EXPECT_EQ(o.rank, 3);
-             EXPECT_EQ(o.world_size, 6);
-             EXPECT_EQ(o.local_rank, 0);
-             EXPECT_EQ(o.local_world_size, 3);
+             EXPECT_EQ(o.world_size, 4);
+             EXPECT_EQ(o.local_rank, 1);
+             EXPECT_EQ(o.local_world_size, 2);
+             EXPECT_EQ(o.node_rank, 1);
+             EXPECT_EQ(o.master_port, 29411);
            });
+}
+
+TEST(InitEnvTest, BatchScriptWithoutSrunIsAWorldOfOne) {
+  // sbatch -n 3: the script itself sees SLURM_PROCID=0 and SLURM_NTASKS=3 but no step.
+  with_env({{"SLURM_PROCID", "0"},
+            {"SLURM_NTASKS", "3"},
+            {"SLURM_LOCALID", "0"},
+            {"SLURM_NODEID", "0"},
+            {"SLURM_JOB_ID", "3"}},
+           [] {
+             auto o = InitOptions::from_env();
+             EXPECT_EQ(o.rank, 0);
+             EXPECT_EQ(o.world_size, 1);
+             EXPECT_EQ(std::getenv("LOCAL_WORLD_SIZE"), nullptr);
+           });
+}
+
+TEST(InitEnvTest, RankZeroOffTheFirstNodeNeedsMasterAddr) {
+  expect_invalid(srun_task({{"SLURM_PROCID", "0"}, {"SLURM_LOCALID", "0"}}), "set MASTER_ADDR");
+  with_env(srun_task({{"SLURM_PROCID", "0"}, {"SLURM_LOCALID", "0"}, {"MASTER_ADDR", "h"}}),
+           [] { EXPECT_EQ(InitOptions::from_env().master_addr, "h"); });
 }
 
 TEST(InitEnvTest, BadValuesNameTheVariable) {
@@ -123,7 +200,9 @@ TEST(InitEnvTest, BadValuesNameTheVariable) {
   expect_invalid(
       {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "2"}, {"LOCAL_WORLD_SIZE", "2"}},
       "LOCAL_RANK=2");
-  expect_invalid({{"SLURM_PROCID", "x"}, {"SLURM_NTASKS", "2"}}, "SLURM_PROCID='x'");
+  expect_invalid(srun_task({{"SLURM_PROCID", "x"}}), "SLURM_PROCID='x'");
+  expect_invalid(srun_task({{"SLURM_STEP_TASKS_PER_NODE", "2(x3)"}}),
+                 "SLURM_STEP_TASKS_PER_NODE='2(x3)' lists 3 nodes");
 }
 
 TEST(InitEnvTest, SocketInterfaceMustExist) {

@@ -147,7 +147,9 @@ TEST(RendezvousHardeningTest, KeysPerJob_OverDefaultQuotaAreRefused_OtherJobsUna
   std::vector<std::string> keys;
   std::vector<Bytes> values;
   for (int i = 0; i < 65536; ++i) {
-    keys.push_back("a" + std::to_string(i));
+    std::string key = "a";  // not "a" + to_string(i): GCC 12 warns falsely (-Wrestrict)
+    key += std::to_string(i);
+    keys.push_back(key);
     values.push_back(to_bytes("v"));
   }
   greedy.multi_set(keys, values);
