@@ -48,7 +48,7 @@ bool exclusively_owned(const Tensor& t) {
 
 }  // namespace
 
-void run_backward(const Tensor& root, const Tensor& grad_output) {
+void run_backward(const Tensor& root, const Tensor& grad_output, bool retain_graph) {
   HSGD_CHECK(root.defined(), "backward: the tensor is undefined");
   HSGD_CHECK(root.requires_grad(), "backward: the tensor of shape ", shape_str(root.shape()),
              " does not require grad and has no grad_fn (did it come from a NoGradGuard scope, "
@@ -112,8 +112,10 @@ void run_backward(const Tensor& root, const Tensor& grad_output) {
     }
     // Free the saved tensors now, and cut the node's edges so that the rest of the graph is
     // freed as the pass goes (and never destroyed by deep recursion later).
-    node->release();
-    node->mutable_next_edges().clear();
+    if (!retain_graph) {
+      node->release();
+      node->mutable_next_edges().clear();
+    }
     alive.erase(node);
   }
 }

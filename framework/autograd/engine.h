@@ -14,7 +14,8 @@ namespace hsgd::autograd {
 
 // Back-propagates grad_output (root's shape) from root to every leaf that requires grad.
 // InvalidArgument when root does not require grad or the shapes differ; hsgd::Error when the
-// graph was already released by an earlier backward.
-void run_backward(const Tensor& root, const Tensor& grad_output);
+// graph was already released by an earlier backward. retain_graph keeps every node's saved
+// tensors and edges, so the same graph can be back-propagated again.
+void run_backward(const Tensor& root, const Tensor& grad_output, bool retain_graph = false);
 
 }  // namespace hsgd::autograd

@@ -75,6 +75,9 @@ Tensor mean(const Tensor& x);  // 0-d
 Tensor mean(const Tensor& x, int64_t dim, bool keepdim = false);
 // Index of the largest value along dim (first on ties), as float values. Not differentiable.
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
+// The same indices as int64 (torch's argmax dtype), row-major over the other dimensions, e.g.
+// the predicted class of each row of logits (N, C) with dim 1.
+std::vector<int64_t> argmax_indices(const Tensor& x, int64_t dim);
 
 // ---- losses ----
 // log(softmax(x)) along dim, computed stably.

@@ -183,4 +183,9 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
   return out;
 }
 
+std::vector<int64_t> argmax_indices(const Tensor& x, int64_t dim) {
+  const std::vector<float> indices = argmax(x, dim).to_vector();
+  return std::vector<int64_t>(indices.begin(), indices.end());
+}
+
 }  // namespace hsgd

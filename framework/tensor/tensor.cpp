@@ -161,15 +161,17 @@ std::shared_ptr<autograd::Node> Tensor::grad_fn() const {
   return checked(impl_, "grad_fn").grad_fn;
 }
 
-void Tensor::backward() {
+void Tensor::backward(bool retain_graph) {
   HSGD_CHECK(numel() == 1,
              "Tensor::backward: without grad_output the tensor must have one "
              "element, got shape ",
              shape_str(shape()), "; pass a grad_output of that shape");
-  autograd::run_backward(*this, ones(shape()));
+  autograd::run_backward(*this, ones(shape()), retain_graph);
 }
 
-void Tensor::backward(const Tensor& grad_output) { autograd::run_backward(*this, grad_output); }
+void Tensor::backward(const Tensor& grad_output, bool retain_graph) {
+  autograd::run_backward(*this, grad_output, retain_graph);
+}
 
 int64_t Tensor::register_grad_ready_hook(GradReadyHook hook) {
   checked(impl_, "register_grad_ready_hook");

@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <iosfwd>
 #include <memory>
 #include <string>
 #include <vector>
@@ -89,9 +90,9 @@ class Tensor {
   // Computes d this / d leaf for every leaf that requires grad and adds it to leaf.grad().
   // The no-argument form needs a one-element tensor (InvalidArgument otherwise); grad_output must
   // have this tensor's shape. The graph is released afterwards: a second backward through the
-  // same nodes throws hsgd::Error.
-  void backward();
-  void backward(const Tensor& grad_output);
+  // same nodes throws hsgd::Error, unless retain_graph kept it (torch's retain_graph=True).
+  void backward(bool retain_graph = false);
+  void backward(const Tensor& grad_output, bool retain_graph = false);
 
   // Per-leaf "gradient ready" hook: fires during backward() once this leaf's gradient for the pass
   // is final (all contributions of the pass accumulated into grad()). It fires at most once per
@@ -139,7 +140,7 @@ class Tensor {
   Tensor unsqueeze(int64_t d) const;
   Tensor squeeze(int64_t d) const;
 
-  // Debug print: shape, grad_fn name and the first values.
+  // Debug print: shape, grad_fn name and the first values. operator<< (below) prints like torch.
   std::string to_string() const;
 
   // For kernels and the autograd engine (internal).
@@ -165,5 +166,12 @@ Tensor from_vector(std::vector<float> values);
 Tensor arange(int64_t n);  // 0, 1, ..., n-1
 Tensor zeros_like(const Tensor& t);
 Tensor ones_like(const Tensor& t);
+
+// Prints t as PyTorch does: nested brackets, aligned columns, "1." when every value is an
+// integer and 4 decimals otherwise, summarised with " ..." beyond 1000 elements (the first and
+// last 3 of each dimension), and the grad_fn or requires_grad:
+//   std::cout << hsgd::ones({2, 3});   // tensor([[1., 1., 1.],
+//                                      //         [1., 1., 1.]])
+std::ostream& operator<<(std::ostream& out, const Tensor& t);
 
 }  // namespace hsgd
