@@ -454,7 +454,8 @@ std::optional<LoadedCheckpoint> Checkpointer::load(const std::string& which) {
     LoadedCheckpoint loaded{.path = path,
                             .step = candidate.manifest.step(),
                             .written_with = from_proto(candidate.manifest.run()),
-                            .replicas_equal = candidate.manifest.replicas_equal()};
+                            .replicas_equal = candidate.manifest.replicas_equal(),
+                            .partial = candidate.manifest.partial()};
     loaded.resized = loaded.written_with.world_size != pg_->size();
     for (const std::string& why : skipped) {
       comm::logger()->warn("rank {}: {}; resumed from the previous complete checkpoint '{}'",
@@ -481,11 +482,19 @@ void Checkpointer::apply(const StateDict& state, const LoadedCheckpoint& loaded)
                "' was written with hierarchy ", shown(saved.hierarchy), ", this run has ",
                shown(run_.hierarchy));
   }
+  std::string left_alone;  // of a partial checkpoint: the objects it has no state for
   for (const Registered& r : registered_) {
     const StateDict sub = state.with_prefix(r.name + ".");
+    if (sub.size() == 0 && loaded.partial) {
+      left_alone += (left_alone.empty() ? "'" : ", '") + r.name + "'";
+      continue;
+    }
     HSGD_CHECK(sub.size() > 0, "checkpoint '", path, "' has no state for '", r.name,
                "' (written with mode '", saved.mode, "', this run uses '", run_.mode, "')");
     r.load(sub);
+  }
+  if (!left_alone.empty() && pg_->rank() == 0) {
+    comm::logger()->info("checkpoint '{}' is partial: {} left as they were", path, left_alone);
   }
   entries_.clear();
   const StateDict entries = state.with_prefix("entries.");

@@ -39,6 +39,9 @@
 // world size: tensors (parameters, momentum buffers, ...) are the average over the saved ranks
 // (equal replicas average to themselves), other values come from saved rank (rank % saved
 // world size), and a DataLoader recomputes its position from the global number of samples seen.
+// A checkpoint whose manifest is marked partial (written by a tool, e.g. scripts/import_torch.py
+// with only the model) restores the registered objects it has state for and leaves the others as
+// they are; any other checkpoint must hold state for every registered object.
 //
 // Registered objects must outlive the Checkpointer (the shared_ptr overloads keep them alive);
 // names must be the same on every rank, unique, and contain no '.'.
@@ -95,6 +98,7 @@ struct LoadedCheckpoint {
   RunInfo written_with;
   bool replicas_equal = false;
   bool resized = false;  // written with another world size
+  bool partial = false;  // a partial checkpoint (see load()): some objects were left as they were
 };
 
 // Timings of the last completed save, for benchmarks and logs.
