@@ -4,7 +4,9 @@
 //
 // Per checkpoint (median of --rounds):
 //   stall     Checkpointer::save() until it returns: the snapshot (SaveStats::snapshot_seconds)
-//             plus starting the writer; the time training waits
+//             plus waking the writer thread; the time training waits
+//   opt sd    of the snapshot: SGD::state_dict() alone (the optimizer clones its momentum
+//             buffers itself; the Checkpointer copies module tensors into a reused arena)
 //   write     SaveStats::write_seconds: encode + write + fsync of the rank file, in the
 //             background (the manifest and pruning follow; "bg" is the whole background time)
 //   memcpy    a plain memcpy of the same tensors into one preallocated, already-touched buffer
@@ -59,11 +61,16 @@ std::string file_system_of(const std::string& dir) {
   struct statfs s {};
   if (::statfs(dir.c_str(), &s) != 0) return "unknown";
   switch (static_cast<unsigned long>(s.f_type)) {
-    case 0xEF53: return "ext4";
-    case 0x01021994: return "tmpfs";
-    case 0x58465342: return "xfs";
-    case 0x9123683E: return "btrfs";
-    case 0x794C7630: return "overlayfs";
+    case 0xEF53:
+      return "ext4";
+    case 0x01021994:
+      return "tmpfs";
+    case 0x58465342:
+      return "xfs";
+    case 0x9123683E:
+      return "btrfs";
+    case 0x794C7630:
+      return "overlayfs";
     default: {
       char hex[32];
       std::snprintf(hex, sizeof hex, "0x%lx", static_cast<unsigned long>(s.f_type));
@@ -76,6 +83,7 @@ struct Result {
   std::string name;
   double mb = 0, file_mb = 0;
   double stall = 0, snapshot = 0, write = 0, background = 0, memcpy = 0;
+  double optimizer_state = 0;  // of the snapshot: SGD::state_dict() (its own clones)
   bool torch_ok = false;
   double torch_fsync = 0, torch_nosync = 0, torch_file_mb = 0;
 };
@@ -146,8 +154,8 @@ bool run_torch(const std::string& script, const std::string& dir,
   return ok;
 }
 
-Result bench(const std::string& name, const std::string& label, const std::string& root,
-             int rounds, bool torch, const std::string& script) {
+Result bench(const std::string& name, const std::string& label, const std::string& root, int rounds,
+             bool torch, const std::string& script) {
   Workload w = make_workload(name);
   const std::vector<std::pair<std::string, Tensor>> tensors = checkpointed_tensors(w);
   Result r{.name = label};
@@ -169,6 +177,13 @@ Result bench(const std::string& name, const std::string& label, const std::strin
     if (i > 0) memcpy_ms.push_back(ms_since(start));  // the first round warms the caches
   }
   r.memcpy = median(memcpy_ms);
+  std::vector<double> optimizer_ms;
+  for (int i = 0; i < rounds + 1; ++i) {
+    const auto start = Clock::now();
+    const StateDict state = w.sgd->state_dict();
+    if (i > 0) optimizer_ms.push_back(ms_since(start));
+  }
+  r.optimizer_state = median(optimizer_ms);
 
   const std::string dir = root + "/" + name;
   fs::remove_all(dir);
@@ -245,11 +260,11 @@ int main(int argc, char** argv) {
 
   std::printf("checkpoint_bench: %d rounds, median ms per checkpoint, files in %s (%s)\n", rounds,
               dir.c_str(), file_system_of(dir).c_str());
-  std::printf("%-22s %7s %8s %8s %8s %8s %8s %9s %9s %7s %7s %7s\n", "state (model+momentum)",
-              "MB", "memcpy", "stall", "snapshot", "write", "bg", "torch+fs", "torch", "stall/",
-              "write/", "write/");
-  std::printf("%-22s %7s %8s %8s %8s %8s %8s %9s %9s %7s %7s %7s\n", "", "", "", "", "", "", "",
-              "(fsync)", "(nosync)", "memcpy", "t+fs", "t");
+  std::printf("%-22s %7s %8s %8s %8s %8s %8s %8s %9s %9s %7s %7s %7s\n", "state (model+momentum)",
+              "MB", "memcpy", "stall", "snapshot", "opt sd", "write", "bg", "torch+fs", "torch",
+              "stall/", "write/", "write/");
+  std::printf("%-22s %7s %8s %8s %8s %8s %8s %8s %9s %9s %7s %7s %7s\n", "", "", "", "", "", "", "",
+              "", "(fsync)", "(nosync)", "memcpy", "t+fs", "t");
   for (const std::string& name : names) {
     const std::string label = name == "mlp" ? "MLP 784-512-256-10" : name;
     const Result r = bench(name, label, dir, rounds, !no_torch, script);
@@ -261,9 +276,10 @@ int main(int argc, char** argv) {
       std::snprintf(ratio_fsync, sizeof ratio_fsync, "%.2f", r.write / r.torch_fsync);
       std::snprintf(ratio_nosync, sizeof ratio_nosync, "%.2f", r.write / r.torch_nosync);
     }
-    std::printf("%-22s %7.2f %8.2f %8.2f %8.2f %8.2f %8.2f %9s %9s %7.2f %7s %7s\n",
-                r.name.c_str(), r.mb, r.memcpy, r.stall, r.snapshot, r.write, r.background,
-                torch_fsync, torch_nosync, r.stall / r.memcpy, ratio_fsync, ratio_nosync);
+    std::printf("%-22s %7.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %9s %9s %7.2f %7s %7s\n",
+                r.name.c_str(), r.mb, r.memcpy, r.stall, r.snapshot, r.optimizer_state, r.write,
+                r.background, torch_fsync, torch_nosync, r.stall / r.memcpy, ratio_fsync,
+                ratio_nosync);
     std::fflush(stdout);
     if (r.torch_ok) {
       std::printf("%-22s file: hsgd %.2f MB, torch %.2f MB\n", "", r.file_mb, r.torch_file_mb);

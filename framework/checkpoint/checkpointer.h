@@ -48,11 +48,13 @@
 // Thread-safety: one thread calls everything (the background writer is internal).
 
 #include <concepts>
+#include <condition_variable>
 #include <cstdint>
 #include <exception>
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -179,12 +181,15 @@ class Checkpointer {
     std::string name;
     SaveFn save;
     LoadFn load;
+    std::shared_ptr<nn::Module> module;  // add_module: snapshot straight from its tensors
   };
   // The result of trying one candidate checkpoint on this rank.
   struct Candidate;
 
-  StateDict snapshot() const;
-  void write(int64_t step, StateDict state, bool replicas_equal);
+  void add_registered(Registered registered);
+  StateEntries snapshot();
+  void write(int64_t step, StateEntries state, bool replicas_equal);
+  void writer_loop();
   void write_manifest(int64_t step, bool replicas_equal);
   void prune(int64_t newest_step) const;
   Candidate try_candidate(const std::string& path) const;
@@ -197,13 +202,22 @@ class Checkpointer {
   const RunInfo run_;
 
   std::vector<Registered> registered_;
+  Tensor arena_;  // the snapshot's copies of module tensors (kept: reused by the next save)
   std::map<std::string, std::string> entries_;
   int64_t last_step_ = -1;
   SaveStats stats_;
+  bool pending_ = false;       // a save() whose write wait() has not collected
   SaveStats pending_stats_;    // written by the writer thread; copied to stats_ by wait()
   uint32_t own_file_crc_ = 0;  // written by the writer thread
+
+  // The background writer: one thread, started by the first background save(), runs job_.
   std::thread writer_;
-  std::exception_ptr writer_error_;
+  std::mutex mu_;
+  std::condition_variable cv_;       // job_ set, busy_ cleared, or stop_ set
+  std::function<void()> job_;        // guarded by mu_: the write to run, or empty
+  bool busy_ = false;                // guarded by mu_: job_ is queued or running
+  bool stop_ = false;                // guarded by mu_: the destructor ends the thread
+  std::exception_ptr writer_error_;  // guarded by mu_ while busy_; the last write's error
 };
 
 }  // namespace hsgd::checkpoint
