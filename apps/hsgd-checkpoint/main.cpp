@@ -57,10 +57,11 @@ int show(const std::string& dir, int rank) {
   const proto::Manifest m = read_manifest(dir);
   std::printf(
       "checkpoint %s: step %lld, world size %d (local %d), mode '%s', hierarchy '%s', "
-      "model '%s', hsgd %s, replicas equal: %s\n",
+      "model '%s', hsgd %s, replicas equal: %s%s\n",
       dir.c_str(), static_cast<long long>(m.step()), m.run().world_size(),
       m.run().local_world_size(), m.run().mode().c_str(), m.run().hierarchy().c_str(),
-      m.run().model().c_str(), m.run().hsgd_version().c_str(), m.replicas_equal() ? "yes" : "no");
+      m.run().model().c_str(), m.run().hsgd_version().c_str(), m.replicas_equal() ? "yes" : "no",
+      m.partial() ? ", partial (restores only the objects it holds)" : "");
   for (const proto::FileInfo& f : m.files()) {
     std::printf("  %-10s %12llu bytes  crc32 %u\n", f.name().c_str(),
                 static_cast<unsigned long long>(f.size()), f.crc32());

@@ -11,24 +11,13 @@
 #include <fstream>
 #include <iterator>
 
+#include "framework/checkpoint/file_pieces.h"
+
 namespace hsgd::checkpoint {
 namespace {
 
 [[noreturn]] void fail_errno(const std::string& what, const std::string& path, int error) {
   throw CheckpointError("checkpoint: cannot " + what + " '" + path + "': " + std::strerror(error));
-}
-
-// Writes all of data to fd, retrying short writes and EINTR.
-void write_all(int fd, const char* data, size_t size, const std::string& path) {
-  while (size > 0) {
-    const ssize_t n = ::write(fd, data, size);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      fail_errno("write", path, errno);
-    }
-    data += n;
-    size -= static_cast<size_t>(n);
-  }
 }
 
 }  // namespace
@@ -123,15 +112,11 @@ StateDict decode_state(const proto::RankState& state, const std::string& path) {
   return out;
 }
 
-WrittenFile write_envelope(const std::string& path, const std::string& kind, std::string payload) {
-  proto::Envelope envelope;
-  envelope.set_kind(kind);
-  envelope.set_format_version(kFormatVersion);
-  envelope.set_crc32(crc32_of(payload));
-  envelope.set_payload_size(payload.size());
-  envelope.set_payload(std::move(payload));
-  const std::string bytes = envelope.SerializeAsString();
+namespace {
 
+// Writes bytes to path atomically: a temporary file in the same directory, fsync, rename over
+// path, fsync of the directory.
+void write_atomically(const std::string& path, const FilePieces& bytes) {
   const std::filesystem::path final_path(path);
   const std::string dir = final_path.parent_path().string();
   const std::string tmp =
@@ -139,7 +124,7 @@ WrittenFile write_envelope(const std::string& path, const std::string& kind, std
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail_errno("create", tmp, errno);
   try {
-    write_all(fd, bytes.data(), bytes.size(), tmp);
+    bytes.write_all(fd, tmp);
     if (::fsync(fd) != 0) fail_errno("fsync", tmp, errno);
   } catch (...) {
     ::close(fd);
@@ -157,7 +142,27 @@ WrittenFile write_envelope(const std::string& path, const std::string& kind, std
     fail_errno("rename the temporary file to", path, error);
   }
   fsync_dir(dir);
-  return {.size = bytes.size(), .crc32 = envelope.crc32()};
+}
+
+WrittenFile write_pieces(const std::string& path, const std::string& kind,
+                         const FilePieces& payload) {
+  const uint32_t crc = payload.crc32();
+  const FilePieces file = envelope_of(kind, payload, crc);
+  write_atomically(path, file);
+  return {.size = file.size(), .crc32 = crc};
+}
+
+}  // namespace
+
+WrittenFile write_envelope(const std::string& path, const std::string& kind, std::string payload) {
+  FilePieces pieces;
+  pieces.append_copy(payload);
+  return write_pieces(path, kind, pieces);
+}
+
+WrittenFile write_rank_file(const std::string& path, int rank, int64_t step,
+                            const StateEntries& entries) {
+  return write_pieces(path, kRankKind, encode_rank_payload(rank, step, entries));
 }
 
 std::string read_envelope(const std::string& path, const std::string& kind, uint32_t* crc32) {

@@ -14,6 +14,8 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "checkpoint/checkpoint.pb.h"  // generated from framework/checkpoint/checkpoint.proto
 #include "comm/error.h"
@@ -40,6 +42,9 @@ std::string step_dir(const std::string& dir, int64_t step);
 // The step of a directory name "step_<N>", or -1 when the name has another form.
 int64_t parse_step_dir(const std::string& name);
 
+// A StateDict's entries in order (StateDict::entries()); what a snapshot is built as.
+using StateEntries = std::vector<std::pair<std::string, StateValue>>;
+
 // zlib's crc32 of data.
 uint32_t crc32_of(const std::string& data);
 
@@ -56,6 +61,17 @@ struct WrittenFile {
 // Wraps payload in an Envelope of kind and writes it atomically to path (see above). Throws
 // CheckpointError naming the path and the system error (e.g. "No space left on device").
 WrittenFile write_envelope(const std::string& path, const std::string& kind, std::string payload);
+
+// The rank file of rank at step holding state, written atomically as
+// write_envelope(path, kRankKind, encode_state(rank, step, state).SerializeAsString()) would write
+// it, byte for byte, but checksummed and written straight from the tensors' memory (no copies of
+// tensor data; file_pieces.h). The tensors must not change until it returns.
+WrittenFile write_rank_file(const std::string& path, int rank, int64_t step,
+                            const StateEntries& entries);
+inline WrittenFile write_rank_file(const std::string& path, int rank, int64_t step,
+                                   const StateDict& state) {
+  return write_rank_file(path, rank, step, state.entries());
+}
 
 // Reads path, checks the envelope's kind, size and checksum, and returns the payload (and its
 // crc32 in *crc32 when given).

@@ -39,17 +39,22 @@
 // world size: tensors (parameters, momentum buffers, ...) are the average over the saved ranks
 // (equal replicas average to themselves), other values come from saved rank (rank % saved
 // world size), and a DataLoader recomputes its position from the global number of samples seen.
+// A checkpoint whose manifest is marked partial (written by a tool, e.g. scripts/import_torch.py
+// with only the model) restores the registered objects it has state for and leaves the others as
+// they are; any other checkpoint must hold state for every registered object.
 //
 // Registered objects must outlive the Checkpointer (the shared_ptr overloads keep them alive);
 // names must be the same on every rank, unique, and contain no '.'.
 // Thread-safety: one thread calls everything (the background writer is internal).
 
 #include <concepts>
+#include <condition_variable>
 #include <cstdint>
 #include <exception>
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -95,6 +100,7 @@ struct LoadedCheckpoint {
   RunInfo written_with;
   bool replicas_equal = false;
   bool resized = false;  // written with another world size
+  bool partial = false;  // a partial checkpoint (see load()): some objects were left as they were
 };
 
 // Timings of the last completed save, for benchmarks and logs.
@@ -175,12 +181,15 @@ class Checkpointer {
     std::string name;
     SaveFn save;
     LoadFn load;
+    std::shared_ptr<nn::Module> module;  // add_module: snapshot straight from its tensors
   };
   // The result of trying one candidate checkpoint on this rank.
   struct Candidate;
 
-  StateDict snapshot() const;
-  void write(int64_t step, StateDict state, bool replicas_equal);
+  void add_registered(Registered registered);
+  StateEntries snapshot();
+  void write(int64_t step, StateEntries state, bool replicas_equal);
+  void writer_loop();
   void write_manifest(int64_t step, bool replicas_equal);
   void prune(int64_t newest_step) const;
   Candidate try_candidate(const std::string& path) const;
@@ -193,13 +202,22 @@ class Checkpointer {
   const RunInfo run_;
 
   std::vector<Registered> registered_;
+  Tensor arena_;  // the snapshot's copies of module tensors (kept: reused by the next save)
   std::map<std::string, std::string> entries_;
   int64_t last_step_ = -1;
   SaveStats stats_;
+  bool pending_ = false;       // a save() whose write wait() has not collected
   SaveStats pending_stats_;    // written by the writer thread; copied to stats_ by wait()
   uint32_t own_file_crc_ = 0;  // written by the writer thread
+
+  // The background writer: one thread, started by the first background save(), runs job_.
   std::thread writer_;
-  std::exception_ptr writer_error_;
+  std::mutex mu_;
+  std::condition_variable cv_;       // job_ set, busy_ cleared, or stop_ set
+  std::function<void()> job_;        // guarded by mu_: the write to run, or empty
+  bool busy_ = false;                // guarded by mu_: job_ is queued or running
+  bool stop_ = false;                // guarded by mu_: the destructor ends the thread
+  std::exception_ptr writer_error_;  // guarded by mu_ while busy_; the last write's error
 };
 
 }  // namespace hsgd::checkpoint
