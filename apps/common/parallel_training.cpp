@@ -31,9 +31,11 @@ void add_parallel_flags(CLI::App& app, ParallelFlags& flags) {
                  "local-sgd/hierarchical: ranks that average gradients after warm-up (0: "
                  "LOCAL_WORLD_SIZE, the ranks of one node; 1: none)")
       ->capture_default_str();
+  add_level_flags(app, flags.levels);
 }
 
 std::vector<std::pair<int64_t, int>> parse_hierarchy(const std::string& text) {
+  if (text.find('@') != std::string::npos) return parse_hierarchy(strip_level_options(text));
   const auto fail = [&text](const std::string& why) {
     throw BadFlag("--hierarchy '" + text + "': " + why +
                   "; expected period:group_size pairs separated by commas, e.g. 2:2,4:4");
@@ -72,6 +74,10 @@ std::shared_ptr<Optimizer> Parallel::wrap(std::shared_ptr<Optimizer> optimizer) 
 std::string Parallel::describe(int world_size, const ParallelFlags& flags) const {
   std::string text = std::to_string(world_size) + " ranks, mode " + flags.mode;
   if (flags.mode == "local-sgd") text += ", period " + std::to_string(flags.period);
+  if (averager && flags.mode == "local-sgd" &&
+      !distributed::is_plain(averager->level_options()[0])) {
+    text += ", level " + distributed::describe(averager->level_options()[0]);
+  }
   if (flags.mode == "hierarchical") text += ", hierarchy " + flags.hierarchy;
   if (flags.mode != "ddp") text += ", warm-up " + std::to_string(flags.warmup_steps) + " steps";
   return text;
@@ -86,9 +92,19 @@ Parallel make_parallel(const std::shared_ptr<nn::Module>& model,
   HSGD_CHECK_AS(BadFlag, flags.subgroup_size >= 0, "--subgroup-size ", flags.subgroup_size,
                 " must be at least 0 (0: LOCAL_WORLD_SIZE)");
   std::vector<std::pair<int64_t, int>> hierarchy;
+  std::vector<distributed::LevelOptions> levels;  // with their options (level_options.h)
   if (flags.mode == "hierarchical") {
     hierarchy = parse_hierarchy(flags.hierarchy);
-  } else if (!flags.hierarchy.empty()) {
+    levels = make_level_options(hierarchy, flags.hierarchy, flags.levels);
+  } else if (flags.mode == "local-sgd") {
+    levels = make_level_options({{flags.period, 0}}, "", flags.levels);
+  } else if (any_set(flags.levels)) {
+    throw BadFlag(
+        "--outer-lr/--outer-momentum/--overlap-steps/--compression... need --mode "
+        "local-sgd or hierarchical, not '" +
+        flags.mode + "'");
+  }
+  if (flags.mode != "hierarchical" && !flags.hierarchy.empty()) {
     throw BadFlag("--hierarchy '" + flags.hierarchy + "' needs --mode hierarchical, not '" +
                   flags.mode + "'");
   }
@@ -112,13 +128,17 @@ Parallel make_parallel(const std::shared_ptr<nn::Module>& model,
   out.hook_state = state;
   const distributed::ModelAveragerOptions options{.average_buffers = std::move(average_buffers)};
   if (flags.mode == "local-sgd") {
-    out.averager = std::make_shared<distributed::PeriodicModelAverager>(
-        flags.period, flags.warmup_steps, world, options);
+    try {
+      out.averager = std::make_shared<distributed::PeriodicModelAverager>(
+          levels.front(), flags.warmup_steps, world, options);
+    } catch (const InvalidArgument& e) {
+      throw BadFlag(std::string("--mode local-sgd: ") + e.what());
+    }
     return out;
   }
   try {
     out.averager = std::make_shared<distributed::HierarchicalModelAverager>(
-        hierarchy, flags.warmup_steps, world, options);
+        levels, flags.warmup_steps, world, options);
   } catch (const InvalidArgument& e) {
     throw BadFlag("--hierarchy '" + flags.hierarchy + "' with " + std::to_string(world_size) +
                   " ranks: " + e.what());

@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "apps/common/level_options.h"
 #include "comm/error.h"
 #include "comm/process_group.h"
 #include "framework/distributed/comm_hooks/post_local_sgd_hook.h"
@@ -36,6 +37,7 @@ struct ParallelFlags {
   int64_t period = 4;
   std::string hierarchy = "";
   int subgroup_size = 0;  // 0: LOCAL_WORLD_SIZE
+  LevelFlags levels;      // --outer-lr, --overlap-steps, --compression... (level_options.h)
 };
 
 // A flag value the program cannot use.
@@ -45,7 +47,8 @@ struct BadFlag : InvalidArgument {
 
 void add_parallel_flags(CLI::App& app, ParallelFlags& flags);
 
-// Parses "P:G,P:G,..." (period:group_size pairs, positive integers), e.g. "2:2,4:4".
+// Parses "P:G,P:G,..." (period:group_size pairs, positive integers), e.g. "2:2,4:4". Level
+// options after '@' (level_options.h) are skipped here.
 std::vector<std::pair<int64_t, int>> parse_hierarchy(const std::string& text);
 
 struct Parallel {

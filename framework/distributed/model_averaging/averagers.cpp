@@ -5,6 +5,8 @@
 
 #include "comm/error.h"
 #include "comm/log.h"
+#include "framework/distributed/flat_buffer.h"
+#include "framework/distributed/model_averaging/averaging_level.h"
 #include "framework/distributed/model_averaging/config_check.h"
 
 namespace hsgd::distributed {
@@ -18,6 +20,8 @@ ModelAverager::ModelAverager(std::shared_ptr<comm::ProcessGroup> pg, ModelAverag
              ": process group is null; pass the group to average over (there is no default "
              "group in hsgd)");
 }
+
+ModelAverager::~ModelAverager() = default;
 
 void ModelAverager::average_parameters(const std::vector<ParamGroup>& groups) {
   average_parameters(get_params_to_average(groups));
@@ -36,6 +40,7 @@ StateDict ModelAverager::state_dict() const {
     state.set(level + "calls", stats_[i].calls);
     state.set(level + "bytes", stats_[i].bytes);
     state.set(level + "seconds", stats_[i].seconds);
+    if (i < levels_.size()) levels_[i]->save(state, level);
   }
   return state;
 }
@@ -48,6 +53,7 @@ void ModelAverager::load_state_dict(const StateDict& state) {
              stats_.size(), " levels ('", extra, "' exists)");
   for (size_t i = 0; i < stats_.size(); ++i) {
     const std::string level = "levels." + std::to_string(i) + ".";
+    levels_.at(i)->load(state, level);
     if (!state.contains(level + "calls")) continue;
     stats_[i].calls = state.get_int(level + "calls");
     stats_[i].bytes = state.get_int(level + "bytes");
@@ -77,36 +83,140 @@ void ModelAverager::average_at_level(size_t level, const std::vector<Tensor>& pa
   s.seconds += spent.count();
 }
 
+void ModelAverager::add_level(const LevelOptions& options,
+                              std::shared_ptr<comm::ProcessGroup> group) {
+  levels_.push_back(std::make_unique<detail::AveragingLevel>(levels_.size(), options, group));
+  level_options_.push_back(options);
+  stats_.push_back(AveragingLevelStats{.period = options.period, .group_size = options.group_size});
+}
+
+bool ModelAverager::has_pending() const {
+  for (const auto& level : levels_) {
+    if (level->pending()) return true;
+  }
+  return false;
+}
+
+std::vector<Tensor> ModelAverager::pack(const std::vector<Tensor>& params, int64_t& n_params) {
+  std::vector<Tensor> tensors = get_params_to_average(params);
+  n_params = flat_numel(tensors);
+  tensors.insert(tensors.end(), options_.average_buffers.begin(), options_.average_buffers.end());
+  x_.resize(static_cast<size_t>(flat_numel(tensors)));
+  flatten_into(tensors, x_);
+  return tensors;
+}
+
+void ModelAverager::complete_level(size_t level) {
+  for (size_t below = 0; below < level; ++below) {
+    if (levels_[below]->pending()) complete_level(below);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  detail::AveragingLevel& current = *levels_[level];
+  const bool overlapped = current.options().overlap_steps > 0;
+  const std::span<const float> result = current.complete(x_);
+  for (size_t below = 0; below < level; ++below) levels_[below]->reset_anchor(result);
+  if (!overlapped && current.group()->size() == pg_->size()) whole_group_step_ = step_;
+  const std::chrono::duration<double> spent = std::chrono::steady_clock::now() - start;
+  stats_[level].seconds += spent.count();
+}
+
+void ModelAverager::average_step(int level, const std::vector<Tensor>& params) {
+  bool due = false, settle = false, anchored_below = false;
+  for (size_t l = 0; l < levels_.size(); ++l) {
+    const bool at_or_below = level >= 0 && l <= static_cast<size_t>(level);
+    due |= levels_[l]->pending() && levels_[l]->due_step() <= step_;
+    settle |= at_or_below && levels_[l]->pending();
+    anchored_below |= at_or_below && static_cast<int>(l) < level && is_anchored(level_options_[l]);
+  }
+  const bool plain = level >= 0 && levels_[level]->plain();
+  if (!due && !settle && !anchored_below && (level < 0 || plain)) {
+    // Plain averaging, exactly as torch's (and hsgd's before level options).
+    if (level >= 0) average_at_level(static_cast<size_t>(level), params, levels_[level]->group());
+    return;
+  }
+  int64_t n_params = 0;
+  const std::vector<Tensor> tensors = pack(params, n_params);
+  for (size_t l = 0; l < levels_.size(); ++l) {
+    if (levels_[l]->pending() && levels_[l]->due_step() <= step_) complete_level(l);
+  }
+  if (level >= 0) {
+    const auto top = static_cast<size_t>(level);
+    for (size_t l = 0; l <= top; ++l) {
+      if (levels_[l]->pending()) complete_level(l);
+    }
+    detail::AveragingLevel& current = *levels_[top];
+    if (plain) {
+      unflatten_from(x_, tensors);
+      average_at_level(top, params, current.group());
+      flatten_into(tensors, x_);
+      for (size_t below = 0; below < top; ++below) levels_[below]->reset_anchor(x_);
+    } else if (current.group() != nullptr) {
+      const auto start = std::chrono::steady_clock::now();
+      stats_[top].calls += 1;
+      stats_[top].bytes += current.start(step_, x_, n_params);
+      const std::chrono::duration<double> spent = std::chrono::steady_clock::now() - start;
+      stats_[top].seconds += spent.count();
+      if (current.options().overlap_steps == 0) complete_level(top);
+    }
+  }
+  unflatten_from(x_, tensors);
+}
+
+void ModelAverager::finish_pending(const std::vector<Tensor>& params) {
+  if (!has_pending()) return;
+  int64_t n_params = 0;
+  const std::vector<Tensor> tensors = pack(params, n_params);
+  for (size_t l = 0; l < levels_.size(); ++l) {
+    if (levels_[l]->pending()) complete_level(l);
+  }
+  unflatten_from(x_, tensors);
+}
+
+void ModelAverager::finish_pending(const std::vector<ParamGroup>& groups) {
+  finish_pending(get_params_to_average(groups));
+}
+
 // ---- PeriodicModelAverager ----
 
 PeriodicModelAverager::PeriodicModelAverager(int64_t period, int64_t warmup_steps,
                                              std::shared_ptr<comm::ProcessGroup> pg,
                                              ModelAveragerOptions options)
+    : PeriodicModelAverager(LevelOptions{.period = period}, warmup_steps, std::move(pg),
+                            std::move(options)) {}
+
+PeriodicModelAverager::PeriodicModelAverager(LevelOptions level, int64_t warmup_steps,
+                                             std::shared_ptr<comm::ProcessGroup> pg,
+                                             ModelAveragerOptions options)
     : ModelAverager(std::move(pg), std::move(options), "PeriodicModelAverager"),
-      period_(period),
+      period_(level.period),
       warmup_steps_(warmup_steps) {
+  using hsgd::detail::str_cat;
+  const int requested_size = level.group_size;
+  if (level.group_size == 0) level.group_size = pg_->size();
   std::string error;
   if (period_ < 1) {
-    error = hsgd::detail::str_cat("PeriodicModelAverager: period must be >= 1, got ", period_);
+    error = str_cat("PeriodicModelAverager: period must be >= 1, got ", period_);
   } else if (warmup_steps_ < 0) {
-    error = hsgd::detail::str_cat("PeriodicModelAverager: warmup_steps must be >= 0, got ",
-                                  warmup_steps_);
+    error = str_cat("PeriodicModelAverager: warmup_steps must be >= 0, got ", warmup_steps_);
+  } else if (requested_size != 0 && requested_size != pg_->size()) {
+    error = str_cat("PeriodicModelAverager: group_size must be 0 or the process group size ",
+                    pg_->size(), ", got ", requested_size);
+  } else {
+    error = validate_options(level, 0, class_name_);
   }
-  detail::check_config_on_all_ranks(*pg_, class_name_, {{period_, pg_->size()}}, warmup_steps_,
-                                    error);
+  detail::check_config_on_all_ranks(*pg_, class_name_, {level}, warmup_steps_, error);
   if (period_ == 1) {
     comm::logger()->warn(
         "PeriodicModelAverager (rank {} of group '{}'): period 1 averages the model at every "
         "step, which costs no less than DDP's gradient allreduce; use DDP alone instead",
         pg_->rank(), pg_->name());
   }
-  stats_.push_back(AveragingLevelStats{.period = period_, .group_size = pg_->size()});
+  add_level(level, pg_);
 }
 
 void PeriodicModelAverager::average_parameters(const std::vector<Tensor>& params) {
-  if (step_ >= warmup_steps_ && (step_ - warmup_steps_) % period_ == 0) {
-    average_at_level(0, params, pg_.get());
-  }
+  const bool averages = step_ >= warmup_steps_ && (step_ - warmup_steps_) % period_ == 0;
+  average_step(averages ? 0 : -1, params);
   step_ += 1;
 }
 

@@ -14,6 +14,24 @@
 //   disagree or when it is invalid, instead of hanging later or averaging the wrong groups.
 // - Beyond torch: options.average_buffers are averaged with the parameters (BatchNorm running
 //   statistics); level_stats() counts, per level, the averagings, payload bytes and seconds.
+// - Beyond torch: each level may take LevelOptions (level_options.h): an outer optimizer
+//   (DiLoCo), overlap with the next steps, 16-bit compression. The constructors without
+//   LevelOptions build plain levels, which average exactly as before (bit for bit).
+//
+// Schedule of levels with options (the arithmetic of one level is in averaging_level.h). At each
+// call, in this order:
+//   1. every pending (overlapped) averaging whose due step (start + overlap_steps) is <= step
+//      completes, lowest level first;
+//   2. if level L averages at this step: every pending averaging of a level <= L completes first
+//      (so an averaging whose overlap reaches past the level's next averaging is waited for
+//      then, and a higher level never averages over a lower level's half-merged state); then
+//      L starts, and completes at once when its overlap_steps is 0.
+// Whenever level L completes (with result R, identical on every member of its group), pending
+// averagings of the levels below complete first, and then the anchored levels below take R as
+// their anchor: their next pseudo-gradient is the local progress since L's result, not L's own
+// move. Collectives are issued in this order on every rank, which the contract of ProcessGroup
+// requires; waiting only ever waits for collectives every member has already issued.
+// A pending averaging still in flight at the end of training is merged by finish_pending().
 //
 // Usage (post-local SGD: DDP with post_localSGD_hook for 100 steps, then average every 4):
 //   auto averager = std::make_shared<hsgd::distributed::PeriodicModelAverager>(4, 100, pg);
@@ -27,12 +45,16 @@
 #include <vector>
 
 #include "comm/process_group.h"
+#include "framework/distributed/model_averaging/level_options.h"
 #include "framework/distributed/model_averaging/utils.h"
 #include "framework/tensor/tensor.h"
 #include "framework/train/optimizer.h"
 #include "framework/train/trainer.h"
 
 namespace hsgd::distributed {
+namespace detail {
+class AveragingLevel;
+}
 
 struct ModelAveragerOptions {
   // Tensors averaged together with the parameters at every averaging (in the same allreduce),
@@ -44,9 +66,13 @@ struct ModelAveragerOptions {
 struct AveragingLevelStats {
   int64_t period = 0;
   int group_size = 0;
-  int64_t calls = 0;     // averagings run at this level
-  int64_t bytes = 0;     // allreduce payload (4 bytes per averaged element), summed over calls
-  double seconds = 0.0;  // wall time inside averaging (pack, allreduce, unpack)
+  int64_t calls = 0;  // averagings run (started) at this level
+  // This rank's payload on the wire, summed over calls: 4 bytes per averaged element in float32,
+  // 2 (rounded up to 8 per 4 elements) when compressed.
+  int64_t bytes = 0;
+  // Wall time the training thread spent inside averaging (pack, allreduce, unpack; with overlap:
+  // starting, then waiting and merging, not the time the collective ran in the background).
+  double seconds = 0.0;
 };
 
 // Base class. Usable as a Trainer post-step stage: after_step() averages the optimizer's
@@ -55,7 +81,8 @@ class ModelAverager : public PostStepStage {
  public:
   ModelAverager(const ModelAverager&) = delete;
   ModelAverager& operator=(const ModelAverager&) = delete;
-  ~ModelAverager() override = default;
+  // Waits for averagings still in flight (bounded by the group timeout) without merging them.
+  ~ModelAverager() override;
 
   // Averages params if the schedule says so at the current step; then step() += 1.
   virtual void average_parameters(const std::vector<Tensor>& params) = 0;
@@ -68,13 +95,28 @@ class ModelAverager : public PostStepStage {
   void set_step(int64_t step);
 
   const std::vector<AveragingLevelStats>& level_stats() const { return stats_; }
+  // The options of each level (plain for the constructors without LevelOptions).
+  const std::vector<LevelOptions>& level_options() const { return level_options_; }
+  // Whether an overlapped averaging is in flight (started, not merged yet).
+  bool has_pending() const;
+  // Waits for and merges every pending averaging into params now, lowest level first, as if its
+  // due step had come (call it on every rank at the same step, e.g. before the final
+  // evaluation; pass what average_parameters is given). No-op without pending averagings.
+  // Throws the collectives' errors.
+  void finish_pending(const std::vector<Tensor>& params);
+  void finish_pending(const std::vector<ParamGroup>& groups);
   // Whether the last average_parameters call averaged over the whole process group, so that
   // every replica's parameters are equal now (a checkpoint then may resume on another world
   // size; see framework/checkpoint/checkpointer.h).
   bool averaged_whole_group_last_step() const { return whole_group_step_ == step_ - 1; }
 
   // For checkpoints: "step" (int64) and per level i "levels.<i>.{calls,bytes}" (int64) and
-  // "levels.<i>.seconds" (double), so level_stats() keep counting across a resume.
+  // "levels.<i>.seconds" (double), so level_stats() keep counting across a resume; and the state
+  // of the level options, when it exists: "levels.<i>.anchor", "levels.<i>.outer_momentum",
+  // "levels.<i>.residual" (flat float tensors) and, for an averaging in flight,
+  // "levels.<i>.pending.{start,due,n_params,first}" (int64) with "levels.<i>.pending.mean" (the
+  // group mean D it received: state_dict() waits for it) and "levels.<i>.pending.snapshot". A
+  // resumed averager thus merges at the same step with the same values.
   virtual StateDict state_dict() const;
   // Restores what state_dict() stored; the level entries are optional (a state with only
   // "step", e.g. from PostLocalSGDOptimizer, restores the step). InvalidArgument when the state
@@ -92,6 +134,12 @@ class ModelAverager : public PostStepStage {
   // Averages the params with a gradient, plus the option buffers, over group and charges the
   // cost to level_stats()[level]. A null group (not a member) does nothing.
   void average_at_level(size_t level, const std::vector<Tensor>& params, comm::ProcessGroup* group);
+  // Appends a level (its stats too); group is this rank's group at the level.
+  void add_level(const LevelOptions& options, std::shared_ptr<comm::ProcessGroup> group);
+  // One call of the schedule (see the file comment): `level` averages at step_ (-1: none).
+  // Plain levels without pending or anchored levels below take average_at_level, unchanged.
+  // Does not advance step_.
+  void average_step(int level, const std::vector<Tensor>& params);
 
   // Constant after construction.
   const std::shared_ptr<comm::ProcessGroup> pg_;
@@ -103,7 +151,16 @@ class ModelAverager : public PostStepStage {
   std::vector<AveragingLevelStats> stats_;
 
  private:
+  // Completes level's pending averaging into x_ (lower pending levels first) and resets the
+  // anchors of the levels below.
+  void complete_level(size_t level);
+  // Packs the averaged tensors into x_ (parameters with a gradient, then buffers); returns them.
+  std::vector<Tensor> pack(const std::vector<Tensor>& params, int64_t& n_params);
+
   FlatAverager flat_;
+  std::vector<LevelOptions> level_options_;
+  std::vector<std::unique_ptr<detail::AveragingLevel>> levels_;
+  std::vector<float> x_;  // (n,) the averaged tensors, flat, during average_step
 };
 
 // Averages every `period` steps once warmup_steps have passed: at calls where
@@ -111,9 +168,18 @@ class ModelAverager : public PostStepStage {
 //
 // Errors (hsgd::InvalidArgument, on every rank): null pg, period < 1, warmup_steps < 0, ranks
 // passing different period or warm-up. period == 1 only warns (DDP alone would be cheaper).
+// With LevelOptions also: group_size other than 0 or pg->size(), bad options
+// (validate_options), ranks passing different options.
+//
+//   PeriodicModelAverager averager(LevelOptions{.period = 8, .outer = OuterOptimizer{.lr = 0.7,
+//                                  .momentum = 0.9, .nesterov = true}, .overlap_steps = 1},
+//                                  /*warmup_steps=*/100, pg);
 class PeriodicModelAverager : public ModelAverager {
  public:
+  // Plain averaging, as torch's.
   PeriodicModelAverager(int64_t period, int64_t warmup_steps,
+                        std::shared_ptr<comm::ProcessGroup> pg, ModelAveragerOptions options = {});
+  PeriodicModelAverager(LevelOptions level, int64_t warmup_steps,
                         std::shared_ptr<comm::ProcessGroup> pg, ModelAveragerOptions options = {});
 
   using ModelAverager::average_parameters;

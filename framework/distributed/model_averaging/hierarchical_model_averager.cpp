@@ -11,7 +11,7 @@ namespace {
 
 // The first problem with the hierarchy, or "" when it is valid. Each message names the
 // offending entry (0-based index into period_group_size) and what was expected.
-std::string validate(const detail::Hierarchy& levels, int64_t warmup_steps, int pg_size) {
+std::string validate(const std::vector<LevelOptions>& levels, int64_t warmup_steps, int pg_size) {
   using hsgd::detail::str_cat;
   const char* who = "HierarchicalModelAverager";
   if (levels.empty()) {
@@ -19,7 +19,8 @@ std::string validate(const detail::Hierarchy& levels, int64_t warmup_steps, int 
                    "}");
   }
   for (size_t i = 0; i < levels.size(); ++i) {
-    const auto [period, size] = levels[i];
+    const int64_t period = levels[i].period;
+    const int size = levels[i].group_size;
     if (period < 1) {
       return str_cat(who, ": period of entry ", i, " must be >= 1, got ", period);
     }
@@ -27,7 +28,8 @@ std::string validate(const detail::Hierarchy& levels, int64_t warmup_steps, int 
       return str_cat(who, ": group size of entry ", i, " must be >= 1, got ", size);
     }
     if (i == 0) continue;
-    const auto [prev_period, prev_size] = levels[i - 1];
+    const int64_t prev_period = levels[i - 1].period;
+    const int prev_size = levels[i - 1].group_size;
     if (period <= prev_period) {
       return str_cat(who, ": periods must strictly increase, but entry ", i, " has period ", period,
                      " after period ", prev_period, " of entry ", i - 1);
@@ -42,12 +44,24 @@ std::string validate(const detail::Hierarchy& levels, int64_t warmup_steps, int 
                      " of entry ", i);
     }
   }
-  if (levels.back().second != pg_size) {
-    return str_cat(who, ": last group size ", levels.back().second,
+  if (levels.back().group_size != pg_size) {
+    return str_cat(who, ": last group size ", levels.back().group_size,
                    " must equal the process group size ", pg_size);
   }
   if (warmup_steps < 0) return str_cat(who, ": warmup_steps must be >= 0, got ", warmup_steps);
+  for (size_t i = 0; i < levels.size(); ++i) {
+    std::string error = validate_options(levels[i], i, who);
+    if (!error.empty()) return error;
+  }
   return "";
+}
+
+std::vector<LevelOptions> plain_levels(const std::vector<std::pair<int64_t, int>>& pairs) {
+  std::vector<LevelOptions> levels;
+  for (const auto& [period, size] : pairs) {
+    levels.push_back(LevelOptions{.period = period, .group_size = size});
+  }
+  return levels;
 }
 
 }  // namespace
@@ -55,14 +69,26 @@ std::string validate(const detail::Hierarchy& levels, int64_t warmup_steps, int 
 HierarchicalModelAverager::HierarchicalModelAverager(
     std::vector<std::pair<int64_t, int>> period_group_size, int64_t warmup_steps,
     std::shared_ptr<comm::ProcessGroup> pg, ModelAveragerOptions options)
+    : HierarchicalModelAverager(plain_levels(period_group_size), warmup_steps, std::move(pg),
+                                std::move(options)) {}
+
+HierarchicalModelAverager::HierarchicalModelAverager(
+    std::initializer_list<std::pair<int64_t, int>> period_group_size, int64_t warmup_steps,
+    std::shared_ptr<comm::ProcessGroup> pg, ModelAveragerOptions options)
+    : HierarchicalModelAverager(std::vector<std::pair<int64_t, int>>(period_group_size),
+                                warmup_steps, std::move(pg), std::move(options)) {}
+
+HierarchicalModelAverager::HierarchicalModelAverager(std::vector<LevelOptions> levels,
+                                                     int64_t warmup_steps,
+                                                     std::shared_ptr<comm::ProcessGroup> pg,
+                                                     ModelAveragerOptions options)
     : ModelAverager(std::move(pg), std::move(options), "HierarchicalModelAverager"),
-      levels_(std::move(period_group_size)),
       warmup_steps_(warmup_steps) {
   // Validate locally, but throw only after the collective check so that no rank leaves the
   // others waiting: either all ranks agree (and all see the same error) or all throw.
-  detail::check_config_on_all_ranks(*pg_, class_name_, levels_, warmup_steps_,
-                                    validate(levels_, warmup_steps_, pg_->size()));
-  if (levels_.back().first == 1) {
+  detail::check_config_on_all_ranks(*pg_, class_name_, levels, warmup_steps_,
+                                    validate(levels, warmup_steps_, pg_->size()));
+  if (levels.back().period == 1) {
     comm::logger()->warn(
         "HierarchicalModelAverager (rank {} of group '{}'): the largest period is 1, so the "
         "whole group averages at every step, which costs no less than DDP's gradient "
@@ -70,29 +96,29 @@ HierarchicalModelAverager::HierarchicalModelAverager(
         pg_->rank(), pg_->name());
   }
   // Every rank creates the subgroups of every level in the same order (a collective).
-  for (const auto& [period, size] : levels_) {
-    if (size == pg_->size()) {
+  for (const LevelOptions& level : levels) {
+    period_group_size_.emplace_back(level.period, level.group_size);
+    if (level.group_size == pg_->size()) {
       groups_.push_back(pg_);
     } else {
-      groups_.push_back(comm::new_subgroups(pg_, size).first);
+      groups_.push_back(comm::new_subgroups(pg_, level.group_size).first);
     }
-    stats_.push_back(AveragingLevelStats{.period = period, .group_size = size});
-    comm::logger()->debug("rank {}: every {} steps, groups of {} ranks average", pg_->rank(),
-                          period, size);
+    add_level(level, groups_.back());
+    comm::logger()->debug("rank {}: every {} steps, groups of {} ranks average ({})", pg_->rank(),
+                          level.period, level.group_size, describe(level));
   }
 }
 
 int HierarchicalModelAverager::level_at(int64_t step) const {
   if (step < warmup_steps_) return -1;
-  for (int i = static_cast<int>(levels_.size()) - 1; i >= 0; --i) {
-    if (step % levels_[i].first == 0) return i;
+  for (int i = static_cast<int>(period_group_size_.size()) - 1; i >= 0; --i) {
+    if (step % period_group_size_[i].first == 0) return i;
   }
   return -1;
 }
 
 void HierarchicalModelAverager::average_parameters(const std::vector<Tensor>& params) {
-  const int level = level_at(step_);
-  if (level >= 0) average_at_level(static_cast<size_t>(level), params, groups_[level].get());
+  average_step(level_at(step_), params);
   step_ += 1;
 }
 

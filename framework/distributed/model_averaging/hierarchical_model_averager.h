@@ -17,12 +17,28 @@
 // - every rank passed the same list and warm-up (checked collectively, see config_check.h).
 // A largest period of 1 only warns. Construction is collective over pg.
 //
+// Level options (level_options.h; the schedule of levels with options is in averagers.h): the
+// constructor taking LevelOptions gives each level an outer optimizer, overlap or compression.
+// Bad options throw on every rank naming the level and the value ("level 1 (16:4@overlap=-1):
+// overlap_steps must be >= 0, got -1"); the cross-rank check covers them. The constructors
+// taking (period, group size) pairs build plain levels: exactly torch's averaging. (The
+// initializer_list overload only keeps `averager({{2, 2}, {4, 4}}, ...)` unambiguous.)
+//
 // Usage (8 ranks, 2 nodes of 4):
 //   HierarchicalModelAverager averager({{2, 4}, {8, 8}}, /*warmup_steps=*/100, pg);
 //   ... opt.step(); averager.average_parameters(model->parameters());
 //   for (const auto& level : averager.level_stats()) log(level.period, level.calls, level.bytes);
+//
+//   // DiLoCo across nodes, overlapped and in bf16; pairs average plainly every 2 steps:
+//   HierarchicalModelAverager diloco(
+//       {LevelOptions{.period = 2, .group_size = 4},
+//        LevelOptions{.period = 32, .group_size = 8,
+//                     .outer = OuterOptimizer{.lr = 0.7, .momentum = 0.9, .nesterov = true},
+//                     .overlap_steps = 2, .compression = Compression::kBF16}},
+//       100, pg);
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -37,12 +53,20 @@ class HierarchicalModelAverager : public ModelAverager {
   HierarchicalModelAverager(std::vector<std::pair<int64_t, int>> period_group_size,
                             int64_t warmup_steps, std::shared_ptr<comm::ProcessGroup> pg,
                             ModelAveragerOptions options = {});
+  HierarchicalModelAverager(std::initializer_list<std::pair<int64_t, int>> period_group_size,
+                            int64_t warmup_steps, std::shared_ptr<comm::ProcessGroup> pg,
+                            ModelAveragerOptions options = {});
+  HierarchicalModelAverager(std::vector<LevelOptions> levels, int64_t warmup_steps,
+                            std::shared_ptr<comm::ProcessGroup> pg,
+                            ModelAveragerOptions options = {});
 
   using ModelAverager::average_parameters;
   void average_parameters(const std::vector<Tensor>& params) override;
 
   int64_t warmup_steps() const { return warmup_steps_; }
-  const std::vector<std::pair<int64_t, int>>& period_group_size() const { return levels_; }
+  const std::vector<std::pair<int64_t, int>>& period_group_size() const {
+    return period_group_size_;
+  }
   // This rank's group at each level (the last is pg itself).
   const std::vector<std::shared_ptr<comm::ProcessGroup>>& level_groups() const { return groups_; }
   // The level that averages at the given step, or -1 when none does.
@@ -50,8 +74,8 @@ class HierarchicalModelAverager : public ModelAverager {
 
  private:
   // Constant after construction.
-  const std::vector<std::pair<int64_t, int>> levels_;
   const int64_t warmup_steps_;
+  std::vector<std::pair<int64_t, int>> period_group_size_;
   std::vector<std::shared_ptr<comm::ProcessGroup>> groups_;
 };
 

@@ -1,0 +1,199 @@
+#include "framework/distributed/model_averaging/averaging_level.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "comm/error.h"
+#include "comm/log.h"
+#include "framework/distributed/model_averaging/compression.h"
+
+namespace hsgd::distributed::detail {
+namespace {
+
+Tensor to_tensor(std::span<const float> values) {
+  return from_vector(std::vector<float>(values.begin(), values.end()),
+                     {static_cast<int64_t>(values.size())});
+}
+
+std::vector<float> tensor_values(const StateDict& state, const std::string& key) {
+  return state.get_tensor(key).to_vector();
+}
+
+}  // namespace
+
+AveragingLevel::AveragingLevel(size_t index, LevelOptions options,
+                               std::shared_ptr<comm::ProcessGroup> group)
+    : index_(index), options_(std::move(options)), group_(std::move(group)) {}
+
+AveragingLevel::~AveragingLevel() {
+  if (!pending_ || !pending_->work) return;
+  try {
+    pending_->work->wait(group_->timeout());
+  } catch (const std::exception& e) {
+    comm::logger()->warn("model averaging level {}: the averaging in flight failed: {}", index_,
+                         e.what());
+  }
+}
+
+void AveragingLevel::check_size(const char* what, size_t expected, size_t got) const {
+  HSGD_CHECK(expected == got, "model averaging level ", index_, " (", describe(options_),
+             "): ", what, " holds ", expected, " values but the averaged tensors have ", got,
+             "; with an outer optimizer, overlap or compression the parameters with a gradient "
+             "(and the buffers) must stay the same from one averaging to the next");
+}
+
+int64_t AveragingLevel::start(int64_t step, std::span<const float> x, int64_t n_params) {
+  HSGD_CHECK(!pending_, "model averaging level ", index_, ": started at step ", step,
+             " while the averaging of step ", pending_->start, " is pending");
+  HSGD_CHECK(group_ != nullptr, "model averaging level ", index_, ": not a member of its group");
+  const size_t n = x.size();
+  const float g = static_cast<float>(group_->size());
+  Pending p{.start = step,
+            .due = step + options_.overlap_steps,
+            .n_params = n_params,
+            .snapshot = {},
+            .work = nullptr};
+  p.first = anchored() && anchor_.empty();
+  if (anchored() && !p.first) check_size("the anchor", anchor_.size(), n);
+  mean_.resize(n);
+  int64_t bytes = 0;
+  if (!anchored() || p.first) {
+    // Exactly the plain averager's arithmetic: x / g, summed.
+    for (size_t i = 0; i < n; ++i) mean_[i] = x[i] / g;
+    p.work = group_->allreduce(std::span<float>(mean_), comm::ReduceOp::kSum);
+    bytes = static_cast<int64_t>(n * sizeof(float));
+  } else if (options_.compression == Compression::kNone) {
+    for (size_t i = 0; i < n; ++i) mean_[i] = (anchor_[i] - x[i]) / g;
+    p.work = group_->allreduce(std::span<float>(mean_), comm::ReduceOp::kSum);
+    bytes = static_cast<int64_t>(n * sizeof(float));
+  } else {
+    for (size_t i = 0; i < n; ++i) mean_[i] = anchor_[i] - x[i];
+    if (options_.error_feedback) {
+      if (residual_.empty()) residual_.assign(n, 0.0f);
+      check_size("the error-feedback residual", residual_.size(), n);
+    }
+    const auto words = static_cast<size_t>(packed_words(static_cast<int64_t>(n)));
+    words_.resize(words);
+    gathered_.resize(words * static_cast<size_t>(group_->size()));
+    encode(options_.compression, options_.compression_scale, mean_,
+           options_.error_feedback ? std::span<float>(residual_) : std::span<float>(), words_);
+    p.work = group_->allgather(std::span<const int64_t>(words_), std::span<int64_t>(gathered_));
+    bytes = static_cast<int64_t>(words * sizeof(int64_t));
+  }
+  if (options_.overlap_steps > 0) p.snapshot.assign(x.begin(), x.end());
+  pending_ = std::move(p);
+  return bytes;
+}
+
+void AveragingLevel::receive() {
+  Pending& p = *pending_;
+  if (p.received) return;
+  p.work->wait(group_->timeout());
+  p.work.reset();
+  if (anchored() && !p.first && options_.compression != Compression::kNone) {
+    // Every rank sums the same decoded values in the same (rank) order: equal results.
+    std::fill(mean_.begin(), mean_.end(), 0.0f);
+    const size_t words = words_.size();
+    for (int r = 0; r < group_->size(); ++r) {
+      decode_add(options_.compression, options_.compression_scale,
+                 std::span<const int64_t>(gathered_).subspan(r * words, words), mean_);
+    }
+    const float g = static_cast<float>(group_->size());
+    for (float& v : mean_) v /= g;
+  }
+  p.received = true;
+}
+
+void AveragingLevel::outer_step(std::span<const float> gradient) {
+  const OuterOptimizer outer = options_.outer.value_or(OuterOptimizer{});
+  const auto lr = static_cast<float>(outer.lr);
+  const auto m = static_cast<float>(outer.momentum);
+  if (m != 0.0f && momentum_.empty()) {
+    momentum_.assign(gradient.begin(), gradient.end());  // torch: buf = clone(d_p)
+  } else if (m != 0.0f) {
+    check_size("the outer momentum", momentum_.size(), gradient.size());
+    for (size_t i = 0; i < gradient.size(); ++i) momentum_[i] = momentum_[i] * m + gradient[i];
+  }
+  for (size_t i = 0; i < gradient.size(); ++i) {
+    float d = gradient[i];
+    if (m != 0.0f) d = outer.nesterov ? d + m * momentum_[i] : momentum_[i];
+    anchor_[i] = anchor_[i] + (-lr) * d;
+  }
+}
+
+std::span<const float> AveragingLevel::complete(std::span<float> x) {
+  HSGD_CHECK(pending_.has_value(), "model averaging level ", index_, ": nothing to complete");
+  receive();
+  const Pending& p = *pending_;
+  check_size("the averaging in flight", mean_.size(), x.size());
+  std::span<const float> result = mean_;
+  if (anchored()) {
+    if (p.first) {
+      anchor_ = mean_;
+    } else {
+      const auto n_params = static_cast<size_t>(p.n_params);
+      outer_step(std::span<const float>(mean_).first(n_params));
+      for (size_t i = n_params; i < x.size(); ++i) anchor_[i] = anchor_[i] - mean_[i];
+    }
+    result = anchor_;
+  }
+  if (p.snapshot.empty()) {
+    std::copy(result.begin(), result.end(), x.begin());
+  } else {
+    for (size_t i = 0; i < x.size(); ++i) x[i] = result[i] + (x[i] - p.snapshot[i]);
+  }
+  pending_.reset();
+  return result;
+}
+
+void AveragingLevel::reset_anchor(std::span<const float> r) {
+  HSGD_CHECK(!pending_, "model averaging level ", index_, ": anchor reset while pending");
+  if (anchored()) anchor_.assign(r.begin(), r.end());
+}
+
+void AveragingLevel::save(StateDict& state, const std::string& prefix) {
+  if (!anchor_.empty()) state.set(prefix + "anchor", to_tensor(anchor_));
+  if (!momentum_.empty()) state.set(prefix + "outer_momentum", to_tensor(momentum_));
+  if (!residual_.empty()) state.set(prefix + "residual", to_tensor(residual_));
+  if (!pending_) return;
+  receive();
+  const Pending& p = *pending_;
+  state.set(prefix + "pending.start", p.start);
+  state.set(prefix + "pending.due", p.due);
+  state.set(prefix + "pending.n_params", p.n_params);
+  state.set(prefix + "pending.first", int64_t{p.first});
+  state.set(prefix + "pending.mean", to_tensor(mean_));
+  if (!p.snapshot.empty()) state.set(prefix + "pending.snapshot", to_tensor(p.snapshot));
+}
+
+void AveragingLevel::load(const StateDict& state, const std::string& prefix) {
+  if (pending_ && pending_->work) {
+    pending_->work->wait(group_->timeout());
+  }
+  pending_.reset();
+  const auto optional_values = [&](const std::string& key) {
+    return state.contains(prefix + key) ? tensor_values(state, prefix + key) : std::vector<float>();
+  };
+  anchor_ = optional_values("anchor");
+  momentum_ = optional_values("outer_momentum");
+  residual_ = optional_values("residual");
+  if (!state.contains(prefix + "pending.start")) return;
+  Pending p{.start = state.get_int(prefix + "pending.start"),
+            .due = state.get_int(prefix + "pending.due"),
+            .n_params = state.get_int(prefix + "pending.n_params"),
+            .first = state.get_int(prefix + "pending.first") != 0,
+            .received = true,
+            .snapshot = {},
+            .work = nullptr};
+  mean_ = tensor_values(state, prefix + "pending.mean");
+  p.snapshot = optional_values("pending.snapshot");
+  HSGD_CHECK(p.snapshot.empty() || p.snapshot.size() == mean_.size(), "load_state_dict: ", prefix,
+             "pending.snapshot has ", p.snapshot.size(), " values, ", prefix, "pending.mean ",
+             mean_.size());
+  HSGD_CHECK(p.n_params >= 0 && static_cast<size_t>(p.n_params) <= mean_.size(),
+             "load_state_dict: ", prefix, "pending.n_params ", p.n_params, " must be in [0, ",
+             mean_.size(), "]");
+  pending_ = std::move(p);
+}
+
+}  // namespace hsgd::distributed::detail

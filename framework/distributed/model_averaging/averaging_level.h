@@ -1,0 +1,115 @@
+#pragma once
+// AveragingLevel: the state and arithmetic of one level of a model averager with options beyond
+// plain averaging (level_options.h): its anchor, outer momentum, error-feedback residual and the
+// averaging in flight. Internal to the averagers (ModelAverager decides when a level starts and
+// completes; see averagers.h for the schedule).
+//
+// Notation, per rank: x is the flat vector (n,) of the averaged tensors (the parameters with a
+// gradient, n_params values, then the option buffers); g the level's group size; mean_g the
+// element-wise mean over the group; A the anchor; M the outer momentum buffer.
+//
+// START at step s (an averaging of this level):
+//   - the level's first averaging when it keeps an anchor and has none yet (no previous
+//     averaging): payload x / g, float32 (exactly plain averaging); on completion A := R.
+//   - plain level (only overlap): payload x / g, float32 allreduce (sum).
+//   - anchored level, kNone: payload (A - x) / g, float32 allreduce (sum).
+//   - anchored level, 16-bit: payload p = A - x, plus the residual e with error feedback
+//     (v = p + e; e := v - decoded(v)), encoded (compression.h) and allgathered; every rank
+//     decodes and sums the g payloads in rank order in float32, then divides by g.
+//   D := the group mean of the payload. S := x (the snapshot) when overlap_steps > 0.
+// COMPLETE (at once when overlap_steps == 0, else at step s + overlap_steps, or earlier when the
+// averager needs the level settled, see averagers.h):
+//   - first averaging or plain level: R := D.
+//   - anchored: for the parameters, torch.optim.SGD with gradient D on A, in float32:
+//       with momentum m > 0: M := D at the first outer step, else M := m * M + D;
+//                            G := nesterov ? D + m * M : M;        (m == 0: G := D)
+//       A := A + (-lr) * G;
+//     for the buffers A := A - D (plain averaging). Then R := A.
+//   - merge: x := R                  when overlap_steps == 0,
+//            x := R + (x - S)        otherwise (x is now, k local steps after the snapshot).
+//
+// Error handling: a mismatch between x and the stored state (the set of parameters with a
+// gradient changed) throws InvalidArgument naming the level and both sizes; collective failures
+// throw the ProcessGroup's errors.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "comm/process_group.h"
+#include "framework/distributed/model_averaging/level_options.h"
+#include "framework/train/state_dict.h"
+
+namespace hsgd::distributed::detail {
+
+class AveragingLevel {
+ public:
+  // group: this rank's group at the level (null when it is not a member: never started then).
+  AveragingLevel(size_t index, LevelOptions options, std::shared_ptr<comm::ProcessGroup> group);
+  // Waits (bounded by the group timeout) for a collective still in flight: it writes into this
+  // object's buffers. Errors are swallowed here; call complete() to see them.
+  ~AveragingLevel();
+  AveragingLevel(const AveragingLevel&) = delete;
+  AveragingLevel& operator=(const AveragingLevel&) = delete;
+
+  const LevelOptions& options() const { return options_; }
+  comm::ProcessGroup* group() const { return group_.get(); }
+  bool plain() const { return is_plain(options_); }
+  bool pending() const { return pending_.has_value(); }
+  // The step at which the pending averaging merges (valid when pending()).
+  int64_t due_step() const { return pending_->due; }
+
+  // Starts an averaging of x at step (see the file comment); the level must not be pending.
+  // Returns the bytes this rank puts on the wire (its payload).
+  int64_t start(int64_t step, std::span<const float> x, int64_t n_params);
+  // Waits for the pending averaging and merges it into x (same n as at start). Returns R, valid
+  // until the next call of a non-const method.
+  std::span<const float> complete(std::span<float> x);
+  // A higher level set this level's group to the common value r: anchored levels take r as
+  // their anchor (so their next pseudo-gradient is the local progress since r). The level must
+  // not be pending.
+  void reset_anchor(std::span<const float> r);
+
+  // Adds "<prefix>anchor", "outer_momentum", "residual" and "pending.{start,due,n_params,first,
+  // snapshot,mean}" (only those that exist). Waits for a pending collective first (all ranks of
+  // the group issued it, so this does not block on other ranks' progress).
+  void save(StateDict& state, const std::string& prefix);
+  // Replaces the state by what save() stored under prefix (missing entries: none). A collective
+  // in flight is waited for and dropped.
+  void load(const StateDict& state, const std::string& prefix);
+
+ private:
+  struct Pending {
+    int64_t start = 0;
+    int64_t due = 0;
+    int64_t n_params = 0;
+    bool first = false;           // the first averaging of an anchored level
+    bool received = false;        // mean_ holds D
+    std::vector<float> snapshot;  // (n,) x at the start; empty without overlap
+    std::shared_ptr<comm::Work> work;
+  };
+
+  bool anchored() const { return is_anchored(options_); }
+  // Waits for the collective and leaves D in mean_.
+  void receive();
+  void check_size(const char* what, size_t expected, size_t got) const;
+  void outer_step(std::span<const float> gradient);  // on anchor_[0, gradient.size())
+
+  // Constant after construction.
+  const size_t index_;
+  const LevelOptions options_;
+  const std::shared_ptr<comm::ProcessGroup> group_;
+
+  std::vector<float> anchor_;    // (n,) A; empty before the first averaging
+  std::vector<float> momentum_;  // (n_params,) M; empty before the first outer step
+  std::vector<float> residual_;  // (n,) e; empty before the first compressed averaging
+  std::optional<Pending> pending_;
+  std::vector<float> mean_;        // (n,) the float32 payload, allreduced in place; then D
+  std::vector<int64_t> words_;     // (packed_words(n),) this rank's 16-bit payload
+  std::vector<int64_t> gathered_;  // (g * packed_words(n),) every rank's
+};
+
+}  // namespace hsgd::distributed::detail

@@ -1,0 +1,90 @@
+#include "framework/distributed/model_averaging/level_options.h"
+
+#include <cmath>
+#include <sstream>
+
+#include "comm/error.h"
+
+namespace hsgd::distributed {
+
+const char* to_string(Compression compression) {
+  switch (compression) {
+    case Compression::kNone:
+      return "none";
+    case Compression::kBF16:
+      return "bf16";
+    case Compression::kFP16:
+      return "fp16";
+  }
+  return "unknown";
+}
+
+bool is_plain(const LevelOptions& level) {
+  return !level.outer.has_value() && level.overlap_steps == 0 &&
+         level.compression == Compression::kNone;
+}
+
+bool is_anchored(const LevelOptions& level) {
+  return level.outer.has_value() || level.compression != Compression::kNone;
+}
+
+std::string describe(const LevelOptions& level) {
+  std::ostringstream out;
+  out << level.period << ":" << level.group_size;
+  const char* sep = "@";
+  const auto next = [&]() -> std::ostream& {
+    out << sep;
+    sep = ",";
+    return out;
+  };
+  if (level.outer) {
+    next() << "outer=" << level.outer->lr << "/" << level.outer->momentum
+           << (level.outer->nesterov ? "/nesterov" : "");
+  }
+  if (level.overlap_steps != 0) next() << "overlap=" << level.overlap_steps;
+  if (level.compression != Compression::kNone) {
+    next() << to_string(level.compression);
+    if (level.compression_scale != 1.0f) out << "=" << level.compression_scale;
+  } else if (level.compression_scale != 1.0f) {
+    next() << "scale=" << level.compression_scale;
+  }
+  if (level.error_feedback) next() << "ef";
+  return out.str();
+}
+
+std::string validate_options(const LevelOptions& level, size_t index, const char* who) {
+  using hsgd::detail::str_cat;
+  const std::string at = str_cat(who, ": level ", index, " (", describe(level), "): ");
+  if (level.overlap_steps < 0) {
+    return str_cat(at, "overlap_steps must be >= 0, got ", level.overlap_steps);
+  }
+  if (level.outer) {
+    const OuterOptimizer& outer = *level.outer;
+    if (!(outer.lr > 0) || !std::isfinite(outer.lr)) {
+      return str_cat(at, "outer lr must be > 0 and finite, got ", outer.lr);
+    }
+    if (!(outer.momentum >= 0) || !std::isfinite(outer.momentum)) {
+      return str_cat(at, "outer momentum must be >= 0 and finite, got ", outer.momentum);
+    }
+    if (outer.nesterov && outer.momentum == 0) {
+      return str_cat(at, "outer nesterov needs a momentum > 0, got momentum 0");
+    }
+  }
+  if (!(level.compression_scale > 0) || !std::isfinite(level.compression_scale)) {
+    return str_cat(at, "compression_scale must be > 0 and finite, got ", level.compression_scale);
+  }
+  if (level.compression == Compression::kNone) {
+    if (level.compression_scale != 1.0f) {
+      return str_cat(at, "compression_scale ", level.compression_scale,
+                     " needs a compression (bf16 or fp16)");
+    }
+    if (level.error_feedback)
+      return str_cat(at, "error_feedback needs a compression (bf16 or fp16)");
+  } else if (level.group_size == 1) {
+    return str_cat(at, "compression ", to_string(level.compression),
+                   " needs a group of at least 2 ranks, got group size 1");
+  }
+  return "";
+}
+
+}  // namespace hsgd::distributed

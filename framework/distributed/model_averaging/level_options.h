@@ -1,0 +1,77 @@
+#pragma once
+// LevelOptions: what one level of a model averager does beside "every `period` steps, groups of
+// `group_size` ranks average". The defaults are plain averaging, exactly as torch's averagers
+// (and hsgd's existing constructors) do it; each option below goes beyond torch.
+//
+// - outer (DiLoCo, arXiv 2311.08105): the level keeps an ANCHOR, the parameters at the end of its
+//   previous averaging. An averaging allreduces the group mean D of (anchor - local parameters),
+//   the "pseudo-gradient", takes one step of torch.optim.SGD (lr, momentum, nesterov; dampening
+//   and weight decay 0) on the anchor with gradient D, and sets the parameters to the new anchor.
+//   lr 1 with momentum 0 is plain averaging (up to float rounding).
+// - overlap_steps = k >= 1 (Streaming DiLoCo, arXiv 2501.18512; delayed averaging): the averaging
+//   started at step s runs in the background and is merged k steps later (see averaging_level.h
+//   for the exact rule), so training does not wait for the group.
+// - compression: kBF16 / kFP16 put 16-bit values on the wire instead of float32, (value * scale)
+//   rounded to nearest even; the sum is accumulated in float32. Only the difference to the anchor
+//   is compressed, never the parameters themselves, so a compressed level keeps an anchor even
+//   without outer (it then behaves as outer lr 1, momentum 0). error_feedback adds this rank's
+//   rounding error of an averaging to its payload at the level's next averaging.
+//
+// Usage:
+//   LevelOptions{.period = 16, .group_size = 8,
+//                .outer = OuterOptimizer{.lr = 0.7, .momentum = 0.9, .nesterov = true},
+//                .overlap_steps = 2, .compression = Compression::kBF16}
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace hsgd::distributed {
+
+// What travels on the wire at an averaging.
+enum class Compression {
+  kNone,  // float32
+  kBF16,  // bfloat16: float32's range, 8 significant bits
+  kFP16,  // IEEE half: 11 significant bits, |value * scale| saturates at 65504
+};
+// "none", "bf16", "fp16".
+const char* to_string(Compression compression);
+
+// The outer optimizer of a level: torch.optim.SGD(lr, momentum, nesterov) applied to the anchor.
+struct OuterOptimizer {
+  double lr = 1.0;        // > 0
+  double momentum = 0.0;  // >= 0
+  bool nesterov = false;  // needs momentum > 0 (as torch)
+};
+
+struct LevelOptions {
+  int64_t period = 1;  // >= 1
+  // Ranks per averaging group (contiguous ranks). PeriodicModelAverager: 0 or the group size.
+  int group_size = 0;
+  // Unset: plain averaging.
+  std::optional<OuterOptimizer> outer = std::nullopt;
+  int64_t overlap_steps = 0;  // >= 0; 0: the averaging completes within its step
+  Compression compression = Compression::kNone;
+  // Values are multiplied by it before rounding to 16 bits and divided after (> 0, finite).
+  // Useful with kFP16, whose smallest normal value is 6.1e-5.
+  float compression_scale = 1.0f;
+  bool error_feedback = false;  // needs compression
+};
+
+// Plain averaging: no outer optimizer, no overlap, no compression. Such a level averages exactly
+// as torch's averagers (the existing constructors build only plain levels).
+bool is_plain(const LevelOptions& level);
+// Whether the level keeps an anchor: an outer optimizer or compression.
+bool is_anchored(const LevelOptions& level);
+
+// "16:4" for a plain level; otherwise the options after '@', in the syntax of the examples'
+// --hierarchy flag: "16:4@outer=0.7/0.9/nesterov,overlap=2,bf16,ef" ("fp16=1024" gives a scale).
+std::string describe(const LevelOptions& level);
+
+// The first problem with the options of level `index` (other than period and group size, which
+// the averagers check themselves), or "" when there is none. The message starts with
+// "<who>: level <index> (<describe>)" and names the bad value, e.g. "... overlap_steps must be
+// >= 0, got -1".
+std::string validate_options(const LevelOptions& level, size_t index, const char* who);
+
+}  // namespace hsgd::distributed

@@ -1,0 +1,93 @@
+// apps/common/level_options.h: the per-level syntax of --hierarchy and the top-level flags.
+
+#include "apps/common/level_options.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "apps/common/parallel_training.h"
+
+namespace hsgd::apps {
+namespace {
+
+using distributed::Compression;
+using distributed::LevelOptions;
+
+std::vector<LevelOptions> levels_of(const std::string& hierarchy, const LevelFlags& flags = {}) {
+  return make_level_options(parse_hierarchy(hierarchy), hierarchy, flags);
+}
+
+TEST(LevelOptionsFlags, PerLevelSyntax_ParsesEveryOption) {
+  const auto levels = levels_of("1:2,16:4@outer=0.7/0.9/nesterov,overlap=2,bf16,ef");
+  ASSERT_EQ(levels.size(), 2u);
+  EXPECT_TRUE(distributed::is_plain(levels[0]));
+  EXPECT_EQ(levels[0].period, 1);
+  EXPECT_EQ(levels[0].group_size, 2);
+  const LevelOptions& top = levels[1];
+  EXPECT_EQ(top.period, 16);
+  EXPECT_EQ(top.group_size, 4);
+  ASSERT_TRUE(top.outer.has_value());
+  EXPECT_EQ(top.outer->lr, 0.7);
+  EXPECT_EQ(top.outer->momentum, 0.9);
+  EXPECT_TRUE(top.outer->nesterov);
+  EXPECT_EQ(top.overlap_steps, 2);
+  EXPECT_EQ(top.compression, Compression::kBF16);
+  EXPECT_TRUE(top.error_feedback);
+  EXPECT_EQ(distributed::describe(top), "16:4@outer=0.7/0.9/nesterov,overlap=2,bf16,ef");
+}
+
+TEST(LevelOptionsFlags, OptionsOnALowerLevelAndFp16Scale) {
+  const auto levels = levels_of("2:2@outer=0.5,fp16=1024,4:4");
+  ASSERT_EQ(levels.size(), 2u);
+  ASSERT_TRUE(levels[0].outer.has_value());
+  EXPECT_EQ(levels[0].outer->lr, 0.5);
+  EXPECT_EQ(levels[0].outer->momentum, 0.0);
+  EXPECT_FALSE(levels[0].outer->nesterov);
+  EXPECT_EQ(levels[0].compression, Compression::kFP16);
+  EXPECT_EQ(levels[0].compression_scale, 1024.0f);
+  EXPECT_TRUE(distributed::is_plain(levels[1]));
+  EXPECT_EQ(strip_level_options("2:2@outer=0.5,fp16=1024,4:4"), "2:2,4:4");
+}
+
+TEST(LevelOptionsFlags, TopLevelFlags_ApplyToTheLastLevel) {
+  LevelFlags flags{.outer_lr = 0.7,
+                   .outer_momentum = 0.9,
+                   .outer_nesterov = true,
+                   .overlap_steps = 1,
+                   .compression = "bf16"};
+  const auto levels = levels_of("2:2,8:4", flags);
+  EXPECT_TRUE(distributed::is_plain(levels[0]));
+  EXPECT_EQ(distributed::describe(levels[1]), "8:4@outer=0.7/0.9/nesterov,overlap=1,bf16");
+  // local-sgd: the only level.
+  const auto single = make_level_options({{4, 0}}, "", LevelFlags{.overlap_steps = 3});
+  EXPECT_EQ(single[0].overlap_steps, 3);
+  EXPECT_FALSE(single[0].outer.has_value());
+}
+
+void expect_bad(const std::function<void()>& f, const std::string& expected) {
+  try {
+    f();
+    ADD_FAILURE() << "no BadFlag, expected one containing '" << expected << "'";
+  } catch (const BadFlag& e) {
+    EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+  }
+}
+
+TEST(LevelOptionsFlags, BadItems_NameTheFlagAndItem) {
+  expect_bad([] { levels_of("2:2,4:4@zip"); }, "unknown level option 'zip'");
+  expect_bad([] { levels_of("2:2,4:4@outer=fast"); }, "outer lr 'fast' is not a number");
+  expect_bad([] { levels_of("2:2,4:4@outer=1/0.9/heavy"); }, "expected LR[/MOMENTUM[/nesterov]]");
+  expect_bad([] { levels_of("2:2,4:4@overlap=1.5"); }, "overlap '1.5' is not an integer");
+  expect_bad(
+      [] {
+        make_level_options({{2, 2}, {4, 4}}, "2:2,bf16,4:4", {});
+      },
+      "option 'bf16' must follow '@'");
+  expect_bad([] { levels_of("2:2,4:4@bf16", LevelFlags{.outer_lr = 0.5}); },
+             "give them in one place");
+}
+
+}  // namespace
+}  // namespace hsgd::apps

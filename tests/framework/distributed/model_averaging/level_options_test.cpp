@@ -1,0 +1,478 @@
+// Level options of the averagers (issue 12): outer optimizer, overlap, compression, their state
+// in state_dict and their validation, at 2, 3 and 4 ranks. Exact semantics are checked against
+// closed forms computed by hand and against reference_averager.h (every rank's state simulated
+// in one process from the rule written in averaging_level.h and averagers.h).
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "comm/error.h"
+#include "framework/distributed/model_averaging/averagers.h"
+#include "framework/distributed/model_averaging/compression.h"
+#include "framework/distributed/model_averaging/hierarchical_model_averager.h"
+#include "tests/framework/distributed/dist_test_util.h"
+#include "tests/framework/distributed/model_averaging/reference_averager.h"
+#include "tests/support/world.h"
+
+namespace hsgd::distributed {
+namespace {
+
+using hsgd::testing::run_world;
+using Values = std::vector<float>;
+constexpr size_t kNumel = 3;
+
+Tensor make_param(const Values& values) {
+  Tensor p = from_vector(values, {static_cast<int64_t>(values.size())}).set_requires_grad(true);
+  p.set_grad(ones({static_cast<int64_t>(values.size())}));
+  return p;
+}
+
+Values initial_values(int rank) {
+  Values x(kNumel);
+  for (size_t i = 0; i < kNumel; ++i) x[i] = static_cast<float>(rank) + 0.1f * i;
+  return x;
+}
+
+// The local step of rank r at step t (an optimizer step stand-in): different per rank, step and
+// element, so that a merge with the wrong snapshot or the wrong group shows.
+void local_step(Values& x, int rank, int64_t t) {
+  for (size_t i = 0; i < x.size(); ++i) {
+    x[i] += 0.125f * static_cast<float>(rank + 1) * static_cast<float>(t % 3 + 1) + 0.01f * i;
+  }
+}
+
+void add_local_step(Tensor& p, int rank, int64_t t) {
+  Values x = p.to_vector();
+  local_step(x, rank, t);
+  p.copy_(from_vector(x, {static_cast<int64_t>(x.size())}));
+}
+
+void expect_near_values(const Values& actual, const Values& expected, float tolerance,
+                        const std::string& what) {
+  ASSERT_EQ(actual.size(), expected.size()) << what;
+  for (size_t i = 0; i < actual.size(); ++i) {
+    EXPECT_NEAR(actual[i], expected[i], tolerance * std::max(1.0f, std::fabs(expected[i])))
+        << what << " element " << i;
+  }
+}
+
+int hierarchical_level(const std::vector<LevelOptions>& levels, int64_t warmup, int64_t t) {
+  if (t < warmup) return -1;
+  for (int i = static_cast<int>(levels.size()) - 1; i >= 0; --i) {
+    if (t % levels[i].period == 0) return i;
+  }
+  return -1;
+}
+
+// Runs `steps` steps of local_step + averager.average_parameters on this rank and the reference
+// for every rank; after every step this rank's parameters must match the reference.
+void check_against_reference(ModelAverager& averager, const std::vector<LevelOptions>& levels,
+                             int rank, int world, int64_t steps, float tolerance,
+                             const std::function<int(int64_t)>& level_at) {
+  testing::ReferenceAverager reference(levels, world);
+  std::vector<Values> xs;
+  for (int r = 0; r < world; ++r) xs.push_back(initial_values(r));
+  Tensor param = make_param(initial_values(rank));
+  for (int64_t t = 0; t < steps; ++t) {
+    add_local_step(param, rank, t);
+    for (int r = 0; r < world; ++r) local_step(xs[r], r, t);
+    averager.average_parameters(std::vector<Tensor>{param});
+    reference.step(t, level_at(t), xs);
+    expect_near_values(param.to_vector(), xs[rank], tolerance,
+                       "rank " + std::to_string(rank) + " step " + std::to_string(t));
+  }
+}
+
+class LevelOptionsTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(LevelOptionsTest, OuterLr1Momentum0_EqualsPlainAveraging) {
+  const int world = GetParam();
+  auto result = run_world(world, [&](int rank, const auto& pg) {
+    HierarchicalModelAverager outer(
+        {LevelOptions{.period = 3, .group_size = world, .outer = OuterOptimizer{.lr = 1.0}}}, 2,
+        pg);
+    HierarchicalModelAverager plain({{3, world}}, 2, pg);
+    Tensor a = make_param(initial_values(rank)), b = make_param(initial_values(rank));
+    for (int64_t t = 0; t < 19; ++t) {
+      add_local_step(a, rank, t);
+      add_local_step(b, rank, t);
+      outer.average_parameters(std::vector<Tensor>{a});
+      plain.average_parameters(std::vector<Tensor>{b});
+      expect_near_values(a.to_vector(), b.to_vector(), 1e-6f, "step " + std::to_string(t));
+    }
+    EXPECT_EQ(outer.level_stats()[0].calls, plain.level_stats()[0].calls);
+    EXPECT_EQ(outer.level_stats()[0].bytes, plain.level_stats()[0].bytes);
+    EXPECT_TRUE(outer.averaged_whole_group_last_step());  // step 18 averaged the world
+  });
+  EXPECT_RANKS_OK(result);
+}
+
+TEST_P(LevelOptionsTest, OuterNesterov_MatchesClosedForm) {
+  // Scalar model, x_r = r at the start, x_r += r + 1 at every step, averaging every 2 steps with
+  // outer SGD(lr 0.5, momentum 0.9, nesterov). Step 0 is the first averaging: plain, the anchor
+  // A = mean(2r + 1) = W. After that each averaging sees the pseudo-gradient
+  // D = mean(A - x) = -2 mean(r + 1) = -(W + 1), so (torch.optim.SGD):
+  //   M_1 = D, M_k = 0.9 M_(k-1) + D;  A += -0.5 (D + 0.9 M_k).
+  const int world = GetParam();
+  auto result = run_world(world, [&](int rank, const auto& pg) {
+    PeriodicModelAverager averager(
+        LevelOptions{.period = 2,
+                     .outer = OuterOptimizer{.lr = 0.5, .momentum = 0.9, .nesterov = true}},
+        0, pg);
+    Tensor p = make_param({static_cast<float>(rank)});
+    double anchor = world, momentum = 0;
+    const double d = -(world + 1);
+    for (int64_t t = 0; t < 12; ++t) {
+      p.copy_(from_vector({p.to_vector()[0] + static_cast<float>(rank + 1)}, {1}));
+      averager.average_parameters(std::vector<Tensor>{p});
+      if (t % 2 != 0) continue;
+      if (t >= 2) {
+        momentum = t == 2 ? d : 0.9 * momentum + d;
+        anchor += -0.5 * (d + 0.9 * momentum);
+      }
+      EXPECT_NEAR(p.to_vector()[0], anchor, 1e-4 * std::abs(anchor)) << "step " << t;
+      // By hand at 2 ranks: A = 2 after step 0; at step 2, D = -3, M = -3,
+      // A = 2 - 0.5 (-3 - 2.7) = 4.85.
+      if (world == 2 && t == 2) {
+        EXPECT_NEAR(p.to_vector()[0], 4.85f, 1e-6);
+      }
+    }
+  });
+  EXPECT_RANKS_OK(result);
+}
+
+TEST_P(LevelOptionsTest, Overlap_PeriodicMatchesReference) {
+  const int world = GetParam();
+  auto result = run_world(world, [&](int rank, const auto& pg) {
+    // k = 1, 2 within the period 4; k = 4 merges exactly when the next averaging starts; k = 6
+    // reaches past the next averaging, which then waits for it first.
+    for (int64_t k : {1, 2, 4, 6}) {
+      const LevelOptions level{.period = 4, .group_size = world, .overlap_steps = k};
+      PeriodicModelAverager averager(level, 3, pg);
+      check_against_reference(averager, {level}, rank, world, 20, 1e-5f,
+                              [](int64_t t) { return t >= 3 && (t - 3) % 4 == 0 ? 0 : -1; });
+      EXPECT_TRUE(averager.has_pending()) << "k " << k << ": step 19 started at 15";
+      EXPECT_EQ(averager.level_stats()[0].calls, 5) << "k " << k;
+      EXPECT_FALSE(averager.averaged_whole_group_last_step()) << "k " << k;
+    }
+  });
+  EXPECT_RANKS_OK(result);
+}
+
+TEST_P(LevelOptionsTest, Overlap_HandComputedFirstMerge) {
+  // Overlap 2, period 10: the averaging started at step 0 from S_r = x_r(0) merges at step 2:
+  // x_r = mean(S) + (x_r(2) - S_r). With x_r(0) = r + 0.125 (r + 1) (one local step), the local
+  // progress of steps 1 and 2 is 0.125 (r + 1) (2 + 3).
+  const int world = GetParam();
+  auto result = run_world(world, [&](int rank, const auto& pg) {
+    PeriodicModelAverager averager(LevelOptions{.period = 10, .overlap_steps = 2}, 0, pg);
+    Tensor p = make_param(initial_values(rank));
+    float mean_s = 0;
+    for (int r = 0; r < world; ++r) mean_s += static_cast<float>(r) + 0.125f * (r + 1);
+    mean_s /= static_cast<float>(world);
+    for (int64_t t = 0; t < 3; ++t) {
+      add_local_step(p, rank, t);
+      averager.average_parameters(std::vector<Tensor>{p});
+      const float local = static_cast<float>(rank) + 0.125f * (rank + 1) *
+                                                         (t == 0   ? 1
+                                                          : t == 1 ? 3
+                                                                   : 6);
+      const float expected = t < 2 ? local : mean_s + 0.125f * (rank + 1) * 5;
+      EXPECT_NEAR(p.to_vector()[0], expected, 1e-5) << "step " << t;
+    }
+    EXPECT_FALSE(averager.has_pending());
+  });
+  EXPECT_RANKS_OK(result);
+}
+
+TEST_P(LevelOptionsTest, Compression_MatchesReferenceAndCountsBytes) {
+  const int world = GetParam();
+  auto result = run_world(world, [&](int rank, const auto& pg) {
+    const std::vector<LevelOptions> cases = {
+        {.period = 2, .group_size = world, .compression = Compression::kBF16},
+        {.period = 2,
+         .group_size = world,
+         .compression = Compression::kBF16,
+         .error_feedback = true},
+        {.period = 2,
+         .group_size = world,
+         .compression = Compression::kFP16,
+         .compression_scale = 64.0f,
+         .error_feedback = true},
+    };
+    for (const LevelOptions& level : cases) {
+      PeriodicModelAverager averager(level, 0, pg);
+      check_against_reference(averager, {level}, rank, world, 16, 1e-6f,
+                              [](int64_t t) { return t % 2 == 0 ? 0 : -1; });
+      // 8 averagings: the first in float32 (sets the anchor), 7 of 3 values in one int64 word.
+      const AveragingLevelStats& stats = averager.level_stats()[0];
+      EXPECT_EQ(stats.calls, 8) << describe(level);
+      EXPECT_EQ(stats.bytes, 3 * 4 + 7 * 8) << describe(level);
+      EXPECT_TRUE(averager.averaged_whole_group_last_step() == false);  // step 15 does not average
+    }
+  });
+  EXPECT_RANKS_OK(result);
+}
+
+TEST_P(LevelOptionsTest, AllOptionsOnOneLevel_MatchesReference) {
+  const int world = GetParam();
+  auto result = run_world(world, [&](int rank, const auto& pg) {
+    const LevelOptions level{.period = 3,
+                             .group_size = world,
+                             .outer = OuterOptimizer{.lr = 0.7, .momentum = 0.9, .nesterov = true},
+                             .overlap_steps = 2,
+                             .compression = Compression::kBF16,
+                             .error_feedback = true};
+    HierarchicalModelAverager averager({level}, 1, pg);
+    check_against_reference(averager, {level}, rank, world, 25, 1e-5f,
+                            [](int64_t t) { return t >= 1 && t % 3 == 0 ? 0 : -1; });
+  });
+  EXPECT_RANKS_OK(result);
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, LevelOptionsTest, ::testing::Values(2, 3, 4),
+                         [](const auto& info) { return "World" + std::to_string(info.param); });
+
+// Hierarchies mixing options across and within levels, against the reference.
+TEST(LevelOptionsHierarchy, MixedLevels_MatchReference) {
+  const int world = 4;
+  auto result = run_world(world, [&](int rank, const auto& pg) {
+    const std::vector<std::vector<LevelOptions>> hierarchies = {
+        // Anchored lower level, overlapped compressed DiLoCo on top (overlap 4 < period 6).
+        {{.period = 2,
+          .group_size = 2,
+          .outer = OuterOptimizer{.lr = 0.8, .momentum = 0.5},
+          .overlap_steps = 1},
+         {.period = 6,
+          .group_size = 4,
+          .outer = OuterOptimizer{.lr = 0.7, .momentum = 0.9, .nesterov = true},
+          .overlap_steps = 4,
+          .compression = Compression::kBF16,
+          .error_feedback = true}},
+        // Overlapped lower level whose overlap reaches past the top level's averaging (which
+        // completes it first); plain top level resetting the anchored... plain lower here.
+        {{.period = 1, .group_size = 2, .overlap_steps = 3},
+         {.period = 4, .group_size = 4, .outer = OuterOptimizer{.lr = 0.6}}},
+        // Anchored lower level under a plain top level: the top resets its anchor.
+        {{.period = 2, .group_size = 2, .outer = OuterOptimizer{.lr = 0.5, .momentum = 0.9}},
+         {.period = 5, .group_size = 4}},
+        // Three levels: fp16 pairs, overlapped fours... with a one-rank bottom level (outer only).
+        {{.period = 1, .group_size = 1, .outer = OuterOptimizer{.lr = 0.9}},
+         {.period = 2,
+          .group_size = 2,
+          .compression = Compression::kFP16,
+          .compression_scale = 256.0f},
+         {.period = 6, .group_size = 4, .overlap_steps = 7}},
+    };
+    for (const auto& levels : hierarchies) {
+      HierarchicalModelAverager averager(levels, 1, pg);
+      check_against_reference(averager, levels, rank, world, 30, 2e-5f,
+                              [&](int64_t t) { return hierarchical_level(levels, 1, t); });
+    }
+  });
+  EXPECT_RANKS_OK(result);
+}
+
+TEST(LevelOptionsHierarchy, TwoRanks_OneRankLevelBelowOverlappedFp16) {
+  const int world = 2;
+  auto result = run_world(world, [&](int rank, const auto& pg) {
+    const std::vector<LevelOptions> levels = {
+        {.period = 1, .group_size = 1, .outer = OuterOptimizer{.lr = 0.5, .momentum = 0.9}},
+        {.period = 4,
+         .group_size = 2,
+         .overlap_steps = 2,
+         .compression = Compression::kFP16,
+         .compression_scale = 1024.0f}};
+    HierarchicalModelAverager averager(levels, 0, pg);
+    check_against_reference(averager, levels, rank, world, 21, 2e-5f,
+                            [&](int64_t t) { return hierarchical_level(levels, 0, t); });
+  });
+  EXPECT_RANKS_OK(result);
+}
+
+// Runs a mixed-options averager, saves its state in the middle of an overlapped averaging, and
+// checks that a new averager loaded from it continues exactly as the original does.
+void check_state_dict_round_trip(int world) {
+  auto result = run_world(world, [&](int rank, const auto& pg) {
+    const std::vector<LevelOptions> levels =
+        world % 2 == 0
+            ? std::vector<LevelOptions>{{.period = 2,
+                                         .group_size = 2,
+                                         .outer = OuterOptimizer{.lr = 0.8, .momentum = 0.5},
+                                         .overlap_steps = 1},
+                                        {.period = 6,
+                                         .group_size = world,
+                                         .outer =
+                                             OuterOptimizer{
+                                                 .lr = 0.7, .momentum = 0.9, .nesterov = true},
+                                         .overlap_steps = 3,
+                                         .compression = Compression::kBF16,
+                                         .error_feedback = true}}
+            : std::vector<LevelOptions>{
+                  {.period = 3,
+                   .group_size = world,
+                   .outer = OuterOptimizer{.lr = 0.7, .momentum = 0.9, .nesterov = true},
+                   .overlap_steps = 2,
+                   .compression = Compression::kBF16,
+                   .error_feedback = true}};
+    HierarchicalModelAverager original(levels, 0, pg);
+    Tensor p = make_param(initial_values(rank));
+    for (int64_t t = 0; t < 13; ++t) {  // 12 starts the top level's averaging, due at 14 / 15
+      add_local_step(p, rank, t);
+      original.average_parameters(std::vector<Tensor>{p});
+    }
+    ASSERT_TRUE(original.has_pending());
+    const StateDict state = original.state_dict();
+    const std::string top = "levels." + std::to_string(levels.size() - 1) + ".";
+    EXPECT_TRUE(state.contains(top + "pending.snapshot"));
+    EXPECT_TRUE(state.contains(top + "anchor"));
+    EXPECT_TRUE(state.contains(top + "outer_momentum"));
+    EXPECT_TRUE(state.contains(top + "residual"));
+
+    HierarchicalModelAverager resumed(levels, 0, pg);
+    resumed.load_state_dict(state);
+    EXPECT_EQ(resumed.step(), 13);
+    EXPECT_TRUE(resumed.has_pending());
+    Tensor q = make_param(p.to_vector());
+    for (int64_t t = 13; t < 30; ++t) {
+      add_local_step(p, rank, t);
+      add_local_step(q, rank, t);
+      original.average_parameters(std::vector<Tensor>{p});
+      resumed.average_parameters(std::vector<Tensor>{q});
+      EXPECT_EQ(p.to_vector(), q.to_vector()) << "step " << t;
+    }
+    // A state without the level entries (e.g. only "step") drops them: the next averaging of
+    // an anchored level is a first one again.
+    StateDict only_step;
+    only_step.set("step", int64_t{30});
+    resumed.load_state_dict(only_step);
+    EXPECT_FALSE(resumed.has_pending());
+    EXPECT_FALSE(resumed.state_dict().contains(top + "anchor"));
+  });
+  EXPECT_RANKS_OK(result);
+}
+
+TEST(LevelOptionsState, StateDictRoundTripMidOverlap_World3) { check_state_dict_round_trip(3); }
+TEST(LevelOptionsState, StateDictRoundTripMidOverlap_World4) { check_state_dict_round_trip(4); }
+
+template <typename Make>
+void expect_invalid(Make make, const std::string& expected, const std::string& what) {
+  try {
+    make();
+    ADD_FAILURE() << what << ": no exception, expected one containing '" << expected << "'";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find(expected), std::string::npos)
+        << what << ": got '" << e.what() << "'";
+  }
+}
+
+TEST(LevelOptionsValidation, BadOptions_FailOnEveryRankNamingLevelAndValue) {
+  const int world = 4;
+  auto result = run_world(world, [&](int rank, const auto& pg) {
+    using L = std::vector<LevelOptions>;
+    auto hier = [&](L levels) {
+      return [=] { HierarchicalModelAverager averager(levels, 0, pg); };
+    };
+    const LevelOptions pairs{.period = 2, .group_size = 2};
+    expect_invalid(hier({pairs, {.period = 4, .group_size = 4, .overlap_steps = -1}}),
+                   "level 1 (4:4@overlap=-1): overlap_steps must be >= 0, got -1", "overlap");
+    expect_invalid(hier({{.period = 2, .group_size = 2, .outer = OuterOptimizer{.lr = 0}}, {4, 4}}),
+                   "level 0 (2:2@outer=0/0): outer lr must be > 0 and finite, got 0", "lr 0");
+    expect_invalid(
+        hier({pairs, {.period = 4, .group_size = 4, .outer = OuterOptimizer{.lr = -0.5}}}),
+        "level 1 (4:4@outer=-0.5/0): outer lr must be > 0 and finite, got -0.5", "lr < 0");
+    expect_invalid(hier({{.period = 2, .group_size = 1, .compression = Compression::kBF16},
+                         {.period = 4, .group_size = 4}}),
+                   "level 0 (2:1@bf16): compression bf16 needs a group of at least 2 ranks, got "
+                   "group size 1",
+                   "compression on one rank");
+    expect_invalid(
+        hier({pairs, {.period = 4, .group_size = 4, .outer = OuterOptimizer{.momentum = -1}}}),
+        "outer momentum must be >= 0 and finite, got -1", "momentum");
+    expect_invalid(
+        hier({pairs, {.period = 4, .group_size = 4, .outer = OuterOptimizer{.nesterov = true}}}),
+        "outer nesterov needs a momentum > 0", "nesterov");
+    expect_invalid(hier({pairs, {.period = 4, .group_size = 4, .error_feedback = true}}),
+                   "error_feedback needs a compression", "error feedback");
+    expect_invalid(hier({pairs,
+                         {.period = 4,
+                          .group_size = 4,
+                          .compression = Compression::kFP16,
+                          .compression_scale = 0}}),
+                   "compression_scale must be > 0 and finite, got 0", "scale");
+    expect_invalid(
+        [&] { PeriodicModelAverager a(LevelOptions{.period = 2, .group_size = 2}, 0, pg); },
+        "group_size must be 0 or the process group size 4, got 2", "periodic size");
+    expect_invalid(
+        [&] { PeriodicModelAverager a(LevelOptions{.period = 2, .overlap_steps = -3}, 0, pg); },
+        "PeriodicModelAverager: level 0 (2:4@overlap=-3): overlap_steps must be >= 0, got -3",
+        "periodic overlap");
+    // The cross-rank check covers the options: rank 2 has another outer lr, rank 3 bf16.
+    LevelOptions top{.period = 4, .group_size = 4, .outer = OuterOptimizer{.lr = 0.7}};
+    if (rank == 2) top.outer->lr = 0.5;
+    if (rank == 3) top.compression = Compression::kBF16;
+    expect_invalid(hier({pairs, top}),
+                   "ranks [0, 1] have {2:2, 4:4@outer=0.7/0} warm-up 0; ranks [2] have {2:2, "
+                   "4:4@outer=0.5/0} warm-up 0; ranks [3] have {2:2, 4:4@outer=0.7/0,bf16} "
+                   "warm-up 0",
+                   "disagreeing options");
+    // Only a bit of the scale differs: still caught.
+    LevelOptions scaled{.period = 4,
+                        .compression = Compression::kFP16,
+                        .compression_scale = rank == 1 ? 1024.0f : std::nextafter(1024.0f, 2e3f)};
+    expect_invalid([&] { PeriodicModelAverager a(scaled, 0, pg); },
+                   "passed different configurations", "scale bits");
+    // The group still works afterwards.
+    HierarchicalModelAverager ok(
+        {pairs, {.period = 4, .group_size = 4, .outer = OuterOptimizer{.lr = 1}}}, 0, pg);
+    Tensor p = make_param({static_cast<float>(rank)});
+    ok.average_parameters(std::vector<Tensor>{p});
+    EXPECT_FLOAT_EQ(p.to_vector()[0], 1.5f);
+  });
+  EXPECT_RANKS_OK(result);
+}
+
+TEST(LevelOptions, PairConstructorsBuildPlainLevels) {
+  auto result = run_world(2, [&](int, const auto& pg) {
+    HierarchicalModelAverager hierarchical({{2, 1}, {4, 2}}, 0, pg);
+    PeriodicModelAverager periodic(4, 0, pg);
+    for (const LevelOptions& level : hierarchical.level_options()) EXPECT_TRUE(is_plain(level));
+    EXPECT_TRUE(is_plain(periodic.level_options()[0]));
+    EXPECT_EQ(periodic.level_options()[0].group_size, 2);
+  });
+  EXPECT_RANKS_OK(result);
+}
+
+TEST(Compression, RoundTripRoundsToNearestEvenAndSaturates) {
+  EXPECT_EQ(round_trip(Compression::kBF16, 1.0f + 1.0f / 256), 1.0f);               // tie: to even
+  EXPECT_EQ(round_trip(Compression::kBF16, 1.0f + 3.0f / 256), 1.0f + 4.0f / 256);  // tie: up
+  EXPECT_EQ(round_trip(Compression::kFP16, 1.0f + 1.0f / 2048), 1.0f);
+  EXPECT_EQ(round_trip(Compression::kFP16, 1e6f), 65504.0f);  // saturates, no inf
+  EXPECT_EQ(round_trip(Compression::kFP16, -1e6f), -65504.0f);
+  EXPECT_TRUE(std::isnan(round_trip(Compression::kBF16, std::nanf(""))));
+  // Packing: 5 values in two words, decoded back in order.
+  const Values in = {1.0f, -2.0f, 0.5f, 3.0f, -0.25f};
+  std::vector<int64_t> words(static_cast<size_t>(packed_words(5)));
+  ASSERT_EQ(words.size(), 2u);
+  Values residual(5, 0.0f);
+  encode(Compression::kBF16, 1.0f, in, residual, words);
+  Values sum(5, 1.0f);
+  decode_add(Compression::kBF16, 1.0f, words, sum);
+  for (size_t i = 0; i < in.size(); ++i) {
+    EXPECT_EQ(sum[i], 1.0f + in[i]) << i;
+    EXPECT_EQ(residual[i], 0.0f) << i;
+  }
+  // Error feedback: the rounding error is kept and added to the next payload.
+  const Values small = {1.0f + 1.0f / 512};
+  Values e(1, 0.0f);
+  std::vector<int64_t> w(1);
+  encode(Compression::kBF16, 1.0f, small, e, w);
+  EXPECT_EQ(e[0], 1.0f / 512);
+}
+
+}  // namespace
+}  // namespace hsgd::distributed
