@@ -14,10 +14,12 @@
 // value `fill` on each side, cropped back to HxW at an offset (dy, dx) uniform in
 // [-padding, padding]^2, then flipped left-right with probability 1/2. The draws of example
 // `index` in epoch `epoch` come from Generator(mix(seed, epoch, index)). Apply it to normalised
-// inputs with fill = the normalised value of the padding colour (e.g. -mean/std for black).
+// inputs with fill = the normalised value of the padding colour (e.g. -mean/std for black), one
+// value or one per channel.
 //
-// Errors (InvalidArgument naming the value): padding < 0 at construction; inputs that are not
-// (B,C,H,W) with B equal to the number of indices.
+// Errors (InvalidArgument naming the value): padding < 0 or an empty fill at construction;
+// inputs that are not (B,C,H,W) with B equal to the number of indices, or C channels when fill
+// has more than one value and not C.
 
 #include <cstdint>
 #include <functional>
@@ -34,7 +36,8 @@ using BatchTransform =
 struct RandomCropFlipOptions {
   int64_t padding = 4;
   bool horizontal_flip = true;
-  float fill = 0.0f;  // value of the padding pixels (already normalised)
+  // Value of the padding pixels (already normalised): one for every channel, or one per channel.
+  std::vector<float> fill = {0.0f};
   uint64_t seed = 0;
 };
 

@@ -34,11 +34,12 @@ std::shared_ptr<InMemoryDataset> images(int64_t n) {
 }
 
 // torchvision's order, written independently: pad with fill, crop HxW at (pad+dy, pad+dx), flip.
-std::vector<float> reference(const std::vector<float>& image, int64_t pad, float fill,
-                             const RandomCropFlip::Draw& d) {
+std::vector<float> reference(const std::vector<float>& image, int64_t pad,
+                             const std::vector<float>& fills, const RandomCropFlip::Draw& d) {
   const int64_t ph = kH + 2 * pad, pw = kW + 2 * pad;
   std::vector<float> out;
   for (int64_t c = 0; c < kC; ++c) {
+    const float fill = fills[fills.size() == 1 ? 0 : static_cast<size_t>(c)];
     std::vector<float> padded(static_cast<size_t>(ph * pw), fill);  // (H+2p, W+2p)
     for (int64_t y = 0; y < kH; ++y)
       for (int64_t x = 0; x < kW; ++x)
@@ -57,7 +58,7 @@ std::vector<float> reference(const std::vector<float>& image, int64_t pad, float
 
 TEST(RandomCropFlipTest, MatchesPadCropFlipReference) {
   const auto data = images(40);
-  const RandomCropFlip t({.padding = 2, .fill = -7.5f, .seed = 3});
+  const RandomCropFlip t({.padding = 2, .fill = {-7.5f, 3.25f}, .seed = 3});
   std::vector<int64_t> indices;
   for (int64_t i = 0; i < 40; ++i) indices.push_back((i * 7) % 40);
   Batch batch = data->get_batch(indices);
@@ -73,7 +74,7 @@ TEST(RandomCropFlipTest, MatchesPadCropFlipReference) {
     flips += d.flip;
     shifted += d.dy != 0 || d.dx != 0;
     const Batch one = data->get_batch({indices[i]});
-    const std::vector<float> want = reference(one.inputs.to_vector(), 2, -7.5f, d);
+    const std::vector<float> want = reference(one.inputs.to_vector(), 2, {-7.5f, 3.25f}, d);
     for (int64_t k = 0; k < per; ++k) {
       ASSERT_EQ(got[i * per + static_cast<size_t>(k)], want[static_cast<size_t>(k)])
           << "example " << indices[i] << " element " << k << " dy " << d.dy << " dx " << d.dx
@@ -125,6 +126,12 @@ TEST(RandomCropFlipTest, Errors) {
   Batch batch = data->get_batch({0, 1});
   const RandomCropFlip t({});
   EXPECT_THAT(error_message([&] { t(batch, {0}, 0); }), HasSubstr("B = 1"));
+  EXPECT_THAT(error_message([&] { RandomCropFlip({.fill = {}}); }), HasSubstr("fill"));
+  const RandomCropFlip three({.fill = {1, 2, 3}});
+  EXPECT_THAT(error_message([&] {
+                three(batch, {0, 1}, 0);
+              }),
+              HasSubstr("3 fill values for inputs of 2 channels"));
 }
 
 TEST(RandomCropFlipTest, DataLoaderPassesIndicesAndEpoch) {
