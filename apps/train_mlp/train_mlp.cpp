@@ -1,6 +1,8 @@
 // train_mlp: trains an MLP classifier on Fashion-MNIST (or a synthetic data set), in one process
-// or data-parallel under hsgd-run, and prints, per epoch, the mean training loss, the test
-// accuracy and the time taken.
+// or data-parallel under hsgd-run, and prints, per epoch, the training loss and accuracy, the
+// test loss and accuracy, the time taken and the throughput. The training flags, the loop, the
+// progress line, --metrics-out and the final report are shared with train_resnet (apps/common/
+// training_flags.h, training_loop.h).
 //
 //   train_mlp --epochs 1                # 784-512-256-10 on /usr/share/datasets/fashion-mnist
 //   train_mlp --synthetic --epochs 3    # no data files needed
