@@ -30,8 +30,8 @@ struct ProgressState {
   double loss = 0;  // mean training loss since the previous plain line
   double lr = 0;
   double samples_per_s = 0;
-  double eta_s = -1;                    // < 0: unknown
-  std::optional<double> test_accuracy;  // fraction, of the last evaluation
+  double eta_s = -1;                                   // < 0: unknown
+  std::optional<double> test_accuracy = std::nullopt;  // fraction, of the last evaluation
 };
 
 class Progress {
