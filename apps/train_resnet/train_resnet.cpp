@@ -21,6 +21,9 @@
 // 28x28) + random crop back to the image size + horizontal flip, drawn per (seed, epoch, example)
 // (data::RandomCropFlip), so a resumed run sees the same images as an uninterrupted one.
 //
+// Defaults: batch 128 per rank, lr 0.1, momentum 0.9, cosine schedule, weight decay 1e-4 (5e-4
+// for resnet18 unless --weight-decay is given).
+//
 // Exit code 0 on success, 1 on a bad flag value or unreadable data (the message names it), 2 on
 // a --mode/--hierarchy setting the job cannot use.
 
