@@ -1,6 +1,8 @@
 // train_mlp: trains an MLP classifier on Fashion-MNIST (or a synthetic data set), in one process
-// or data-parallel under hsgd-run, and prints, per epoch, the mean training loss, the test
-// accuracy and the time taken.
+// or data-parallel under hsgd-run, and prints, per epoch, the training loss and accuracy, the
+// test loss and accuracy, the time taken and the throughput. The training flags, the loop, the
+// progress line, --metrics-out and the final report are shared with train_resnet (apps/common/
+// training_flags.h, training_loop.h).
 //
 //   train_mlp --epochs 1                # 784-512-256-10 on /usr/share/datasets/fashion-mnist
 //   train_mlp --synthetic --epochs 3    # no data files needed
@@ -41,28 +43,24 @@
 #include <cblas.h>
 
 #include <CLI/CLI.hpp>
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
-#include <span>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "apps/common/checkpointing.h"
 #include "apps/common/parallel_training.h"
+#include "apps/common/training_flags.h"
+#include "apps/common/training_loop.h"
 #include "comm/error.h"
 #include "comm/init.h"
 #include "comm/process_group.h"
-#include "comm/work.h"
 #include "framework/data/data_loader.h"
 #include "framework/data/fashion_mnist.h"
+#include "framework/data/subset.h"
 #include "framework/data/synthetic_dataset.h"
-#include "framework/nn/functional.h"
-#include "framework/tensor/grad_mode.h"
 #include "models/mlp.h"
-#include "optim/lr_scheduler.h"
 #include "optim/sgd.h"
 
 namespace {
@@ -71,21 +69,12 @@ using namespace hsgd;
 
 struct Flags {
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
-  int64_t epochs = 1;
-  int64_t batch_size = 64;
-  double lr = 0.05;
-  double momentum = 0.9;
-  double weight_decay = 0;
-  bool nesterov = false;
-  uint64_t seed = 0;
   std::vector<int64_t> hidden = {512, 256};
   bool synthetic = false;
-  std::string schedule = "cosine";
-  int64_t log_every = 0;
   int blas_threads = 1;
+  apps::TrainingFlags training{.batch_size = 64, .lr = 0.05, .schedule = "cosine"};
   apps::ParallelFlags parallel;
   apps::CheckpointFlags checkpoint;
-  int64_t eval_every = 0;  // 0: evaluate at the end of each epoch only, print no eval: lines
 };
 
 struct Data {
@@ -94,45 +83,35 @@ struct Data {
 };
 
 Data load_data(const Flags& flags) {
+  Data out;
   if (flags.synthetic) {
     data::SyntheticOptions options{.size = 8192,
                                    .example_shape = {1, 28, 28},
                                    .num_classes = 10,
                                    .noise = 4.0f,
-                                   .seed = flags.seed};
-    auto train = std::make_shared<data::SyntheticDataset>(options);
+                                   .seed = flags.training.seed};
+    out.train = std::make_shared<data::SyntheticDataset>(options);
     options.size = 2048;
     // Same seed: the same class centroids; a different noise stream is not needed for a demo.
-    auto test = std::make_shared<data::SyntheticDataset>(options);
-    return {train, test, 10};
+    out.test = std::make_shared<data::SyntheticDataset>(options);
+    out.num_classes = 10;
+  } else {
+    const data::FashionMNISTOptions options{.normalize = true};
+    out.train = std::make_shared<data::FashionMNIST>(flags.data_dir,
+                                                     data::FashionMNIST::Split::kTrain, options);
+    out.test = std::make_shared<data::FashionMNIST>(flags.data_dir,
+                                                    data::FashionMNIST::Split::kTest, options);
+    out.num_classes = data::FashionMNIST::kNumClasses;
   }
-  const data::FashionMNISTOptions options{.normalize = true};
-  return {std::make_shared<data::FashionMNIST>(flags.data_dir, data::FashionMNIST::Split::kTrain,
-                                               options),
-          std::make_shared<data::FashionMNIST>(flags.data_dir, data::FashionMNIST::Split::kTest,
-                                               options),
-          data::FashionMNIST::kNumClasses};
-}
-
-double evaluate(nn::Module& model, const data::Dataset& test) {
-  NoGradGuard no_grad;
-  model.eval();
-  constexpr int64_t kChunk = 1000;
-  double correct = 0;
-  for (int64_t begin = 0; begin < test.size(); begin += kChunk) {
-    std::vector<int64_t> indices;
-    for (int64_t i = begin; i < std::min(begin + kChunk, test.size()); ++i) indices.push_back(i);
-    const data::Batch batch = test.get_batch(indices);
-    correct += nn::accuracy(model.forward(batch.inputs), batch.targets) *
-               static_cast<double>(indices.size());
+  if (flags.training.train_subset > 0) {
+    out.train = data::first_n(out.train, flags.training.train_subset);
   }
-  model.train();
-  return test.size() == 0 ? 0.0 : correct / static_cast<double>(test.size());
+  return out;
 }
 
 int run(const Flags& flags) {
-  HSGD_CHECK(flags.epochs >= 1, "--epochs ", flags.epochs, " must be at least 1");
-  HSGD_CHECK(flags.eval_every >= 0, "--eval-every ", flags.eval_every, " must be at least 0");
+  const apps::TrainingFlags& training = flags.training;
+  apps::check_training_flags(training);
   // The batch-64 GEMMs of this model are too small to gain from BLAS threads; on a busy 2-core
   // machine OpenBLAS's spinning threads made an epoch 4x slower (45 s vs 11 s wall).
   if (flags.blas_threads > 0) openblas_set_num_threads(flags.blas_threads);
@@ -148,30 +127,24 @@ int run(const Flags& flags) {
   sizes.insert(sizes.end(), flags.hidden.begin(), flags.hidden.end());
   sizes.push_back(data.num_classes);
   auto model =
-      std::make_shared<models::MLP>(models::MLPOptions{.sizes = sizes, .seed = flags.seed});
+      std::make_shared<models::MLP>(models::MLPOptions{.sizes = sizes, .seed = training.seed});
 
   // A world of one in --mode ddp is the plain single-process program: no DDP wrapper.
   const apps::Parallel parallel = apps::make_parallel(model, world, flags.parallel);
   const bool distributed_run = world_size > 1 || flags.parallel.mode != "ddp";
 
-  const optim::SGDOptions sgd_options{.lr = flags.lr,
-                                      .momentum = flags.momentum,
-                                      .weight_decay = flags.weight_decay,
-                                      .nesterov = flags.nesterov};
   const std::shared_ptr<Optimizer> optimizer =
-      parallel.wrap(std::make_shared<optim::SGD>(model->parameters(), sgd_options));
-  data::DataLoader loader(data.train, {.batch_size = flags.batch_size,
+      parallel.wrap(std::make_shared<optim::SGD>(model->parameters(), apps::sgd_options(training)));
+  data::DataLoader loader(data.train, {.batch_size = training.batch_size,
                                        .shuffle = true,
-                                       .seed = flags.seed,
+                                       .seed = training.seed,
                                        .rank = rank,
                                        .world_size = world_size});
-  std::unique_ptr<optim::LRScheduler> scheduler;
-  if (flags.schedule == "cosine") {
-    // Annealed per step to 0 over the whole run: in a one-epoch run the small final steps are
-    // worth ~1.5 points of test accuracy over a constant lr (measured: 86.4-86.7% vs 79-85%).
-    scheduler = std::make_unique<optim::CosineAnnealingLR>(
-        *optimizer, optim::CosineAnnealingLROptions{.t_max = flags.epochs * loader.num_batches()});
-  }
+  // Cosine (the default) is annealed per step to 0 over the whole run: in a one-epoch run the
+  // small final steps are worth ~1.5 points of test accuracy over a constant lr (measured:
+  // 86.4-86.7% vs 79-85%).
+  const std::unique_ptr<optim::LRScheduler> scheduler =
+      apps::make_scheduler(training, *optimizer, apps::planned_steps(training, loader));
 
   std::string arch;
   for (size_t i = 0; i < sizes.size(); ++i) arch += (i ? "-" : "") + std::to_string(sizes[i]);
@@ -186,111 +159,35 @@ int run(const Flags& flags) {
                                     .loader = &loader,
                                     .parallel = &parallel,
                                     .warmup_steps = flags.parallel.warmup_steps});
-  // Steps trained so far: 0, or the step of the checkpoint resumed from. A checkpoint taken at
-  // the end of an epoch resumes at the start of the next.
-  const int64_t resumed_step = checkpoints.resume();
-  int64_t first_epoch = 0;
-  if (resumed_step > 0) {
-    first_epoch = loader.epoch();
-    if (loader.position() >= loader.num_batches()) ++first_epoch;
-  }
   if (lead) {
     std::printf(
         "train_mlp: MLP %s, %s: %lld train / %lld test examples, batch %lld, lr %g, "
         "momentum %g, %s lr, %d BLAS threads\n",
         arch.c_str(), flags.synthetic ? "synthetic data" : flags.data_dir.c_str(),
         static_cast<long long>(data.train->size()), static_cast<long long>(data.test->size()),
-        static_cast<long long>(flags.batch_size), flags.lr, flags.momentum, flags.schedule.c_str(),
-        openblas_get_num_threads());
+        static_cast<long long>(training.batch_size), training.lr, training.momentum,
+        training.schedule.c_str(), openblas_get_num_threads());
     if (distributed_run) {
       std::printf("train_mlp: %s, %lld batches per rank per epoch\n",
                   parallel.describe(world_size, flags.parallel).c_str(),
                   static_cast<long long>(loader.num_batches()));
     }
   }
-  if (lead) std::printf("%5s %12s %14s %9s\n", "epoch", "train_loss", "test_accuracy", "time_s");
-  const auto run_start = std::chrono::steady_clock::now();
-  const std::vector<Tensor> params = model->parameters();
-  double accuracy = 0;
-  // Rank 0's accuracy of the average of the replicas (collective over world). keep: every rank
-  // keeps the averaged parameters, else each restores its own.
-  const auto evaluate_average = [&](bool keep) {
-    apps::with_average(params, *world, keep, [&] {
-      if (lead) accuracy = evaluate(*model, *data.test);
-    });
-  };
-  // --eval-every: training seconds without evaluations, and steps, since the start.
-  double train_seconds = 0;
-  int64_t total_steps = resumed_step;
-  const auto print_eval = [&](int64_t epoch) {
-    if (lead && flags.eval_every > 0) {
-      std::printf("eval: epoch %lld step %lld train_s %.3f test_accuracy %.2f%%\n",
-                  static_cast<long long>(epoch), static_cast<long long>(total_steps), train_seconds,
-                  100 * accuracy);
-      std::fflush(stdout);
-    }
-  };
-  if (first_epoch >= flags.epochs) evaluate_average(/*keep=*/true);  // nothing left to train
-  for (int64_t epoch = first_epoch; epoch < flags.epochs; ++epoch) {
-    const auto start = std::chrono::steady_clock::now();
-    loader.set_epoch(epoch);
-    double loss_sum = 0;
-    int64_t steps = 0;
-    auto train_start = std::chrono::steady_clock::now();
-    for (const data::Batch& batch : loader) {
-      optimizer->zero_grad();
-      Tensor loss = nn::cross_entropy(parallel.forward(*model, batch.inputs), batch.targets);
-      loss.backward();
-      optimizer->step();
-      if (scheduler) scheduler->step();
-      loss_sum += loss.item();
-      ++steps;
-      ++total_steps;
-      checkpoints.after_step(total_steps, loader.position() == loader.num_batches());
-      if (lead && flags.log_every > 0 && total_steps % flags.log_every == 0) {
-        std::printf("  step %lld loss %.4f\n", static_cast<long long>(total_steps), loss.item());
-      }
-      if (flags.eval_every > 0 && steps % flags.eval_every == 0 && steps < loader.num_batches()) {
-        train_seconds +=
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - train_start).count();
-        evaluate_average(/*keep=*/false);
-        print_eval(epoch + 1);
-        world->barrier()->wait();
-        train_start = std::chrono::steady_clock::now();
-      }
-    }
-    train_seconds +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - train_start).count();
-    double mean_loss = steps > 0 ? loss_sum / static_cast<double>(steps) : 0.0;
-    const bool last = epoch + 1 == flags.epochs;
-    if (world_size > 1) {
-      // The mean loss over ranks (every rank ran the same number of steps).
-      world->allreduce(std::span<double>(&mean_loss, 1), comm::ReduceOp::kAvg)->wait();
-    }
-    // Evaluate the average of the replicas; keep the local replicas for further training.
-    evaluate_average(/*keep=*/last);
-    print_eval(epoch + 1);
-    if (flags.eval_every > 0 && !last) world->barrier()->wait();
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (lead) {
-      std::printf("%5lld %12.4f %13.2f%% %9.2f\n", static_cast<long long>(epoch + 1), mean_loss,
-                  100 * accuracy, seconds);
-      std::fflush(stdout);
-    }
-  }
-  checkpoints.finish();
-  const double total_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
-  if (lead) {
-    std::printf("final test accuracy: %.2f%%\n", 100 * accuracy);
-    if (distributed_run) {
-      std::printf("train_mlp: %d ranks, mode %s, training wall time %.2f s (rank 0)\n", world_size,
-                  flags.parallel.mode.c_str(), total_seconds);
-    }
-    if (parallel.averager) apps::print_averaging_stats(*parallel.averager);
-    std::fflush(stdout);
-  }
+  const auto start = std::chrono::steady_clock::now();
+  const apps::TrainingRun training_run{.program = "train_mlp",
+                                       .world = world,
+                                       .model = model,
+                                       .parallel = &parallel,
+                                       .optimizer = optimizer.get(),
+                                       .scheduler = scheduler.get(),
+                                       .loader = &loader,
+                                       .test = data.test.get(),
+                                       .checkpoints = &checkpoints,
+                                       .distributed = distributed_run};
+  const apps::EvalResult result = apps::train(training, training_run);
+  apps::print_report(
+      training_run, flags.parallel, result,
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   // No rank leaves while a peer may still have a collective in flight.
   world->shutdown();
   return 0;
@@ -305,37 +202,17 @@ int main(int argc, char** argv) {
       "(DDP, post-local SGD, hierarchical model averaging)."};
   app.add_option("--data-dir", flags.data_dir, "Directory with the Fashion-MNIST IDX files")
       ->capture_default_str();
-  app.add_option("--epochs", flags.epochs, "Number of epochs")->capture_default_str();
-  app.add_option("--batch-size", flags.batch_size, "Examples per batch")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app.add_option("--lr", flags.lr, "Learning rate")->capture_default_str();
-  app.add_option("--momentum", flags.momentum, "SGD momentum")->capture_default_str();
-  app.add_option("--weight-decay", flags.weight_decay, "L2 weight decay")->capture_default_str();
-  app.add_flag("--nesterov", flags.nesterov, "Nesterov momentum");
-  app.add_option("--seed", flags.seed, "Seed of the initialisation and the shuffle")
-      ->capture_default_str();
+  app.add_flag("--synthetic", flags.synthetic, "Use a synthetic data set instead of files");
   app.add_option("--hidden", flags.hidden, "Hidden layer sizes, e.g. 512,256")
       ->delimiter(',')
       ->capture_default_str();
-  app.add_flag("--synthetic", flags.synthetic, "Use a synthetic data set instead of files");
-  app.add_option(
-         "--schedule", flags.schedule,
-         "Learning-rate schedule: cosine (annealed to 0 over the run, per step) or constant")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"cosine", "constant"}));
-  app.add_option("--log-every", flags.log_every,
-                 "Print the loss every N steps, counted from the start (0: never)");
   app.add_option("--blas-threads", flags.blas_threads,
                  "OpenBLAS threads (0: OpenBLAS's default, all cores)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  apps::add_training_flags(app, flags.training);
   apps::add_parallel_flags(app, flags.parallel);
   apps::add_checkpoint_flags(app, flags.checkpoint);
-  app.add_option("--eval-every", flags.eval_every,
-                 "Also evaluate every N steps of an epoch and print 'eval:' lines with the "
-                 "training seconds so far, evaluations excluded (0: epoch ends only, no lines)")
-      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   // One line at a time even into a pipe (hsgd-run, CI): a killed worker loses no output.
   std::setvbuf(stdout, nullptr, _IOLBF, 0);

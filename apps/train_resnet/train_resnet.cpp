@@ -1,20 +1,33 @@
-// train_resnet: trains a ResNet (or any model of models::make_model) on CIFAR-10 binary files, or
-// on a synthetic data set of 3x32x32 images, in one process or data-parallel under hsgd-run
-// (--mode ddp | local-sgd | hierarchical, as train_mlp; BatchNorm statistics are averaged with
-// the parameters). Prints, per epoch, the mean training loss and accuracy, the test loss and
-// accuracy (of the average of the replicas), the time taken and the training throughput.
+// train_resnet: trains a CIFAR-style ResNet (ResNet-20/32/56, ResNet-18; --model) on
+// Fashion-MNIST (1x28x28, the default), CIFAR-10 (3x32x32) or a synthetic data set, in one
+// process or data-parallel under hsgd-run (--mode ddp | local-sgd | hierarchical, as train_mlp;
+// BatchNorm statistics are averaged with the parameters). The model is built for the data set's
+// input shape (1 or 3 input channels). Prints, per epoch, the mean training loss and accuracy,
+// the test loss and accuracy (of the average of the replicas), the time taken and the training
+// throughput (apps/common/training_loop.h), with a progress line and --metrics-out records.
 //
-//   train_resnet --data-dir ~/cifar-10-batches-bin --epochs 160 --cosine   # ResNet-20 recipe
-//   train_resnet --model resnet18 --data-dir DIR --weight-decay 5e-4
-//   train_resnet --synthetic --epochs 1 --max-steps 20                    # no data files needed
-//   hsgd-run --nproc-per-node 4 -- train_resnet --data-dir DIR --mode hierarchical
+//   train_resnet --epochs 30                       # ResNet-20 on Fashion-MNIST (Debian's files)
+//   train_resnet --dataset cifar10 --data-dir ~/cifar-10-batches-bin --epochs 160
+//   train_resnet --model resnet18 --dataset cifar10 --data-dir DIR --weight-decay 5e-4
+//   train_resnet --synthetic --epochs 1 --max-steps 20            # no data files needed
+//   train_resnet --train-subset 2000 --max-steps 40                # a quick real-data check
+//   hsgd-run --nproc-per-node 4 -- train_resnet --mode hierarchical
 //       --hierarchy 2:2,8:4 --subgroup-size 1 --warmup-steps 200   (one command line)
+//
+// Data: --dataset fashion-mnist reads --data-dir (default /usr/share/datasets/fashion-mnist);
+// --dataset cifar10 reads the CIFAR-10 binary files in --data-dir. Without --dataset, a given
+// --data-dir means CIFAR-10 (as before Fashion-MNIST was supported), else Fashion-MNIST.
+// Augmentation of the training set (off with --no-augment): padding (4 pixels for 32x32, 2 for
+// 28x28) + random crop back to the image size + horizontal flip, drawn per (seed, epoch, example)
+// (data::RandomCropFlip), so a resumed run sees the same images as an uninterrupted one.
+//
+// Defaults: batch 128 per rank, lr 0.1, momentum 0.9, cosine schedule, weight decay 1e-4 (5e-4
+// for resnet18 unless --weight-decay is given).
 //
 // Exit code 0 on success, 1 on a bad flag value or unreadable data (the message names it), 2 on
 // a --mode/--hierarchy setting the job cannot use.
 
 #include <CLI/CLI.hpp>
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -22,102 +35,87 @@
 
 #include "apps/common/checkpointing.h"
 #include "apps/common/parallel_training.h"
+#include "apps/common/training_flags.h"
+#include "apps/common/training_loop.h"
 #include "comm/error.h"
 #include "comm/init.h"
 #include "framework/data/cifar10.h"
 #include "framework/data/data_loader.h"
+#include "framework/data/fashion_mnist.h"
+#include "framework/data/subset.h"
 #include "framework/data/synthetic_dataset.h"
-#include "framework/nn/functional.h"
-#include "framework/tensor/grad_mode.h"
+#include "framework/data/transforms.h"
 #include "models/registry.h"
-#include "optim/lr_scheduler.h"
 #include "optim/sgd.h"
 
 namespace {
 
 using namespace hsgd;
-using Clock = std::chrono::steady_clock;
+
+constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
 
 struct Flags {
   std::string model = "resnet20";
+  std::string dataset;  // fashion-mnist | cifar10; empty: cifar10 when --data-dir is given
   std::string data_dir;
   bool synthetic = false;
-  int64_t epochs = 1;
-  int64_t batch_size = 128;
-  double lr = 0.1;
-  double momentum = 0.9;
-  double weight_decay = -1;  // < 0: 1e-4 for the CIFAR ResNets (He et al.), 5e-4 otherwise
-  bool nesterov = false;
-  bool cosine = false;
   bool no_augment = false;
-  uint64_t seed = 0;
-  int64_t max_steps = 0;  // 0: no limit
-  int64_t max_eval = 0;   // test examples evaluated per epoch, 0: all
-  int64_t log_every = 0;
+  apps::TrainingFlags training{.batch_size = 128, .lr = 0.1, .weight_decay = 1e-4};
   apps::ParallelFlags parallel;
   apps::CheckpointFlags checkpoint;
 };
 
 struct Data {
+  std::string name;
   std::shared_ptr<const data::Dataset> train, test;
+  data::BatchTransform augment;  // empty: none
 };
 
 Data load_data(const Flags& flags) {
+  const uint64_t seed = flags.training.seed;
+  Data out;
   if (flags.synthetic) {
-    data::SyntheticOptions options{.size = 2048,
-                                   .example_shape = {3, 32, 32},
-                                   .num_classes = 10,
-                                   .noise = 4.0f,
-                                   .seed = flags.seed};
-    auto train = std::make_shared<data::SyntheticDataset>(options);
+    data::SyntheticOptions options{
+        .size = 2048, .example_shape = {3, 32, 32}, .num_classes = 10, .noise = 4.0f, .seed = seed};
+    out.name = "synthetic data";
+    out.train = std::make_shared<data::SyntheticDataset>(options);
     options.size = 512;  // same seed: the same class centroids
-    return {train, std::make_shared<data::SyntheticDataset>(options)};
+    out.test = std::make_shared<data::SyntheticDataset>(options);
+  } else if (flags.dataset == "cifar10") {
+    HSGD_CHECK(!flags.data_dir.empty(),
+               "--dataset cifar10 needs --data-dir (the CIFAR-10 binary files)");
+    const data::CIFAR10Options options;  // normalised with the CIFAR-10 mean and std
+    out.name = "CIFAR-10 " + flags.data_dir;
+    out.train =
+        std::make_shared<data::CIFAR10>(flags.data_dir, data::CIFAR10::Split::kTrain, options);
+    out.test =
+        std::make_shared<data::CIFAR10>(flags.data_dir, data::CIFAR10::Split::kTest, options);
+    // torchvision's RandomCrop(32, padding=4) + RandomHorizontalFlip: black padding, normalised.
+    std::vector<float> black;
+    for (size_t c = 0; c < 3; ++c) black.push_back(-options.mean[c] / options.std[c]);
+    out.augment = data::RandomCropFlip({.padding = 4, .fill = black, .seed = seed});
+  } else {
+    const std::string dir = flags.data_dir.empty() ? kFashionMnistDir : flags.data_dir;
+    const data::FashionMNISTOptions options{.normalize = true};
+    out.name = "Fashion-MNIST " + dir;
+    out.train =
+        std::make_shared<data::FashionMNIST>(dir, data::FashionMNIST::Split::kTrain, options);
+    out.test = std::make_shared<data::FashionMNIST>(dir, data::FashionMNIST::Split::kTest, options);
+    // Pad 2 pixels of black (normalised), crop back to 28x28, flip left-right.
+    out.augment =
+        data::RandomCropFlip({.padding = 2, .fill = {-options.mean / options.std}, .seed = seed});
   }
-  HSGD_CHECK(!flags.data_dir.empty(),
-             "--data-dir (the CIFAR-10 binary files) or --synthetic is "
-             "required");
-  return {std::make_shared<data::CIFAR10>(
-              flags.data_dir, data::CIFAR10::Split::kTrain,
-              data::CIFAR10Options{.augment = !flags.no_augment, .seed = flags.seed}),
-          std::make_shared<data::CIFAR10>(flags.data_dir, data::CIFAR10::Split::kTest)};
-}
-
-struct Eval {
-  double loss = 0, accuracy = 0;
-};
-
-Eval evaluate(nn::Module& model, const data::Dataset& test, int64_t max_examples) {
-  NoGradGuard no_grad;
-  model.eval();
-  data::DataLoader loader(std::shared_ptr<const data::Dataset>(&test, [](const data::Dataset*) {}),
-                          {.batch_size = 500});
-  const int64_t limit = max_examples > 0 ? std::min(max_examples, test.size()) : test.size();
-  Eval out;
-  int64_t seen = 0;
-  for (int64_t i = 0; i < loader.num_batches() && seen < limit; ++i) {
-    data::Batch batch = loader.batch(i);
-    const int64_t n = std::min<int64_t>(static_cast<int64_t>(batch.targets.size()), limit - seen);
-    if (n < static_cast<int64_t>(batch.targets.size())) {
-      batch.inputs = batch.inputs.narrow(0, 0, n);
-      batch.targets.resize(static_cast<size_t>(n));
-    }
-    const Tensor logits = model.forward(batch.inputs);
-    out.loss += nn::cross_entropy(logits, batch.targets).item() * static_cast<double>(n);
-    out.accuracy += nn::accuracy(logits, batch.targets) * static_cast<double>(n);
-    seen += n;
-  }
-  model.train();
-  if (seen > 0) {
-    out.loss /= static_cast<double>(seen);
-    out.accuracy /= static_cast<double>(seen);
+  if (flags.no_augment) out.augment = nullptr;
+  if (flags.training.train_subset > 0) {
+    out.train = data::first_n(out.train, flags.training.train_subset);
   }
   return out;
 }
 
 int run(Flags flags) {
-  HSGD_CHECK(flags.epochs >= 1, "--epochs ", flags.epochs, " must be at least 1");
-  HSGD_CHECK(flags.max_steps >= 0, "--max-steps ", flags.max_steps, " must not be negative");
-  if (flags.weight_decay < 0) flags.weight_decay = flags.model == "resnet18" ? 5e-4 : 1e-4;
+  const apps::TrainingFlags& training = flags.training;
+  apps::check_training_flags(training);
+  if (flags.dataset.empty()) flags.dataset = flags.data_dir.empty() ? "fashion-mnist" : "cifar10";
   const comm::InitOptions init = comm::InitOptions::from_env();
   const std::shared_ptr<comm::ProcessGroup> world = comm::init_process_group(init);
   const int world_size = world->size();
@@ -125,133 +123,67 @@ int run(Flags flags) {
   const Data data = load_data(flags);
   auto model = models::make_model(
       flags.model,
-      {.num_classes = 10, .input_shape = data.train->example_shape(), .seed = flags.seed});
+      {.num_classes = 10, .input_shape = data.train->example_shape(), .seed = training.seed});
   int64_t num_params = 0;
   for (const Tensor& p : model->parameters()) num_params += p.numel();
 
   const apps::Parallel parallel =
       apps::make_parallel(model, world, flags.parallel, model->buffers());
-  const std::shared_ptr<Optimizer> optimizer_ptr = parallel.wrap(std::make_shared<optim::SGD>(
-      model->parameters(), optim::SGDOptions{.lr = flags.lr,
-                                             .momentum = flags.momentum,
-                                             .weight_decay = flags.weight_decay,
-                                             .nesterov = flags.nesterov}));
-  Optimizer& optimizer = *optimizer_ptr;
-  data::DataLoader loader(data.train, {.batch_size = flags.batch_size,
+  const bool distributed_run = world_size > 1 || flags.parallel.mode != "ddp";
+  const std::shared_ptr<Optimizer> optimizer =
+      parallel.wrap(std::make_shared<optim::SGD>(model->parameters(), apps::sgd_options(training)));
+  data::DataLoader loader(data.train, {.batch_size = training.batch_size,
                                        .shuffle = true,
-                                       .seed = flags.seed,
+                                       .seed = training.seed,
                                        .drop_last = true,
                                        .rank = world->rank(),
-                                       .world_size = world_size});
-  int64_t total_steps = flags.epochs * loader.num_batches();
-  if (flags.max_steps > 0) total_steps = std::min(total_steps, flags.max_steps);
-  std::unique_ptr<optim::LRScheduler> scheduler;
-  if (flags.cosine) {
-    scheduler = std::make_unique<optim::CosineAnnealingLR>(
-        optimizer, optim::CosineAnnealingLROptions{.t_max = total_steps});
-  }
-
-  if (lead) {
-    std::printf(
-        "train_resnet: %s (%lld parameters), %s: %lld train / %lld test examples, batch "
-        "%lld, lr %g, momentum %g, weight decay %g%s\n",
-        flags.model.c_str(), static_cast<long long>(num_params),
-        flags.synthetic ? "synthetic data" : flags.data_dir.c_str(),
-        static_cast<long long>(data.train->size()), static_cast<long long>(data.test->size()),
-        static_cast<long long>(flags.batch_size), flags.lr, flags.momentum, flags.weight_decay,
-        flags.cosine ? ", cosine schedule" : "");
-    if (world_size > 1 || flags.parallel.mode != "ddp") {
-      std::printf("train_resnet: %s, batch %lld per rank, %lld batches per rank per epoch\n",
-                  parallel.describe(world_size, flags.parallel).c_str(),
-                  static_cast<long long>(flags.batch_size),
-                  static_cast<long long>(loader.num_batches()));
-    }
-  }
-  // The replicas' parameters and BatchNorm statistics, averaged for each evaluation.
-  std::vector<Tensor> state = model->parameters();
-  for (const Tensor& b : model->buffers()) state.push_back(b);
+                                       .world_size = world_size,
+                                       .transform = data.augment});
+  const std::unique_ptr<optim::LRScheduler> scheduler =
+      apps::make_scheduler(training, *optimizer, apps::planned_steps(training, loader));
   apps::RunCheckpoints checkpoints(flags.checkpoint, world,
                                    {.mode = flags.parallel.mode,
                                     .hierarchy = flags.parallel.hierarchy,
                                     .model = flags.model,
                                     .local_world_size = init.local_world_size},
                                    {.model = model,
-                                    .optimizer = optimizer_ptr,
+                                    .optimizer = optimizer,
                                     .scheduler = scheduler.get(),
                                     .loader = &loader,
                                     .parallel = &parallel,
                                     .warmup_steps = flags.parallel.warmup_steps});
-  // Steps trained so far: 0, or the step of the checkpoint resumed from (a checkpoint taken at
-  // the end of an epoch resumes at the start of the next).
-  int64_t step = checkpoints.resume();
-  int64_t first_epoch = 0;
-  if (step > 0) {
-    first_epoch = loader.epoch();
-    if (loader.position() >= loader.num_batches()) ++first_epoch;
-  }
   if (lead) {
-    std::printf("%5s %7s %10s %9s %10s %9s %8s %9s\n", "epoch", "steps", "train_loss", "train_acc",
-                "test_loss", "test_acc", "time_s", "images/s");
-  }
-  Eval eval;
-  if (first_epoch >= flags.epochs || step >= total_steps) {  // nothing left to train
-    apps::with_average(state, *world, /*keep=*/true, [&] {
-      if (lead) eval = evaluate(*model, *data.test, flags.max_eval);
-    });
-  }
-  for (int64_t epoch = first_epoch; epoch < flags.epochs && step < total_steps; ++epoch) {
-    loader.set_epoch(epoch);
-    const auto start = Clock::now();
-    double loss_sum = 0, correct = 0, train_seconds = 0;
-    int64_t images = 0, steps = 0;
-    for (const data::Batch& batch : loader) {
-      if (step >= total_steps) break;
-      const auto step_start = Clock::now();
-      optimizer.zero_grad();
-      const Tensor logits = parallel.forward(*model, batch.inputs);
-      Tensor loss = nn::cross_entropy(logits, batch.targets);
-      loss.backward();
-      optimizer.step();
-      if (scheduler) scheduler->step();
-      train_seconds += std::chrono::duration<double>(Clock::now() - step_start).count();
-      const auto n = static_cast<int64_t>(batch.targets.size());
-      loss_sum += loss.item() * static_cast<double>(n);
-      correct += nn::accuracy(logits, batch.targets) * static_cast<double>(n);
-      images += n;
-      ++step;
-      ++steps;
-      checkpoints.after_step(step, loader.position() == loader.num_batches());
-      if (lead && flags.log_every > 0 && step % flags.log_every == 0) {
-        std::printf("  step %lld loss %.4f\n", static_cast<long long>(step), loss.item());
-        std::fflush(stdout);
-      }
+    const Shape shape = data.train->example_shape();
+    std::printf(
+        "train_resnet: %s (%lld parameters, input %s), %s: %lld train / %lld test examples, "
+        "batch %lld, lr %g, momentum %g, weight decay %g, %s lr%s\n",
+        flags.model.c_str(), static_cast<long long>(num_params), shape_str(shape).c_str(),
+        data.name.c_str(), static_cast<long long>(data.train->size()),
+        static_cast<long long>(data.test->size()), static_cast<long long>(training.batch_size),
+        training.lr, training.momentum, training.weight_decay, training.schedule.c_str(),
+        data.augment ? ", crop + flip augmentation" : "");
+    if (distributed_run) {
+      std::printf("train_resnet: %s, batch %lld per rank, %lld batches per rank per epoch\n",
+                  parallel.describe(world_size, flags.parallel).c_str(),
+                  static_cast<long long>(training.batch_size),
+                  static_cast<long long>(loader.num_batches()));
     }
-    // Sums over ranks: every rank ran the same number of steps on its shard.
-    std::vector<double> sums{loss_sum, correct, static_cast<double>(images), train_seconds};
-    if (world_size > 1) world->allreduce(std::span<double>(sums))->wait();
-    loss_sum = sums[0];
-    correct = sums[1];
-    images = static_cast<int64_t>(sums[2]);
-    train_seconds = sums[3] / world_size;  // images/s of the whole job
-    const bool last = epoch + 1 == flags.epochs || step >= total_steps;
-    apps::with_average(state, *world, /*keep=*/last, [&] {
-      if (lead) eval = evaluate(*model, *data.test, flags.max_eval);
-    });
-    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    const double denom = images > 0 ? static_cast<double>(images) : 1.0;
-    if (lead)
-      std::printf("%5lld %7lld %10.4f %8.2f%% %10.4f %8.2f%% %8.2f %9.1f\n",
-                  static_cast<long long>(epoch + 1), static_cast<long long>(steps),
-                  loss_sum / denom, 100 * correct / denom, eval.loss, 100 * eval.accuracy, seconds,
-                  train_seconds > 0 ? static_cast<double>(images) / train_seconds : 0.0);
-    std::fflush(stdout);
   }
-  checkpoints.finish();
-  if (lead) {
-    std::printf("final test accuracy: %.2f%%\n", 100 * eval.accuracy);
-    if (parallel.averager) apps::print_averaging_stats(*parallel.averager);
-    std::fflush(stdout);
-  }
+  const auto start = std::chrono::steady_clock::now();
+  const apps::TrainingRun training_run{.program = "train_resnet",
+                                       .world = world,
+                                       .model = model,
+                                       .parallel = &parallel,
+                                       .optimizer = optimizer.get(),
+                                       .scheduler = scheduler.get(),
+                                       .loader = &loader,
+                                       .test = data.test.get(),
+                                       .checkpoints = &checkpoints,
+                                       .distributed = distributed_run};
+  const apps::EvalResult result = apps::train(training, training_run);
+  apps::print_report(
+      training_run, flags.parallel, result,
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   // No rank leaves while a peer may still have a collective in flight.
   world->shutdown();
   return 0;
@@ -262,32 +194,29 @@ int run(Flags flags) {
 int main(int argc, char** argv) {
   Flags flags;
   CLI::App app{
-      "Train a ResNet on CIFAR-10, in one process or data-parallel under hsgd-run (DDP, "
-      "post-local SGD, hierarchical model averaging)."};
+      "Train a ResNet on Fashion-MNIST or CIFAR-10, in one process or data-parallel under "
+      "hsgd-run (DDP, post-local SGD, hierarchical model averaging)."};
   app.add_option("--model", flags.model, "mlp, resnet20, resnet32, resnet56 or resnet18")
       ->capture_default_str();
+  app.add_option("--dataset", flags.dataset,
+                 "fashion-mnist or cifar10 (default: cifar10 when --data-dir is given, else "
+                 "fashion-mnist)")
+      ->check(CLI::IsMember({"fashion-mnist", "cifar10"}));
   app.add_option("--data-dir", flags.data_dir,
-                 "Directory with the CIFAR-10 binary files (data_batch_1.bin ... test_batch.bin)");
-  app.add_flag("--synthetic", flags.synthetic, "Use a synthetic data set instead of files");
-  app.add_option("--epochs", flags.epochs, "Number of epochs")->capture_default_str();
-  app.add_option("--batch-size", flags.batch_size, "Examples per batch")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app.add_option("--lr", flags.lr, "Learning rate")->capture_default_str();
-  app.add_option("--momentum", flags.momentum, "SGD momentum")->capture_default_str();
-  app.add_option("--weight-decay", flags.weight_decay,
-                 "L2 weight decay (default 1e-4, 5e-4 for resnet18)");
-  app.add_flag("--nesterov", flags.nesterov, "Nesterov momentum");
-  app.add_flag("--cosine", flags.cosine, "Cosine-anneal the learning rate to 0 over the run");
-  app.add_flag("--no-augment", flags.no_augment, "No random crop / flip of CIFAR-10 images");
-  app.add_option("--seed", flags.seed, "Seed of the initialisation, shuffle and augmentation")
-      ->capture_default_str();
-  app.add_option("--max-steps", flags.max_steps, "Stop after this many steps (0: no limit)");
-  app.add_option("--max-eval", flags.max_eval, "Test examples per evaluation (0: all)");
-  app.add_option("--log-every", flags.log_every, "Print the loss every N steps (0: never)");
+                 "Directory with the data set's files (Fashion-MNIST: default " +
+                     std::string(kFashionMnistDir) +
+                     "; CIFAR-10: data_batch_1.bin ... test_batch.bin)");
+  app.add_flag("--synthetic", flags.synthetic,
+               "Use a synthetic data set (3x32x32) instead of files");
+  app.add_flag("--no-augment", flags.no_augment, "No random crop / flip of the training images");
+  apps::add_training_flags(app, flags.training);
   apps::add_parallel_flags(app, flags.parallel);
   apps::add_checkpoint_flags(app, flags.checkpoint);
   CLI11_PARSE(app, argc, argv);
+  // He et al.'s weight decay for the CIFAR ResNets; ResNet-18 recipes use 5e-4.
+  if (flags.model == "resnet18" && app.count("--weight-decay") == 0) {
+    flags.training.weight_decay = 5e-4;
+  }
   // One line at a time even into a pipe (hsgd-run, CI): a killed worker loses no output.
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   try {

@@ -60,8 +60,10 @@ Batch DataLoader::batch(int64_t i) const {
   const int64_t begin = i * options_.batch_size;
   const int64_t end =
       std::min<int64_t>(begin + options_.batch_size, static_cast<int64_t>(indices_.size()));
-  return dataset_->get_batch(
-      std::vector<int64_t>(indices_.begin() + begin, indices_.begin() + end));
+  const std::vector<int64_t> indices(indices_.begin() + begin, indices_.begin() + end);
+  Batch out = dataset_->get_batch(indices);
+  if (options_.transform) options_.transform(out, indices, epoch_);
+  return out;
 }
 
 DataLoader::Iterator DataLoader::begin() const {

@@ -26,6 +26,9 @@
 // restored position survives set_epoch of the same epoch, and is used by the next begin()
 // only). Save after training on a batch: a batch handed out but not trained is skipped.
 //
+// With options.transform set, every batch passes through transform(batch, indices, epoch()) after
+// Dataset::get_batch (augmentation keyed by example and epoch, so a resume reproduces it).
+//
 // Errors: batch_size < 1, world_size < 1, rank outside [0, world_size), null dataset:
 // InvalidArgument naming the value.
 
@@ -35,6 +38,7 @@
 #include <vector>
 
 #include "framework/data/dataset.h"
+#include "framework/data/transforms.h"
 #include "framework/train/state_dict.h"
 
 namespace hsgd::data {
@@ -46,6 +50,9 @@ struct DataLoaderOptions {
   bool drop_last = false;
   int rank = 0;
   int world_size = 1;
+  // Applied to every batch with its data set indices and the current epoch (e.g. RandomCropFlip,
+  // see transforms.h); empty: none.
+  BatchTransform transform = {};
 };
 
 class DataLoader {

@@ -1,0 +1,76 @@
+#include "apps/common/training_flags.h"
+
+#include <algorithm>
+
+#include "comm/error.h"
+
+namespace hsgd::apps {
+
+void add_training_flags(CLI::App& app, TrainingFlags& flags) {
+  app.add_option("--epochs", flags.epochs, "Number of epochs")->capture_default_str();
+  app.add_option("--batch-size", flags.batch_size, "Examples per batch and rank")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--lr", flags.lr, "Learning rate")->capture_default_str();
+  app.add_option("--momentum", flags.momentum, "SGD momentum")->capture_default_str();
+  app.add_option("--weight-decay", flags.weight_decay, "L2 weight decay")->capture_default_str();
+  app.add_flag("--nesterov", flags.nesterov, "Nesterov momentum");
+  app.add_option("--schedule", flags.schedule,
+                 "Learning-rate schedule: cosine (annealed to 0 over the run, per step) or "
+                 "constant")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cosine", "constant"}));
+  app.add_option("--seed", flags.seed, "Seed of the initialisation, shuffle and augmentation")
+      ->capture_default_str();
+  app.add_option("--max-steps", flags.max_steps, "Stop after this many steps (0: no limit)")
+      ->capture_default_str();
+  app.add_option("--train-subset", flags.train_subset,
+                 "Train on the first N examples of the training set (0: all)")
+      ->capture_default_str();
+  app.add_option("--log-every", flags.log_every,
+                 "Progress every N steps, counted from the start: a line redrawn in place on a "
+                 "terminal, else a plain '  step N loss L ...' line; also the --metrics-out "
+                 "records (0: none)")
+      ->capture_default_str();
+  app.add_option("--eval-every", flags.eval_every,
+                 "Also evaluate every N steps of an epoch and print 'eval:' lines with the "
+                 "training seconds so far, evaluations excluded (0: epoch ends only, no lines)")
+      ->capture_default_str();
+  app.add_option("--max-eval", flags.max_eval, "Test examples per evaluation (0: all)")
+      ->capture_default_str();
+  app.add_option("--metrics-out", flags.metrics_out,
+                 "Rank 0 writes one JSON object per line to FILE (step, epoch, wall_s, "
+                 "train_loss, lr, samples_per_s, test_loss/test_accuracy when evaluated, "
+                 "averaging per level); a resumed run appends");
+}
+
+void check_training_flags(const TrainingFlags& flags) {
+  HSGD_CHECK(flags.epochs >= 1, "--epochs ", flags.epochs, " must be at least 1");
+  HSGD_CHECK(flags.max_steps >= 0, "--max-steps ", flags.max_steps, " must not be negative");
+  HSGD_CHECK(flags.train_subset >= 0, "--train-subset ", flags.train_subset,
+             " must not be negative");
+  HSGD_CHECK(flags.log_every >= 0, "--log-every ", flags.log_every, " must be at least 0");
+  HSGD_CHECK(flags.eval_every >= 0, "--eval-every ", flags.eval_every, " must be at least 0");
+  HSGD_CHECK(flags.max_eval >= 0, "--max-eval ", flags.max_eval, " must be at least 0");
+}
+
+optim::SGDOptions sgd_options(const TrainingFlags& flags) {
+  return {.lr = flags.lr,
+          .momentum = flags.momentum,
+          .weight_decay = flags.weight_decay,
+          .nesterov = flags.nesterov};
+}
+
+int64_t planned_steps(const TrainingFlags& flags, const data::DataLoader& loader) {
+  const int64_t all = flags.epochs * loader.num_batches();
+  return flags.max_steps > 0 ? std::min(all, flags.max_steps) : all;
+}
+
+std::unique_ptr<optim::LRScheduler> make_scheduler(const TrainingFlags& flags, Optimizer& optimizer,
+                                                   int64_t planned_steps) {
+  if (flags.schedule != "cosine") return nullptr;
+  return std::make_unique<optim::CosineAnnealingLR>(
+      optimizer, optim::CosineAnnealingLROptions{.t_max = planned_steps});
+}
+
+}  // namespace hsgd::apps

@@ -1,0 +1,58 @@
+#pragma once
+// The training flags the bundled examples (train_mlp, train_resnet) share: SGD, schedule,
+// epochs, batch size, seed, step limit, training subset, progress, evaluation and metrics.
+// Each program sets its own defaults in the struct before add_training_flags, which shows them
+// in --help.
+//
+//   apps::TrainingFlags training{.batch_size = 128, .lr = 0.1, .weight_decay = 1e-4};
+//   apps::add_training_flags(app, training);
+//   ...
+//   apps::check_training_flags(training);                   // after parsing
+//   auto sgd = std::make_shared<optim::SGD>(params, apps::sgd_options(training));
+//
+// Bad values throw InvalidArgument naming the flag (exit code 1 in the examples).
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "framework/data/data_loader.h"
+#include "framework/train/optimizer.h"
+#include "optim/lr_scheduler.h"
+#include "optim/sgd.h"
+
+namespace hsgd::apps {
+
+struct TrainingFlags {
+  int64_t epochs = 1;
+  int64_t batch_size = 64;  // per rank
+  double lr = 0.05;         // per rank, as with torch DDP
+  double momentum = 0.9;
+  double weight_decay = 0;
+  bool nesterov = false;
+  std::string schedule = "cosine";  // cosine (annealed to 0 over the run, per step) | constant
+  uint64_t seed = 0;                // initialisation, shuffle and augmentation
+  int64_t max_steps = 0;            // 0: epochs * batches per epoch
+  int64_t train_subset = 0;         // 0: the whole training set, else its first N examples
+  int64_t log_every = 50;           // progress line / metrics record every N steps; 0: none
+  int64_t eval_every = 0;           // 0: evaluate at epoch ends only, print no "eval:" lines
+  int64_t max_eval = 0;             // test examples per evaluation; 0: all
+  std::string metrics_out = "";     // JSON lines file written by rank 0; empty: none
+};
+
+void add_training_flags(CLI::App& app, TrainingFlags& flags);
+
+// InvalidArgument naming the flag for a value out of range.
+void check_training_flags(const TrainingFlags& flags);
+
+optim::SGDOptions sgd_options(const TrainingFlags& flags);
+
+// Steps the run trains in all: epochs * loader.num_batches(), capped by --max-steps.
+int64_t planned_steps(const TrainingFlags& flags, const data::DataLoader& loader);
+
+// CosineAnnealingLR over planned_steps for --schedule cosine; null for constant.
+std::unique_ptr<optim::LRScheduler> make_scheduler(const TrainingFlags& flags, Optimizer& optimizer,
+                                                   int64_t planned_steps);
+
+}  // namespace hsgd::apps

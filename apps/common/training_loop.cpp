@@ -1,0 +1,160 @@
+#include "apps/common/training_loop.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <span>
+
+#include "comm/work.h"
+#include "framework/nn/functional.h"
+#include "framework/tensor/grad_mode.h"
+
+namespace hsgd::apps {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+std::string format_row(const char* fmt, auto... args) {
+  char buffer[256];
+  std::snprintf(buffer, sizeof buffer, fmt, args...);
+  return buffer;
+}
+
+}  // namespace
+
+EvalResult evaluate(nn::Module& model, const data::Dataset& test, int64_t max_examples) {
+  NoGradGuard no_grad;
+  model.eval();
+  constexpr int64_t kChunk = 500;
+  const int64_t limit = max_examples > 0 ? std::min(max_examples, test.size()) : test.size();
+  EvalResult out;
+  for (int64_t begin = 0; begin < limit; begin += kChunk) {
+    std::vector<int64_t> indices;
+    for (int64_t i = begin; i < std::min(begin + kChunk, limit); ++i) indices.push_back(i);
+    const data::Batch batch = test.get_batch(indices);
+    const Tensor logits = model.forward(batch.inputs);
+    const auto n = static_cast<double>(indices.size());
+    out.loss += nn::cross_entropy(logits, batch.targets).item() * n;
+    out.accuracy += nn::accuracy(logits, batch.targets) * n;
+  }
+  model.train();
+  if (limit > 0) {
+    out.loss /= static_cast<double>(limit);
+    out.accuracy /= static_cast<double>(limit);
+  }
+  return out;
+}
+
+EvalResult train(const TrainingFlags& flags, const TrainingRun& run) {
+  comm::ProcessGroup& world = *run.world;
+  const int world_size = world.size();
+  const bool lead = world.rank() == 0;
+  data::DataLoader& loader = *run.loader;
+  Optimizer& optimizer = *run.optimizer;
+  const int64_t total_steps = planned_steps(flags, loader);
+
+  // Steps trained so far: 0, or the step of the checkpoint resumed from.
+  int64_t step = run.checkpoints->resume();
+  int64_t first_epoch = 0;
+  if (step > 0) {
+    first_epoch = loader.epoch();
+    if (loader.position() >= loader.num_batches()) ++first_epoch;
+  }
+  TrainingMonitor monitor({.lead = lead,
+                           .log_every = flags.log_every,
+                           .eval_lines = flags.eval_every > 0,
+                           .metrics_out = flags.metrics_out,
+                           .total_steps = total_steps,
+                           .epochs = flags.epochs,
+                           .samples_per_step = loader.options().batch_size * world_size,
+                           .resumed_step = step,
+                           .averager = run.parallel->averager.get()});
+  monitor.print(format_row("%5s %7s %10s %9s %10s %9s %8s %9s\n", "epoch", "steps", "train_loss",
+                           "train_acc", "test_loss", "test_acc", "time_s", "images/s"));
+
+  // The replicas' parameters and buffers (BatchNorm statistics), averaged for each evaluation.
+  std::vector<Tensor> state = run.model->parameters();
+  for (const Tensor& b : run.model->buffers()) state.push_back(b);
+  EvalResult eval;
+  // Rank 0's result for the average of the replicas (collective). keep: every rank keeps the
+  // averaged values, else each restores its own.
+  const auto evaluate_average = [&](bool keep) {
+    with_average(state, world, keep, [&] {
+      if (lead) eval = evaluate(*run.model, *run.test, flags.max_eval);
+    });
+  };
+  if (first_epoch >= flags.epochs || step >= total_steps) {  // nothing left to train
+    evaluate_average(/*keep=*/true);
+  }
+  for (int64_t epoch = first_epoch; epoch < flags.epochs && step < total_steps; ++epoch) {
+    loader.set_epoch(epoch);
+    const auto start = Clock::now();
+    double loss_sum = 0, correct = 0, step_seconds = 0;
+    int64_t images = 0, steps = 0;
+    for (const data::Batch& batch : loader) {
+      if (step >= total_steps) break;
+      const auto step_start = Clock::now();
+      const double lr = optimizer.param_groups().front().lr.value_or(flags.lr);
+      optimizer.zero_grad();
+      const Tensor logits = run.parallel->forward(*run.model, batch.inputs);
+      Tensor loss = nn::cross_entropy(logits, batch.targets);
+      loss.backward();
+      optimizer.step();
+      if (run.scheduler != nullptr) run.scheduler->step();
+      step_seconds += seconds_since(step_start);
+      const auto n = static_cast<int64_t>(batch.targets.size());
+      const double loss_value = loss.item();
+      loss_sum += loss_value * static_cast<double>(n);
+      correct += nn::accuracy(logits, batch.targets) * static_cast<double>(n);
+      images += n;
+      ++step;
+      ++steps;
+      run.checkpoints->after_step(step, loader.position() == loader.num_batches());
+      monitor.after_step(step, epoch + 1, loss_value, lr);
+      if (flags.eval_every > 0 && steps % flags.eval_every == 0 && steps < loader.num_batches() &&
+          step < total_steps) {
+        monitor.begin_eval();
+        evaluate_average(/*keep=*/false);
+        monitor.after_eval(step, epoch + 1, eval);
+        world.barrier()->wait();
+        monitor.end_eval();
+      }
+    }
+    // Sums over ranks: every rank ran the same number of steps on its shard.
+    std::vector<double> sums{loss_sum, correct, static_cast<double>(images), step_seconds};
+    if (world_size > 1) world.allreduce(std::span<double>(sums))->wait();
+    const double denom = sums[2] > 0 ? sums[2] : 1.0;
+    const double job_step_seconds = sums[3] / world_size;
+    const bool last = epoch + 1 == flags.epochs || step >= total_steps;
+    monitor.begin_eval();
+    evaluate_average(/*keep=*/last);
+    monitor.after_eval(step, epoch + 1, eval);
+    if (flags.eval_every > 0 && !last) world.barrier()->wait();
+    monitor.end_eval();
+    monitor.print(format_row("%5lld %7lld %10.4f %8.2f%% %10.4f %8.2f%% %8.2f %9.1f\n",
+                             static_cast<long long>(epoch + 1), static_cast<long long>(steps),
+                             sums[0] / denom, 100 * sums[1] / denom, eval.loss, 100 * eval.accuracy,
+                             seconds_since(start),
+                             job_step_seconds > 0 ? sums[2] / job_step_seconds : 0.0));
+  }
+  run.checkpoints->finish();
+  return eval;
+}
+
+void print_report(const TrainingRun& run, const ParallelFlags& parallel, const EvalResult& result,
+                  double wall_seconds) {
+  if (run.world->rank() != 0) return;
+  std::printf("final test accuracy: %.2f%%\n", 100 * result.accuracy);
+  if (run.distributed) {
+    std::printf("%s: %d ranks, mode %s, training wall time %.2f s (rank 0)\n", run.program.c_str(),
+                run.world->size(), parallel.mode.c_str(), wall_seconds);
+  }
+  if (run.parallel->averager) print_averaging_stats(*run.parallel->averager);
+  std::fflush(stdout);
+}
+
+}  // namespace hsgd::apps

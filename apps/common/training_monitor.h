@@ -1,0 +1,87 @@
+#pragma once
+// TrainingMonitor: what rank 0 reports while the bundled examples train -- the progress line
+// (progress.h), the --metrics-out records (metrics_log.h) and the "eval:" lines of --eval-every --
+// and the clocks behind them: wall time since the start and training time without evaluations.
+// On other ranks every call only keeps the clocks.
+//
+//   apps::TrainingMonitor monitor({.lead = rank == 0, ...});
+//   ... after each step:      monitor.after_step(step, epoch, loss.item(), lr);
+//   ... at each evaluation:   monitor.begin_eval(); <evaluate>; monitor.after_eval(step, epoch,
+//                             result); <barrier>; monitor.end_eval();
+//   ... other output:         monitor.print("...\n");
+//
+// Records: one every log_every steps (mean loss and samples/s over the steps since the previous
+// record) and one at every evaluation (with test_loss and test_accuracy).
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "apps/common/metrics_log.h"
+#include "apps/common/progress.h"
+#include "framework/distributed/model_averaging/averagers.h"
+
+namespace hsgd::apps {
+
+struct EvalResult {
+  double loss = 0, accuracy = 0;  // accuracy: a fraction
+};
+
+struct MonitorOptions {
+  bool lead = false;  // rank 0: the only one that prints and writes
+  int64_t log_every = 0;
+  bool eval_lines = false;  // print "eval: epoch E step S train_s T test_accuracy A%"
+  std::string metrics_out = "";
+  int64_t total_steps = 0;
+  int64_t epochs = 0;
+  int64_t samples_per_step = 0;  // of the whole job: batch size x world size
+  int64_t resumed_step = 0;
+  const distributed::ModelAverager* averager = nullptr;  // for level_stats(); may be null
+};
+
+class TrainingMonitor {
+ public:
+  explicit TrainingMonitor(MonitorOptions options);
+
+  // After the optimizer step that brought the run to `step` steps; lr is the one that step used.
+  void after_step(int64_t step, int64_t epoch, double loss, double lr);
+  // Stops the training clock (evaluations do not count in train_s nor in samples/s).
+  void begin_eval();
+  // Rank 0's evaluation result at `step`: the "eval:" line, a record, the progress's accuracy.
+  void after_eval(int64_t step, int64_t epoch, const EvalResult& result);
+  // Restarts the training clock.
+  void end_eval();
+  // A line of other output on rank 0 (erases the live progress line first).
+  void print(const std::string& text);
+
+  // Training seconds of this process so far, evaluations excluded.
+  double train_seconds() const;
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  double since(Clock::time_point t) const;
+  MetricsRecord record(int64_t step, int64_t epoch) const;
+
+  const MonitorOptions options_;
+  Progress progress_;
+  std::unique_ptr<MetricsLog> metrics_;
+  double wall_offset_ = 0, train_offset_ = 0;  // from the metrics file of a resumed run
+
+  const Clock::time_point start_;
+  double eval_seconds_ = 0;  // spent in evaluations so far
+  std::optional<Clock::time_point> eval_start_;
+  double train_s_at_eval_ = 0;
+
+  // Since the previous record.
+  double loss_sum_ = 0;
+  int64_t window_steps_ = 0;
+  double window_start_train_s_ = 0;
+  double lr_ = 0;
+  double samples_per_s_ = 0;
+  int64_t steps_this_run_ = 0;
+  std::optional<double> test_accuracy_;
+};
+
+}  // namespace hsgd::apps
