@@ -210,14 +210,13 @@ int run(const Flags& flags) {
   }
   if (lead) std::printf("%5s %12s %14s %9s\n", "epoch", "train_loss", "test_accuracy", "time_s");
   const auto run_start = std::chrono::steady_clock::now();
-  const std::vector<Tensor> params = model->parameters();
   double accuracy = 0;
   // Rank 0's accuracy of the average of the replicas (collective over world). keep: every rank
   // keeps the averaged parameters, else each restores its own.
   const auto evaluate_average = [&](bool keep) {
-    apps::with_average(params, *world, keep, [&] {
-      if (lead) accuracy = evaluate(*model, *data.test);
-    });
+    distributed::AveragedReplicas average(world, model);
+    if (keep) average.keep();
+    if (lead) accuracy = evaluate(*model, *data.test);
   };
   // --eval-every: training seconds without evaluations, and steps, since the start.
   double train_seconds = 0;

@@ -167,9 +167,6 @@ int run(Flags flags) {
                   static_cast<long long>(loader.num_batches()));
     }
   }
-  // The replicas' parameters and BatchNorm statistics, averaged for each evaluation.
-  std::vector<Tensor> state = model->parameters();
-  for (const Tensor& b : model->buffers()) state.push_back(b);
   apps::RunCheckpoints checkpoints(flags.checkpoint, world,
                                    {.mode = flags.parallel.mode,
                                     .hierarchy = flags.parallel.hierarchy,
@@ -195,9 +192,9 @@ int run(Flags flags) {
   }
   Eval eval;
   if (first_epoch >= flags.epochs || step >= total_steps) {  // nothing left to train
-    apps::with_average(state, *world, /*keep=*/true, [&] {
-      if (lead) eval = evaluate(*model, *data.test, flags.max_eval);
-    });
+    distributed::AveragedReplicas average(world, model);  // parameters and buffers
+    average.keep();
+    if (lead) eval = evaluate(*model, *data.test, flags.max_eval);
   }
   for (int64_t epoch = first_epoch; epoch < flags.epochs && step < total_steps; ++epoch) {
     loader.set_epoch(epoch);
@@ -234,9 +231,11 @@ int run(Flags flags) {
     images = static_cast<int64_t>(sums[2]);
     train_seconds = sums[3] / world_size;  // images/s of the whole job
     const bool last = epoch + 1 == flags.epochs || step >= total_steps;
-    apps::with_average(state, *world, /*keep=*/last, [&] {
+    {
+      distributed::AveragedReplicas average(world, model);  // parameters and buffers
+      if (last) average.keep();
       if (lead) eval = evaluate(*model, *data.test, flags.max_eval);
-    });
+    }
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     const double denom = images > 0 ? static_cast<double>(images) : 1.0;
     if (lead)

@@ -12,6 +12,10 @@
 // - Construction is collective over the group: the ranks exchange their configuration (an
 //   allgather of a few integers) and throw hsgd::InvalidArgument on every rank when they
 //   disagree or when it is invalid, instead of hanging later or averaging the wrong groups.
+//   They also compare the shapes of options.average_buffers, and at the first averaging the
+//   shapes of everything they average, across the whole group (replica_check.h: one small
+//   allgather, once), so that a model that differs between ranks fails with a message naming
+//   the first differing tensor instead of aborting inside Gloo or mixing unrelated weights.
 // - Beyond torch: options.average_buffers are averaged with the parameters (BatchNorm running
 //   statistics); level_stats() counts, per level, the averagings, payload bytes and seconds.
 //
@@ -24,6 +28,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "comm/process_group.h"
@@ -92,6 +97,9 @@ class ModelAverager : public PostStepStage {
   // Averages the params with a gradient, plus the option buffers, over group and charges the
   // cost to level_stats()[level]. A null group (not a member) does nothing.
   void average_at_level(size_t level, const std::vector<Tensor>& params, comm::ProcessGroup* group);
+  // Collective over pg_: every rank passed average_buffers of the same shapes. Called by the
+  // subclasses' constructors after their configuration check.
+  void check_buffers_on_all_ranks();
 
   // Constant after construction.
   const std::shared_ptr<comm::ProcessGroup> pg_;
@@ -104,6 +112,8 @@ class ModelAverager : public PostStepStage {
 
  private:
   FlatAverager flat_;
+  bool tensors_checked_ = false;           // the first averaging compared the tensors across ranks
+  std::vector<std::string> level_labels_;  // "averager 2:4" per level, for failure reports
 };
 
 // Averages every `period` steps once warmup_steps have passed: at calls where
