@@ -101,6 +101,16 @@ HierarchicalModelAverager::HierarchicalModelAverager(
       error = str_cat(class_name_, ": last group size ", levels_.back().second,
                       " must equal the process group size ", n,
                       " (give 0, or 'world' in --hierarchy, to mean the whole group)");
+    } else {
+      // The sizes given nest; the whole group's size, now known, must nest too.
+      for (size_t i = 1; i < levels_.size() && error.empty(); ++i) {
+        if (levels_[i].second % levels_[i - 1].second != 0) {
+          error = str_cat(class_name_, ": each group size must divide the next so that groups ",
+                          "nest, but group size ", levels_[i - 1].second, " does not divide ",
+                          levels_[i].second, " (", describe_given(period_group_size),
+                          " in a process group of ", n, " ranks)");
+        }
+      }
     }
   }
   // Validate locally, but throw only after the collective check so that no rank leaves the
