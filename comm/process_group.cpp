@@ -168,6 +168,12 @@ std::exception_ptr ProcessGroup::on_failure(const CollectiveFingerprint& fp,
 // computing, waiting elsewhere) or is dead. After a timeout the others time out about as late,
 // so the grace is half the timeout, at most 30 s; after a lost connection or a peer that exited,
 // the others fail within moments, and a dead peer never reports, so 2 s.
+Duration ProcessGroup::work_timeout() const {
+  // diagnose_failure: a store barrier and a read, each bounded by the grace (at most 30 s).
+  return options_.timeout + std::min<Duration>(options_.timeout, std::chrono::seconds(60)) +
+         std::chrono::seconds(5);
+}
+
 std::string ProcessGroup::diagnose_failure(const CollectiveFingerprint& fp, bool timed_out) {
   const Duration grace =
       std::min<Duration>(options_.timeout / 2, timed_out ? Duration(std::chrono::seconds(30))

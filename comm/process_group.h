@@ -130,6 +130,10 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   const std::string& name() const { return options_.name; }
   const std::vector<int>& ranks() const { return options_.ranks; }  // global ranks of members
   Duration timeout() const { return options_.timeout; }
+  // What to pass to Work::wait to get a failed collective's own error, with its report of what
+  // every rank is doing, rather than a bare Work::wait timeout: the collective's deadline plus
+  // the time the failure diagnosis may take (see process_group.cpp), plus a margin.
+  Duration work_timeout() const;
   std::shared_ptr<Store> store() const { return options_.store; }
   const std::string& key_prefix() const { return options_.key_prefix; }
 

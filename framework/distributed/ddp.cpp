@@ -204,7 +204,7 @@ void DistributedDataParallel::launch_ready_buckets() {
 void DistributedDataParallel::finish_iteration() {
   expecting_backward_ = false;
   for (auto& b : buckets_) {
-    if (b->work) b->work->wait(pg_->timeout());
+    if (b->work) b->work->wait(pg_->work_timeout());
     const float* src = b->grad_bucket.buffer().data();
     for (size_t slot = 0; slot < b->params.size(); ++slot) {
       Tensor& p = params_[b->params[slot]];

@@ -91,14 +91,14 @@ std::vector<std::string> gather_descriptions(comm::ProcessGroup& pg, const std::
   const std::vector<int64_t> length{static_cast<int64_t>(mine.size())};
   std::vector<int64_t> lengths(n);
   pg.allgather(std::span<const int64_t>(length), std::span<int64_t>(lengths), "model check")
-      ->wait(pg.timeout());
+      ->wait(pg.work_timeout());
   const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
   const size_t words = static_cast<size_t>(longest + 7) / 8;
   std::vector<int64_t> packed(words, 0);
   std::memcpy(packed.data(), mine.data(), mine.size());
   std::vector<int64_t> all(words * n);
   pg.allgather(std::span<const int64_t>(packed), std::span<int64_t>(all), "model check")
-      ->wait(pg.timeout());
+      ->wait(pg.work_timeout());
   std::vector<std::string> out(n);
   for (size_t r = 0; r < n; ++r) {
     out[r].resize(static_cast<size_t>(lengths[r]));
@@ -185,7 +185,7 @@ void check_same_tensors(comm::ProcessGroup& pg, const std::string& who,
   const std::vector<int64_t> record{fnv1a(mine), static_cast<int64_t>(entries.size()), total};
   std::vector<int64_t> all(record.size() * static_cast<size_t>(pg.size()));
   pg.allgather(std::span<const int64_t>(record), std::span<int64_t>(all), "model check")
-      ->wait(pg.timeout());
+      ->wait(pg.work_timeout());
   bool same = true;
   for (size_t i = record.size(); i < all.size(); ++i) same = same && all[i] == all[i % 3];
   if (same) return;

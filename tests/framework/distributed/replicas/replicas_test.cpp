@@ -64,7 +64,7 @@ TEST(ReplicaCheck, DdpWithAWiderLayerOnOneRank_FailsOnEveryRankNamingTheParamete
     const std::string message = error_message([&] { DistributedDataParallel ddp(model, pg); });
     EXPECT_THAT(message, HasSubstr("DistributedDataParallel: the model differs between the ranks "
                                    "of group 'world': parameter '0.weight' (tensor 0) has shape "
-                                   "[16, 4] on ranks 0, 2-3 and [20, 4] on rank 1"))
+                                   "[16, 4] on ranks 0, 2, 3 and [20, 4] on rank 1"))
         << "rank " << rank;
     expect_group_usable(pg);
   });
