@@ -27,6 +27,7 @@ std::shared_ptr<Work> CollectiveQueue::enqueue(CollectiveFingerprint fp, Run run
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) {
+      fp.seq = next_seq_;  // the number it would have had; not consumed
       const std::string what = fp.describe();
       work = std::make_shared<Work>(what + " of group '" + group_name_ + "'");
       work->finish(std::make_exception_ptr(CommError(
