@@ -46,6 +46,8 @@
 #include "framework/distributed/model_averaging/averagers.h"
 #include "framework/distributed/model_averaging/hierarchical_model_averager.h"
 #include "framework/distributed/model_averaging/utils.h"
+#include "framework/distributed/averaged_replicas.h"
+#include "framework/distributed/tensor_collectives.h"
 
 // ---- optim, models ----
 #include "models/mlp.h"

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 
+#include "comm/detail/collective_fingerprint.h"
 #include "comm/detail/collective_queue.h"
 #include "comm/detail/format_ranks.h"
 #include "comm/detail/gloo_allreduce.h"
@@ -24,6 +25,8 @@
 // (child_group). This file connects a group and queues its collectives.
 
 namespace hsgd::comm {
+
+using hsgd::detail::CollectiveFingerprint;
 
 const char* to_string(AllreduceAlgorithm algorithm) {
   switch (algorithm) {
@@ -77,8 +80,8 @@ ProcessGroup::ProcessGroup(Options options) : options_(std::move(options)) {
   connect();
   queue_ = std::make_unique<hsgd::detail::CollectiveQueue>(
       options_.name, options_.timeout,
-      [this](const std::string& what, uint64_t seq, const std::exception& e) {
-        return on_failure(what, seq, e);
+      [this](const CollectiveFingerprint& fp, const std::exception& e) {
+        return on_failure(fp, e);
       });
 }
 
@@ -135,20 +138,20 @@ void ProcessGroup::connect() {
                                : "TCP");
 }
 
-std::shared_ptr<Work> ProcessGroup::enqueue(std::string what,
+std::shared_ptr<Work> ProcessGroup::enqueue(CollectiveFingerprint fp,
                                             std::function<void(uint32_t tag)> run) {
   std::weak_ptr<ProcessGroup> self = weak_from_this();
-  return queue_->enqueue(std::move(what), std::move(run), [self](const Work& w, Duration timeout) {
+  return queue_->enqueue(std::move(fp), std::move(run), [self](const Work& w, Duration timeout) {
     if (auto group = self.lock()) group->queue_->help(w, timeout);
   });
 }
 
-std::exception_ptr ProcessGroup::on_failure(const std::string& what, uint64_t seq,
+std::exception_ptr ProcessGroup::on_failure(const CollectiveFingerprint& fp,
                                             const std::exception& e) {
   const bool timed_out = looks_like_timeout(e.what());
-  const std::string who = diagnose_failure(seq, timed_out);
+  const std::string who = diagnose_failure(fp, timed_out);
   const std::string message = detail::str_cat(
-      what, " of group '", options_.name, "' (rank ", rank(), " of ", size(), ") ",
+      fp.describe(), " of group '", options_.name, "' (rank ", rank(), " of ", size(), ") ",
       timed_out ? "timed out after " + std::to_string(options_.timeout.count()) + " ms"
                 : std::string("failed"),
       ": ", who, ". Cause: ", e.what());
@@ -158,36 +161,84 @@ std::exception_ptr ProcessGroup::on_failure(const std::string& what, uint64_t se
 }
 
 // Costs nothing on the fast path: only a rank whose collective failed writes
-// "<prefix>failed/<seq>/<rank>" and waits a grace period for the other members to do the same.
-// Ranks that reached the same collective fail too (their peers never answer) and write their
-// key; the ones whose key never appears did not arrive. After a timeout the others time out
-// about as late, so the grace is half the timeout, at most 30 s; after a lost connection or a
-// peer that exited, the others fail within moments, and a dead peer never reports, so 2 s.
-std::string ProcessGroup::diagnose_failure(uint64_t seq, bool timed_out) {
+// "<prefix>failed/<rank>" (once: a group fails once), holding the description of the collective
+// it is in, and waits a grace period for the other members to do the same. Ranks blocked in a
+// collective of this group fail too (their peers never answer) and write theirs, whichever
+// collective it is; a rank whose key never appears was not in a collective of this group (still
+// computing, waiting elsewhere) or is dead. After a timeout the others time out about as late,
+// so the grace is half the timeout, at most 30 s; after a lost connection or a peer that exited,
+// the others fail within moments, and a dead peer never reports, so 2 s.
+Duration ProcessGroup::work_timeout() const {
+  // diagnose_failure: a store barrier and a read, each bounded by the grace (at most 30 s).
+  return options_.timeout + std::min<Duration>(options_.timeout, std::chrono::seconds(60)) +
+         std::chrono::seconds(5);
+}
+
+std::string ProcessGroup::diagnose_failure(const CollectiveFingerprint& fp, bool timed_out) {
   const Duration grace =
       std::min<Duration>(options_.timeout / 2, timed_out ? Duration(std::chrono::seconds(30))
                                                          : Duration(std::chrono::seconds(2)));
-  const std::string base = options_.key_prefix + "failed/" + std::to_string(seq) + "/";
+  const std::string base = options_.key_prefix + "failed/";
   try {
+    bool everyone = true;
     try {
-      store_barrier(*options_.store, base, rank(), size(), grace);
-      return "every rank reached this collective and failed (mismatched collectives, or a "
-             "network failure)";
+      store_barrier(*options_.store, base, rank(), size(), grace,
+                    {.value = to_bytes(fp.describe())});
     } catch (const Timeout&) {
+      everyone = false;
     }
-    std::vector<int> missing_global;
-    const std::vector<int> missing = store_barrier_missing(*options_.store, base, size());
-    for (int r : missing) missing_global.push_back(options_.ranks[static_cast<size_t>(r)]);
-    return detail::str_cat(
-        "ranks ", detail::format_ranks(missing), " (global ", detail::format_ranks(missing_global),
-        ") did not arrive (no failure report from them within ", grace.count(), " ms)");
+    const std::vector<int> missing =
+        everyone ? std::vector<int>{} : store_barrier_missing(*options_.store, base, size());
+    std::vector<std::string> keys;
+    std::vector<int> reported;
+    for (int r = 0, m = 0; r < size(); ++r) {
+      if (m < static_cast<int>(missing.size()) && missing[static_cast<size_t>(m)] == r) {
+        ++m;
+        continue;
+      }
+      keys.push_back(base + std::to_string(r));
+      reported.push_back(r);
+    }
+    const std::vector<Bytes> values = options_.store->multi_get(keys, grace);
+    // The ranks of each distinct report, in the order of their lowest rank.
+    std::vector<std::pair<std::string, std::vector<int>>> doing;
+    for (size_t i = 0; i < values.size(); ++i) {
+      const std::string what = to_string(values[i]);
+      auto it =
+          std::find_if(doing.begin(), doing.end(), [&](const auto& d) { return d.first == what; });
+      if (it == doing.end()) {
+        doing.push_back({what, {reported[i]}});
+      } else {
+        it->second.push_back(reported[i]);
+      }
+    }
+    if (missing.empty() && doing.size() == 1) {
+      return "every rank reached this collective and failed (a network failure, or a peer that "
+             "exited)";
+    }
+    std::string out;
+    for (const auto& [what, ranks] : doing) {
+      if (!out.empty()) out += "; ";
+      out += detail::describe_rank_set(ranks);
+      out += ranks.size() == 1 ? " is in " : " are in ";
+      out += what;
+    }
+    if (!missing.empty()) {
+      std::vector<int> missing_global;
+      for (int r : missing) missing_global.push_back(options_.ranks[static_cast<size_t>(r)]);
+      out += detail::str_cat(out.empty() ? "" : "; ", "ranks ", detail::format_ranks(missing),
+                             " (global ", detail::format_ranks(missing_global),
+                             ") did not arrive (no failure report from them within ", grace.count(),
+                             " ms: not in a collective of this group, or dead)");
+    }
+    return out;
   } catch (const std::exception& e) {
-    return std::string("could not ask the store which ranks arrived: ") + e.what();
+    return std::string("could not ask the store what the other ranks are doing: ") + e.what();
   }
 }
 
 void ProcessGroup::shutdown(Duration timeout) {
-  auto last = enqueue("shutdown drain", [](uint32_t) {});
+  auto last = enqueue({.kind = "shutdown drain"}, [](uint32_t) {});
   queue_->close();
   try {
     last->wait(timeout);
@@ -205,11 +256,12 @@ void ProcessGroup::shutdown(Duration timeout) {
 // ---- collectives ----
 
 template <typename T>
-std::shared_ptr<Work> ProcessGroup::allreduce_impl(std::span<T> data, ReduceOp op,
-                                                   const char* type) {
-  std::string what =
-      detail::str_cat("allreduce (", data.size(), " x ", type, ", ", to_string(op), ")");
-  return enqueue(std::move(what), [this, data, op](uint32_t tag) {
+std::shared_ptr<Work> ProcessGroup::allreduce_impl(std::span<T> data, ReduceOp op, const char* type,
+                                                   std::string_view label) {
+  CollectiveFingerprint fp{
+      .kind = "allreduce", .dtype = type, .count = data.size(), .args = to_string(op)};
+  fp.label = label;
+  return enqueue(std::move(fp), [this, data, op](uint32_t tag) {
     if (size() == 1 || data.empty()) return;
     const AllreduceAlgorithm algorithm = options_.allreduce_algorithm;
     if (algorithm == AllreduceAlgorithm::kAuto && shm_ != nullptr) {
@@ -222,20 +274,27 @@ std::shared_ptr<Work> ProcessGroup::allreduce_impl(std::span<T> data, ReduceOp o
   });
 }
 
-std::shared_ptr<Work> ProcessGroup::allreduce(std::span<float> data, ReduceOp op) {
-  return allreduce_impl(data, op, "float");
+std::shared_ptr<Work> ProcessGroup::allreduce(std::span<float> data, ReduceOp op,
+                                              std::string_view label) {
+  return allreduce_impl(data, op, "float", label);
 }
 
-std::shared_ptr<Work> ProcessGroup::allreduce(std::span<double> data, ReduceOp op) {
-  return allreduce_impl(data, op, "double");
+std::shared_ptr<Work> ProcessGroup::allreduce(std::span<double> data, ReduceOp op,
+                                              std::string_view label) {
+  return allreduce_impl(data, op, "double", label);
 }
 
 template <typename T>
-std::shared_ptr<Work> ProcessGroup::broadcast_impl(std::span<T> data, int root, const char* type) {
+std::shared_ptr<Work> ProcessGroup::broadcast_impl(std::span<T> data, int root, const char* type,
+                                                   std::string_view label) {
   HSGD_CHECK(root >= 0 && root < size(), "ProcessGroup '", name(), "': broadcast root ", root,
              " must be a rank of the group, in [0, ", size(), ")");
-  std::string what = detail::str_cat("broadcast (", data.size(), " x ", type, ", root ", root, ")");
-  return enqueue(std::move(what), [this, data, root](uint32_t tag) {
+  CollectiveFingerprint fp{.kind = "broadcast",
+                           .dtype = type,
+                           .count = data.size(),
+                           .args = "root " + std::to_string(root)};
+  fp.label = label;
+  return enqueue(std::move(fp), [this, data, root](uint32_t tag) {
     if (size() == 1 || data.empty()) return;
     gloo::BroadcastOptions opts(context_);
     opts.setOutput(data.data(), data.size());
@@ -246,24 +305,28 @@ std::shared_ptr<Work> ProcessGroup::broadcast_impl(std::span<T> data, int root, 
   });
 }
 
-std::shared_ptr<Work> ProcessGroup::broadcast(std::span<float> data, int root) {
-  return broadcast_impl(data, root, "float");
+std::shared_ptr<Work> ProcessGroup::broadcast(std::span<float> data, int root,
+                                              std::string_view label) {
+  return broadcast_impl(data, root, "float", label);
 }
-std::shared_ptr<Work> ProcessGroup::broadcast(std::span<double> data, int root) {
-  return broadcast_impl(data, root, "double");
+std::shared_ptr<Work> ProcessGroup::broadcast(std::span<double> data, int root,
+                                              std::string_view label) {
+  return broadcast_impl(data, root, "double", label);
 }
-std::shared_ptr<Work> ProcessGroup::broadcast(std::span<int64_t> data, int root) {
-  return broadcast_impl(data, root, "int64");
+std::shared_ptr<Work> ProcessGroup::broadcast(std::span<int64_t> data, int root,
+                                              std::string_view label) {
+  return broadcast_impl(data, root, "int64", label);
 }
 
 template <typename T>
 std::shared_ptr<Work> ProcessGroup::allgather_impl(std::span<const T> in, std::span<T> out,
-                                                   const char* type) {
+                                                   const char* type, std::string_view label) {
   HSGD_CHECK(out.size() == in.size() * static_cast<size_t>(size()), "ProcessGroup '", name(),
              "': allgather output has ", out.size(),
              " elements; expected size() * input = ", size(), " * ", in.size());
-  std::string what = detail::str_cat("allgather (", in.size(), " x ", type, ")");
-  return enqueue(std::move(what), [this, in, out](uint32_t tag) {
+  CollectiveFingerprint fp{.kind = "allgather", .dtype = type, .count = in.size()};
+  fp.label = label;
+  return enqueue(std::move(fp), [this, in, out](uint32_t tag) {
     if (size() == 1 || in.empty()) {
       std::copy(in.begin(), in.end(), out.begin());
       return;
@@ -277,15 +340,19 @@ std::shared_ptr<Work> ProcessGroup::allgather_impl(std::span<const T> in, std::s
   });
 }
 
-std::shared_ptr<Work> ProcessGroup::allgather(std::span<const float> in, std::span<float> out) {
-  return allgather_impl(in, out, "float");
+std::shared_ptr<Work> ProcessGroup::allgather(std::span<const float> in, std::span<float> out,
+                                              std::string_view label) {
+  return allgather_impl(in, out, "float", label);
 }
-std::shared_ptr<Work> ProcessGroup::allgather(std::span<const int64_t> in, std::span<int64_t> out) {
-  return allgather_impl(in, out, "int64");
+std::shared_ptr<Work> ProcessGroup::allgather(std::span<const int64_t> in, std::span<int64_t> out,
+                                              std::string_view label) {
+  return allgather_impl(in, out, "int64", label);
 }
 
-std::shared_ptr<Work> ProcessGroup::barrier() {
-  return enqueue("barrier", [this](uint32_t tag) {
+std::shared_ptr<Work> ProcessGroup::barrier(std::string_view label) {
+  CollectiveFingerprint fp{.kind = "barrier"};
+  fp.label = label;
+  return enqueue(std::move(fp), [this](uint32_t tag) {
     if (size() == 1) return;
     gloo::BarrierOptions opts(context_);
     opts.setTag(tag);

@@ -4,10 +4,15 @@
 // node (comm/shm_allreduce.h). Works on raw buffers; knows nothing of Tensor.
 //
 // CONTRACT: collectives are called in the same order on every rank of a group, with the same
-// sizes, types, ops and roots. Breaking it leads to a timeout error (or wrong results), never to
-// a silent hang: every collective has the group's deadline (InitOptions::timeout, default
-// 300 s). When a peer does not arrive, the error is hsgd::Timeout naming the operation, its
-// sequence number, the group and the ranks that did not arrive.
+// sizes, types, ops and roots. Breaking it leads to an error, never to a silent hang or a crash:
+// every collective has the group's deadline (InitOptions::timeout, HSGD_TIMEOUT_MS, default
+// 300 s), and mismatched collectives use different Gloo tags (their fingerprints differ, see
+// comm/detail/collective_fingerprint.h), so they time out rather than exchange messages of the
+// wrong size. A failed collective is hsgd::Timeout (or hsgd::CommError) saying what each rank of
+// the group was doing, e.g. "rank 0 is in allreduce (272474 x float, sum) #24 'averager 2:4';
+// ranks 1-3 are in broadcast (98 x float, root 0) #23 'DDP buffers'", and which ranks did not
+// report at all (not in a collective of this group, or dead). The optional label of each
+// collective is only for these messages; it may differ between ranks.
 //
 // Each group owns one worker thread: collectives are queued (FIFO) and run there, so the caller
 // can compute while they run; each returns a Work to wait on. Buffers must stay alive and
@@ -33,6 +38,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "comm/store.h"
@@ -51,9 +57,10 @@ class ProcessGroup;
 
 // Comm-internal parts of ProcessGroup, each in comm/detail/<name>.h.
 namespace hsgd::detail {
-class CollectiveQueue;    // the FIFO of collectives and the worker thread
-class GlooAllreduce;      // Gloo algorithm choice and cache
-class TwoLevelAllreduce;  // shared memory within nodes, TCP between them
+class CollectiveQueue;         // the FIFO of collectives and the worker thread
+struct CollectiveFingerprint;  // what a collective is, for tags and failure reports
+class GlooAllreduce;           // Gloo algorithm choice and cache
+class TwoLevelAllreduce;       // shared memory within nodes, TCP between them
 std::shared_ptr<comm::ProcessGroup> make_child_group(
     const std::shared_ptr<comm::ProcessGroup>& parent, std::vector<int> parent_ranks);
 }  // namespace hsgd::detail
@@ -123,26 +130,37 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   const std::string& name() const { return options_.name; }
   const std::vector<int>& ranks() const { return options_.ranks; }  // global ranks of members
   Duration timeout() const { return options_.timeout; }
+  // What to pass to Work::wait to get a failed collective's own error, with its report of what
+  // every rank is doing, rather than a bare Work::wait timeout: the collective's deadline plus
+  // the time the failure diagnosis may take (see process_group.cpp), plus a margin.
+  Duration work_timeout() const;
   std::shared_ptr<Store> store() const { return options_.store; }
   const std::string& key_prefix() const { return options_.key_prefix; }
 
   // ---- collectives: each queues the operation and returns at once ----
 
+  // label (optional, e.g. "DDP buffers", "averager 2:4") names the collective in failure
+  // reports: what the caller was doing, since the other arguments rarely say.
+
   // Element-wise reduction across the group, in place. kAvg divides the sum by size().
-  std::shared_ptr<Work> allreduce(std::span<float> data, ReduceOp op = ReduceOp::kSum);
-  std::shared_ptr<Work> allreduce(std::span<double> data, ReduceOp op = ReduceOp::kSum);
+  std::shared_ptr<Work> allreduce(std::span<float> data, ReduceOp op = ReduceOp::kSum,
+                                  std::string_view label = {});
+  std::shared_ptr<Work> allreduce(std::span<double> data, ReduceOp op = ReduceOp::kSum,
+                                  std::string_view label = {});
 
   // Copies root's data into data on every rank. root is a rank within this group.
-  std::shared_ptr<Work> broadcast(std::span<float> data, int root);
-  std::shared_ptr<Work> broadcast(std::span<double> data, int root);
-  std::shared_ptr<Work> broadcast(std::span<int64_t> data, int root);
+  std::shared_ptr<Work> broadcast(std::span<float> data, int root, std::string_view label = {});
+  std::shared_ptr<Work> broadcast(std::span<double> data, int root, std::string_view label = {});
+  std::shared_ptr<Work> broadcast(std::span<int64_t> data, int root, std::string_view label = {});
 
   // out[r * in.size() .. (r+1) * in.size()) receives rank r's in; out.size() == size()*in.size().
-  std::shared_ptr<Work> allgather(std::span<const float> in, std::span<float> out);
-  std::shared_ptr<Work> allgather(std::span<const int64_t> in, std::span<int64_t> out);
+  std::shared_ptr<Work> allgather(std::span<const float> in, std::span<float> out,
+                                  std::string_view label = {});
+  std::shared_ptr<Work> allgather(std::span<const int64_t> in, std::span<int64_t> out,
+                                  std::string_view label = {});
 
   // Completes once every rank of the group has called barrier().
-  std::shared_ptr<Work> barrier();
+  std::shared_ptr<Work> barrier(std::string_view label = {});
 
   // Call before the process exits (like torch's destroy_process_group). Waits for the queued
   // collectives, then meets the other members through the store (not through Gloo). A rank that
@@ -170,17 +188,22 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   friend std::shared_ptr<ProcessGroup> hsgd::detail::make_child_group(
       const std::shared_ptr<ProcessGroup>& parent, std::vector<int> parent_ranks);
 
-  std::shared_ptr<Work> enqueue(std::string what, std::function<void(uint32_t tag)> run);
-  // The error that breaks the group after collective `what` (sequence number seq) failed with e.
-  std::exception_ptr on_failure(const std::string& what, uint64_t seq, const std::exception& e);
-  // After a failure: which members did not reach collective seq (see process_group.cpp).
-  std::string diagnose_failure(uint64_t seq, bool timed_out);
+  std::shared_ptr<Work> enqueue(hsgd::detail::CollectiveFingerprint fp,
+                                std::function<void(uint32_t tag)> run);
+  // The error that breaks the group after the collective fp failed with e.
+  std::exception_ptr on_failure(const hsgd::detail::CollectiveFingerprint& fp,
+                                const std::exception& e);
+  // After a failure: what each member was doing (see process_group.cpp).
+  std::string diagnose_failure(const hsgd::detail::CollectiveFingerprint& fp, bool timed_out);
   template <typename T>
-  std::shared_ptr<Work> allreduce_impl(std::span<T> data, ReduceOp op, const char* type);
+  std::shared_ptr<Work> allreduce_impl(std::span<T> data, ReduceOp op, const char* type,
+                                       std::string_view label);
   template <typename T>
-  std::shared_ptr<Work> broadcast_impl(std::span<T> data, int root, const char* type);
+  std::shared_ptr<Work> broadcast_impl(std::span<T> data, int root, const char* type,
+                                       std::string_view label);
   template <typename T>
-  std::shared_ptr<Work> allgather_impl(std::span<const T> in, std::span<T> out, const char* type);
+  std::shared_ptr<Work> allgather_impl(std::span<const T> in, std::span<T> out, const char* type,
+                                       std::string_view label);
   void connect();
 
   // Constant after construction.

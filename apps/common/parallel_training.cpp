@@ -5,7 +5,6 @@
 #include <string_view>
 
 #include "framework/distributed/comm_hooks/post_local_sgd_hook.h"
-#include "framework/distributed/flat_buffer.h"
 #include "framework/distributed/model_averaging/hierarchical_model_averager.h"
 #include "framework/tensor/grad_mode.h"
 #include "optim/post_local_sgd_optimizer.h"
@@ -25,8 +24,10 @@ void add_parallel_flags(CLI::App& app, ParallelFlags& flags) {
   app.add_option("--period", flags.period, "local-sgd: average the models every N steps")
       ->capture_default_str();
   app.add_option("--hierarchy", flags.hierarchy,
-                 "hierarchical: period:group_size pairs, e.g. 2:2,4:4 (every 2 steps pairs of "
-                 "ranks average, every 4 steps groups of 4); the last size is the world size");
+                 "hierarchical: period:group_size pairs, e.g. 2:2,8:world (every 2 steps pairs of "
+                 "ranks average, every 8 steps all of them); the last size is the world size, "
+                 "or 'world' (or 0) for any world size; levels larger than the world are "
+                 "dropped with a warning");
   app.add_option("--subgroup-size", flags.subgroup_size,
                  "local-sgd/hierarchical: ranks that average gradients after warm-up (0: "
                  "LOCAL_WORLD_SIZE, the ranks of one node; 1: none)")
@@ -38,14 +39,15 @@ std::vector<std::pair<int64_t, int>> parse_hierarchy(const std::string& text) {
   if (text.find('@') != std::string::npos) return parse_hierarchy(strip_level_options(text));
   const auto fail = [&text](const std::string& why) {
     throw BadFlag("--hierarchy '" + text + "': " + why +
-                  "; expected period:group_size pairs separated by commas, e.g. 2:2,4:4");
+                  "; expected period:group_size pairs separated by commas, e.g. 2:2,8:world");
   };
-  const auto parse_int = [&fail](std::string_view part, const char* what) {
+  const auto parse_int = [&fail](std::string_view part, const char* what, int64_t least) {
     int64_t value = 0;
     const auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), value);
-    if (part.empty() || ec != std::errc() || end != part.data() + part.size() || value < 1 ||
+    if (part.empty() || ec != std::errc() || end != part.data() + part.size() || value < least ||
         value > (int64_t{1} << 30)) {
-      fail(std::string(what) + " '" + std::string(part) + "' is not a positive integer");
+      fail(std::string(what) + " '" + std::string(part) + "' is not a positive integer" +
+           (least == 0 ? " (or 0 / 'world': the whole group)" : ""));
     }
     return value;
   };
@@ -58,8 +60,10 @@ std::vector<std::pair<int64_t, int>> parse_hierarchy(const std::string& text) {
     const std::string_view entry(text.data() + begin, end - begin);
     const size_t colon = entry.find(':');
     if (colon == std::string_view::npos) fail("entry '" + std::string(entry) + "' has no ':'");
-    const int64_t period = parse_int(entry.substr(0, colon), "period");
-    const int64_t group = parse_int(entry.substr(colon + 1), "group size");
+    const int64_t period = parse_int(entry.substr(0, colon), "period", 1);
+    const std::string_view size = entry.substr(colon + 1);
+    const int64_t group =
+        size == "world" ? distributed::kWholeGroup : parse_int(size, "group size", 0);
     levels.emplace_back(period, static_cast<int>(group));
     begin = end + 1;
   }
@@ -144,28 +148,6 @@ Parallel make_parallel(const std::shared_ptr<nn::Module>& model,
                   " ranks: " + e.what());
   }
   return out;
-}
-
-void with_average(const std::vector<Tensor>& tensors, comm::ProcessGroup& world, bool keep,
-                  const std::function<void()>& evaluate) {
-  std::vector<Tensor> saved;
-  if (world.size() > 1) {
-    if (!keep) {
-      for (const Tensor& t : tensors) saved.push_back(t.detach().clone());
-    }
-    // One allreduce for all tensors. kAvg (sum, then divide by the world size) rather than the
-    // averagers' pre-divided sum: the same arithmetic per element as one call per tensor.
-    std::vector<float> flat(static_cast<size_t>(distributed::flat_numel(tensors)));
-    distributed::flatten_into(tensors, flat);
-    world.allreduce(std::span<float>(flat), comm::ReduceOp::kAvg)->wait();
-    distributed::unflatten_from(flat, tensors);
-  }
-  evaluate();
-  NoGradGuard no_grad;
-  for (size_t i = 0; i < saved.size(); ++i) {
-    Tensor t = tensors[i];
-    t.copy_(saved[i]);
-  }
 }
 
 void print_averaging_stats(const distributed::ModelAverager& averager) {

@@ -10,6 +10,7 @@
 //   apps::Parallel setup = apps::make_parallel(model, world, parallel, model->buffers());
 //   auto optimizer = setup.wrap(std::make_shared<optim::SGD>(model->parameters(), options));
 //   Tensor logits = setup.forward(*model, batch.inputs);
+//   { distributed::AveragedReplicas average(world, model); evaluate(*model); }  // the average
 //
 // Bad flag values throw apps::BadFlag (exit code 2 in the examples) naming the flag and value.
 
@@ -23,6 +24,7 @@
 #include "apps/common/level_options.h"
 #include "comm/error.h"
 #include "comm/process_group.h"
+#include "framework/distributed/averaged_replicas.h"  // IWYU pragma: export (evaluation)
 #include "framework/distributed/comm_hooks/post_local_sgd_hook.h"
 #include "framework/distributed/ddp.h"
 #include "framework/distributed/model_averaging/averagers.h"
@@ -47,7 +49,8 @@ struct BadFlag : InvalidArgument {
 
 void add_parallel_flags(CLI::App& app, ParallelFlags& flags);
 
-// Parses "P:G,P:G,..." (period:group_size pairs, positive integers), e.g. "2:2,4:4". Level
+// Parses "P:G,P:G,..." (period:group_size pairs, positive integers), e.g. "2:2,4:4"; a group
+// size of "world" or 0 is distributed::kWholeGroup (the whole group, whatever its size). Level
 // options after '@' (level_options.h) are skipped here.
 std::vector<std::pair<int64_t, int>> parse_hierarchy(const std::string& text);
 
@@ -74,11 +77,6 @@ struct Parallel {
 Parallel make_parallel(const std::shared_ptr<nn::Module>& model,
                        const std::shared_ptr<comm::ProcessGroup>& world, const ParallelFlags& flags,
                        std::vector<Tensor> average_buffers = {});
-
-// Runs evaluate() with the tensors averaged over world (collective: every rank calls it), then
-// gives each rank its own values back unless keep. The examples evaluate on rank 0 only.
-void with_average(const std::vector<Tensor>& tensors, comm::ProcessGroup& world, bool keep,
-                  const std::function<void()>& evaluate);
 
 // Prints averager->level_stats() as a table (rank 0 calls it).
 void print_averaging_stats(const distributed::ModelAverager& averager);

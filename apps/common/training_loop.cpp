@@ -6,6 +6,7 @@
 #include <span>
 
 #include "comm/work.h"
+#include "framework/distributed/averaged_replicas.h"
 #include "framework/nn/functional.h"
 #include "framework/tensor/grad_mode.h"
 
@@ -76,16 +77,17 @@ EvalResult train(const TrainingFlags& flags, const TrainingRun& run) {
   monitor.print(format_row("%5s %7s %10s %9s %10s %9s %8s %9s\n", "epoch", "steps", "train_loss",
                            "train_acc", "test_loss", "test_acc", "time_s", "images/s"));
 
-  // The replicas' parameters and buffers (BatchNorm statistics), averaged for each evaluation.
-  std::vector<Tensor> state = run.model->parameters();
-  for (const Tensor& b : run.model->buffers()) state.push_back(b);
   EvalResult eval;
-  // Rank 0's result for the average of the replicas (collective). keep: every rank keeps the
-  // averaged values, else each restores its own.
+  // Rank 0's result for the average of the replicas, parameters and buffers (BatchNorm
+  // statistics) (collective). keep: every rank keeps the averaged values, else each restores its
+  // own. An averaging still in flight (overlapped levels) is merged first when keeping.
   const auto evaluate_average = [&](bool keep) {
-    with_average(state, world, keep, [&] {
-      if (lead) eval = evaluate(*run.model, *run.test, flags.max_eval);
-    });
+    if (keep && run.parallel->averager) {
+      run.parallel->averager->finish_pending(run.model->parameters());
+    }
+    distributed::AveragedReplicas average(run.world, run.model);
+    if (keep) average.keep();
+    if (lead) eval = evaluate(*run.model, *run.test, flags.max_eval);
   };
   if (first_epoch >= flags.epochs || step >= total_steps) {  // nothing left to train
     evaluate_average(/*keep=*/true);

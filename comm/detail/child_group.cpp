@@ -23,8 +23,10 @@ std::shared_ptr<comm::ProcessGroup> make_child_group(
   if (it == parent_ranks.end()) return nullptr;
   std::vector<int> global_ranks;
   for (int r : parent_ranks) global_ranks.push_back(parent->ranks()[static_cast<size_t>(r)]);
+  std::string suffix = "g";  // not "g" + to_string(id): GCC 12 warns falsely (-Wrestrict)
+  suffix += std::to_string(id);
   return std::make_shared<comm::ProcessGroup>(
-      child_options(parent->options_, "g" + std::to_string(id),
+      child_options(parent->options_, suffix,
                     static_cast<int>(it - parent_ranks.begin()), std::move(global_ranks)));
 }
 

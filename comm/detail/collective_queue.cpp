@@ -21,20 +21,23 @@ CollectiveQueue::~CollectiveQueue() {
   if (worker_.joinable()) worker_.join();
 }
 
-std::shared_ptr<Work> CollectiveQueue::enqueue(std::string what, Run run, Work::Helper helper) {
+std::shared_ptr<Work> CollectiveQueue::enqueue(CollectiveFingerprint fp, Run run,
+                                               Work::Helper helper) {
   std::shared_ptr<Work> work;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) {
+      fp.seq = next_seq_;  // the number it would have had; not consumed
+      const std::string what = fp.describe();
       work = std::make_shared<Work>(what + " of group '" + group_name_ + "'");
       work->finish(std::make_exception_ptr(CommError(
           str_cat(what, " of group '", group_name_, "' was not run: the group was shut down"))));
       return work;
     }
-    const uint64_t seq = next_seq_++;
-    what += " #" + std::to_string(seq);
+    fp.seq = next_seq_++;
+    std::string what = fp.describe();
     work = std::make_shared<Work>(what + " of group '" + group_name_ + "'", std::move(helper));
-    queue_.push_back(Task{work, std::move(what), seq, std::move(run)});
+    queue_.push_back(Task{work, std::move(fp), std::move(what), std::move(run)});
   }
   wake_.notify_one();
   return work;
@@ -94,14 +97,14 @@ void CollectiveQueue::run_task(Task& task) {
     return;
   }
   try {
-    task.run(static_cast<uint32_t>(task.seq));
+    task.run(gloo_tag(task.fp.seq, task.fp.shape_hash()));
     task.work->finish(nullptr);
     return;
   } catch (const InvalidArgument&) {
     task.work->finish(std::current_exception());  // nothing was sent: the group is intact
     return;
   } catch (const std::exception& e) {
-    broken_ = on_failure_(task.what, task.seq, e);
+    broken_ = on_failure_(task.fp, e);
     broken_what_ = task.what;
     task.work->finish(broken_);
   }

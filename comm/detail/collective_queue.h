@@ -5,8 +5,9 @@
 // Tasks run one at a time and in the order queued, whichever thread runs them: the worker, or a
 // thread waiting on a task's Work (help(): when the worker is idle and the waiter allows at least
 // the group's timeout, the waiter runs the queued tasks itself, which saves two thread
-// hand-offs when the caller waits at once). Each task gets a sequence number, used as its Gloo
-// tag and in its description ("allreduce (1000 x float, sum) #7").
+// hand-offs when the caller waits at once). Each task gets a sequence number, which with its
+// fingerprint (collective_fingerprint.h) makes its Gloo tag and its description
+// ("allreduce (1000 x float, sum) #7 'DDP bucket 0'").
 //
 // Failures: a task that throws hsgd::InvalidArgument sent nothing, so only its Work fails. Any
 // other exception breaks the queue (Gloo's connections may hold half a message): on_failure
@@ -15,7 +16,7 @@
 //
 // Usage (inside ProcessGroup):
 //   queue_ = std::make_unique<CollectiveQueue>(name, timeout, on_failure);
-//   auto work = queue_->enqueue("barrier", [&](uint32_t tag) { ... }, helper);
+//   auto work = queue_->enqueue({.kind = "barrier"}, [&](uint32_t tag) { ... }, helper);
 
 #include <condition_variable>
 #include <cstdint>
@@ -27,6 +28,7 @@
 #include <string>
 #include <thread>
 
+#include "comm/detail/collective_fingerprint.h"
 #include "comm/store.h"
 #include "comm/work.h"
 
@@ -35,10 +37,10 @@ namespace hsgd::detail {
 class CollectiveQueue {
  public:
   using Run = std::function<void(uint32_t tag)>;
-  // Turns the failure e of task `what` (sequence number seq) into the error that breaks the
-  // queue; the group uses it to name the ranks that did not arrive. Runs on the task's thread.
-  using OnFailure = std::function<std::exception_ptr(const std::string& what, uint64_t seq,
-                                                     const std::exception& e)>;
+  // Turns the failure e of the task with fingerprint fp (seq set) into the error that breaks
+  // the queue; the group uses it to say what every rank was doing. Runs on the task's thread.
+  using OnFailure =
+      std::function<std::exception_ptr(const CollectiveFingerprint& fp, const std::exception& e)>;
 
   // group_name names the group in messages; timeout is the group's deadline for one collective
   // (a wait shorter than that never runs a task inline). Starts the worker thread.
@@ -48,10 +50,11 @@ class CollectiveQueue {
   CollectiveQueue(const CollectiveQueue&) = delete;
   CollectiveQueue& operator=(const CollectiveQueue&) = delete;
 
-  // Queues run and returns its Work, described as "<what> #<seq> of group '<name>'"; helper is
-  // the Work's wait helper (the group passes one that keeps the group alive and calls help()).
-  // After close(), returns a Work that already failed with hsgd::CommError.
-  std::shared_ptr<comm::Work> enqueue(std::string what, Run run, comm::Work::Helper helper);
+  // Sets fp.seq, queues run (called with gloo_tag(seq, fp.shape_hash())) and returns its Work,
+  // described as "<fp.describe()> of group '<name>'"; helper is the Work's wait helper (the
+  // group passes one that keeps the group alive and calls help()). After close(), returns a
+  // Work that already failed with hsgd::CommError.
+  std::shared_ptr<comm::Work> enqueue(CollectiveFingerprint fp, Run run, comm::Work::Helper helper);
 
   // Refuses the tasks queued from now on (ProcessGroup::shutdown); queued ones still run.
   void close();
@@ -63,8 +66,8 @@ class CollectiveQueue {
  private:
   struct Task {
     std::shared_ptr<comm::Work> work;
-    std::string what;  // "allreduce (1000 x float, sum) #7"
-    uint64_t seq = 0;
+    CollectiveFingerprint fp;  // with its seq
+    std::string what;          // fp.describe(): "allreduce (1000 x float, sum) #7"
     Run run;
   };
 

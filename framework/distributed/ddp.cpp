@@ -8,7 +8,8 @@
 #include "comm/log.h"
 #include "framework/autograd/node.h"
 #include "framework/distributed/comm_hooks/default_hooks.h"
-#include "framework/distributed/flat_buffer.h"
+#include "framework/distributed/replica_check.h"
+#include "framework/distributed/tensor_collectives.h"
 #include "framework/tensor/grad_mode.h"
 
 namespace hsgd::distributed {
@@ -40,10 +41,12 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   }
   for (auto& [name, b] : module_->named_buffers()) buffers_.push_back(b);
 
-  // Every replica starts from rank 0's state.
+  // Every replica starts from rank 0's state, once every rank is known to hold the same model
+  // (a broadcast of one flat buffer would only compare the total sizes).
+  detail::check_same_tensors(*pg_, "DistributedDataParallel", detail::describe_module(*module_));
   std::vector<Tensor> state = all_params;
   state.insert(state.end(), buffers_.begin(), buffers_.end());
-  broadcast_from_rank0(state);
+  broadcast_from_rank0(state, "DDP parameters and buffers");
 
   build_buckets();
   comm_hook_ = [pg = pg_](GradBucket& bucket) { return allreduce_hook(*pg, bucket); };
@@ -62,14 +65,10 @@ DistributedDataParallel::~DistributedDataParallel() {
   for (size_t i = 0; i < params_.size(); ++i) params_[i].remove_grad_ready_hook(hook_ids_[i]);
 }
 
-void DistributedDataParallel::broadcast_from_rank0(const std::vector<Tensor>& tensors) {
+void DistributedDataParallel::broadcast_from_rank0(const std::vector<Tensor>& tensors,
+                                                   const char* label) {
   if (pg_->size() == 1) return;
-  const int64_t n = flat_numel(tensors);
-  if (n == 0) return;
-  std::vector<float> flat(static_cast<size_t>(n));  // (n,) every tensor packed in order
-  flatten_into(tensors, flat);
-  pg_->broadcast(std::span<float>(flat), 0)->wait(pg_->timeout());
-  unflatten_from(flat, tensors);
+  broadcast(*pg_, tensors, 0, label);  // one flat buffer, see tensor_collectives.h
 }
 
 void DistributedDataParallel::build_buckets() {
@@ -131,7 +130,7 @@ void DistributedDataParallel::register_comm_hook(CommHook hook) {
 Tensor DistributedDataParallel::forward(const Tensor& input) {
   const bool training = module_->is_training() && grad_mode_enabled();
   if (training && options_.broadcast_buffers && !buffers_.empty()) {
-    broadcast_from_rank0(buffers_);
+    broadcast_from_rank0(buffers_, "DDP buffers");
   }
   Tensor output = module_->forward(input);
   expecting_backward_ = false;
@@ -205,7 +204,7 @@ void DistributedDataParallel::launch_ready_buckets() {
 void DistributedDataParallel::finish_iteration() {
   expecting_backward_ = false;
   for (auto& b : buckets_) {
-    if (b->work) b->work->wait(pg_->timeout());
+    if (b->work) b->work->wait(pg_->work_timeout());
     const float* src = b->grad_bucket.buffer().data();
     for (size_t slot = 0; slot < b->params.size(); ++slot) {
       Tensor& p = params_[b->params[slot]];

@@ -3,8 +3,10 @@
 // torch.nn.parallel.DistributedDataParallel on CPU.
 //
 // What it does:
-// - At construction, broadcasts parameters and buffers from rank 0 so every replica starts
-//   equal (construction is therefore collective over pg).
+// - At construction, checks that every rank built the same model (parameter and buffer names,
+//   shapes and order; one small allgather, see replica_check.h; hsgd::InvalidArgument on every
+//   rank naming the first difference), then broadcasts parameters and buffers from rank 0 so
+//   every replica starts equal (construction is therefore collective over pg).
 // - Groups the gradients into buckets in REVERSE registration order (the order backward
 //   produces them): the first bucket holds up to first_bucket_cap_mb (1 MB), the others up to
 //   bucket_cap_mb (25 MB), as torch does.
@@ -114,7 +116,8 @@ class DistributedDataParallel {
   struct Bucket;
 
   void build_buckets();
-  void broadcast_from_rank0(const std::vector<Tensor>& tensors);
+  // label names the broadcast in failure reports ("DDP buffers").
+  void broadcast_from_rank0(const std::vector<Tensor>& tensors, const char* label);
   void prepare_for_backward(const Tensor& output);
   void mark_ready(size_t param, bool has_grad);
   void launch_ready_buckets();

@@ -8,6 +8,7 @@
 #include "framework/distributed/flat_buffer.h"
 #include "framework/distributed/model_averaging/averaging_level.h"
 #include "framework/distributed/model_averaging/config_check.h"
+#include "framework/distributed/replica_check.h"
 
 namespace hsgd::distributed {
 
@@ -71,10 +72,25 @@ void ModelAverager::after_step(StepContext& context) {
 
 void ModelAverager::average_at_level(size_t level, const std::vector<Tensor>& params,
                                      comm::ProcessGroup* group) {
+  const std::vector<Tensor> to_average = get_params_to_average(params);
+  if (!tensors_checked_) {
+    // Once, over the whole group: every rank averages at the same step (same schedule).
+    std::vector<detail::TensorEntry> entries = detail::describe_tensors(to_average, "parameter");
+    const auto buffers = detail::describe_tensors(options_.average_buffers, "buffer");
+    entries.insert(entries.end(), buffers.begin(), buffers.end());
+    detail::check_same_tensors(*pg_, class_name_, entries,
+                               "what to average (parameters with a gradient, then buffers)");
+    tensors_checked_ = true;
+  }
   if (group == nullptr) return;
+  if (level_labels_.size() <= level) level_labels_.resize(stats_.size());
+  if (level_labels_[level].empty()) {
+    level_labels_[level] = hsgd::detail::str_cat("averager ", stats_.at(level).period, ":",
+                                                 stats_.at(level).group_size);
+  }
   const auto start = std::chrono::steady_clock::now();
   const int64_t bytes =
-      flat_.average(get_params_to_average(params), options_.average_buffers, *group);
+      flat_.average(to_average, options_.average_buffers, *group, level_labels_[level]);
   const std::chrono::duration<double> spent = std::chrono::steady_clock::now() - start;
   if (group->size() == pg_->size()) whole_group_step_ = step_;
   AveragingLevelStats& s = stats_.at(level);
@@ -176,6 +192,12 @@ void ModelAverager::finish_pending(const std::vector<ParamGroup>& groups) {
   finish_pending(get_params_to_average(groups));
 }
 
+void ModelAverager::check_buffers_on_all_ranks() {
+  detail::check_same_tensors(*pg_, class_name_,
+                             detail::describe_tensors(options_.average_buffers, "buffer"),
+                             "options.average_buffers");
+}
+
 // ---- PeriodicModelAverager ----
 
 PeriodicModelAverager::PeriodicModelAverager(int64_t period, int64_t warmup_steps,
@@ -205,6 +227,7 @@ PeriodicModelAverager::PeriodicModelAverager(LevelOptions level, int64_t warmup_
     error = validate_options(level, 0, class_name_);
   }
   detail::check_config_on_all_ranks(*pg_, class_name_, {level}, warmup_steps_, error);
+  check_buffers_on_all_ranks();
   if (period_ == 1) {
     comm::logger()->warn(
         "PeriodicModelAverager (rank {} of group '{}'): period 1 averages the model at every "

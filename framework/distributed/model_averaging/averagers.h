@@ -12,6 +12,10 @@
 // - Construction is collective over the group: the ranks exchange their configuration (an
 //   allgather of a few integers) and throw hsgd::InvalidArgument on every rank when they
 //   disagree or when it is invalid, instead of hanging later or averaging the wrong groups.
+//   They also compare the shapes of options.average_buffers, and at the first averaging the
+//   shapes of everything they average, across the whole group (replica_check.h: one small
+//   allgather, once), so that a model that differs between ranks fails with a message naming
+//   the first differing tensor instead of aborting inside Gloo or mixing unrelated weights.
 // - Beyond torch: options.average_buffers are averaged with the parameters (BatchNorm running
 //   statistics); level_stats() counts, per level, the averagings, payload bytes and seconds.
 // - Beyond torch: each level may take LevelOptions (level_options.h): an outer optimizer
@@ -42,6 +46,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "comm/process_group.h"
@@ -140,6 +145,9 @@ class ModelAverager : public PostStepStage {
   // Plain levels without pending or anchored levels below take average_at_level, unchanged.
   // Does not advance step_.
   void average_step(int level, const std::vector<Tensor>& params);
+  // Collective over pg_: every rank passed average_buffers of the same shapes. Called by the
+  // subclasses' constructors after their configuration check.
+  void check_buffers_on_all_ranks();
 
   // Constant after construction.
   const std::shared_ptr<comm::ProcessGroup> pg_;
@@ -160,7 +168,9 @@ class ModelAverager : public PostStepStage {
   FlatAverager flat_;
   std::vector<LevelOptions> level_options_;
   std::vector<std::unique_ptr<detail::AveragingLevel>> levels_;
-  std::vector<float> x_;  // (n,) the averaged tensors, flat, during average_step
+  std::vector<float> x_;                   // (n,) the averaged tensors, flat, during average_step
+  bool tensors_checked_ = false;           // the first averaging compared the tensors across ranks
+  std::vector<std::string> level_labels_;  // "averager 2:4" per level, for failure reports
 };
 
 // Averages every `period` steps once warmup_steps have passed: at calls where

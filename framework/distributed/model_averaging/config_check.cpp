@@ -103,7 +103,8 @@ void check_config_on_all_ranks(comm::ProcessGroup& pg, const char* who,
                                const std::string& local_error) {
   const std::vector<int64_t> mine = make_record(levels, warmup_steps);
   std::vector<int64_t> all(static_cast<size_t>(kRecordSize) * pg.size());
-  pg.allgather(std::span<const int64_t>(mine), std::span<int64_t>(all))->wait(pg.timeout());
+  pg.allgather(std::span<const int64_t>(mine), std::span<int64_t>(all), "averager config check")
+      ->wait(pg.work_timeout());
 
   // Group ranks by digest, in rank order, to name who passed what.
   std::map<int64_t, std::vector<int>> ranks_by_digest;

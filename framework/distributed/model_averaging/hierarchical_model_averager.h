@@ -5,14 +5,19 @@
 // period_group_size maps an averaging period to a group size, in the given order, e.g.
 // {{2, 2}, {4, 8}}: every 2 steps each pair of ranks averages, every 4 steps all 8 do. A group
 // of size g is made of contiguous ranks of pg (new_subgroups); the last size must be pg's size
-// (the top level uses pg itself). At each call, once step >= warmup_steps, the LARGEST period
-// dividing step selects the one group that averages (the smaller groups are inside it, so
-// averaging them too would be redundant); then step += 1.
+// (the top level uses pg itself), or kWholeGroup (0), which means pg's size whatever it is.
+//
+// One hierarchy for every world size (beyond torch): levels that do not fit in pg, i.e. larger
+// than pg or after a level that already is the whole group, are dropped with one warning (on
+// rank 0). {{2, 2}, {8, kWholeGroup}} thus runs as {{2, 2}, {8, 4}} on 4 ranks, {{2, 2}} on 2
+// and {{8, 1}} on 1. period_group_size() and level_stats() describe the levels kept. At each call,
+// once step >= warmup_steps, the LARGEST period dividing step selects the one group that averages
+// (the smaller groups are inside it, so averaging them too would be redundant); then step += 1.
 //
 // Validation, beyond torch (hsgd::InvalidArgument on every rank, naming the entry):
 // - the list is non-empty; periods are >= 1 and strictly increasing;
-// - group sizes are >= 1, strictly increasing, each dividing the next; the last equals
-//   pg->size();
+// - group sizes are >= 1 (or kWholeGroup, last only), strictly increasing, each dividing the
+//   next; after dropping what does not fit, the last equals pg->size();
 // - warmup_steps >= 0;
 // - every rank passed the same list and warm-up (checked collectively, see config_check.h).
 // A largest period of 1 only warns. Construction is collective over pg.
@@ -48,6 +53,10 @@
 
 namespace hsgd::distributed {
 
+// A group size meaning "the whole process group", so that one program runs alone and under
+// hsgd-run with one hierarchy: {{2, 2}, {8, kWholeGroup}}. --hierarchy spells it "world".
+inline constexpr int kWholeGroup = 0;
+
 class HierarchicalModelAverager : public ModelAverager {
  public:
   HierarchicalModelAverager(std::vector<std::pair<int64_t, int>> period_group_size,
@@ -64,6 +73,7 @@ class HierarchicalModelAverager : public ModelAverager {
   void average_parameters(const std::vector<Tensor>& params) override;
 
   int64_t warmup_steps() const { return warmup_steps_; }
+  // The levels kept (sizes resolved), not necessarily the list given.
   const std::vector<std::pair<int64_t, int>>& period_group_size() const {
     return period_group_size_;
   }
@@ -73,9 +83,14 @@ class HierarchicalModelAverager : public ModelAverager {
   int level_at(int64_t step) const;
 
  private:
+  // The levels kept from given (kWholeGroup resolved to pg_size), in order; the others are
+  // appended to dropped.
+  static std::vector<LevelOptions> resolve(const std::vector<LevelOptions>& given, int pg_size,
+                                           std::vector<LevelOptions>* dropped);
+
   // Constant after construction.
   const int64_t warmup_steps_;
-  std::vector<std::pair<int64_t, int>> period_group_size_;
+  std::vector<std::pair<int64_t, int>> period_group_size_;  // as kept, see resolve()
   std::vector<std::shared_ptr<comm::ProcessGroup>> groups_;
 };
 

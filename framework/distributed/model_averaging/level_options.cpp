@@ -30,7 +30,12 @@ bool is_anchored(const LevelOptions& level) {
 
 std::string describe(const LevelOptions& level) {
   std::ostringstream out;
-  out << level.period << ":" << level.group_size;
+  out << level.period << ":";
+  if (level.group_size == 0) {
+    out << "world";  // kWholeGroup (hierarchical_model_averager.h)
+  } else {
+    out << level.group_size;
+  }
   const char* sep = "@";
   const auto next = [&]() -> std::ostream& {
     out << sep;

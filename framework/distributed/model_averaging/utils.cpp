@@ -41,7 +41,7 @@ std::vector<Tensor> get_params_to_average(const std::vector<ParamGroup>& groups)
 }
 
 int64_t FlatAverager::average(const std::vector<Tensor>& params, const std::vector<Tensor>& buffers,
-                              comm::ProcessGroup& group) {
+                              comm::ProcessGroup& group, std::string_view label) {
   check_averageable(params, "parameter");
   check_averageable(buffers, "buffer");
   const int64_t n = flat_numel(params) + flat_numel(buffers);
@@ -54,7 +54,7 @@ int64_t FlatAverager::average(const std::vector<Tensor>& params, const std::vect
   const int64_t buffers_at = flatten_into(params, flat, divisor);
   flatten_into(buffers, flat.subspan(static_cast<size_t>(buffers_at)), divisor);
 
-  group.allreduce(flat, comm::ReduceOp::kSum)->wait(group.timeout());
+  group.allreduce(flat, comm::ReduceOp::kSum, label)->wait(group.work_timeout());
 
   unflatten_from(flat, params);
   unflatten_from(flat.subspan(static_cast<size_t>(buffers_at)), buffers);
@@ -65,7 +65,7 @@ void average_parameters(const std::vector<Tensor>& params,
                         const std::shared_ptr<comm::ProcessGroup>& pg) {
   if (pg == nullptr) return;  // this rank is not a member of the group
   FlatAverager averager;
-  averager.average(get_params_to_average(params), {}, *pg);
+  averager.average(get_params_to_average(params), {}, *pg, "average_parameters");
 }
 
 }  // namespace hsgd::distributed

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string_view>
 #include <vector>
 
 #include "comm/process_group.h"
@@ -41,8 +42,9 @@ class FlatAverager {
  public:
   // Averages params (all of them: the caller filters) and then buffers (e.g. BatchNorm running
   // statistics) over group with one allreduce. Returns the payload in bytes (4 * elements).
+  // label names the allreduce in failure reports ("averager 2:4").
   int64_t average(const std::vector<Tensor>& params, const std::vector<Tensor>& buffers,
-                  comm::ProcessGroup& group);
+                  comm::ProcessGroup& group, std::string_view label = {});
 
  private:
   std::vector<float> flat_;  // (sum of numel) packed params then buffers

@@ -302,5 +302,59 @@ TEST(HierarchicalModelAverager, InvalidHierarchies_FailOnEveryRankWithoutHanging
   EXPECT_RANKS_OK(result);
 }
 
+// Issue 15 item 7: one hierarchy for every world size. kWholeGroup is the whole group; levels
+// that do not fit are dropped. The kept levels average exactly as if they had been given.
+class WholeGroupTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(WholeGroupTest, WholeGroupLevel_ResolvesToTheWorldAndDropsLevelsThatDoNotFit) {
+  const int world = GetParam();
+  auto result = run_world(world, [&](int rank, const auto& pg) {
+    HierarchicalModelAverager averager({{2, 2}, {4, 4}, {8, kWholeGroup}}, 0, pg);
+    using H = std::vector<std::pair<int64_t, int>>;
+    const H expected = world == 1   ? H{{8, 1}}
+                       : world == 2 ? H{{2, 2}}
+                       : world == 4 ? H{{2, 2}, {4, 4}}
+                                    : H{{2, 2}, {4, 4}, {8, world}};
+    EXPECT_EQ(averager.period_group_size(), expected) << "world " << world;
+    ASSERT_EQ(averager.level_stats().size(), expected.size());
+    EXPECT_EQ(averager.level_groups().back().get(), pg.get());
+    // Step 8: the top kept level averages over the whole group.
+    Tensor p = make_param(static_cast<float>(rank));
+    averager.set_step(8);
+    averager.average_parameters(std::vector<Tensor>{p});
+    expect_all_equal(p, mean_of_ranks(0, world), "step 8, world " + std::to_string(world));
+    EXPECT_TRUE(averager.averaged_whole_group_last_step());
+  });
+  EXPECT_RANKS_OK(result);
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, WholeGroupTest, ::testing::Values(1, 2, 4, 8));
+
+TEST(HierarchicalModelAverager, WholeGroupErrors_NameTheLevelAndTheWorld) {
+  auto result = run_world(3, [&](int rank, const auto& pg) {
+    using H = std::vector<std::pair<int64_t, int>>;
+    auto hier = [&](H levels) {
+      return [=] { HierarchicalModelAverager averager(levels, 0, pg); };
+    };
+    // 2 does not divide the whole group of 3.
+    expect_invalid(hier({{2, 2}, {8, kWholeGroup}}),
+                   "group size 2 does not divide 3 ({2:2, 8:world} in a process group of 3 ranks)",
+                   "non-nesting world");
+    expect_invalid(hier({{2, kWholeGroup}, {8, 4}}),
+                   "group size 0 (the whole group) of entry 0 must be the last entry",
+                   "world not last");
+    expect_invalid(hier({{2, -1}}), "group size of entry 0 must be >= 1, or 0 for the whole group",
+                   "negative size");
+    expect_invalid(hier({{2, 4}, {4, 8}}),
+                   "every group size of {2:4, 4:8} is larger than the process group size 3",
+                   "nothing fits");
+    // Levels larger than the world are dropped, but a last level below it is still an error.
+    expect_invalid(hier({{2, 2}, {4, 4}}), "last group size 2 must equal the process group size 3",
+                   "top below the world");
+    (void)rank;
+  });
+  EXPECT_RANKS_OK(result);
+}
+
 }  // namespace
 }  // namespace hsgd::distributed

@@ -1,0 +1,64 @@
+#pragma once
+// AveragedReplicas: for the lifetime of the guard, the model's parameters AND buffers hold the
+// average of every rank's replica; the destructor puts each rank's own values back. The way to
+// evaluate what local SGD / hierarchical averaging trained (the replicas drift apart between
+// averagings) without changing the training.
+//
+// Unlike distributed::average_parameters (torch semantics: only parameters with a gradient),
+// this averages every tensor of the model: parameters with or without a gradient (before the
+// first backward too) and buffers (BatchNorm running statistics).
+//
+// Contract:
+// - Construction is collective over pg (every rank constructs one at the same point): a check
+//   that every rank holds the same tensors (replica_check.h, one small allgather), then one
+//   allreduce (kAvg) of all of them. The destructor is local (no communication) and never
+//   throws.
+// - keep(): the average stays when the guard ends (e.g. after the last epoch, so that every
+//   rank saves the same model).
+// - A group of one changes nothing and communicates nothing.
+// - The tensors must not be replaced (their storage is written) while the guard lives; training
+//   inside the guard would be undone by the destructor.
+//
+// Usage (evaluate the average on rank 0, keep training the local replicas):
+//   {
+//     hsgd::distributed::AveragedReplicas average(world, model);
+//     if (world->rank() == 0) accuracy = evaluate(*model, test_set);
+//   }  // every rank has its own replica back
+
+#include <memory>
+#include <vector>
+
+#include "comm/process_group.h"
+#include "framework/distributed/replica_check.h"
+#include "framework/nn/module.h"
+#include "framework/tensor/tensor.h"
+
+namespace hsgd::distributed {
+
+class AveragedReplicas {
+ public:
+  // The model's named_parameters() then named_buffers().
+  AveragedReplicas(const std::shared_ptr<comm::ProcessGroup>& pg, const nn::Module& model);
+  AveragedReplicas(const std::shared_ptr<comm::ProcessGroup>& pg,
+                   const std::shared_ptr<nn::Module>& model);
+  // Any tensors, e.g. a model's state as a flat list; the same shapes in the same order on every
+  // rank.
+  AveragedReplicas(const std::shared_ptr<comm::ProcessGroup>& pg, std::vector<Tensor> tensors);
+  ~AveragedReplicas();
+  AveragedReplicas(const AveragedReplicas&) = delete;
+  AveragedReplicas& operator=(const AveragedReplicas&) = delete;
+
+  // Keep the averaged values when the guard ends instead of restoring the local ones.
+  void keep() { keep_ = true; }
+
+ private:
+  // entries describe tensors for the check across ranks.
+  AveragedReplicas(const std::shared_ptr<comm::ProcessGroup>& pg, std::vector<Tensor> tensors,
+                   const std::vector<detail::TensorEntry>& entries);
+
+  const std::vector<Tensor> tensors_;
+  std::vector<float> saved_;  // (sum of numel,) the local values, packed in order
+  bool keep_ = false;
+};
+
+}  // namespace hsgd::distributed

@@ -1,0 +1,51 @@
+#pragma once
+// check_same_tensors: the collective check that every rank of a group holds the same tensors
+// (names, shapes and order), like torch DDP's _verify_param_shape_across_processes. Run by
+// DistributedDataParallel at construction (before it broadcasts rank 0's state), by the model
+// averagers (their buffers at construction, what they average at their first averaging) and by
+// AveragedReplicas.
+//
+// Why: a collective over one flat buffer of every tensor only needs the total sizes to agree.
+// A model that differs between ranks would either abort inside Gloo (a message longer than the
+// receive buffer) or, when the totals happen to match, silently mix unrelated weights.
+//
+// Cost: one allgather of 3 int64 per rank (a digest of the names, shapes and order, the count
+// and the total size). Only when the digests differ, two more allgathers carry every rank's
+// description, so that the error names the first differing entry and the ranks with each
+// version of it.
+//
+// Usage:
+//   auto entries = detail::describe_module(*model);       // parameters, then buffers
+//   detail::check_same_tensors(*pg, "DistributedDataParallel", entries);
+
+#include <string>
+#include <vector>
+
+#include "comm/process_group.h"
+#include "framework/nn/module.h"
+#include "framework/tensor/tensor.h"
+
+namespace hsgd::distributed::detail {
+
+// One tensor as the check compares it.
+struct TensorEntry {
+  std::string kind;  // "parameter", "buffer", "tensor"
+  std::string name;  // "features.0.weight"; may be "" (entries are then named by position)
+  Shape shape;
+  bool frozen = false;  // a parameter without requires_grad (DDP does not synchronise it)
+};
+
+// The module's named_parameters() then named_buffers(), in order.
+std::vector<TensorEntry> describe_module(const nn::Module& module);
+// Unnamed tensors: entries "<kind> <i>".
+std::vector<TensorEntry> describe_tensors(const std::vector<Tensor>& tensors, const char* kind);
+
+// Collective over pg (every rank calls it with its own entries; a group of one returns at once).
+// Throws hsgd::InvalidArgument on EVERY rank when the entries differ, e.g.
+//   "DistributedDataParallel: the model differs between the ranks of group 'world': parameter 2
+//    'conv2.weight' has shape [64, 32, 3, 3] on ranks 0, 2-3 and [80, 32, 3, 3] on rank 1; ..."
+// who names the caller. Throws hsgd::Timeout / hsgd::CommError if the allgather fails.
+void check_same_tensors(comm::ProcessGroup& pg, const std::string& who,
+                        const std::vector<TensorEntry>& entries, const char* what = "the model");
+
+}  // namespace hsgd::distributed::detail

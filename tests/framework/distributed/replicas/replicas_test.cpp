@@ -1,0 +1,213 @@
+// Issue 15, items 1 to 3, over separate processes:
+// - a model that differs between ranks fails at DistributedDataParallel / averager construction
+//   (and at the averagers' first averaging) with hsgd::InvalidArgument on EVERY rank, naming the
+//   first differing tensor and the ranks with each shape, also when the total sizes are equal;
+// - the library's own collectives carry labels, so a broken call order names them;
+// - collectives on Tensors and AveragedReplicas (parameters and buffers, restored afterwards).
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/error.h"
+#include "framework/distributed/averaged_replicas.h"
+#include "framework/distributed/ddp.h"
+#include "framework/distributed/model_averaging/averagers.h"
+#include "framework/distributed/model_averaging/hierarchical_model_averager.h"
+#include "framework/distributed/tensor_collectives.h"
+#include "framework/nn/nn.h"
+#include "tests/framework/distributed/dist_test_util.h"
+#include "tests/support/error_message.h"
+#include "tests/support/world.h"
+
+namespace hsgd::distributed {
+namespace {
+
+using hsgd::testing::error_message;
+using hsgd::testing::expect_all_equal;
+using hsgd::testing::run_world;
+using ::testing::HasSubstr;
+
+// Linear(4, hidden) -> ReLU -> Linear(hidden, 3), named "0.weight", "0.bias", "2.weight", ...
+std::shared_ptr<nn::Module> make_mlp(int64_t hidden) {
+  Generator gen(7);
+  auto net = std::make_shared<nn::Sequential>();
+  net->push_back(std::make_shared<nn::Linear>(4, hidden, true, gen));
+  net->push_back(std::make_shared<nn::ReLU>());
+  net->push_back(std::make_shared<nn::Linear>(hidden, 3, true, gen));
+  return net;
+}
+
+// Parameters "a" then "b" (or "b" then "a"), each of the given shape; a buffer "stats" (3,).
+class Pair : public nn::Module {
+ public:
+  Pair(Shape a, Shape b, bool swap_names = false) {
+    register_parameter(swap_names ? "b" : "a", zeros(a).set_requires_grad(true));
+    register_parameter(swap_names ? "a" : "b", zeros(b).set_requires_grad(true));
+    register_buffer("stats", zeros({3}));
+  }
+};
+
+// After a failed check the group still works: the check communicated the same way everywhere.
+void expect_group_usable(const std::shared_ptr<comm::ProcessGroup>& pg) {
+  Tensor x = ones({2});
+  allreduce(*pg, x);
+  expect_all_equal(x, static_cast<float>(pg->size()), "allreduce after the failed check");
+}
+
+TEST(ReplicaCheck, DdpWithAWiderLayerOnOneRank_FailsOnEveryRankNamingTheParameter) {
+  auto result = run_world(4, [&](int rank, const auto& pg) {
+    auto model = make_mlp(rank == 1 ? 20 : 16);
+    const std::string message = error_message([&] { DistributedDataParallel ddp(model, pg); });
+    EXPECT_THAT(message, HasSubstr("DistributedDataParallel: the model differs between the ranks "
+                                   "of group 'world': parameter '0.weight' (tensor 0) has shape "
+                                   "[16, 4] on ranks 0, 2, 3 and [20, 4] on rank 1"))
+        << "rank " << rank;
+    expect_group_usable(pg);
+  });
+  EXPECT_RANKS_OK(result);
+}
+
+TEST(ReplicaCheck, SameTotalSizeDifferentShapes_IsCaught) {
+  auto result = run_world(3, [&](int rank, const auto& pg) {
+    // 6 x 4 and 4 x 6: a flat broadcast would succeed and scramble the weights.
+    auto model = std::make_shared<Pair>(rank == 2 ? Shape{4, 6} : Shape{6, 4}, Shape{5});
+    const std::string message = error_message([&] { DistributedDataParallel ddp(model, pg); });
+    EXPECT_THAT(message,
+                HasSubstr("parameter 'a' (tensor 0) has shape [6, 4] on ranks 0, 1 and [4, 6] "
+                          "on rank 2"))
+        << "rank " << rank;
+    expect_group_usable(pg);
+  });
+  EXPECT_RANKS_OK(result);
+}
+
+TEST(ReplicaCheck, DifferentOrderAndMissingTensors_AreNamed) {
+  auto result = run_world(3, [&](int rank, const auto& pg) {
+    auto swapped = std::make_shared<Pair>(Shape{3}, Shape{3}, /*swap_names=*/rank == 1);
+    std::string message = error_message([&] { DistributedDataParallel ddp(swapped, pg); });
+    EXPECT_THAT(message, HasSubstr("tensor 0 is parameter 'a' [3] on ranks 0, 2 and parameter "
+                                   "'b' [3] on rank 1"))
+        << "rank " << rank;
+    // Rank 0 has a buffer fewer (through the averager's buffers).
+    std::vector<Tensor> buffers{zeros({2}), zeros({2})};
+    if (rank == 0) buffers.pop_back();
+    message = error_message(
+        [&] { PeriodicModelAverager averager(2, 0, pg, {.average_buffers = buffers}); });
+    EXPECT_THAT(message, HasSubstr("PeriodicModelAverager: options.average_buffers differs"))
+        << message;
+    EXPECT_THAT(message,
+                HasSubstr("tensor 1 is missing (fewer tensors) on rank 0 and buffer 1 [2] on "
+                          "ranks 1, 2"))
+        << message;
+    expect_group_usable(pg);
+  });
+  EXPECT_RANKS_OK(result);
+}
+
+TEST(ReplicaCheck, AveragerComparesWhatItAveragesAtItsFirstAveraging) {
+  auto result = run_world(4, [&](int rank, const auto& pg) {
+    HierarchicalModelAverager averager({{1, 2}, {2, kWholeGroup}}, 0, pg);
+    Tensor a = zeros({rank == 3 ? 7 : 5}).set_requires_grad(true);
+    a.set_grad(ones(a.shape()));
+    const std::string message =
+        error_message([&] { averager.average_parameters(std::vector<Tensor>{a}); });
+    EXPECT_THAT(message, HasSubstr("HierarchicalModelAverager: what to average (parameters with "
+                                   "a gradient, then buffers) differs"));
+    EXPECT_THAT(message, HasSubstr("has shape [5] on ranks 0-2 and [7] on rank 3"));
+    expect_group_usable(pg);
+  });
+  EXPECT_RANKS_OK(result);
+}
+
+// The issue's scenario: the averager called on rank 0 only, while the others go on with DDP's
+// training forward (its buffer broadcast). Every rank names both library collectives.
+TEST(CollectiveLabels, AveragerOnOneRankOnly_NamesTheAveragerAndDdpBuffers) {
+  hsgd::testing::WorldOptions options;
+  options.timeout = std::chrono::milliseconds(4000);
+  auto result = run_world(4, options, [&](int rank, const auto& pg) {
+    auto model = std::make_shared<nn::Sequential>();
+    model->push_back(std::make_shared<nn::Conv2d>(
+        nn::Conv2dOptions{.in_channels = 1, .out_channels = 2, .kernel_size = {3, 3}}));
+    model->push_back(std::make_shared<nn::BatchNorm2d>(2));
+    DistributedDataParallel ddp(model, pg);
+    PeriodicModelAverager averager(1, 0, pg);  // warns: period 1
+    std::vector<Tensor> params = model->parameters();
+    for (Tensor& p : params) p.set_grad(ones(p.shape()));
+    averager.average_parameters(params);  // every rank: checks the tensors, then averages
+    const std::string message = error_message<Timeout>([&] {
+      if (rank == 0) {
+        averager.average_parameters(params);
+      } else {
+        ddp.forward(ones({1, 1, 4, 4}));
+      }
+    });
+    // 2*1*3*3 + 2 conv parameters, 2 + 2 BatchNorm parameters; buffers: 2 + 2 + 1.
+    EXPECT_THAT(message, HasSubstr("rank 0 is in allreduce (24 x float, sum) #"));
+    EXPECT_THAT(message, HasSubstr("'averager 1:4'"));
+    EXPECT_THAT(message, HasSubstr("ranks 1-3 are in broadcast (5 x float, root 0) #"));
+    EXPECT_THAT(message, HasSubstr("'DDP buffers'"));
+  });
+  EXPECT_RANKS_OK(result);
+}
+
+TEST(TensorCollectives, AllreduceAndBroadcastTensors_IncludingViewsAndLists) {
+  for (int world : {1, 3}) {
+    auto result = run_world(world, [&](int rank, const auto& pg) {
+      const float r = static_cast<float>(rank);
+      Tensor x = full({2, 3}, r + 1);
+      allreduce(*pg, x);
+      const float sum = static_cast<float>(world * (world + 1) / 2);
+      expect_all_equal(x, sum, "allreduce sum");
+      Tensor y = full({4}, r);
+      allreduce(*pg, y, comm::ReduceOp::kMax, "max");
+      expect_all_equal(y, static_cast<float>(world - 1), "allreduce max");
+      // A non-contiguous view: written back into the storage it views.
+      Tensor base = from_vector({r, r, r, r, r, r}, {2, 3});
+      Tensor view = base.t();
+      broadcast(*pg, view, world - 1);
+      expect_all_equal(base, static_cast<float>(world - 1), "broadcast into a transposed view");
+      // Lists: one coalesced collective.
+      std::vector<Tensor> list{full({2}, r), full({3, 1}, 2 * r)};
+      allreduce(*pg, list, comm::ReduceOp::kAvg);
+      const float mean = static_cast<float>(world - 1) / 2;
+      expect_all_equal(list[0], mean, "list[0]");
+      expect_all_equal(list[1], 2 * mean, "list[1]");
+      EXPECT_THROW(allreduce(*pg, std::vector<Tensor>{Tensor()}), InvalidArgument);
+    });
+    EXPECT_RANKS_OK(result);
+  }
+}
+
+TEST(AveragedReplicas, SwapsInTheAverageOfParametersAndBuffersThenRestores) {
+  for (int world : {1, 2, 3}) {
+    auto result = run_world(world, [&](int rank, const auto& pg) {
+      // No backward has run: no parameter has a gradient, and the buffer is not a parameter.
+      auto model = std::make_shared<Pair>(Shape{2, 2}, Shape{3});
+      const float r = static_cast<float>(rank);
+      for (Tensor& p : model->parameters()) p.detach().fill_(r);
+      model->buffers()[0].fill_(10 * r);
+      const float mean = static_cast<float>(world - 1) / 2;
+      {
+        AveragedReplicas average(pg, model);
+        for (const Tensor& p : model->parameters()) expect_all_equal(p, mean, "averaged param");
+        expect_all_equal(model->buffers()[0], 10 * mean, "averaged buffer");
+      }
+      for (const Tensor& p : model->parameters()) expect_all_equal(p, r, "restored param");
+      expect_all_equal(model->buffers()[0], 10 * r, "restored buffer");
+      {
+        AveragedReplicas average(pg, model);
+        average.keep();
+      }
+      for (const Tensor& p : model->parameters()) expect_all_equal(p, mean, "kept param");
+      expect_all_equal(model->buffers()[0], 10 * mean, "kept buffer");
+    });
+    EXPECT_RANKS_OK(result);
+  }
+}
+
+}  // namespace
+}  // namespace hsgd::distributed
