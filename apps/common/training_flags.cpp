@@ -1,7 +1,9 @@
 #include "apps/common/training_flags.h"
 
 #include <algorithm>
+#include <cmath>
 
+#include "apps/common/parallel_training.h"
 #include "comm/error.h"
 
 namespace hsgd::apps {
@@ -9,8 +11,7 @@ namespace hsgd::apps {
 void add_training_flags(CLI::App& app, TrainingFlags& flags) {
   app.add_option("--epochs", flags.epochs, "Number of epochs")->capture_default_str();
   app.add_option("--batch-size", flags.batch_size, "Examples per batch and rank")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->capture_default_str();
   app.add_option("--lr", flags.lr, "Learning rate")->capture_default_str();
   app.add_option("--momentum", flags.momentum, "SGD momentum")->capture_default_str();
   app.add_option("--weight-decay", flags.weight_decay, "L2 weight decay")->capture_default_str();
@@ -36,6 +37,9 @@ void add_training_flags(CLI::App& app, TrainingFlags& flags) {
                  "Also evaluate every N steps of an epoch and print 'eval:' lines with the "
                  "training seconds so far, evaluations excluded (0: epoch ends only, no lines)")
       ->capture_default_str();
+  app.add_flag("--allow-nonfinite-loss", flags.allow_nonfinite_loss,
+               "Keep training when the loss becomes NaN or infinite (default: stop with an error "
+               "naming the step)");
   app.add_option("--max-eval", flags.max_eval, "Test examples per evaluation (0: all)")
       ->capture_default_str();
   app.add_option("--metrics-out", flags.metrics_out,
@@ -45,13 +49,24 @@ void add_training_flags(CLI::App& app, TrainingFlags& flags) {
 }
 
 void check_training_flags(const TrainingFlags& flags) {
-  HSGD_CHECK(flags.epochs >= 1, "--epochs ", flags.epochs, " must be at least 1");
-  HSGD_CHECK(flags.max_steps >= 0, "--max-steps ", flags.max_steps, " must not be negative");
-  HSGD_CHECK(flags.train_subset >= 0, "--train-subset ", flags.train_subset,
-             " must not be negative");
-  HSGD_CHECK(flags.log_every >= 0, "--log-every ", flags.log_every, " must be at least 0");
-  HSGD_CHECK(flags.eval_every >= 0, "--eval-every ", flags.eval_every, " must be at least 0");
-  HSGD_CHECK(flags.max_eval >= 0, "--max-eval ", flags.max_eval, " must be at least 0");
+  HSGD_CHECK_AS(BadFlag, flags.batch_size >= 1, "--batch-size ", flags.batch_size,
+                " must be at least 1");
+  HSGD_CHECK_AS(BadFlag, flags.epochs >= 1, "--epochs ", flags.epochs, " must be at least 1");
+  HSGD_CHECK_AS(BadFlag, flags.max_steps >= 0, "--max-steps ", flags.max_steps,
+                " must not be negative");
+  HSGD_CHECK_AS(BadFlag, flags.train_subset >= 0, "--train-subset ", flags.train_subset,
+                " must not be negative");
+  HSGD_CHECK_AS(BadFlag, flags.log_every >= 0, "--log-every ", flags.log_every,
+                " must be at least 0");
+  HSGD_CHECK_AS(BadFlag, flags.eval_every >= 0, "--eval-every ", flags.eval_every,
+                " must be at least 0");
+  HSGD_CHECK_AS(BadFlag, flags.max_eval >= 0, "--max-eval ", flags.max_eval, " must be at least 0");
+  HSGD_CHECK_AS(BadFlag, std::isfinite(flags.lr) && flags.lr >= 0, "--lr ", flags.lr,
+                " must be a finite number >= 0");
+  HSGD_CHECK_AS(BadFlag, std::isfinite(flags.momentum) && flags.momentum >= 0, "--momentum ",
+                flags.momentum, " must be a finite number >= 0");
+  HSGD_CHECK_AS(BadFlag, std::isfinite(flags.weight_decay), "--weight-decay ", flags.weight_decay,
+                " must be a finite number");
 }
 
 optim::SGDOptions sgd_options(const TrainingFlags& flags) {

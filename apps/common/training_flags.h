@@ -31,14 +31,15 @@ struct TrainingFlags {
   double momentum = 0.9;
   double weight_decay = 0;
   bool nesterov = false;
-  std::string schedule = "cosine";  // cosine (annealed to 0 over the run, per step) | constant
-  uint64_t seed = 0;                // initialisation, shuffle and augmentation
-  int64_t max_steps = 0;            // 0: epochs * batches per epoch
-  int64_t train_subset = 0;         // 0: the whole training set, else its first N examples
-  int64_t log_every = 50;           // progress line / metrics record every N steps; 0: none
-  int64_t eval_every = 0;           // 0: evaluate at epoch ends only, print no "eval:" lines
-  int64_t max_eval = 0;             // test examples per evaluation; 0: all
-  std::string metrics_out = "";     // JSON lines file written by rank 0; empty: none
+  std::string schedule = "cosine";    // cosine (annealed to 0 over the run, per step) | constant
+  uint64_t seed = 0;                  // initialisation, shuffle and augmentation
+  int64_t max_steps = 0;              // 0: epochs * batches per epoch
+  int64_t train_subset = 0;           // 0: the whole training set, else its first N examples
+  bool allow_nonfinite_loss = false;  // else a NaN/inf training loss stops the run
+  int64_t log_every = 50;             // progress line / metrics record every N steps; 0: none
+  int64_t eval_every = 0;             // 0: evaluate at epoch ends only, print no "eval:" lines
+  int64_t max_eval = 0;               // test examples per evaluation; 0: all
+  std::string metrics_out = "";       // JSON lines file written by rank 0; empty: none
 };
 
 void add_training_flags(CLI::App& app, TrainingFlags& flags);

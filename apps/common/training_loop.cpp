@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <span>
 
@@ -110,6 +111,12 @@ EvalResult train(const TrainingFlags& flags, const TrainingRun& run) {
       step_seconds += seconds_since(step_start);
       const auto n = static_cast<int64_t>(batch.targets.size());
       const double loss_value = loss.item();
+      // This rank's loss; under a launcher the others are stopped when this rank exits.
+      HSGD_CHECK(std::isfinite(loss_value) || flags.allow_nonfinite_loss, "the training loss is ",
+                 loss_value, " at step ", step + 1, " (epoch ", epoch + 1, ", rank ", world.rank(),
+                 ", lr ", lr,
+                 "): training diverged; lower --lr, or pass --allow-nonfinite-loss "
+                 "to continue anyway");
       loss_sum += loss_value * static_cast<double>(n);
       correct += nn::accuracy(logits, batch.targets) * static_cast<double>(n);
       images += n;

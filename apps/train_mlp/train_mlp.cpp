@@ -51,6 +51,7 @@
 
 #include "apps/common/checkpointing.h"
 #include "apps/common/parallel_training.h"
+#include "apps/common/run_main.h"
 #include "apps/common/training_flags.h"
 #include "apps/common/training_loop.h"
 #include "comm/error.h"
@@ -114,6 +115,8 @@ int run(const Flags& flags) {
   apps::check_training_flags(training);
   // The batch-64 GEMMs of this model are too small to gain from BLAS threads; on a busy 2-core
   // machine OpenBLAS's spinning threads made an epoch 4x slower (45 s vs 11 s wall).
+  HSGD_CHECK_AS(apps::BadFlag, flags.blas_threads >= 0, "--blas-threads ", flags.blas_threads,
+                " must be at least 0 (0: OpenBLAS's default)");
   if (flags.blas_threads > 0) openblas_set_num_threads(flags.blas_threads);
 
   const comm::InitOptions init = comm::InitOptions::from_env();
@@ -208,21 +211,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--blas-threads", flags.blas_threads,
                  "OpenBLAS threads (0: OpenBLAS's default, all cores)")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->capture_default_str();
   apps::add_training_flags(app, flags.training);
   apps::add_parallel_flags(app, flags.parallel);
   apps::add_checkpoint_flags(app, flags.checkpoint);
-  CLI11_PARSE(app, argc, argv);
-  // One line at a time even into a pipe (hsgd-run, CI): a killed worker loses no output.
-  std::setvbuf(stdout, nullptr, _IOLBF, 0);
-  try {
-    return run(flags);
-  } catch (const apps::BadFlag& e) {
-    std::fprintf(stderr, "train_mlp: error: %s\n", e.what());
-    return 2;
-  } catch (const hsgd::Error& e) {
-    std::fprintf(stderr, "train_mlp: error: %s\n", e.what());
-    return 1;
-  }
+  return apps::run_main(app, argc, argv, "train_mlp", [&] { return run(flags); });
 }

@@ -35,6 +35,7 @@
 
 #include "apps/common/checkpointing.h"
 #include "apps/common/parallel_training.h"
+#include "apps/common/run_main.h"
 #include "apps/common/training_flags.h"
 #include "apps/common/training_loop.h"
 #include "comm/error.h"
@@ -212,20 +213,5 @@ int main(int argc, char** argv) {
   apps::add_training_flags(app, flags.training);
   apps::add_parallel_flags(app, flags.parallel);
   apps::add_checkpoint_flags(app, flags.checkpoint);
-  CLI11_PARSE(app, argc, argv);
-  // He et al.'s weight decay for the CIFAR ResNets; ResNet-18 recipes use 5e-4.
-  if (flags.model == "resnet18" && app.count("--weight-decay") == 0) {
-    flags.training.weight_decay = 5e-4;
-  }
-  // One line at a time even into a pipe (hsgd-run, CI): a killed worker loses no output.
-  std::setvbuf(stdout, nullptr, _IOLBF, 0);
-  try {
-    return run(flags);
-  } catch (const apps::BadFlag& e) {
-    std::fprintf(stderr, "train_resnet: error: %s\n", e.what());
-    return 2;
-  } catch (const hsgd::Error& e) {
-    std::fprintf(stderr, "train_resnet: error: %s\n", e.what());
-    return 1;
-  }
+  return apps::run_main(app, argc, argv, "train_resnet", [&] { return run(flags); });
 }

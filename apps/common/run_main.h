@@ -1,0 +1,24 @@
+#pragma once
+// The examples' main: command-line parsing and exit codes in one place.
+//
+//   int main(int argc, char** argv) {
+//     CLI::App app{"..."};
+//     ...add flags...
+//     return apps::run_main(app, argc, argv, "train_mlp", [&] { return run(flags); });
+//   }
+//
+// Exit codes: 0 on success (and for --help); 2 on a usage error (CLI11's parse errors, e.g. an
+// unknown flag or --batch-size 0, and apps::BadFlag), 1 on a runtime error (hsgd::Error,
+// std::bad_alloc, any other std::exception). Every error is printed to stderr as
+// "<program>: error: <message>", and nothing escapes main (no abort, no CLI11-specific codes).
+// stdout is line-buffered, so a killed program loses no printed line, even into a pipe.
+
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace hsgd::apps {
+
+int run_main(CLI::App& app, int argc, char** argv, const char* program,
+             const std::function<int()>& run);
+
+}  // namespace hsgd::apps
