@@ -32,7 +32,8 @@
 // Usage:
 //   auto pg = hsgd::comm::init_process_group(hsgd::comm::InitOptions::from_env());
 //   hsgd::distributed::DistributedDataParallel ddp(model, pg);
-//   auto opt = std::make_shared<hsgd::optim::SGD>(model->parameters(), {.lr = 0.1});
+//   auto opt = std::make_shared<hsgd::optim::SGD>(model->parameters(),
+//                                                 hsgd::optim::SGDOptions{.lr = 0.1});
 //   hsgd::Tensor loss = hsgd::nn::cross_entropy(ddp.forward(x), y);
 //   loss.backward();      // grads are averaged over pg when this returns
 //   opt->step();
