@@ -166,4 +166,13 @@ void print_report(const TrainingRun& run, const ParallelFlags& parallel, const E
   std::fflush(stdout);
 }
 
+int train_and_report(const TrainingFlags& flags, const TrainingRun& run,
+                     const ParallelFlags& parallel) {
+  const auto start = Clock::now();
+  const EvalResult result = train(flags, run);
+  print_report(run, parallel, result, seconds_since(start));
+  run.world->shutdown();
+  return 0;
+}
+
 }  // namespace hsgd::apps

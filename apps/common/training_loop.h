@@ -66,4 +66,10 @@ EvalResult train(const TrainingFlags& flags, const TrainingRun& run);
 void print_report(const TrainingRun& run, const ParallelFlags& parallel, const EvalResult& result,
                   double wall_seconds);
 
+// What both examples do once everything is built: train(), print_report() with the wall time,
+// then shut the world group down (no rank leaves while a peer may still have a collective in
+// flight). Returns the exit code, 0.
+int train_and_report(const TrainingFlags& flags, const TrainingRun& run,
+                     const ParallelFlags& parallel);
+
 }  // namespace hsgd::apps

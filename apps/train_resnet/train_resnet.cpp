@@ -170,24 +170,18 @@ int run(Flags flags) {
                   static_cast<long long>(loader.num_batches()));
     }
   }
-  const auto start = std::chrono::steady_clock::now();
-  const apps::TrainingRun training_run{.program = "train_resnet",
-                                       .world = world,
-                                       .model = model,
-                                       .parallel = &parallel,
-                                       .optimizer = optimizer.get(),
-                                       .scheduler = scheduler.get(),
-                                       .loader = &loader,
-                                       .test = data.test.get(),
-                                       .checkpoints = &checkpoints,
-                                       .distributed = distributed_run};
-  const apps::EvalResult result = apps::train(training, training_run);
-  apps::print_report(
-      training_run, flags.parallel, result,
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  // No rank leaves while a peer may still have a collective in flight.
-  world->shutdown();
-  return 0;
+  return apps::train_and_report(training,
+                                {.program = "train_resnet",
+                                 .world = world,
+                                 .model = model,
+                                 .parallel = &parallel,
+                                 .optimizer = optimizer.get(),
+                                 .scheduler = scheduler.get(),
+                                 .loader = &loader,
+                                 .test = data.test.get(),
+                                 .checkpoints = &checkpoints,
+                                 .distributed = distributed_run},
+                                flags.parallel);
 }
 
 }  // namespace
