@@ -55,6 +55,7 @@
 #include "comm/error.h"
 #include "comm/init.h"
 #include "comm/process_group.h"
+#include "comm/progress.h"
 #include "comm/work.h"
 #include "framework/data/data_loader.h"
 #include "framework/data/fashion_mnist.h"
@@ -246,6 +247,7 @@ int run(const Flags& flags) {
       loss_sum += loss.item();
       ++steps;
       ++total_steps;
+      comm::report_progress(total_steps);  // hsgd-run's hang detection and lost-step count
       checkpoints.after_step(total_steps, loader.position() == loader.num_batches());
       if (lead && flags.log_every > 0 && total_steps % flags.log_every == 0) {
         std::printf("  step %lld loss %.4f\n", static_cast<long long>(total_steps), loss.item());

@@ -24,6 +24,7 @@
 #include "apps/common/parallel_training.h"
 #include "comm/error.h"
 #include "comm/init.h"
+#include "comm/progress.h"
 #include "framework/data/cifar10.h"
 #include "framework/data/data_loader.h"
 #include "framework/data/synthetic_dataset.h"
@@ -220,6 +221,7 @@ int run(Flags flags) {
       images += n;
       ++step;
       ++steps;
+      comm::report_progress(step);  // hsgd-run's hang detection and lost-step count
       checkpoints.after_step(step, loader.position() == loader.num_batches());
       if (lead && flags.log_every > 0 && step % flags.log_every == 0) {
         std::printf("  step %lld loss %.4f\n", static_cast<long long>(step), loss.item());
