@@ -127,9 +127,10 @@ std::optional<ProgressMonitor::Hang> ProgressMonitor::check(int local, Clock::ti
   const Snapshot me = read(local);
   const std::string last_step =
       me.step >= 0 ? "its last step: " + std::to_string(me.step) : "it reported no step yet";
-  if (w.stopped && now - *w.stopped >= timeout) {
-    return Hang{local, describe(local) + " is stopped (process state T, e.g. SIGSTOP) for " +
-                           seconds_text(now - *w.stopped) + "; " + last_step};
+  // Stopped counts from the last progress when that came later than the first sample of 'T'.
+  if (w.stopped && now - std::min(*w.stopped, w.changed) >= timeout) {
+    return Hang{local, describe(local) + " is stopped (process state T, e.g. SIGSTOP) and made " +
+                           "no progress for " + seconds_text(now - w.changed) + "; " + last_step};
   }
   if (me.beats == 0 || me.in_collective > 0 || now - w.changed < timeout) return std::nullopt;
   std::string waiting;

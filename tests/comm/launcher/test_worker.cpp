@@ -11,7 +11,8 @@
 //                                          records the step ("checkpoint"). In attempt 0, rank 2
 //                                          stops itself (SIGSTOP), busy-loops, or exits 9 after
 //                                          FAIL_STEP (default 6) steps
-//   launcher_test_worker last-words        print a line and a partial line, then sleep 60 s
+//   launcher_test_worker last-words DIR    print a line and a partial line, record that in DIR,
+//                                          sleep 60 s
 // Exit code 0 = checks passed; anything else = a failure hsgd-run must report.
 
 #include <signal.h>
@@ -188,6 +189,7 @@ int main(int argc, char** argv) {
     if (mode == "last-words") {
       std::cout << "last words before the end" << std::endl;
       std::cout << "partial line at the end" << std::flush;
+      write_file(dir + "/printed_rank" + std::to_string(env_int("RANK")), "both written\n");
       sleep_seconds(60);
       return 0;
     }
