@@ -261,6 +261,7 @@ LaunchAgent::Outcome LaunchAgent::monitor(Attempt& a) {
   for (int n = 0; n < options_.nnodes; ++n) done_keys.push_back(a.done_key(n));
   bool local_done = false;
   auto next_store_check = Clock::now();
+  auto next_progress_check = Clock::now();
   while (true) {
     a.output->pump(options_.monitor_interval, wake_fd_);
     if (stop_requested()) {
@@ -281,10 +282,15 @@ LaunchAgent::Outcome LaunchAgent::monitor(Attempt& a) {
       return Outcome::kInterrupted;
     }
 
-    // Progress of the local workers (exited ones are not watched).
-    std::vector<pid_t> alive;
-    for (auto& w : a.workers) alive.push_back(w.poll() ? -1 : w.pid());
-    a.progress->observe(Clock::now(), alive);
+    // Progress of the local workers (exited ones are not watched), sampled every
+    // monitor_interval: a chatty worker wakes pump() far more often than that.
+    const bool sample_progress = Clock::now() >= next_progress_check;
+    if (sample_progress) {
+      next_progress_check = Clock::now() + options_.monitor_interval;
+      std::vector<pid_t> alive;
+      for (auto& w : a.workers) alive.push_back(w.poll() ? -1 : w.pid());
+      a.progress->observe(Clock::now(), alive);
+    }
 
     // A local failure: this node may be the root cause.
     bool all_succeeded = true;
@@ -317,7 +323,7 @@ LaunchAgent::Outcome LaunchAgent::monitor(Attempt& a) {
         return Outcome::kFailed;
       }
     }
-    if (!all_succeeded) {
+    if (!all_succeeded && sample_progress) {
       if (auto hung = find_hung_worker(a)) {
         last_failure_ = publish_failure(a, *hung);
         if (last_failure_->encode() != hung->encode()) {

@@ -127,10 +127,19 @@ std::optional<ProgressMonitor::Hang> ProgressMonitor::check(int local, Clock::ti
   const Snapshot me = read(local);
   const std::string last_step =
       me.step >= 0 ? "its last step: " + std::to_string(me.step) : "it reported no step yet";
-  // Stopped counts from the last progress when that came later than the first sample of 'T'.
-  if (w.stopped && now - std::min(*w.stopped, w.changed) >= timeout) {
-    return Hang{local, describe(local) + " is stopped (process state T, e.g. SIGSTOP) and made " +
-                           "no progress for " + seconds_text(now - w.changed) + "; " + last_step};
+  // Stopped: for `timeout` since the first sample that saw it stopped, or since its last
+  // progress (which came before the stop) when it reports progress: whichever is reached first.
+  if (w.stopped) {
+    const auto stopped_for = now - *w.stopped;
+    const auto silent_for = now - w.changed;
+    if (me.beats > 0 && silent_for >= timeout) {
+      return Hang{local, describe(local) + " is stopped (process state T, e.g. SIGSTOP) and made " +
+                             "no progress for " + seconds_text(silent_for) + "; " + last_step};
+    }
+    if (stopped_for >= timeout) {
+      return Hang{local, describe(local) + " is stopped (process state T, e.g. SIGSTOP) for " +
+                             seconds_text(stopped_for) + "; " + last_step};
+    }
   }
   if (me.beats == 0 || me.in_collective > 0 || now - w.changed < timeout) return std::nullopt;
   std::string waiting;

@@ -4,8 +4,8 @@
 //
 // A worker counts as hung (find_hung) when, for `timeout` in a row, either
 //   - it is stopped (process state T in /proc/PID/stat: SIGSTOP, SIGTSTP), whatever it was
-//     doing (counted from its last progress or the first sample that saw it stopped, whichever
-//     came first); or
+//     doing (counted from its last progress when it reports any, else from the first sample
+//     that saw it stopped); or
 //   - it reported progress at least once (so it uses hsgd), its counter did not move, it is not
 //     inside a collective, and another worker of this node is waiting inside one: the others
 //     wait for it, it is not waiting for anyone. Without such a waiter (one worker per node, or
