@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <utility>
 
+#include "comm/progress.h"
+
 namespace hsgd::apps {
 
 void add_checkpoint_flags(CLI::App& app, CheckpointFlags& flags) {
@@ -50,8 +52,10 @@ RunCheckpoints::RunCheckpoints(const CheckpointFlags& flags,
 }
 
 int64_t RunCheckpoints::resume() {
-  if (!checkpointer_ || flags_.resume == "never") return 0;
-  const std::optional<checkpoint::LoadedCheckpoint> loaded = checkpointer_->load(flags_.resume);
+  // hsgd-run counts the steps lost to restarts from the step each attempt starts at.
+  std::optional<checkpoint::LoadedCheckpoint> loaded;
+  if (checkpointer_ && flags_.resume != "never") loaded = checkpointer_->load(flags_.resume);
+  comm::report_progress(loaded ? loaded->step : 0);
   if (!loaded) return 0;
   last_saved_ = loaded->step;
   if (world_->rank() == 0) {

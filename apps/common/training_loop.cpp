@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <span>
 
+#include "comm/progress.h"
 #include "comm/work.h"
 #include "framework/distributed/averaged_replicas.h"
 #include "framework/nn/functional.h"
@@ -122,6 +123,7 @@ EvalResult train(const TrainingFlags& flags, const TrainingRun& run) {
       images += n;
       ++step;
       ++steps;
+      comm::report_progress(step);  // hsgd-run's hang detection and lost-step count
       run.checkpoints->after_step(step, loader.position() == loader.num_batches());
       monitor.after_step(step, epoch + 1, loss_value, lr);
       if (flags.eval_every > 0 && steps % flags.eval_every == 0 && steps < loader.num_batches() &&

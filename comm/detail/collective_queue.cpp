@@ -1,6 +1,7 @@
 #include "comm/detail/collective_queue.h"
 
 #include "comm/error.h"
+#include "comm/progress.h"
 
 namespace hsgd::detail {
 
@@ -97,6 +98,7 @@ void CollectiveQueue::run_task(Task& task) {
     return;
   }
   try {
+    comm::CollectiveProgress progress;  // seen by hsgd-run's hang detection (comm/progress.h)
     task.run(gloo_tag(task.fp.seq, task.fp.shape_hash()));
     task.work->finish(nullptr);
     return;

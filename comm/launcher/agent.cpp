@@ -4,6 +4,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -11,6 +12,7 @@
 
 #include "comm/error.h"
 #include "comm/launcher/heartbeat.h"
+#include "comm/launcher/progress_monitor.h"
 #include "comm/launcher/worker_env.h"
 #include "comm/launcher/worker_process.h"
 #include "comm/log.h"
@@ -34,6 +36,11 @@ int make_eventfd() {
   return fd;
 }
 
+// A worker that failed inside a collective blames a peer that was silent outside any collective
+// for at least this long (or stopped): long enough that a peer merely between two collectives of
+// a normal step is not blamed.
+constexpr milliseconds kSuspectSilence{2000};
+
 std::string signal_name(int sig) {
   const char* abbrev = ::sigabbrev_np(sig);
   return abbrev != nullptr ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
@@ -49,6 +56,7 @@ struct LaunchAgent::Attempt {
   std::unique_ptr<OutputRouter> output;
   std::vector<WorkerProcess> workers;  // by local rank
   std::unique_ptr<Heartbeat> heartbeat;
+  std::unique_ptr<ProgressMonitor> progress;
 
   std::string failed_key() const { return prefix + "failed"; }
   std::string done_key(int node) const { return prefix + "done/" + std::to_string(node); }
@@ -71,6 +79,8 @@ LaunchAgent::LaunchAgent(AgentOptions options, std::shared_ptr<Store> store)
   HSGD_CHECK(options_.rdzv_timeout.count() > 0, "hsgd-run: --rdzv-timeout must be positive");
   HSGD_CHECK(options_.heartbeat_timeout >= milliseconds(200), "hsgd-run: --heartbeat-timeout ",
              options_.heartbeat_timeout.count(), " ms must be at least 200 ms");
+  HSGD_CHECK(options_.worker_timeout.count() >= 0, "hsgd-run: --worker-timeout ",
+             options_.worker_timeout.count(), " ms must not be negative");
   HSGD_CHECK(!options_.program.empty(), "hsgd-run: no program given; expected '-- PROGRAM ARGS'");
 }
 
@@ -94,8 +104,10 @@ int LaunchAgent::run() {
   for (int attempt = 0; attempt <= options_.max_restarts; ++attempt) {
     const Outcome outcome = run_attempt(attempt);
     if (outcome == Outcome::kSucceeded) {
-      logger()->info("hsgd-run: job '{}' finished: all workers of all nodes exited 0",
-                     options_.run_id);
+      logger()->info(
+          "hsgd-run: job '{}' finished: all workers of all nodes exited 0 after {} "
+          "restart(s){}",
+          options_.run_id, attempt, steps_lost_text());
       return 0;
     }
     if (outcome == Outcome::kInterrupted) {
@@ -113,9 +125,9 @@ int LaunchAgent::run() {
       continue;
     }
     logger()->error(
-        "hsgd-run: job '{}' failed after {} restart(s) (--max-restarts {}). Root "
+        "hsgd-run: job '{}' failed after {} restart(s) (--max-restarts {}){}. Root "
         "cause: {}",
-        options_.run_id, attempt, options_.max_restarts, last_failure_->message);
+        options_.run_id, attempt, options_.max_restarts, steps_lost_text(), last_failure_->message);
     return 1;
   }
   return 1;  // not reached: the last attempt returns above
@@ -157,6 +169,10 @@ LaunchAgent::Outcome LaunchAgent::run_attempt(int attempt) {
 
   // 2. Spawn the workers.
   a.output = std::make_unique<OutputRouter>(options_.output, attempt);
+  a.progress =
+      std::make_unique<ProgressMonitor>(options_.nproc_per_node, a.nodes.rank_offset,
+                                        "node " + std::to_string(a.nodes.node_rank) + " '" +
+                                            a.nodes.nodes[a.nodes.node_rank].host + "'");
   const auto base_env = current_environment();
   for (int local = 0; local < options_.nproc_per_node; ++local) {
     const int rank = a.nodes.rank_offset + local;
@@ -174,6 +190,7 @@ LaunchAgent::Outcome LaunchAgent::run_attempt(int attempt) {
                                               .max_restarts = options_.max_restarts,
                                               .token = options_.token,
                                               .token_file = options_.token_file,
+                                              .progress_file = a.progress->path(),
                                           });
     try {
       a.workers.push_back(WorkerProcess::spawn(options_.program, env));
@@ -196,7 +213,47 @@ LaunchAgent::Outcome LaunchAgent::run_attempt(int attempt) {
   }
 
   // 3-5. Watch until success, failure or interrupt.
-  return monitor(a);
+  const Outcome outcome = monitor(a);
+  account_steps(a);
+  return outcome;
+}
+
+void LaunchAgent::account_steps(Attempt& a) {
+  const int64_t resumed = a.progress->resumed_step();
+  const int64_t last = a.progress->last_step();
+  if (resumed >= 0 || last >= 0) any_step_ = true;
+  if (resumed >= 0 && step_before_restart_ >= 0) {
+    steps_lost_ += std::max<int64_t>(0, step_before_restart_ - resumed);
+    step_before_restart_ = -1;
+  }
+  // An attempt that reported nothing lost nothing new: the step before it still counts.
+  if (last >= 0) step_before_restart_ = last;
+}
+
+std::string LaunchAgent::steps_lost_text() const {
+  if (!any_step_) return {};
+  return "; " + std::to_string(steps_lost_) + (steps_lost_ == 1 ? " step" : " steps") +
+         " lost to restarts";
+}
+
+std::optional<FailureRecord> LaunchAgent::find_hung_worker(Attempt& a) {
+  if (options_.worker_timeout.count() == 0) return std::nullopt;
+  auto hang = a.progress->find_hung(Clock::now(), options_.worker_timeout);
+  if (!hang) return std::nullopt;
+  const int rank = a.nodes.rank_offset + hang->local_rank;
+  std::ostringstream msg;
+  msg << hang->message << " [--worker-timeout "
+      << std::chrono::duration<double>(options_.worker_timeout).count() << " s, attempt " << a.index
+      << "]";
+  const auto lines = a.output->tail(rank);
+  if (!lines.empty()) {
+    msg << "; its last " << lines.size() << " line(s):";
+    for (const auto& line : lines) msg << "\n    [rank " << rank << "] " << line;
+  }
+  return FailureRecord{.kind = FailureRecord::Kind::kWorkerFailed,
+                       .node_rank = a.nodes.node_rank,
+                       .rank = rank,
+                       .message = msg.str()};
 }
 
 LaunchAgent::Outcome LaunchAgent::monitor(Attempt& a) {
@@ -204,6 +261,7 @@ LaunchAgent::Outcome LaunchAgent::monitor(Attempt& a) {
   for (int n = 0; n < options_.nnodes; ++n) done_keys.push_back(a.done_key(n));
   bool local_done = false;
   auto next_store_check = Clock::now();
+  auto next_progress_check = Clock::now();
   while (true) {
     a.output->pump(options_.monitor_interval, wake_fd_);
     if (stop_requested()) {
@@ -224,6 +282,16 @@ LaunchAgent::Outcome LaunchAgent::monitor(Attempt& a) {
       return Outcome::kInterrupted;
     }
 
+    // Progress of the local workers (exited ones are not watched), sampled every
+    // monitor_interval: a chatty worker wakes pump() far more often than that.
+    const bool sample_progress = Clock::now() >= next_progress_check;
+    if (sample_progress) {
+      next_progress_check = Clock::now() + options_.monitor_interval;
+      std::vector<pid_t> alive;
+      for (auto& w : a.workers) alive.push_back(w.poll() ? -1 : w.pid());
+      a.progress->observe(Clock::now(), alive);
+    }
+
     // A local failure: this node may be the root cause.
     bool all_succeeded = true;
     for (int local = 0; local < static_cast<int>(a.workers.size()); ++local) {
@@ -232,10 +300,35 @@ LaunchAgent::Outcome LaunchAgent::monitor(Attempt& a) {
         all_succeeded = false;
       } else if (!status->success()) {
         FailureRecord mine = describe_worker_failure(a, local);
+        // It failed in a collective while a peer here never arrived: the peer is the cause.
+        if (a.progress->read(local).collective_failures > 0) {
+          if (auto hang = a.progress->suspect(Clock::now(), local, kSuspectSilence)) {
+            mine = FailureRecord{
+                .kind = FailureRecord::Kind::kWorkerFailed,
+                .node_rank = a.nodes.node_rank,
+                .rank = a.nodes.rank_offset + hang->local_rank,
+                .message = hang->message +
+                           "; it is the rank that did not arrive in the "
+                           "collective that failed on rank " +
+                           std::to_string(mine.rank) + " [attempt " + std::to_string(a.index) +
+                           "]. Rank " + std::to_string(mine.rank) + "'s report: " + mine.message};
+          }
+        }
         last_failure_ = publish_failure(a, mine);
         if (last_failure_->encode() != mine.encode()) {
           logger()->warn("hsgd-run: {} (not the root cause: another node failed first)",
                          mine.message);
+        }
+        stop_workers(a, SIGTERM);
+        return Outcome::kFailed;
+      }
+    }
+    if (!all_succeeded && sample_progress) {
+      if (auto hung = find_hung_worker(a)) {
+        last_failure_ = publish_failure(a, *hung);
+        if (last_failure_->encode() != hung->encode()) {
+          logger()->warn("hsgd-run: {} (not the root cause: another node failed first)",
+                         hung->message);
         }
         stop_workers(a, SIGTERM);
         return Outcome::kFailed;
@@ -327,7 +420,10 @@ void LaunchAgent::stop_workers(Attempt& a, int sig) {
 
 void LaunchAgent::signal_workers(Attempt& a, int sig) {
   for (auto& w : a.workers) {
-    if (!w.poll()) w.signal_group(sig);
+    if (w.poll()) continue;
+    w.signal_group(sig);
+    // A stopped worker (SIGSTOP) would keep the signal pending until SIGKILL.
+    w.signal_group(SIGCONT);
   }
 }
 

@@ -13,10 +13,16 @@
 //      with exit status and last output lines), then on every node sends SIGTERM to all workers,
 //      SIGKILL after grace_period, and reaps them;
 //      It also beats its heartbeat and fails the attempt when another node's agent went silent
-//      for heartbeat_timeout (killed, machine lost);
+//      for heartbeat_timeout (killed, machine lost), and watches its workers' progress
+//      (progress_monitor.h): a worker stopped, or silent outside a collective while another
+//      waits in one, for worker_timeout is named as the root cause and the attempt fails. When
+//      a worker fails inside a collective while another is stopped or silent that way, the
+//      silent one is named: the root cause is the rank that did not arrive;
 //   5. when every local worker succeeded, sets "done/<node>" and waits for the other nodes' done
 //      keys (still watching "failed": a late failure elsewhere restarts this node too).
 // A restartable failure starts the next attempt on all nodes; after max_restarts the job fails.
+// Steps lost to restarts: the highest step a local worker reported before a failure minus the
+// step the next attempt resumed from (its workers' first report), summed; printed at the end.
 //
 // Contract:
 // - run() returns the exit code for hsgd-run: 0 only if every worker of the last attempt on every
@@ -58,6 +64,9 @@ struct AgentOptions {
   std::chrono::milliseconds monitor_interval = std::chrono::milliseconds(100);
   // A node whose agent sent no heartbeat for this long is declared dead (see heartbeat.h).
   std::chrono::milliseconds heartbeat_timeout = std::chrono::seconds(30);
+  // A local worker stopped, or silent outside a collective while another waits in one, for this
+  // long is hung (see progress_monitor.h); 0 turns the check off.
+  std::chrono::milliseconds worker_timeout = std::chrono::seconds(120);
   std::string master_addr = "127.0.0.1";  // the store, as workers must reach it
   int master_port = 0;
   std::string token{};                 // passed to workers as HSGD_RDZV_TOKEN
@@ -81,6 +90,9 @@ class LaunchAgent {
   // The root cause of the last failed attempt, if any (for tests and the final report).
   const std::optional<FailureRecord>& last_failure() const { return last_failure_; }
 
+  // Steps lost to restarts so far (see above); -1 when no worker reported a step.
+  int64_t steps_lost() const { return any_step_ ? steps_lost_ : -1; }
+
  private:
   enum class Outcome { kSucceeded, kFailed, kInterrupted };
   struct Attempt;
@@ -93,6 +105,11 @@ class LaunchAgent {
   void wait_and_reap(Attempt& a, int sig);
   FailureRecord publish_failure(Attempt& a, FailureRecord record);
   FailureRecord describe_worker_failure(Attempt& a, int local_rank);
+  // A hung local worker (progress_monitor.h) as the root cause, if any.
+  std::optional<FailureRecord> find_hung_worker(Attempt& a);
+  // At the end of an attempt: adds the steps lost before it (resumed step, last step).
+  void account_steps(Attempt& a);
+  std::string steps_lost_text() const;
   bool stop_requested() const { return stop_signal_.load() != 0; }
 
   // Constant after construction.
@@ -105,6 +122,9 @@ class LaunchAgent {
   std::atomic<int> stop_requests_{0};
   // Used by the run() thread only.
   std::optional<FailureRecord> last_failure_;
+  int64_t steps_lost_ = 0;
+  int64_t step_before_restart_ = -1;  // last step of the failed attempt, until the next resumes
+  bool any_step_ = false;
 };
 
 }  // namespace hsgd::comm::launcher

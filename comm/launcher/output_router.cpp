@@ -15,6 +15,8 @@ namespace {
 
 // A worker printing a huge line without a newline must not grow our buffer without bound.
 constexpr size_t kMaxLine = 64 * 1024;
+// How long a write to a full non-blocking terminal waits for its reader (see write_all).
+constexpr std::chrono::milliseconds kWriteStall{2000};
 
 }  // namespace
 
@@ -140,6 +142,15 @@ void OutputRouter::write_all(int fd, std::string_view data) {
   while (!data.empty()) {
     ssize_t n = ::write(fd, data.data(), data.size());
     if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      // Our stdout may be a non-blocking pipe shared with a parent (CI runners, editors) whose
+      // reader is slow, e.g. while every worker's last lines arrive at once on SIGTERM. Wait
+      // for room rather than drop the lines, but never stall the launcher for long: a reader
+      // that takes no byte for kWriteStall is as good as closed.
+      pollfd out{fd, POLLOUT, 0};
+      if (::poll(&out, 1, static_cast<int>(kWriteStall.count())) > 0) continue;
+      return;
+    }
     // A closed terminal (EPIPE) must not stop the job: workers keep running and their tails
     // are still kept for failure reports, so dropping the copy is the right trade-off.
     if (n <= 0) return;

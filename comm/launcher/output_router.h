@@ -11,7 +11,9 @@
 //   and nothing is written to the terminal. The directory is created; failure throws
 //   hsgd::InvalidArgument naming it.
 // - The last tail_lines lines of each rank (both streams) are kept for failure reports.
-// - A partial last line is flushed when its stream ends.
+// - A partial last line is flushed when its stream ends (and when the router is destroyed).
+// - Nothing read is dropped on a slow terminal: a non-blocking stdout that is full is waited on
+//   (up to 2 s without progress; only a reader that stalls longer loses lines).
 //
 // Usage:
 //   OutputRouter router(OutputOptions{}, /*attempt=*/0);

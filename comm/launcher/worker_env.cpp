@@ -36,6 +36,8 @@ std::vector<std::string> build_worker_env(const std::vector<std::string>& base,
   set("HSGD_MAX_RESTARTS", std::to_string(o.max_restarts));
   if (!o.token.empty()) set("HSGD_RDZV_TOKEN", o.token);
   if (!o.token_file.empty()) set("HSGD_TOKEN_FILE", o.token_file);
+  // Always replaced: an inherited file (hsgd-run inside a worker) belongs to the outer job.
+  set("HSGD_PROGRESS_FILE", o.progress_file);
   if (o.local_world_size > 1) {
     for (const char* name : {"OMP_NUM_THREADS", "HSGD_NUM_THREADS", "OPENBLAS_NUM_THREADS"}) {
       if (!vars.contains(name)) set(name, "1");

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -28,7 +29,11 @@ void make_pipe(int fds[2], const char* what) {
   }
 }
 
-bool is_executable_file(const std::string& path) { return ::access(path.c_str(), X_OK) == 0; }
+// A directory passes access(X_OK) too, but cannot be executed.
+bool is_executable_file(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+}
 
 // Runs in the child between fork and exec: only async-signal-safe calls from here on.
 [[noreturn]] void exec_child(const char* path, char* const argv[], char* const envp[], pid_t parent,
@@ -73,8 +78,10 @@ std::string ExitStatus::describe() const {
 std::string resolve_program(const std::string& program, const std::string& path_env) {
   HSGD_CHECK(!program.empty(), "hsgd-run: no program given; expected '-- PROGRAM ARGS...'");
   if (program.find('/') != std::string::npos) {
-    HSGD_CHECK(is_executable_file(program), "hsgd-run: program '", program,
-               "' does not exist or is not executable");
+    if (!is_executable_file(program)) {
+      HSGD_THROW(InvalidArgument, "hsgd-run: program '", program,
+                 "' does not exist or is not an executable file");
+    }
     return program;
   }
   std::istringstream dirs(path_env);

@@ -6,6 +6,8 @@
 
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <thread>
 
 #include "comm/error.h"
 #include "tests/support/multiprocess.h"
@@ -103,6 +105,45 @@ TEST(OutputRouterTest, UnwritableLogDir_ThrowsNamingIt) {
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("/proc/hsgd-no-such-dir"), std::string::npos) << e.what();
   }
+}
+
+// Issue 13 item 11: when hsgd-run stops the workers their last lines arrive all at once; a
+// non-blocking terminal pipe with a slow reader (EAGAIN) must not make the router drop them.
+TEST(OutputRouterTest, NonBlockingSlowTerminal_NoLineLost) {
+  Pipe term, worker;
+  ASSERT_EQ(::fcntl(term.w, F_SETFL, O_NONBLOCK), 0);
+  ::fcntl(term.w, F_SETPIPE_SZ, 4096);  // the smallest pipe: EAGAIN comes early
+  constexpr int kLines = 3000;
+  std::thread writer([&] {
+    for (int i = 0; i < kLines; ++i) worker.write("line " + std::to_string(i) + " of the worker\n");
+    worker.close_write();
+  });
+  std::string received;
+  std::thread reader([&] {
+    char buf[512];
+    ssize_t n;
+    while ((n = ::read(term.r, buf, sizeof(buf))) > 0) {
+      received.append(buf, static_cast<size_t>(n));
+      std::this_thread::sleep_for(std::chrono::microseconds(200));  // a slow terminal
+    }
+  });
+  {
+    OutputRouter router(OutputOptions{.stdout_fd = term.w}, 0);
+    router.add(0, worker.r, OutputRouter::Stream::kStdout);
+    router.drain(milliseconds(60000));
+  }
+  writer.join();
+  term.close_write();
+  reader.join();
+  std::istringstream lines(received);
+  std::string line;
+  int count = 0;
+  while (std::getline(lines, line)) {
+    ASSERT_EQ(line, "[rank 0] line " + std::to_string(count) + " of the worker")
+        << "line " << count;
+    ++count;
+  }
+  EXPECT_EQ(count, kLines);
 }
 
 }  // namespace

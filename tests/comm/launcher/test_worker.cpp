@@ -5,12 +5,22 @@
 //   launcher_test_worker always-fail       rank 1 exits 3 after printing a marker; others sleep
 //   launcher_test_worker sleep DIR [ignore-term|report]  record pid in DIR, print "ready",
 //                                          sleep 60 s; "report" prints the signal that stops it
+//   launcher_test_worker steps DIR N [stop|loop|exit] [FAIL_STEP]  N training-like steps
+//                                          (allreduce, then comm::report_progress(step)), resuming
+//                                          from the step recorded in DIR; every 4 steps rank 0
+//                                          records the step ("checkpoint"). In attempt 0, rank 2
+//                                          stops itself (SIGSTOP), busy-loops, or exits 9 after
+//                                          FAIL_STEP (default 6) steps
+//   launcher_test_worker last-words DIR    print a line and a partial line, record that in DIR,
+//                                          sleep 60 s
 // Exit code 0 = checks passed; anything else = a failure hsgd-run must report.
 
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -20,6 +30,7 @@
 
 #include "comm/init.h"
 #include "comm/process_group.h"
+#include "comm/progress.h"
 
 namespace {
 
@@ -105,6 +116,45 @@ int allreduce(const std::string& dir) {
   return 0;
 }
 
+std::string slurp_or(const std::string& path, const std::string& otherwise) {
+  std::ifstream in(path);
+  std::string text;
+  return std::getline(in, text) ? text : otherwise;
+}
+
+// A training loop in miniature: one allreduce per step, progress reported after each, a
+// "checkpoint" (the step, written by rank 0) every 4 steps, resumed from at start.
+int steps(const std::string& dir, int n, const std::string& fault, int fail_step) {
+  auto world = hsgd::comm::init_process_group(hsgd::comm::InitOptions::from_env());
+  const int restart = env_int("HSGD_RESTART_COUNT");
+  const int first = std::stoi(slurp_or(dir + "/checkpoint", "0"));
+  hsgd::comm::report_progress(first);
+  if (world->rank() == 0) std::cout << "resumed from step " << first << std::endl;
+  for (int step = first + 1; step <= n; ++step) {
+    std::vector<float> value{1.0f};
+    world->allreduce(value, hsgd::comm::ReduceOp::kSum)->wait();
+    if (value[0] != static_cast<float>(world->size())) return 1;
+    hsgd::comm::report_progress(step);
+    if (world->rank() == 0) std::cout << "step " << step << std::endl;
+    if (world->rank() == 0 && step % 4 == 0) {
+      write_file(dir + "/checkpoint.tmp", std::to_string(step) + "\n");
+      std::rename((dir + "/checkpoint.tmp").c_str(), (dir + "/checkpoint").c_str());
+    }
+    if (restart == 0 && world->rank() == 2 && step == fail_step) {
+      std::cout << "rank 2 goes silent after step " << step << " (" << fault << ")" << std::endl;
+      if (fault == "stop") raise(SIGSTOP);
+      if (fault == "exit") return 9;
+      if (fault == "loop") {
+        std::atomic<uint64_t> spin{0};  // a busy loop the compiler may not remove
+        for (;;) spin.fetch_add(1, std::memory_order_relaxed);
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  world->barrier()->wait();
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -130,6 +180,17 @@ int main(int argc, char** argv) {
         std::cerr << "boom: rank 1 gives up" << std::endl;
         return 3;
       }
+      sleep_seconds(60);
+      return 0;
+    }
+    if (mode == "steps") {
+      return steps(dir, std::stoi(argv[3]), argc > 4 ? argv[4] : "",
+                   argc > 5 ? std::stoi(argv[5]) : 6);
+    }
+    if (mode == "last-words") {
+      std::cout << "last words before the end" << std::endl;
+      std::cout << "partial line at the end" << std::flush;
+      write_file(dir + "/printed_rank" + std::to_string(env_int("RANK")), "both written\n");
       sleep_seconds(60);
       return 0;
     }

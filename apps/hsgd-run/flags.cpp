@@ -1,0 +1,307 @@
+#include "apps/hsgd-run/flags.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <sstream>
+
+#include "comm/error.h"
+#include "comm/launcher/worker_process.h"
+#include "comm/slurm_env.h"
+
+namespace hsgd::run {
+namespace {
+
+const char* kExamples = R"(Examples:
+  # one machine, 4 workers (standalone: an embedded rendezvous server on a free port)
+  hsgd-run --nproc-per-node 4 -- ./train_mlp --epochs 2
+
+  # two machines with 4 workers each: start the server once, then hsgd-run on every machine
+  hsgd-rendezvous --host 0.0.0.0 --port 29400
+  hsgd-run --nnodes 2 --nproc-per-node 4 --rdzv-endpoint node0:29400 --rdzv-id job42 \
+           --max-restarts 3 -- ./train_mlp --mode hierarchical --hierarchy 2:4,8:8
+
+  # inside a Slurm allocation: one hsgd-run per node; --nnodes, the node rank, the endpoint and
+  # the job id come from the step (node 0 hosts the rendezvous server, see scripts/slurm/)
+  srun --ntasks-per-node=1 hsgd-run --nproc-per-node 4 -- ./train_mlp --mode hierarchical
+
+  # every flag can also come from the environment
+  HSGD_NPROC_PER_NODE=2 HSGD_LOG_DIR=/tmp/logs hsgd-run -- ./train_mlp
+
+Workers get RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE,
+MASTER_ADDR, MASTER_PORT, HSGD_RUN_ID, HSGD_JOB_ID, HSGD_RESTART_COUNT, HSGD_MAX_RESTARTS,
+HSGD_PROGRESS_FILE (and OMP_NUM_THREADS=HSGD_NUM_THREADS=OPENBLAS_NUM_THREADS=1 when
+--nproc-per-node > 1 and unset).
+Exit code: 0 when every worker on every node exited 0; 1 on failure; 2 on a usage error;
+128+N after signal N.)";
+
+constexpr double kYear = 365.0 * 24 * 3600;
+constexpr double kDay = 24 * 3600;
+
+template <typename... Args>
+[[noreturn]] void usage_error(const Args&... args) {
+  throw UsageError(detail::str_cat(args...));
+}
+
+// Library messages start with "hsgd-run: " and may end with the failed check; keep the sentence.
+std::string sentence_of(const std::exception& e) {
+  std::string message = e.what();
+  if (message.starts_with("hsgd-run: ")) message.erase(0, 10);
+  if (const auto check = message.find(" [check '"); check != std::string::npos) {
+    message.erase(check);
+  }
+  return message;
+}
+
+// 0.2, 86400, 31536000, 1e+300, nan: whole numbers without an exponent while they are exact.
+std::string number_text(double value) {
+  std::ostringstream out;
+  if (std::isfinite(value) && value == std::floor(value) && std::fabs(value) < 1e15) {
+    out << static_cast<long long>(value);
+  } else {
+    out << value;
+  }
+  return out.str();
+}
+
+void check_int(const char* flag, long long value, long long lo, long long hi) {
+  if (value < lo || value > hi) {
+    usage_error(flag, " ", value, ": expected an integer from ", lo, " to ", hi);
+  }
+}
+
+// Seconds in [lo, hi] (lo excluded when lo_open), finite; `zero_ok` also allows 0 (= off).
+void check_seconds(const char* flag, double value, double lo, bool lo_open, double hi,
+                   const char* hi_words, bool zero_ok = false) {
+  if (zero_ok && value == 0) return;
+  const bool low = lo_open ? !(value > lo) : !(value >= lo);
+  if (std::isfinite(value) && !low && value <= hi) return;
+  std::string expected = lo_open ? "more than " + number_text(lo) : "at least " + number_text(lo);
+  usage_error(flag, " ", number_text(value), ": expected a number of seconds, ", expected,
+              " and at most ", number_text(hi), " (", hi_words, ")",
+              zero_ok ? ", or 0 to turn it off" : "");
+}
+
+// Creates dir if needed and proves it writable by creating (and removing) a file in it: the
+// workers' logs must not be lost after an hour of training because of a typo.
+void check_log_dir(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) usage_error("--log-dir '", dir, "': cannot create the directory: ", ec.message());
+  std::string probe = dir + "/.hsgd-run-probe-XXXXXX";
+  const int fd = ::mkstemp(probe.data());
+  if (fd < 0) {
+    usage_error("--log-dir '", dir, "': cannot write in the directory: ", std::strerror(errno));
+  }
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
+
+// What the command line and HSGD_* did not set comes from the Slurm step, if any.
+void apply_slurm(Flags& f, bool nnodes_given, bool node_rank_given, bool rdzv_id_given) {
+  const auto slurm = f.standalone ? std::nullopt : comm::slurm_step_from_env();
+  if (!slurm) return;
+  if (!nnodes_given) f.nnodes = slurm->world_size;
+  if (!node_rank_given) f.node_rank = slurm->rank;
+  if (!rdzv_id_given) {
+    f.rdzv_id = "slurm-" + std::to_string(slurm->job_id) + "." + std::to_string(slurm->step_id);
+  }
+  if (f.endpoint.empty()) {
+    if (slurm->rank == 0 && slurm->node_rank != 0) {
+      usage_error("srun placed task 0 on node ", slurm->node_rank, ", not on the first host '",
+                  slurm->first_host(), "' of SLURM_STEP_NODELIST; pass --rdzv-endpoint");
+    }
+    f.endpoint = slurm->first_host() + ":" +
+                 std::to_string(comm::slurm_rendezvous_port(slurm->job_id, slurm->step_id));
+    f.host_slurm_server = slurm->rank == 0;
+  }
+}
+
+void validate(Flags& f) {
+  check_int("--nnodes", f.nnodes, 1, 1 << 20);
+  check_int("--nproc-per-node", f.nproc_per_node, 1, 1 << 16);
+  check_int("--max-restarts", f.max_restarts, 0, 1 << 20);
+  if (f.node_rank != -1 && (f.node_rank < 0 || f.node_rank >= f.nnodes)) {
+    usage_error("--node-rank ", f.node_rank, ": expected a node rank from 0 to ", f.nnodes - 1,
+                " for --nnodes ", f.nnodes);
+  }
+  check_seconds("--rdzv-timeout", f.rdzv_timeout, 0, true, kYear, "one year");
+  check_seconds("--grace-period", f.grace_period, 0, false, kDay, "one day");
+  check_seconds("--heartbeat-timeout", f.heartbeat, 0.2, false, kDay, "one day");
+  check_seconds("--worker-timeout", f.worker_timeout, 0.5, false, kYear, "one year",
+                /*zero_ok=*/true);
+  check_int("--tail-lines", f.tail_lines, 0, 100000);
+  if (const auto problem = comm::job_id_problem(f.rdzv_id)) {
+    usage_error("--rdzv-id '", comm::printable_excerpt(f.rdzv_id), "': ", *problem);
+  }
+
+  f.embedded = f.standalone || (f.endpoint.empty() && f.nnodes == 1);
+  if (f.embedded && f.nnodes > 1) {
+    usage_error("--standalone runs one node, but --nnodes is ", f.nnodes,
+                "; start hsgd-rendezvous and pass --rdzv-endpoint HOST:PORT instead");
+  }
+  if (!f.embedded && f.endpoint.empty()) {
+    usage_error("--nnodes ", f.nnodes,
+                " needs --rdzv-endpoint HOST:PORT of a running hsgd-rendezvous");
+  }
+  if (!f.embedded) f.store_at = parse_endpoint(f.endpoint);
+
+  // A typo in the program name fails now, before any server or rendezvous.
+  try {
+    const char* path = std::getenv("PATH");
+    (void)comm::launcher::resolve_program(f.program.front(), path != nullptr ? path : "");
+  } catch (const InvalidArgument& e) {
+    throw UsageError(sentence_of(e));
+  }
+  // One rule with hsgd-rendezvous (comm/rendezvous_server_tokens.h): this job's line, else the
+  // server-wide token.
+  try {
+    if (!f.token_file.empty()) f.tokens = comm::read_token_file(f.token_file);
+    f.token = f.tokens.token_for(f.rdzv_id, "--token-file '" + f.token_file + "'");
+  } catch (const InvalidArgument& e) {
+    throw UsageError(sentence_of(e));
+  }
+  if (!f.log_dir.empty()) check_log_dir(f.log_dir);
+}
+
+}  // namespace
+
+Endpoint parse_endpoint(const std::string& text, const std::string& flag) {
+  Endpoint e;
+  std::string port;
+  if (!text.empty() && text.front() == '[') {
+    const auto close = text.find(']');
+    if (close == std::string::npos) {
+      usage_error(flag, " '", text, "' has no closing ']'; expected [ADDR]:PORT");
+    }
+    e.host = text.substr(1, close - 1);
+    if (close + 1 < text.size()) {
+      if (text[close + 1] != ':') usage_error(flag, " '", text, "': expected ':' after ']'");
+      port = text.substr(close + 2);
+    }
+  } else {
+    const auto colon = text.rfind(':');
+    e.host = text.substr(0, colon);
+    if (colon != std::string::npos) port = text.substr(colon + 1);
+  }
+  if (e.host.empty()) usage_error(flag, " '", text, "' has no host; expected HOST:PORT");
+  if (!port.empty()) {
+    size_t used = 0;
+    long value = 0;
+    try {
+      value = std::stol(port, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != port.size() || value < 1 || value > 65535) {
+      usage_error(flag, " '", text, "' has port '", port, "'; expected a number from 1 to 65535");
+    }
+    e.port = static_cast<int>(value);
+  }
+  return e;
+}
+
+std::optional<Flags> parse_flags(int argc, char** argv) {
+  CLI::App app{"hsgd-run: start the workers of an hsgd job on this node (like torchrun)."};
+  app.footer(kExamples);
+  Flags f;
+  // Ranges are checked by validate(), with messages that name flag and value in plain words.
+  app.add_flag("--standalone", f.standalone,
+               "Embed the rendezvous server on 127.0.0.1 with a free port (the default when "
+               "--nnodes is 1 and no --rdzv-endpoint is given)")
+      ->envname("HSGD_STANDALONE");
+  auto* nnodes_option =
+      app.add_option("--nnodes", f.nnodes,
+                     "Number of nodes (hsgd-run processes) in the job; under srun SLURM_NTASKS")
+          ->envname("HSGD_NNODES");
+  app.add_option("--nproc-per-node,--nproc_per_node", f.nproc_per_node,
+                 "Workers to start on this node")
+      ->envname("HSGD_NPROC_PER_NODE");
+  app.add_option("--rdzv-endpoint,--rdzv_endpoint", f.endpoint,
+                 "HOST:PORT of hsgd-rendezvous (port defaults to 29400); under srun the step's "
+                 "first host, where node 0 hosts the server")
+      ->envname("HSGD_RDZV_ENDPOINT");
+  auto* rdzv_id_option =
+      app.add_option(
+             "--rdzv-id,--rdzv_id", f.rdzv_id,
+             "Job id: the nodes of one job use the same id; use a new one per job (under srun "
+             "slurm-JOBID.STEPID)")
+          ->envname("HSGD_RDZV_ID")
+          ->capture_default_str();
+  auto* node_rank_option =
+      app.add_option(
+             "--node-rank,--node_rank", f.node_rank,
+             "Rank of this node; by default nodes are ranked by order of arrival (under srun "
+             "SLURM_PROCID)")
+          ->envname("HSGD_NODE_RANK");
+  app.add_option("--max-restarts,--max_restarts", f.max_restarts,
+                 "Restart the whole job (all nodes) up to this many times after a failure")
+      ->envname("HSGD_MAX_RESTARTS")
+      ->capture_default_str();
+  app.add_option("--rdzv-timeout,--rdzv_timeout", f.rdzv_timeout,
+                 "Seconds to wait for the endpoint and for all nodes to join")
+      ->envname("HSGD_RDZV_TIMEOUT")
+      ->capture_default_str();
+  app.add_option("--log-dir,--log_dir", f.log_dir,
+                 "Write each rank's output to DIR/attempt_K/rank_N.log instead of the terminal")
+      ->envname("HSGD_LOG_DIR");
+  app.add_option("--token-file", f.token_file,
+                 "Token file of the rendezvous server ('TOKEN' and/or 'JOB_ID TOKEN' lines, as "
+                 "hsgd-rendezvous reads it); this job's token is passed to workers")
+      ->envname("HSGD_TOKEN_FILE");
+  app.add_option("--grace-period", f.grace_period,
+                 "Seconds between SIGTERM and SIGKILL when stopping")
+      ->envname("HSGD_GRACE_PERIOD")
+      ->capture_default_str();
+  app.add_option("--heartbeat-timeout", f.heartbeat,
+                 "Seconds without a heartbeat after which another node's hsgd-run counts as dead")
+      ->envname("HSGD_HEARTBEAT_TIMEOUT")
+      ->capture_default_str();
+  app.add_option("--worker-timeout", f.worker_timeout,
+                 "Seconds a worker of this node may make no progress (no step, no collective) "
+                 "outside a collective while another waits in one, or stay stopped (SIGSTOP), "
+                 "before it is named as hung and the job restarted; 0 turns it off. Must exceed "
+                 "the longest stretch one rank computes alone (e.g. rank 0's evaluation)")
+      ->envname("HSGD_WORKER_TIMEOUT")
+      ->capture_default_str();
+  app.add_option("--tail-lines", f.tail_lines, "Output lines of the failed rank shown in reports")
+      ->envname("HSGD_TAIL_LINES")
+      ->capture_default_str();
+  // Everything from the first positional argument on (or after "--") is the worker command.
+  app.prefix_command();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    return std::nullopt;
+  } catch (const CLI::CallForAllHelp&) {
+    std::cout << app.help("", CLI::AppFormatMode::All);
+    return std::nullopt;
+  } catch (const CLI::ParseError& e) {
+    throw UsageError(e.what());
+  }
+  f.program = app.remaining();
+  if (!f.program.empty() && f.program.front() == "--") {
+    f.program.erase(f.program.begin());
+  } else if (!f.program.empty() && f.program.front().starts_with("-")) {
+    // prefix_command() stops at the first argument it does not know: without "--" that is a
+    // misspelt flag, not a program.
+    usage_error("unknown flag '", f.program.front(),
+                "'; put '--' before a program whose name starts with '-'");
+  }
+  if (f.program.empty())
+    usage_error("no program given; expected hsgd-run [OPTIONS] -- PROGRAM ARGS...");
+  apply_slurm(f, nnodes_option->count() > 0, node_rank_option->count() > 0,
+              rdzv_id_option->count() > 0);
+  validate(f);
+  return f;
+}
+
+}  // namespace hsgd::run
