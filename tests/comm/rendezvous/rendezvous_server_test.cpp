@@ -25,12 +25,7 @@ using namespace std::chrono_literals;
 using testing::eventually;
 using testing::RawClient;
 
-std::unique_ptr<RendezvousServer> start_server(RendezvousServerOptions options = {}) {
-  options.port = 0;
-  auto server = std::make_unique<RendezvousServer>(options);
-  server->start();
-  return server;
-}
+using testing::start_server;
 
 TcpStoreOptions client_options(const RendezvousServer& server, std::string job = "job") {
   return {.host = server.host(),

@@ -20,6 +20,13 @@
 
 namespace hsgd::comm::testing {
 
+std::unique_ptr<RendezvousServer> start_server(RendezvousServerOptions options) {
+  options.port = 0;
+  auto server = std::make_unique<RendezvousServer>(options);
+  server->start();
+  return server;
+}
+
 using Clock = std::chrono::steady_clock;
 
 bool eventually(const std::function<bool()>& condition, std::chrono::milliseconds deadline) {

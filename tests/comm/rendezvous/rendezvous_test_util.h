@@ -7,13 +7,18 @@
 
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "comm/rendezvous_server.h"
 #include "proto/rendezvous.pb.h"
 
 namespace hsgd::comm::testing {
+
+// An in-process server on a free port (options.port is overridden), started.
+std::unique_ptr<RendezvousServer> start_server(RendezvousServerOptions options = {});
 
 // Waits until condition() is true or the deadline passes; returns the last value. Used only for
 // conditions the server reaches asynchronously (connection counts), never for timing claims.
