@@ -13,7 +13,13 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build="$root/build-sanitize"
 jobs=${HSGD_SANITIZE_JOBS:-2}
-flags="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
+# Without vptr: UBSan's vptr check reads the vtable through a pipe(2) it opens for each check, so
+# in a process out of descriptors it reports valid objects as "invalid vptr" (reproduced with a
+# 10-line program; suppressions cannot match, the type name is unknown then), and
+# hsgd_rendezvous_resources_test exhausts the server's descriptors on purpose. ASan still
+# catches the use-after-free that the vptr check would see.
+flags="-fsanitize=address,undefined -fno-sanitize=vptr -fno-omit-frame-pointer"
+flags+=" -fno-sanitize-recover=undefined"
 launcher=()
 if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \

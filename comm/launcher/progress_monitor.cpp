@@ -50,8 +50,16 @@ ProgressMonitor::ProgressMonitor(int slots, int rank_offset, std::string node)
     : rank_offset_(rank_offset), node_(std::move(node)), watch_(static_cast<size_t>(slots)) {
   HSGD_CHECK(slots >= 1, "ProgressMonitor: slots ", slots, " must be >= 1");
   bytes_ = detail::progress_file_size(static_cast<size_t>(slots));
-  path_ = shm_dir() + "/hsgd-progress-" + std::to_string(::getpid()) + "-XXXXXX";
-  const int fd = ::mkstemp(path_.data());  // mode 0600
+  // A memfd, which workers open as /proc/<our pid>/fd/<fd>: it disappears with the last process
+  // using it, so even `kill -9` of hsgd-run leaves no file behind. Else a file in /dev/shm.
+  int fd = ::memfd_create("hsgd-progress", MFD_CLOEXEC);
+  if (fd >= 0) {
+    path_ = "/proc/" + std::to_string(::getpid()) + "/fd/" + std::to_string(fd);
+    memfd_ = fd;
+  } else {
+    path_ = shm_dir() + "/hsgd-progress-" + std::to_string(::getpid()) + "-XXXXXX";
+    fd = ::mkstemp(path_.data());  // mode 0600
+  }
   if (fd < 0) {
     HSGD_THROW(Error, "hsgd-run: cannot create the progress file '", path_,
                "': ", std::strerror(errno));
@@ -61,9 +69,13 @@ ProgressMonitor::ProgressMonitor(int slots, int rank_offset, std::string node)
     base = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   }
   const int err = errno;
-  ::close(fd);
+  if (memfd_ < 0) ::close(fd);
   if (base == MAP_FAILED) {
-    ::unlink(path_.c_str());
+    if (memfd_ >= 0) {
+      ::close(memfd_);
+    } else {
+      ::unlink(path_.c_str());
+    }
     HSGD_THROW(Error, "hsgd-run: cannot map the progress file '", path_, "': ", std::strerror(err));
   }
   auto* header = static_cast<ProgressHeader*>(base);
@@ -80,7 +92,11 @@ ProgressMonitor::ProgressMonitor(int slots, int rank_offset, std::string node)
 
 ProgressMonitor::~ProgressMonitor() {
   ::munmap(reinterpret_cast<char*>(slots_) - sizeof(ProgressHeader), bytes_);
-  ::unlink(path_.c_str());
+  if (memfd_ >= 0) {
+    ::close(memfd_);
+  } else {
+    ::unlink(path_.c_str());
+  }
 }
 
 ProgressMonitor::Snapshot ProgressMonitor::read(int local) const {

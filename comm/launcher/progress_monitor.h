@@ -16,9 +16,10 @@
 // Steps: last_step() is the highest step any local worker reported, resumed_step() the lowest
 // first step (what a restarted attempt resumed from); -1 when nobody reported one.
 //
-// Contract: the file is created in /dev/shm (the temporary directory when that is missing) with
-// mode 0600 and removed by the destructor; creating it throws hsgd::Error naming the path. Used
-// from one thread.
+// Contract: the file is a memfd that workers open as /proc/<hsgd-run pid>/fd/<fd> (nothing is
+// left behind, even after kill -9), or where memfd_create fails a file in /dev/shm (the
+// temporary directory when that is missing), mode 0600, removed by the destructor. Creating it
+// throws hsgd::Error naming the path. Used from one thread.
 //
 // Usage:
 //   ProgressMonitor progress(nproc, rank_offset, "node 0 'host'");
@@ -98,6 +99,7 @@ class ProgressMonitor {
   std::string path_;
   detail::ProgressSlot* slots_ = nullptr;  // mapped
   size_t bytes_ = 0;
+  int memfd_ = -1;  // kept open: it is the file
   // Watch state.
   std::vector<Watch> watch_;
 };
