@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "comm/error.h"
+#include "framework/kernels/conv_gemm_avx2.h"
 
 namespace hsgd::kernels {
 namespace {
@@ -181,6 +182,10 @@ void conv_gemm_nn(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, 
     nn_avx512(m, n, k, a, lda, b, ldb, c, ldc);
     return;
   }
+  if (isa == simd::Isa::kAvx2) {
+    detail::gemm_nn_avx2(m, n, k, a, lda, b, ldb, c, ldc);
+    return;
+  }
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c,
               ldc);
 }
@@ -191,6 +196,10 @@ void conv_gemm_nt(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, 
              " code");
   if (isa == simd::Isa::kAvx512) {
     nt_avx512(m, n, k, a, lda, b, ldb, beta != 0.0f, c, ldc);
+    return;
+  }
+  if (isa == simd::Isa::kAvx2) {
+    detail::gemm_nt_avx2(m, n, k, a, lda, b, ldb, beta != 0.0f, c, ldc);
     return;
   }
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);

@@ -45,7 +45,8 @@ TEST(ConvGemmTest, NnMatchesDirectProduct) {
         expected[i * ldc + j] = static_cast<float>(s);
       }
     }
-    for (kernels::simd::Isa isa : {kernels::simd::Isa::kAvx512, kernels::simd::Isa::kBaseline}) {
+    for (kernels::simd::Isa isa :
+         {kernels::simd::Isa::kAvx512, kernels::simd::Isa::kAvx2, kernels::simd::Isa::kBaseline}) {
       if (!kernels::simd::isa_supported(isa)) continue;
       std::vector<float> c(g.m * ldc, -7.0f);
       kernels::conv_gemm_nn(g.m, g.n, g.k, a.data(), lda, b.data(), ldb, c.data(), ldc, isa);
@@ -72,7 +73,8 @@ TEST(ConvGemmTest, NtMatchesDirectProduct_OverwriteAndAccumulate) {
           expected[i * ldc + j] = static_cast<float>(s);
         }
       }
-      for (kernels::simd::Isa isa : {kernels::simd::Isa::kAvx512, kernels::simd::Isa::kBaseline}) {
+      for (kernels::simd::Isa isa : {kernels::simd::Isa::kAvx512, kernels::simd::Isa::kAvx2,
+                                     kernels::simd::Isa::kBaseline}) {
         if (!kernels::simd::isa_supported(isa)) continue;
         std::vector<float> c = c0;
         kernels::conv_gemm_nt(g.m, g.n, g.k, a.data(), lda, b.data(), ldb, beta, c.data(), ldc,
