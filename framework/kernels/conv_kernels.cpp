@@ -7,6 +7,8 @@
 #include "comm/error.h"
 #include "framework/kernels/conv_gemm.h"
 #include "framework/kernels/conv_winograd.h"
+#include "framework/kernels/sum_in_order.h"
+#include "framework/parallel/parallel.h"
 
 namespace hsgd::kernels {
 namespace {
@@ -17,12 +19,18 @@ namespace {
 constexpr int64_t kMinGemmColumns = 256;
 constexpr int64_t kMaxColumnFloats = int64_t{4} << 20;  // 16 MiB
 
-// Number of samples unfolded together.
-int64_t samples_per_block(const Conv2dGeometry& g) {
+// Elementwise work below this many floats stays on one thread.
+constexpr int64_t kGrainFloats = 16384;
+
+// Number of samples unfolded together. A forward pass (whose outputs do not depend on the
+// blocking) passes its thread count, so that every thread gets a block; a weight gradient,
+// summed over blocks, does not, so that its rounding is the same at every thread count.
+int64_t samples_per_block(const Conv2dGeometry& g, int64_t threads = 1) {
   const int64_t plane = g.out_plane();
   int64_t block = (kMinGemmColumns + plane - 1) / plane;
   const int64_t by_memory = kMaxColumnFloats / std::max<int64_t>(1, g.col_rows() * plane);
   block = std::min(block, std::max<int64_t>(1, by_memory));
+  block = std::min(block, (g.n + threads - 1) / threads);
   return std::clamp<int64_t>(block, 1, g.n);
 }
 
@@ -115,30 +123,42 @@ void conv2d_backward_by_transposed_conv(const float* x, const float* w, const fl
     }
   }
   const int64_t block = samples_per_block(t);
-  // col is U for a block, (O*kh*kw, block*H*W); wide holds gx or x of a block as (C, block*H*W);
-  // gw_t accumulates gw as (O*kh*kw, C) with flipped taps (the fast gemm shape, see below).
-  auto col = std::make_unique_for_overwrite<float[]>(rows * block * plane);
-  std::unique_ptr<float[]> wide, gw_t;
-  if (block > 1) wide = std::make_unique_for_overwrite<float[]>(g.c * block * plane);
-  if (gw != nullptr) gw_t = std::make_unique_for_overwrite<float[]>(rows * g.c);
-
-  for (int64_t n0 = 0; n0 < g.n; n0 += block) {
-    const int64_t nb = std::min(block, g.n - n0);
-    const int64_t ld = nb * plane;
-    for (int64_t s = 0; s < nb; ++s) im2col(gy + (n0 + s) * gy_size, t, col.get() + s * plane, ld);
-    // gx block (C, ld) = flipped (C, rows) * col (rows, ld)
-    float* gx_out = nb == 1 ? gx + n0 * x_size : wide.get();
-    conv_gemm_nn(g.c, ld, rows, flipped.get(), rows, col.get(), ld, gx_out, ld);
-    if (nb > 1) scatter_block(wide.get(), g.c, plane, n0, nb, gx);
-    if (gw == nullptr) continue;
-    const float* x_block = x + n0 * x_size;
-    if (nb > 1) {
-      gather_block(x, g.c, plane, n0, nb, wide.get());
-      x_block = wide.get();
-    }
-    // gw_t (rows, C) (+)= col (rows, ld) * x_block^T (ld, C)
-    conv_gemm_nt(rows, g.c, ld, col.get(), ld, x_block, ld, n0 == 0 ? 0.0f : 1.0f, gw_t.get(), g.c);
+  const int64_t blocks = (g.n + block - 1) / block;
+  // gw_parts[b] is block b's share of gw as (O*kh*kw, C) with flipped taps (the fast gemm shape,
+  // see below); gw_t is their sum in block order.
+  std::unique_ptr<float[]> gw_parts, gw_t;
+  if (gw != nullptr) {
+    gw_parts = std::make_unique_for_overwrite<float[]>(blocks * rows * g.c);
+    gw_t = std::make_unique_for_overwrite<float[]>(rows * g.c);
   }
+  parallel_for(0, blocks, 1, [&](int64_t first, int64_t last) {
+    // col is U for a block, (O*kh*kw, block*H*W); wide holds gx or x of a block as
+    // (C, block*H*W).
+    auto col = std::make_unique_for_overwrite<float[]>(rows * block * plane);
+    std::unique_ptr<float[]> wide;
+    if (block > 1) wide = std::make_unique_for_overwrite<float[]>(g.c * block * plane);
+    for (int64_t b = first; b < last; ++b) {
+      const int64_t n0 = b * block, nb = std::min(block, g.n - n0);
+      const int64_t ld = nb * plane;
+      for (int64_t s = 0; s < nb; ++s) {
+        im2col(gy + (n0 + s) * gy_size, t, col.get() + s * plane, ld);
+      }
+      // gx block (C, ld) = flipped (C, rows) * col (rows, ld)
+      float* gx_out = nb == 1 ? gx + n0 * x_size : wide.get();
+      conv_gemm_nn(g.c, ld, rows, flipped.get(), rows, col.get(), ld, gx_out, ld);
+      if (nb > 1) scatter_block(wide.get(), g.c, plane, n0, nb, gx);
+      if (gw == nullptr) continue;
+      const float* x_block = x + n0 * x_size;
+      if (nb > 1) {
+        gather_block(x, g.c, plane, n0, nb, wide.get());
+        x_block = wide.get();
+      }
+      // gw_parts[b] (rows, C) = col (rows, ld) * x_block^T (ld, C)
+      conv_gemm_nt(rows, g.c, ld, col.get(), ld, x_block, ld, 0.0f, gw_parts.get() + b * rows * g.c,
+                   g.c);
+    }
+  });
+  if (gw != nullptr) sum_in_order(gw_parts.get(), blocks, rows * g.c, gw_t.get());
   if (gw != nullptr) {
     for (int64_t oc = 0; oc < g.o; ++oc) {
       for (int64_t c = 0; c < g.c; ++c) {
@@ -187,13 +207,14 @@ void im2col_same_width(const float* x, const Conv2dGeometry& g, float* col, int6
 void add_bias(const float* b, const Conv2dGeometry& g, float* y) {
   if (b == nullptr) return;
   const int64_t plane = g.out_plane();
-  for (int64_t s = 0; s < g.n; ++s) {
-    for (int64_t oc = 0; oc < g.o; ++oc) {
-      float* p = y + (s * g.o + oc) * plane;
-      const float bias = b[oc];
-      for (int64_t k = 0; k < plane; ++k) p[k] += bias;
-    }
-  }
+  parallel_for(0, g.n * g.o, std::max<int64_t>(1, kGrainFloats / plane),
+               [&](int64_t lo, int64_t hi) {
+                 for (int64_t so = lo; so < hi; ++so) {
+                   float* p = y + so * plane;
+                   const float bias = b[so % g.o];
+                   for (int64_t k = 0; k < plane; ++k) p[k] += bias;
+                 }
+               });
 }
 
 }  // namespace
@@ -267,28 +288,31 @@ void conv2d_forward(const float* x, const float* w, const float* b, const Conv2d
   }
   const int64_t rows = g.col_rows(), plane = g.out_plane();
   const int64_t x_size = g.c * g.in_plane(), y_size = g.o * plane;
-  const int64_t block = samples_per_block(g);
+  const int64_t block = samples_per_block(g, get_num_threads());
   const bool direct = block == 1 && g.is_pointwise();
-
-  // col is (C*kh*kw, block*OH*OW); wide is (O, block*OH*OW), the gemm result before it is
-  // scattered back to (block,O,OH,OW).
-  std::unique_ptr<float[]> col, wide;
-  if (!direct) col = std::make_unique_for_overwrite<float[]>(rows * block * plane);
-  if (block > 1) wide = std::make_unique_for_overwrite<float[]>(g.o * block * plane);
-
-  for (int64_t n0 = 0; n0 < g.n; n0 += block) {
-    const int64_t nb = std::min(block, g.n - n0);
-    const int64_t ld = nb * plane;
-    const float* a = x + n0 * x_size;  // the unfolded input
-    if (!direct) {
-      for (int64_t s = 0; s < nb; ++s) im2col(x + (n0 + s) * x_size, g, col.get() + s * plane, ld);
-      a = col.get();
+  const int64_t blocks = (g.n + block - 1) / block;
+  parallel_for(0, blocks, 1, [&](int64_t first, int64_t last) {
+    // col is (C*kh*kw, block*OH*OW); wide is (O, block*OH*OW), the gemm result before it is
+    // scattered back to (block,O,OH,OW).
+    std::unique_ptr<float[]> col, wide;
+    if (!direct) col = std::make_unique_for_overwrite<float[]>(rows * block * plane);
+    if (block > 1) wide = std::make_unique_for_overwrite<float[]>(g.o * block * plane);
+    for (int64_t bi = first; bi < last; ++bi) {
+      const int64_t n0 = bi * block, nb = std::min(block, g.n - n0);
+      const int64_t ld = nb * plane;
+      const float* a = x + n0 * x_size;  // the unfolded input
+      if (!direct) {
+        for (int64_t s = 0; s < nb; ++s) {
+          im2col(x + (n0 + s) * x_size, g, col.get() + s * plane, ld);
+        }
+        a = col.get();
+      }
+      float* out = nb == 1 ? y + n0 * y_size : wide.get();
+      // out (O, ld) = w (O, rows) * a (rows, ld)
+      conv_gemm_nn(g.o, ld, rows, w, rows, a, ld, out, ld);
+      if (nb > 1) scatter_block(out, g.o, plane, n0, nb, y);
     }
-    float* out = nb == 1 ? y + n0 * y_size : wide.get();
-    // out (O, ld) = w (O, rows) * a (rows, ld)
-    conv_gemm_nn(g.o, ld, rows, w, rows, a, ld, out, ld);
-    if (nb > 1) scatter_block(out, g.o, plane, n0, nb, y);
-  }
+  });
   add_bias(b, g, y);
 }
 
@@ -299,16 +323,18 @@ void conv2d_backward(const float* x, const float* w, const float* gy, const Conv
 
   if (gb != nullptr) {
     // gb[o] = sum over samples and output positions of gy
-    for (int64_t oc = 0; oc < g.o; ++oc) {
-      double total = 0.0;
-      for (int64_t s = 0; s < g.n; ++s) {
-        const float* p = gy + s * y_size + oc * plane;
-        float partial = 0.0f;
-        for (int64_t k = 0; k < plane; ++k) partial += p[k];
-        total += partial;
+    parallel_for(0, g.o, 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t oc = lo; oc < hi; ++oc) {
+        double total = 0.0;
+        for (int64_t s = 0; s < g.n; ++s) {
+          const float* p = gy + s * y_size + oc * plane;
+          float partial = 0.0f;
+          for (int64_t k = 0; k < plane; ++k) partial += p[k];
+          total += partial;
+        }
+        gb[oc] = static_cast<float>(total);
       }
-      gb[oc] = static_cast<float>(total);
-    }
+    });
   }
   if ((gx != nullptr || gw != nullptr) && winograd_applies(g)) {
     winograd_conv2d_backward(x, w, gy, g, gx, gw);
@@ -321,16 +347,16 @@ void conv2d_backward(const float* x, const float* w, const float* gy, const Conv
   if (gx == nullptr && gw == nullptr) return;
 
   const int64_t block = samples_per_block(g);
+  const int64_t blocks = (g.n + block - 1) / block;
   const bool direct = block == 1 && g.is_pointwise();
-  // col is (C*kh*kw, block*OH*OW): first the unfolded input (for gw), then the unfolded
-  // input gradient (for gx). wide is gy of the block laid out as (O, block*OH*OW).
   // gw_t is gw transposed, (C*kh*kw, O): accumulating it as col * gy^T runs about twice as fast
   // in OpenBLAS as gy * col^T (long inner dimension with a tiny output), so gw is transposed once
-  // at the end.
-  std::unique_ptr<float[]> col, wide, gw_t;
-  if (!direct) col = std::make_unique_for_overwrite<float[]>(rows * block * plane);
-  if (block > 1) wide = std::make_unique_for_overwrite<float[]>(g.o * block * plane);
-  if (gw != nullptr) gw_t = std::make_unique_for_overwrite<float[]>(rows * g.o);
+  // at the end. gw_parts[b] is block b's share, summed in block order.
+  std::unique_ptr<float[]> gw_parts, gw_t;
+  if (gw != nullptr) {
+    gw_parts = std::make_unique_for_overwrite<float[]>(blocks * rows * g.o);
+    gw_t = std::make_unique_for_overwrite<float[]>(rows * g.o);
+  }
   // w_t is w transposed, (C*kh*kw, O), the left operand of the input-gradient product.
   std::unique_ptr<float[]> w_t;
   if (gx != nullptr) {
@@ -340,38 +366,49 @@ void conv2d_backward(const float* x, const float* w, const float* gy, const Conv
     }
   }
 
-  for (int64_t n0 = 0; n0 < g.n; n0 += block) {
-    const int64_t nb = std::min(block, g.n - n0);
-    const int64_t ld = nb * plane;
-    const float* gy_block = gy + n0 * y_size;
-    if (nb > 1) {
-      gather_block(gy, g.o, plane, n0, nb, wide.get());
-      gy_block = wide.get();
-    }
-    if (gw != nullptr) {
-      const float* a = x + n0 * x_size;
-      if (!direct) {
-        for (int64_t s = 0; s < nb; ++s) {
-          im2col(x + (n0 + s) * x_size, g, col.get() + s * plane, ld);
+  parallel_for(0, blocks, 1, [&](int64_t first, int64_t last) {
+    // col is (C*kh*kw, block*OH*OW): first the unfolded input (for gw), then the unfolded
+    // input gradient (for gx). wide is gy of the block laid out as (O, block*OH*OW).
+    std::unique_ptr<float[]> col, wide;
+    if (!direct) col = std::make_unique_for_overwrite<float[]>(rows * block * plane);
+    if (block > 1) wide = std::make_unique_for_overwrite<float[]>(g.o * block * plane);
+    for (int64_t bi = first; bi < last; ++bi) {
+      const int64_t n0 = bi * block, nb = std::min(block, g.n - n0);
+      const int64_t ld = nb * plane;
+      const float* gy_block = gy + n0 * y_size;
+      if (nb > 1) {
+        gather_block(gy, g.o, plane, n0, nb, wide.get());
+        gy_block = wide.get();
+      }
+      if (gw != nullptr) {
+        const float* a = x + n0 * x_size;
+        if (!direct) {
+          for (int64_t s = 0; s < nb; ++s) {
+            im2col(x + (n0 + s) * x_size, g, col.get() + s * plane, ld);
+          }
+          a = col.get();
         }
-        a = col.get();
+        // gw_parts[b] (rows, O) = a (rows, ld) * gy_block^T (ld, O)
+        conv_gemm_nt(rows, g.o, ld, a, ld, gy_block, ld, 0.0f, gw_parts.get() + bi * rows * g.o,
+                     g.o);
       }
-      // gw_t (rows, O) (+)= a (rows, ld) * gy_block^T (ld, O)
-      conv_gemm_nt(rows, g.o, ld, a, ld, gy_block, ld, n0 == 0 ? 0.0f : 1.0f, gw_t.get(), g.o);
-    }
-    if (gx != nullptr) {
-      float* gx_block = gx + n0 * x_size;
-      if (direct) {
-        // gx_n (C, H*W) = w^T (C, O) * gy_n (O, H*W)
-        conv_gemm_nn(rows, ld, g.o, w_t.get(), g.o, gy_block, ld, gx_block, ld);
-        continue;
+      if (gx != nullptr) {
+        float* gx_block = gx + n0 * x_size;
+        if (direct) {
+          // gx_n (C, H*W) = w^T (C, O) * gy_n (O, H*W)
+          conv_gemm_nn(rows, ld, g.o, w_t.get(), g.o, gy_block, ld, gx_block, ld);
+          continue;
+        }
+        // col (rows, ld) = w^T (rows, O) * gy_block (O, ld), then fold back into gx
+        conv_gemm_nn(rows, ld, g.o, w_t.get(), g.o, gy_block, ld, col.get(), ld);
+        std::fill(gx_block, gx_block + nb * x_size, 0.0f);
+        for (int64_t s = 0; s < nb; ++s) {
+          col2im(col.get() + s * plane, g, gx_block + s * x_size, ld);
+        }
       }
-      // col (rows, ld) = w^T (rows, O) * gy_block (O, ld), then fold back into gx
-      conv_gemm_nn(rows, ld, g.o, w_t.get(), g.o, gy_block, ld, col.get(), ld);
-      std::fill(gx_block, gx_block + nb * x_size, 0.0f);
-      for (int64_t s = 0; s < nb; ++s) col2im(col.get() + s * plane, g, gx_block + s * x_size, ld);
     }
-  }
+  });
+  if (gw != nullptr) sum_in_order(gw_parts.get(), blocks, rows * g.o, gw_t.get());
   if (gw != nullptr) {
     for (int64_t oc = 0; oc < g.o; ++oc) {
       for (int64_t r = 0; r < rows; ++r) gw[oc * rows + r] = gw_t[r * g.o + oc];

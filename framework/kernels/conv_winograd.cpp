@@ -7,6 +7,8 @@
 #include "comm/error.h"
 #include "framework/kernels/conv_gemm.h"
 #include "framework/kernels/conv_simd.h"
+#include "framework/kernels/sum_in_order.h"
+#include "framework/parallel/parallel.h"
 
 namespace hsgd::kernels {
 namespace {
@@ -381,45 +383,56 @@ int64_t samples_per_block(const Conv2dGeometry& g, const TileGrid& grid, int alp
   return std::clamp<int64_t>(floats / per_sample, 1, g.n);
 }
 
+// Blocks of samples are independent, so the pool takes whole blocks, each chunk with its own
+// transform buffers. The forward blocks shrink so that every thread gets one (an output does not
+// depend on its block); the weight gradient's blocks do not, so that its sum over blocks, taken in
+// block order, is the same at every thread count.
+
 // y (N,K,H,W) = conv of x (N,C,H,W) with weights already transformed, u (alpha^2, K, C).
 template <typename W>
 void forward_transformed(const float* x, const float* u, const Conv2dGeometry& g, int64_t c,
                          int64_t k, float* y, simd::Isa isa) {
   constexpr int kA2 = W::kAlpha * W::kAlpha;
   const TileGrid grid = make_grid(g, W::kM);
-  const int64_t block = samples_per_block(g, grid, W::kAlpha);
+  const int64_t threads = get_num_threads();
+  const int64_t block =
+      std::min(samples_per_block(g, grid, W::kAlpha), (g.n + threads - 1) / threads);
+  const int64_t blocks = (g.n + block - 1) / block;
   const int64_t ld = round_up(block * grid.per_sample() + kLanes, kLanes);
-  auto v = std::make_unique_for_overwrite<float[]>(kA2 * c * ld);  // (alpha^2, C, ld)
-  auto m = std::make_unique_for_overwrite<float[]>(kA2 * k * ld);  // (alpha^2, K, ld)
-  PaddedPlanes pad(grid, c, W::kM, W::kAlpha);
-  StageRows stage(grid, W::kAlpha);
-  for (int64_t n0 = 0; n0 < g.n; n0 += block) {
-    const int64_t nb = std::min(block, g.n - n0), count = nb * grid.per_sample();
-    run<W, Stage::kInput>({.pad = &pad,
-                           .stage = &stage,
-                           .src = x,
-                           .dst = v.get(),
-                           .channels = c,
-                           .grid = grid,
-                           .n0 = n0,
-                           .nb = nb,
-                           .ld = ld,
-                           .isa = isa});
-    for (int p = 0; p < kA2; ++p) {
-      // m[p] (K, count) = u[p] (K, C) * v[p] (C, count)
-      conv_gemm_nn(k, count, c, u + p * k * c, c, v.get() + p * c * ld, ld, m.get() + p * k * ld,
-                   ld, isa);
+  parallel_for(0, blocks, 1, [&](int64_t first, int64_t last) {
+    auto v = std::make_unique_for_overwrite<float[]>(kA2 * c * ld);  // (alpha^2, C, ld)
+    auto m = std::make_unique_for_overwrite<float[]>(kA2 * k * ld);  // (alpha^2, K, ld)
+    PaddedPlanes pad(grid, c, W::kM, W::kAlpha);
+    StageRows stage(grid, W::kAlpha);
+    for (int64_t b = first; b < last; ++b) {
+      const int64_t n0 = b * block;
+      const int64_t nb = std::min(block, g.n - n0), count = nb * grid.per_sample();
+      run<W, Stage::kInput>({.pad = &pad,
+                             .stage = &stage,
+                             .src = x,
+                             .dst = v.get(),
+                             .channels = c,
+                             .grid = grid,
+                             .n0 = n0,
+                             .nb = nb,
+                             .ld = ld,
+                             .isa = isa});
+      for (int p = 0; p < kA2; ++p) {
+        // m[p] (K, count) = u[p] (K, C) * v[p] (C, count)
+        conv_gemm_nn(k, count, c, u + p * k * c, c, v.get() + p * c * ld, ld, m.get() + p * k * ld,
+                     ld, isa);
+      }
+      run<W, Stage::kOutput>({.stage = &stage,
+                              .src = m.get(),
+                              .dst = y,
+                              .channels = k,
+                              .grid = grid,
+                              .n0 = n0,
+                              .nb = nb,
+                              .ld = ld,
+                              .isa = isa});
     }
-    run<W, Stage::kOutput>({.stage = &stage,
-                            .src = m.get(),
-                            .dst = y,
-                            .channels = k,
-                            .grid = grid,
-                            .n0 = n0,
-                            .nb = nb,
-                            .ld = ld,
-                            .isa = isa});
-  }
+  });
 }
 
 template <typename W>
@@ -450,40 +463,49 @@ void backward(const float* x, const float* w, const float* gy, const Conv2dGeome
   }
   if (gw == nullptr) return;
   const int64_t block = samples_per_block(g, grid, W::kAlpha, kGradBlockFloats);
+  const int64_t blocks = (g.n + block - 1) / block;
   const int64_t ld = round_up(block * grid.per_sample() + kLanes, kLanes);
-  auto v = std::make_unique_for_overwrite<float[]>(kA2 * g.c * ld);    // (alpha^2, C, ld)
-  auto dm = std::make_unique_for_overwrite<float[]>(kA2 * g.o * ld);   // (alpha^2, O, ld)
-  auto du = std::make_unique_for_overwrite<float[]>(kA2 * g.o * g.c);  // (alpha^2, O, C)
-  PaddedPlanes pad_x(grid, g.c, W::kM, W::kAlpha), pad_gy(grid, g.o, W::kM, W::kM);
-  StageRows stage(grid, W::kAlpha);
-  for (int64_t n0 = 0; n0 < g.n; n0 += block) {
-    const int64_t nb = std::min(block, g.n - n0), count = nb * grid.per_sample();
-    run<W, Stage::kInput>({.pad = &pad_x,
-                           .stage = &stage,
-                           .src = x,
-                           .dst = v.get(),
-                           .channels = g.c,
-                           .grid = grid,
-                           .n0 = n0,
-                           .nb = nb,
-                           .ld = ld,
-                           .isa = isa});
-    run<W, Stage::kGradOutput>({.pad = &pad_gy,
-                                .stage = &stage,
-                                .src = gy,
-                                .dst = dm.get(),
-                                .channels = g.o,
-                                .grid = grid,
-                                .n0 = n0,
-                                .nb = nb,
-                                .ld = ld,
-                                .isa = isa});
-    for (int p = 0; p < kA2; ++p) {
-      // du[p] (O, C) (+)= dm[p] (O, count) * v[p]^T (count, C)
-      conv_gemm_nt(g.o, g.c, count, dm.get() + p * g.o * ld, ld, v.get() + p * g.c * ld, ld,
-                   n0 == 0 ? 0.0f : 1.0f, du.get() + p * g.o * g.c, g.c, isa);
+  const int64_t du_size = kA2 * g.o * g.c;
+  // du_parts[b] (alpha^2, O, C) is block b's share of du.
+  auto du_parts = std::make_unique_for_overwrite<float[]>(blocks * du_size);
+  parallel_for(0, blocks, 1, [&](int64_t first, int64_t last) {
+    auto v = std::make_unique_for_overwrite<float[]>(kA2 * g.c * ld);   // (alpha^2, C, ld)
+    auto dm = std::make_unique_for_overwrite<float[]>(kA2 * g.o * ld);  // (alpha^2, O, ld)
+    PaddedPlanes pad_x(grid, g.c, W::kM, W::kAlpha), pad_gy(grid, g.o, W::kM, W::kM);
+    StageRows stage(grid, W::kAlpha);
+    for (int64_t b = first; b < last; ++b) {
+      const int64_t n0 = b * block;
+      const int64_t nb = std::min(block, g.n - n0), count = nb * grid.per_sample();
+      run<W, Stage::kInput>({.pad = &pad_x,
+                             .stage = &stage,
+                             .src = x,
+                             .dst = v.get(),
+                             .channels = g.c,
+                             .grid = grid,
+                             .n0 = n0,
+                             .nb = nb,
+                             .ld = ld,
+                             .isa = isa});
+      run<W, Stage::kGradOutput>({.pad = &pad_gy,
+                                  .stage = &stage,
+                                  .src = gy,
+                                  .dst = dm.get(),
+                                  .channels = g.o,
+                                  .grid = grid,
+                                  .n0 = n0,
+                                  .nb = nb,
+                                  .ld = ld,
+                                  .isa = isa});
+      float* du_b = du_parts.get() + b * du_size;
+      for (int p = 0; p < kA2; ++p) {
+        // du_b[p] (O, C) = dm[p] (O, count) * v[p]^T (count, C)
+        conv_gemm_nt(g.o, g.c, count, dm.get() + p * g.o * ld, ld, v.get() + p * g.c * ld, ld, 0.0f,
+                     du_b + p * g.o * g.c, g.c, isa);
+      }
     }
-  }
+  });
+  auto du = std::make_unique_for_overwrite<float[]>(du_size);  // (alpha^2, O, C)
+  sum_in_order(du_parts.get(), blocks, du_size, du.get());
   grad_weights<W>(du.get(), g.o, g.c, gw);
 }
 
