@@ -1,7 +1,19 @@
 #include "framework/kernels/batch_norm_kernels.h"
 
+#include <algorithm>
+
+#include "framework/parallel/parallel.h"
+
 namespace hsgd::kernels {
 namespace {
+
+// Channels (or planes) per thread are at least this many floats of work. Every channel is
+// computed by one thread in a fixed order, so results do not depend on the thread count.
+constexpr int64_t kGrainFloats = 16384;
+
+int64_t grain_for(int64_t floats_per_item) {
+  return std::max<int64_t>(1, kGrainFloats / std::max<int64_t>(1, floats_per_item));
+}
 
 // Sums of one contiguous run. Four independent accumulators let the compiler keep several
 // additions in flight (float addition is not reassociated without -ffast-math).
@@ -48,22 +60,25 @@ inline float run_centred_dot(const float* p, const float* g, int64_t len, float 
 void batch_norm_statistics(const float* x, const BatchNormShape& shape, float* mean, float* var) {
   const int64_t n = shape.n, c = shape.c, s = shape.s;
   const double count = static_cast<double>(shape.count());
-  for (int64_t ch = 0; ch < c; ++ch) {
-    double total = 0.0;
-    for (int64_t i = 0; i < n; ++i) total += run_sum(x + (i * c + ch) * s, s);
-    const float m = static_cast<float>(total / count);
-    double squares = 0.0;
-    for (int64_t i = 0; i < n; ++i) squares += run_centred_squares(x + (i * c + ch) * s, s, m);
-    mean[ch] = m;
-    var[ch] = static_cast<float>(squares / count);
-  }
+  parallel_for(0, c, grain_for(n * s), [&](int64_t lo, int64_t hi) {
+    for (int64_t ch = lo; ch < hi; ++ch) {
+      double total = 0.0;
+      for (int64_t i = 0; i < n; ++i) total += run_sum(x + (i * c + ch) * s, s);
+      const float m = static_cast<float>(total / count);
+      double squares = 0.0;
+      for (int64_t i = 0; i < n; ++i) squares += run_centred_squares(x + (i * c + ch) * s, s, m);
+      mean[ch] = m;
+      var[ch] = static_cast<float>(squares / count);
+    }
+  });
 }
 
 void batch_norm_normalize(const float* x, const BatchNormShape& shape, const float* mean,
                           const float* invstd, const float* weight, const float* bias, float* y) {
   const int64_t n = shape.n, c = shape.c, s = shape.s;
-  for (int64_t i = 0; i < n; ++i) {
-    for (int64_t ch = 0; ch < c; ++ch) {
+  parallel_for(0, n * c, grain_for(s), [&](int64_t lo, int64_t hi) {
+    for (int64_t plane = lo; plane < hi; ++plane) {
+      const int64_t i = plane / c, ch = plane % c;
       // y = x * scale + shift with scale = weight*invstd, shift = bias - mean*scale
       const float scale = (weight != nullptr ? weight[ch] : 1.0f) * invstd[ch];
       const float shift = (bias != nullptr ? bias[ch] : 0.0f) - mean[ch] * scale;
@@ -71,7 +86,7 @@ void batch_norm_normalize(const float* x, const BatchNormShape& shape, const flo
       float* yp = y + (i * c + ch) * s;
       for (int64_t k = 0; k < s; ++k) yp[k] = xp[k] * scale + shift;
     }
-  }
+  });
 }
 
 void batch_norm_backward(const float* x, const float* gy, const BatchNormShape& shape,
@@ -79,38 +94,40 @@ void batch_norm_backward(const float* x, const float* gy, const BatchNormShape& 
                          bool batch_stats, float* gx, float* gw, float* gb) {
   const int64_t n = shape.n, c = shape.c, s = shape.s;
   const double count = static_cast<double>(shape.count());
-  for (int64_t ch = 0; ch < c; ++ch) {
-    const float m = mean[ch], is = invstd[ch];
-    // One pass for both reductions: sum(gy) and sum(gy * (x - mean)).
-    double sum_gy = 0.0, sum_gy_xc = 0.0;
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t off = (i * c + ch) * s;
-      sum_gy += run_sum(gy + off, s);
-      sum_gy_xc += run_centred_dot(x + off, gy + off, s, m);
-    }
-    const double sum_gy_xhat = sum_gy_xc * is;
-    if (gw != nullptr) gw[ch] = static_cast<float>(sum_gy_xhat);
-    if (gb != nullptr) gb[ch] = static_cast<float>(sum_gy);
-    if (gx == nullptr) continue;
-
-    const float scale = (weight != nullptr ? weight[ch] : 1.0f) * is;
-    if (!batch_stats) {
+  parallel_for(0, c, grain_for(n * s), [&](int64_t lo, int64_t hi) {
+    for (int64_t ch = lo; ch < hi; ++ch) {
+      const float m = mean[ch], is = invstd[ch];
+      // One pass for both reductions: sum(gy) and sum(gy * (x - mean)).
+      double sum_gy = 0.0, sum_gy_xc = 0.0;
       for (int64_t i = 0; i < n; ++i) {
         const int64_t off = (i * c + ch) * s;
-        for (int64_t k = 0; k < s; ++k) gx[off + k] = gy[off + k] * scale;
+        sum_gy += run_sum(gy + off, s);
+        sum_gy_xc += run_centred_dot(x + off, gy + off, s, m);
       }
-      continue;
-    }
-    // gx = scale * (gy - mean(gy) - (x - mean) * invstd^2 * mean(gy * (x - mean)))
-    const float gy_mean = static_cast<float>(sum_gy / count);
-    const float slope = static_cast<float>(sum_gy_xc / count) * is * is;
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t off = (i * c + ch) * s;
-      for (int64_t k = 0; k < s; ++k) {
-        gx[off + k] = scale * (gy[off + k] - gy_mean - (x[off + k] - m) * slope);
+      const double sum_gy_xhat = sum_gy_xc * is;
+      if (gw != nullptr) gw[ch] = static_cast<float>(sum_gy_xhat);
+      if (gb != nullptr) gb[ch] = static_cast<float>(sum_gy);
+      if (gx == nullptr) continue;
+
+      const float scale = (weight != nullptr ? weight[ch] : 1.0f) * is;
+      if (!batch_stats) {
+        for (int64_t i = 0; i < n; ++i) {
+          const int64_t off = (i * c + ch) * s;
+          for (int64_t k = 0; k < s; ++k) gx[off + k] = gy[off + k] * scale;
+        }
+        continue;
+      }
+      // gx = scale * (gy - mean(gy) - (x - mean) * invstd^2 * mean(gy * (x - mean)))
+      const float gy_mean = static_cast<float>(sum_gy / count);
+      const float slope = static_cast<float>(sum_gy_xc / count) * is * is;
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t off = (i * c + ch) * s;
+        for (int64_t k = 0; k < s; ++k) {
+          gx[off + k] = scale * (gy[off + k] - gy_mean - (x[off + k] - m) * slope);
+        }
       }
     }
-  }
+  });
 }
 
 }  // namespace hsgd::kernels

@@ -5,6 +5,7 @@
 
 #include "comm/error.h"
 #include "framework/autograd/node.h"
+#include "framework/parallel/parallel.h"
 #include "framework/tensor/ops.h"
 #include "framework/tensor/strided_loop.h"
 #include "framework/tensor/tensor_impl.h"
@@ -76,6 +77,11 @@ Tensor expand_copy(const Tensor& t, const Shape& shape) {
 
 namespace {
 
+// Contiguous elementwise loops split across the pool in runs of at least this many floats
+// (smaller runs cost more to hand out than to compute). Each output is computed alone, so
+// results do not depend on the thread count.
+constexpr int64_t kElementwiseGrain = 32768;
+
 // out = op(a, b) with broadcasting; out is a fresh contiguous tensor.
 template <typename Op>
 Tensor binary_kernel(const Tensor& a, const Tensor& b, Op op) {
@@ -86,8 +92,9 @@ Tensor binary_kernel(const Tensor& a, const Tensor& b, Op op) {
   if (a.shape() == b.shape() && a.is_contiguous() && b.is_contiguous()) {
     const float* __restrict pa = a.data();
     const float* __restrict pb = b.data();
-    const int64_t n = out.numel();
-    for (int64_t i = 0; i < n; ++i) o[i] = op(pa[i], pb[i]);
+    parallel_for(0, out.numel(), kElementwiseGrain, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) o[i] = op(pa[i], pb[i]);
+    });
     return out;
   }
   const std::vector<int64_t> sa = detail::broadcast_strides(a.shape(), a.strides(), shape);
@@ -122,8 +129,9 @@ Tensor unary_kernel(const Tensor& x, Op op) {
   Tensor out = empty(x.shape());
   const float* __restrict px = c.data();
   float* __restrict o = out.data();
-  const int64_t n = out.numel();
-  for (int64_t i = 0; i < n; ++i) o[i] = op(px[i]);
+  parallel_for(0, out.numel(), kElementwiseGrain, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) o[i] = op(px[i]);
+  });
   return out;
 }
 

@@ -7,10 +7,15 @@
 #include "comm/error.h"
 #include "framework/autograd/engine.h"
 #include "framework/autograd/node.h"
+#include "framework/parallel/parallel.h"
 #include "framework/tensor/strided_loop.h"
 #include "framework/tensor/tensor_impl.h"
 
 namespace hsgd {
+
+// In-place updates (add_, mul_: SGD's step, gradient accumulation) of contiguous runs split
+// across the pool in runs of at least this many floats.
+constexpr int64_t kInPlaceGrain = 32768;
 
 // ---- helpers ----
 
@@ -268,7 +273,9 @@ Tensor& Tensor::add_(const Tensor& other, float alpha) {
                             float* __restrict d = p[0];
                             const float* __restrict o = p[1];
                             if (s[0] == 1 && s[1] == 1) {
-                              for (int64_t i = 0; i < n; ++i) d[i] += alpha * o[i];
+                              parallel_for(0, n, kInPlaceGrain, [&](int64_t lo, int64_t hi) {
+                                for (int64_t i = lo; i < hi; ++i) d[i] += alpha * o[i];
+                              });
                             } else if (s[0] == 1 && s[1] == 0) {
                               const float v = alpha * *o;
                               for (int64_t i = 0; i < n; ++i) d[i] += v;
@@ -283,7 +290,14 @@ Tensor& Tensor::mul_(float s) {
   checked(impl_, "mul_");
   detail::strided_loop<1>(impl_->shape, {impl_->data()}, {&impl_->strides},
                           [s](int64_t n, std::array<float*, 1> p, std::array<int64_t, 1> st) {
-                            for (int64_t i = 0; i < n; ++i) p[0][i * st[0]] *= s;
+                            if (st[0] != 1) {
+                              for (int64_t i = 0; i < n; ++i) p[0][i * st[0]] *= s;
+                              return;
+                            }
+                            float* d = p[0];
+                            parallel_for(0, n, kInPlaceGrain, [&](int64_t lo, int64_t hi) {
+                              for (int64_t i = lo; i < hi; ++i) d[i] *= s;
+                            });
                           });
   return *this;
 }
