@@ -113,13 +113,13 @@ struct TransformArgs {
 
 int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
 
-// out[l] = row[2*l] for l < kLanes; reads row[0, 2*kLanes).
-HSGD_INLINE void every_other(const float* row, Vec& out) {
-  constexpr Mask kEven = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
-  Vec a, b;
+// out[l] = row[2*l] for l < kLanes; reads row[0, 2*kLanes). V is Vec or Vec2 (conv_simd.h).
+template <typename V>
+HSGD_INLINE void every_other(const float* row, V& out) {
+  V a, b;
   load(a, row);
   load(b, row + kLanes);
-  out = __builtin_shuffle(a, b, kEven);
+  simd::even_lanes(a, b, out);
 }
 
 // A sample's planes copied with zero borders, so that collect reads whole vectors without
@@ -147,7 +147,7 @@ struct PaddedPlanes {
 
 // stage[(i*k+j)*stage_ld + ty*tw + tx] = padded[ty*m + i][tx*m + j] for the k x k patch of
 // every tile of one padded plane.
-template <int m, int k>
+template <typename V, int m, int k>
 HSGD_INLINE void collect(const float* padded, int64_t row_len, const TileGrid& g, float* stage,
                          int64_t stage_ld) {
   static_assert(m == 2, "every_other reads the tiles of 2x2 outputs");
@@ -156,7 +156,7 @@ HSGD_INLINE void collect(const float* padded, int64_t row_len, const TileGrid& g
       const float* row = padded + (ty * m + i) * row_len;
       for (int64_t tx = 0; tx < g.tw; tx += kLanes) {
         for (int j = 0; j < k; ++j) {
-          Vec v;
+          V v;
           every_other(row + tx * m + j, v);
           store(stage + (i * k + j) * stage_ld + ty * g.tw + tx, v);
         }
@@ -180,10 +180,9 @@ bool collects_directly(const TileGrid& g) { return g.tw % kLanes == 0 || g.tw ==
 
 // The k x k patches of tiles [t, t + kLanes) of one padded plane straight into registers,
 // patch[i*k+j][lane], skipping the stage rows. Requires collects_directly(g) and m == 2.
-template <int k>
+template <typename V, int k>
 HSGD_INLINE void collect_direct(const float* padded, int64_t row_len, const TileGrid& g, int64_t t,
-                                Vec* patch) {
-  constexpr Mask kEven = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
+                                V* patch) {
   const int64_t ty = t / g.tw, tx = t % g.tw;
   for (int i = 0; i < k; ++i) {
     // Lanes 0-7 read row ty of tiles, lanes 8-15 the next 8 tiles: further along the same row,
@@ -191,16 +190,16 @@ HSGD_INLINE void collect_direct(const float* padded, int64_t row_len, const Tile
     const float* first = padded + (ty * 2 + i) * row_len + tx * 2;
     const float* second = g.tw == kLanes / 2 ? first + 2 * row_len : first + kLanes;
     for (int j = 0; j < k; ++j) {
-      Vec a, b;
+      V a, b;
       load(a, first + j);
       load(b, second + j);
-      patch[i * k + j] = __builtin_shuffle(a, b, kEven);
+      simd::even_lanes(a, b, patch[i * k + j]);
     }
   }
 }
 
 // V = B^T d B: src is x (N,C,H,W), dst V (alpha^2, C, ld).
-template <typename W>
+template <typename W, typename V>
 HSGD_INLINE void input_transform(const TransformArgs& a) {
   constexpr int kA = W::kAlpha, kM = W::kM;
   static_assert(kM == 2, "collect_direct reads 2x2 tiles");
@@ -213,12 +212,12 @@ HSGD_INLINE void input_transform(const TransformArgs& a) {
     pad.fill(a.src + (a.n0 + n) * a.channels * g.h * g.w, g, a.channels, 1);
     for (int64_t c = 0; c < a.channels; ++c) {
       const float* plane = pad.data.get() + c * pad.plane;
-      if (!direct) collect<kM, kA>(plane, pad.row_len, g, s.data.get(), s.ld);
+      if (!direct) collect<V, kM, kA>(plane, pad.row_len, g, s.data.get(), s.ld);
       float* out = a.dst + c * a.ld + n * tiles;
       for (int64_t t = 0; t < tiles; t += kLanes) {
-        Vec d[kA * kA], v[kA * kA];
+        V d[kA * kA], v[kA * kA];
         if (direct) {
-          collect_direct<kA>(plane, pad.row_len, g, t, d);
+          collect_direct<V, kA>(plane, pad.row_len, g, t, d);
         } else {
           for (int p = 0; p < kA * kA; ++p) load(d[p], s.data.get() + p * s.ld + t);
         }
@@ -230,7 +229,7 @@ HSGD_INLINE void input_transform(const TransformArgs& a) {
 }
 
 // dM = A gy A^T: src is gy (N,K,H,W), dst dM (alpha^2, K, ld).
-template <typename W>
+template <typename W, typename V>
 HSGD_INLINE void grad_output_transform(const TransformArgs& a) {
   constexpr int kA = W::kAlpha, kM = W::kM;
   const TileGrid& g = a.grid;
@@ -240,10 +239,10 @@ HSGD_INLINE void grad_output_transform(const TransformArgs& a) {
   for (int64_t n = 0; n < a.nb; ++n) {
     pad.fill(a.src + (a.n0 + n) * a.channels * g.h * g.w, g, a.channels, 0);
     for (int64_t c = 0; c < a.channels; ++c) {
-      collect<kM, kM>(pad.data.get() + c * pad.plane, pad.row_len, g, s.data.get(), s.ld);
+      collect<V, kM, kM>(pad.data.get() + c * pad.plane, pad.row_len, g, s.data.get(), s.ld);
       float* out = a.dst + c * a.ld + n * tiles;
       for (int64_t t = 0; t < tiles; t += kLanes) {
-        Vec d[kM * kM], v[kA * kA];
+        V d[kM * kM], v[kA * kA];
         for (int p = 0; p < kM * kM; ++p) load(d[p], s.data.get() + p * s.ld + t);
         apply_2d<W, Stage::kGradOutput, kM, kA>(d, v);
         for (int p = 0; p < kA * kA; ++p) store(out + p * cld + t, v[p]);
@@ -254,18 +253,18 @@ HSGD_INLINE void grad_output_transform(const TransformArgs& a) {
 
 // dst[2*l + j] = src[j*ld + l] for l < kLanes, j < 2: one output row from the stage rows of its
 // two tile columns.
+template <typename V>
 HSGD_INLINE void interleave_pair(const float* src, int64_t ld, float* dst) {
-  constexpr Mask kLow = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23};
-  constexpr Mask kHigh = {8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-  Vec a, b;
+  V a, b, low, high;
   load(a, src);
   load(b, src + ld);
-  store(dst, __builtin_shuffle(a, b, kLow));
-  store(dst + kLanes, __builtin_shuffle(a, b, kHigh));
+  simd::interleave(a, b, low, high);
+  store(dst, low);
+  store(dst + kLanes, high);
 }
 
 // y = A^T M A: src is M (alpha^2, K, ld), dst y (N,K,H,W); pixels past the plane are dropped.
-template <typename W>
+template <typename W, typename V>
 HSGD_INLINE void output_transform(const TransformArgs& a) {
   constexpr int kA = W::kAlpha, kM = W::kM;
   static_assert(kM == 2, "interleave_pair writes 2x2 tiles");
@@ -277,7 +276,7 @@ HSGD_INLINE void output_transform(const TransformArgs& a) {
     for (int64_t c = 0; c < a.channels; ++c) {
       const float* in = a.src + c * a.ld + n * tiles;
       for (int64_t t = 0; t < tiles; t += kLanes) {
-        Vec mv[kA * kA], y[kM * kM];
+        V mv[kA * kA], y[kM * kM];
         for (int p = 0; p < kA * kA; ++p) load(mv[p], in + p * cld + t);
         apply_2d<W, Stage::kOutput, kA, kM>(mv, y);
         for (int p = 0; p < kM * kM; ++p) store(s.data.get() + p * s.ld + t, y[p]);
@@ -289,7 +288,7 @@ HSGD_INLINE void output_transform(const TransformArgs& a) {
         float* __restrict dst = out + oy * g.w;
         int64_t tx = 0;
         // Whole vectors of 16 tiles interleave with two shuffles (32x32 and wider maps).
-        for (; tx + kLanes <= full; tx += kLanes) interleave_pair(src + tx, s.ld, dst + tx * kM);
+        for (; tx + kLanes <= full; tx += kLanes) interleave_pair<V>(src + tx, s.ld, dst + tx * kM);
         for (; tx < full; ++tx) {
           for (int j = 0; j < kM; ++j) dst[tx * kM + j] = src[j * s.ld + tx];
         }
@@ -300,27 +299,27 @@ HSGD_INLINE void output_transform(const TransformArgs& a) {
 }
 
 // ---- run-time dispatch ----
-// Each transform is compiled for AVX-512, for AVX2 + FMA and for the x86-64 baseline; the widest
-// one the CPU supports runs (see conv_simd.h).
+// Each transform is compiled for AVX-512 and for the x86-64 baseline on Vec, and for AVX2 + FMA
+// on Vec2 (two AVX registers); the widest one the CPU supports runs (see conv_simd.h).
 
-template <typename W, Stage S>
+template <typename W, Stage S, typename V>
 HSGD_INLINE void run_stage(const TransformArgs& a) {
-  if constexpr (S == Stage::kInput) input_transform<W>(a);
-  if constexpr (S == Stage::kOutput) output_transform<W>(a);
-  if constexpr (S == Stage::kGradOutput) grad_output_transform<W>(a);
+  if constexpr (S == Stage::kInput) input_transform<W, V>(a);
+  if constexpr (S == Stage::kOutput) output_transform<W, V>(a);
+  if constexpr (S == Stage::kGradOutput) grad_output_transform<W, V>(a);
 }
 
 template <typename W, Stage S>
 __attribute__((target("avx512f,avx2,fma"))) void run_avx512(const TransformArgs& a) {
-  run_stage<W, S>(a);
+  run_stage<W, S, Vec>(a);
 }
 template <typename W, Stage S>
 __attribute__((target("avx2,fma"))) void run_avx2(const TransformArgs& a) {
-  run_stage<W, S>(a);
+  run_stage<W, S, simd::Vec2>(a);
 }
 template <typename W, Stage S>
 void run_baseline(const TransformArgs& a) {
-  run_stage<W, S>(a);
+  run_stage<W, S, Vec>(a);
 }
 
 template <typename W, Stage S>
