@@ -1,22 +1,35 @@
-// resnet_step_bench: training throughput of a ResNet (default ResNet-20, batch 128) in hsgd and in
-// PyTorch on this machine, and the time of each op kind at ResNet-20's shapes in both, to show
-// which op dominates.
+// resnet_step_bench: the training step of ResNet-20 and of the MLP in hsgd and in PyTorch on this
+// machine, at 1 and 2 threads and batch 32 and 128, and (--ops) the time of each op kind at
+// ResNet-20's shapes in both, to show which op dominates.
 //
-//   resnet_step_bench                       # hsgd and torch at 1 and 2 threads, with the op table
-//   resnet_step_bench --no-torch --steps 5
+//   resnet_step_bench                                 # the table of issue 11: about 10 minutes
+//   resnet_step_bench --models resnet20 --batches 32 --threads 1 --rounds 1
+//   resnet_step_bench --ops --no-torch
 //
 // A training step is zero_grad, forward, cross_entropy, backward and SGD (momentum 0.9, weight
-// decay 1e-4) on a fixed random batch; the fastest of --steps timed steps is reported (the
-// machine is shared; other jobs only add time). hsgd/torch is the throughput ratio (> 1: hsgd
-// faster); in the op table time_x is hsgd time / torch time (> 1: hsgd slower). "threads" is
-// OpenBLAS's thread count for hsgd (its other kernels are single-threaded) and
-// torch.set_num_threads for PyTorch, which runs resnet_step_bench_torch.py under /usr/bin/python3.
+// decay 1e-4) on a fixed random batch. Every measurement runs in a fresh process (hsgd: a forked
+// child; PyTorch: resnet_step_bench_torch.py under /usr/bin/python3) that builds the model, takes
+// --warmup untimed steps and --steps timed ones, and reports the median step and its peak
+// resident memory above what the process held before it built the model. The two alternate, one
+// configuration at a time, for --rounds rounds; the table shows the median over the rounds (the
+// machine is shared and noisy). "threads" is hsgd::set_num_threads (the pool and OpenBLAS) and
+// torch.set_num_threads. GFLOP/s counts a training step as 3x the multiply-adds x 2 of the
+// forward convolutions and linear layers (the usual convention: the backward pass does twice the
+// forward's work), and "peak %" relates it to OpenBLAS sgemm on a 1536 x 1536 product measured
+// here at the same thread count.
+
+#include <cblas.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
+#include <cstring>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <sstream>
@@ -25,12 +38,12 @@
 
 #include "comm/error.h"
 #include "framework/nn/functional.h"
+#include "framework/parallel/parallel.h"
 #include "framework/tensor/nn_ops.h"
 #include "framework/tensor/ops.h"
 #include "models/registry.h"
 #include "optim/sgd.h"
 
-extern "C" void openblas_set_num_threads(int num_threads);
 extern "C" char* openblas_get_corename(void);
 
 namespace {
@@ -42,37 +55,181 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// The fastest of the timed runs: on a shared machine other jobs only ever add time, so the
-// minimum is the best estimate of the cost of the work itself.
+double median(std::vector<double> v) {
+  HSGD_CHECK(!v.empty(), "median of no values");
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 double best(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
 
-struct StepResult {
-  double step_s = 0, forward_s = 0, backward_s = 0, optimizer_s = 0;
+// ---- one measurement ----
+
+struct Config {
+  std::string model;
+  int64_t batch = 0;
+  int threads = 1;
 };
 
-StepResult hsgd_step_time(const std::string& model_name, int64_t batch, int warmup, int steps) {
-  auto model = models::make_model(model_name, {.seed = 0});
+std::string describe(const Config& c) {
+  return c.model + " batch " + std::to_string(c.batch) + " threads " + std::to_string(c.threads);
+}
+
+struct Measurement {
+  double step_ms = 0;  // median step
+  double peak_mb = 0;  // peak resident memory above the process's before the model was built
+};
+
+// Resident memory of this process: VmRSS or VmHWM (peak) from /proc/self/status, in MB.
+double status_mb(const char* field) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(field, 0) == 0) return std::stod(line.substr(std::strlen(field) + 1)) / 1024.0;
+  }
+  return 0;
+}
+
+// Resets VmHWM to the current resident size (Linux >= 4.0); returns that size in MB.
+double reset_peak_mb() {
+  std::ofstream("/proc/self/clear_refs") << "5";
+  return status_mb("VmRSS:");
+}
+
+Shape input_shape(const std::string& model) {
+  return model == "mlp" ? Shape{1, 28, 28} : Shape{3, 32, 32};
+}
+
+// Multiply-adds x 2 of one forward pass of one sample.
+double forward_flops_per_sample(const std::string& model);
+
+// Runs in a forked child: build, warm up, time --steps steps.
+Measurement hsgd_measure(const Config& c, int warmup, int steps) {
+  set_num_threads(c.threads);
+  const double before = reset_peak_mb();
+  const Shape in = input_shape(c.model);
+  auto model = models::make_model(c.model, {.input_shape = in, .seed = 0});
   optim::SGD opt(model->parameters(), {.lr = 0.1, .momentum = 0.9, .weight_decay = 1e-4});
   Generator gen(1);
-  const Tensor x = randn({batch, 3, 32, 32}, gen);  // (B,3,32,32)
+  Shape x_shape = {c.batch};
+  x_shape.insert(x_shape.end(), in.begin(), in.end());
+  const Tensor x = randn(x_shape, gen);  // (B, C, H, W)
   std::vector<int64_t> targets;
-  for (int64_t i = 0; i < batch; ++i) targets.push_back(static_cast<int64_t>(gen.next_below(10)));
-  std::vector<double> step, fwd, bwd, upd;
+  for (int64_t i = 0; i < c.batch; ++i) targets.push_back(static_cast<int64_t>(gen.next_below(10)));
+  std::vector<double> times;
   for (int i = 0; i < warmup + steps; ++i) {
     const auto t0 = Clock::now();
     opt.zero_grad();
-    Tensor loss = nn::cross_entropy(model->forward(x), targets);
-    const auto t1 = Clock::now();
-    loss.backward();
-    const auto t2 = Clock::now();
+    nn::cross_entropy(model->forward(x), targets).backward();
     opt.step();
-    if (i < warmup) continue;
-    step.push_back(seconds_since(t0));
-    fwd.push_back(std::chrono::duration<double>(t1 - t0).count());
-    bwd.push_back(std::chrono::duration<double>(t2 - t1).count());
-    upd.push_back(seconds_since(t2));
+    if (i >= warmup) times.push_back(1e3 * seconds_since(t0));
   }
-  return {best(step), best(fwd), best(bwd), best(upd)};
+  return {median(times), status_mb("VmHWM:") - before};
+}
+
+// Runs fn in a forked child and returns what it prints to the pipe; kills the child and throws
+// when it takes longer than timeout_s.
+std::string run_in_child(const std::function<std::string()>& fn, int timeout_s,
+                         const std::string& what) {
+  int fds[2];
+  HSGD_CHECK(pipe(fds) == 0, "pipe failed");
+  std::fflush(stdout);
+  const pid_t pid = fork();
+  HSGD_CHECK(pid >= 0, "fork failed");
+  if (pid == 0) {
+    close(fds[0]);
+    int code = 0;
+    std::string out;
+    try {
+      out = fn();
+    } catch (const std::exception& e) {
+      out = std::string("error ") + e.what();
+      code = 1;
+    }
+    (void)!write(fds[1], out.data(), out.size());
+    _exit(code);
+  }
+  close(fds[1]);
+  std::string out;
+  const auto deadline = Clock::now() + std::chrono::seconds(timeout_s);
+  char buf[4096];
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    pollfd p{fds[0], POLLIN, 0};
+    if (left.count() <= 0 || poll(&p, 1, static_cast<int>(left.count())) == 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+      close(fds[0]);
+      HSGD_THROW(Error, what, ": no result after ", timeout_s, " s; killed");
+    }
+    const ssize_t n = read(fds[0], buf, sizeof buf);
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  HSGD_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, what, " failed: ", out);
+  return out;
+}
+
+Measurement parse_measurement(const std::string& text, const std::string& what) {
+  std::istringstream in(text);
+  Measurement m;
+  std::string key;
+  bool step = false, peak = false;
+  while (in >> key) {
+    if (key == "step_ms") step = static_cast<bool>(in >> m.step_ms);
+    if (key == "peak_mb") peak = static_cast<bool>(in >> m.peak_mb);
+  }
+  HSGD_CHECK(step && peak && m.step_ms > 0, what, ": no step_ms and peak_mb in '", text, "'");
+  return m;
+}
+
+Measurement hsgd_run(const Config& c, int warmup, int steps) {
+  const std::string what = "hsgd " + describe(c);
+  const std::string out = run_in_child(
+      [&] {
+        const Measurement m = hsgd_measure(c, warmup, steps);
+        std::ostringstream o;
+        o << "step_ms " << m.step_ms << " peak_mb " << m.peak_mb;
+        return o.str();
+      },
+      900, what);
+  return parse_measurement(out, what);
+}
+
+Measurement torch_run(const std::string& script, const Config& c, int warmup, int steps) {
+  // timeout(1) bounds the child: a benchmark must not hang either.
+  const std::string cmd = "timeout 900 /usr/bin/python3 '" + script + "' --model " + c.model +
+                          " --threads " + std::to_string(c.threads) + " --batch-size " +
+                          std::to_string(c.batch) + " --warmup " + std::to_string(warmup) +
+                          " --steps " + std::to_string(steps);
+  FILE* pipe = popen(cmd.c_str(), "r");
+  HSGD_CHECK(pipe != nullptr, "could not run '", cmd, "'");
+  std::string out;
+  char line[512];
+  while (std::fgets(line, sizeof line, pipe) != nullptr) out += line;
+  const int status = pclose(pipe);
+  HSGD_CHECK(status == 0, "'", cmd, "' failed (status ", status, "): ", out);
+  return parse_measurement(out, cmd);
+}
+
+// OpenBLAS sgemm on an n x n product at the current thread count, best of 3, in GFLOP/s.
+double sgemm_gflops(int threads) {
+  set_num_threads(threads);
+  constexpr int n = 1536;
+  std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
+  std::vector<double> t;
+  for (int r = 0; r < 4; ++r) {
+    const auto start = Clock::now();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n,
+                0.0f, c.data(), n);
+    if (r > 0) t.push_back(seconds_since(start));
+  }
+  return 2.0 * n * n * n / best(t) / 1e9;
 }
 
 // ---- per-op timing at ResNet-20's shapes (same list as resnet_step_bench_torch.py) ----
@@ -149,117 +306,198 @@ std::map<std::string, OpTime> hsgd_op_times(int64_t n, int reps) {
   return out;
 }
 
-// ---- the PyTorch side ----
+// ---- flop counts ----
 
-struct TorchResult {
-  double images_per_s = 0;
-  std::map<std::string, OpTime> ops;
-};
+double forward_flops_per_sample(const std::string& model) {
+  if (model == "mlp") return 2.0 * (784.0 * 512 + 512.0 * 256 + 256.0 * 10);
+  HSGD_CHECK(model == "resnet20", "GFLOP/s is counted for resnet20 and mlp only, not '", model,
+             "'");
+  double flops = 2.0 * 64 * 10;  // the classifier
+  for (const OpSpec& s : kResNet20Ops) {
+    if (s.kind != "conv") continue;
+    const double out_hw = static_cast<double>(s.hw / s.stride);
+    flops += 2.0 * s.cin * s.cout * s.k * s.k * out_hw * out_hw * static_cast<double>(s.count);
+  }
+  return flops;
+}
 
-TorchResult run_torch(const std::string& script, const std::string& model, int threads,
-                      int64_t batch, int steps, bool ops, int reps) {
-  // timeout(1) bounds the child: a benchmark must not hang either.
-  const std::string cmd = "timeout 900 /usr/bin/python3 '" + script + "' --model " + model +
-                          " --threads " + std::to_string(threads) + " --batch-size " +
-                          std::to_string(batch) + " --steps " + std::to_string(steps) +
-                          " --op-reps " + std::to_string(reps) + (ops ? " --ops" : "");
+// ---- the PyTorch op table ----
+
+std::map<std::string, OpTime> torch_op_times(const std::string& script, int64_t batch, int reps) {
+  const std::string cmd = "timeout 900 /usr/bin/python3 '" + script +
+                          "' --threads 1 --ops-only --batch-size " + std::to_string(batch) +
+                          " --op-reps " + std::to_string(reps);
   FILE* pipe = popen(cmd.c_str(), "r");
   HSGD_CHECK(pipe != nullptr, "could not run '", cmd, "'");
-  TorchResult r;
+  std::map<std::string, OpTime> ops;
   char line[512];
   while (std::fgets(line, sizeof line, pipe) != nullptr) {
     std::istringstream in(line);
-    std::string key;
-    in >> key;
-    if (key == "images_per_s") {
-      in >> r.images_per_s;
-    } else if (key == "op") {
-      std::string name;
-      OpTime t;
-      in >> name >> t.fwd_ms >> t.bwd_ms >> t.count;
-      r.ops[name] = t;
-    }
+    std::string key, name;
+    OpTime t;
+    if (in >> key >> name >> t.fwd_ms >> t.bwd_ms >> t.count && key == "op") ops[name] = t;
   }
   const int status = pclose(pipe);
-  HSGD_CHECK(status == 0 && r.images_per_s > 0, "'", cmd, "' failed (status ", status, ")");
-  return r;
+  HSGD_CHECK(status == 0 && !ops.empty(), "'", cmd, "' failed (status ", status, ")");
+  return ops;
+}
+
+void print_op_table(const std::string& script, int64_t batch, int reps, bool no_torch) {
+  set_num_threads(1);
+  const std::map<std::string, OpTime> ours = hsgd_op_times(batch, reps);
+  const std::map<std::string, OpTime> theirs =
+      no_torch ? std::map<std::string, OpTime>{} : torch_op_times(script, batch, reps);
+  std::printf(
+      "\nper op at ResNet-20 shapes, batch %lld, 1 thread, ms per call (x count = per step):\n",
+      static_cast<long long>(batch));
+  std::printf("%-24s %5s %9s %9s %9s %9s %10s %10s %7s\n", "op", "count", "hsgd_fwd", "hsgd_bwd",
+              "torch_fwd", "torch_bwd", "hsgd_step", "torch_step", "time_x");
+  double total_ours = 0, total_torch = 0;
+  for (const OpSpec& s : kResNet20Ops) {
+    const std::string name = op_name(s);
+    const OpTime& o = ours.at(name);
+    const double per_step = (o.fwd_ms + o.bwd_ms) * static_cast<double>(o.count);
+    total_ours += per_step;
+    auto it = theirs.find(name);
+    if (it == theirs.end()) {
+      std::printf("%-24s %5lld %9.2f %9.2f %9s %9s %10.1f %10s %7s\n", name.c_str(),
+                  static_cast<long long>(o.count), o.fwd_ms, o.bwd_ms, "-", "-", per_step, "-",
+                  "-");
+      continue;
+    }
+    const OpTime& t = it->second;
+    const double torch_step = (t.fwd_ms + t.bwd_ms) * static_cast<double>(t.count);
+    total_torch += torch_step;
+    std::printf("%-24s %5lld %9.2f %9.2f %9.2f %9.2f %10.1f %10.1f %7.2f\n", name.c_str(),
+                static_cast<long long>(o.count), o.fwd_ms, o.bwd_ms, t.fwd_ms, t.bwd_ms, per_step,
+                torch_step, torch_step > 0 ? per_step / torch_step : 0.0);
+  }
+  std::printf("%-24s %5s %9s %9s %9s %9s %10.1f %10.1f %7.2f\n", "total", "", "", "", "", "",
+              total_ours, total_torch, total_torch > 0 ? total_ours / total_torch : 0.0);
+}
+
+template <typename T>
+std::vector<T> parse_list(const std::string& text, const char* flag) {
+  std::vector<T> out;
+  std::istringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    std::istringstream one(item);
+    T v{};
+    HSGD_CHECK(static_cast<bool>(one >> v) && one.eof(), flag, ": '", item, "' in '", text,
+               "' is not a valid entry");
+    out.push_back(v);
+  }
+  HSGD_CHECK(!out.empty(), flag, ": empty list");
+  return out;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model = "resnet20";
-  int64_t batch = 128;
-  int steps = 10, warmup = 2, reps = 5;
-  bool no_torch = false, no_ops = false;
-  std::string script =
-      (std::filesystem::path(__FILE__).parent_path() / "resnet_step_bench_torch.py").string();
-  CLI::App app{"ResNet training-step throughput: hsgd vs PyTorch."};
-  app.add_option("--model", model, "Model name (models::make_model)")->capture_default_str();
-  app.add_option("--batch-size", batch, "Images per step")->capture_default_str();
-  app.add_option("--steps", steps, "Timed steps (fastest reported)")->capture_default_str();
-  app.add_option("--warmup", warmup, "Untimed steps first")->capture_default_str();
-  app.add_option("--op-reps", reps, "Repetitions per op in the op table")->capture_default_str();
+  std::string models_text = "resnet20,mlp", batches_text = "32,128", threads_text = "1,2";
+  int rounds = 3, steps = 4, warmup = 2, reps = 5;
+  int64_t op_batch = 32;
+  bool no_torch = false, ops = false;
+  std::string script = HSGD_BENCH_DIR "/resnet_step_bench_torch.py";
+  CLI::App app{"Training-step time of ResNet-20 and the MLP: hsgd vs PyTorch."};
+  app.add_option("--models", models_text, "Comma-separated: resnet20, mlp")->capture_default_str();
+  app.add_option("--batches", batches_text, "Comma-separated batch sizes")->capture_default_str();
+  app.add_option("--threads", threads_text, "Comma-separated thread counts")->capture_default_str();
+  app.add_option("--rounds", rounds, "Rounds alternating hsgd and PyTorch (median reported)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100));
+  app.add_option("--steps", steps, "Timed steps per measurement (median)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
+  app.add_option("--warmup", warmup, "Untimed steps first")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 100));
   app.add_flag("--no-torch", no_torch, "Skip PyTorch");
-  app.add_flag("--no-ops", no_ops, "Skip the per-op table");
-  app.add_option("--torch-script", script, "Path of resnet_step_bench_torch.py");
+  app.add_flag("--ops", ops, "Also print the per-op table (1 thread)");
+  app.add_option("--op-batch", op_batch, "Batch size of the op table")->capture_default_str();
+  app.add_option("--op-reps", reps, "Repetitions per op in the op table (best)")
+      ->capture_default_str();
+  app.add_option("--torch-script", script, "Path of resnet_step_bench_torch.py")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   try {
-    std::printf("resnet_step_bench: %s, batch %lld, best of %d steps; OpenBLAS core %s\n",
-                model.c_str(), static_cast<long long>(batch), steps, openblas_get_corename());
-    std::printf("\n%-8s %7s %10s %10s %9s %9s %9s %13s\n", "impl", "threads", "step_ms", "images/s",
-                "fwd_ms", "bwd_ms", "sgd_ms", "hsgd/torch");
-    std::map<int, double> hsgd_ips;
-    std::map<int, TorchResult> torch;
-    for (int threads : {1, 2}) {
-      openblas_set_num_threads(threads);
-      const StepResult r = hsgd_step_time(model, batch, warmup, steps);
-      hsgd_ips[threads] = static_cast<double>(batch) / r.step_s;
-      std::printf("%-8s %7d %10.1f %10.1f %9.1f %9.1f %9.1f %13s\n", "hsgd", threads,
-                  1e3 * r.step_s, hsgd_ips[threads], 1e3 * r.forward_s, 1e3 * r.backward_s,
-                  1e3 * r.optimizer_s, "");
-      std::fflush(stdout);
-      if (no_torch) continue;
-      torch[threads] =
-          run_torch(script, model, threads, batch, steps, !no_ops && threads == 1, reps);
-      std::printf("%-8s %7d %10.1f %10.1f %9s %9s %9s %13.2f\n", "torch", threads,
-                  1e3 * batch / torch[threads].images_per_s, torch[threads].images_per_s, "-", "-",
-                  "-", hsgd_ips[threads] / torch[threads].images_per_s);
-      std::fflush(stdout);
+    const auto model_list = parse_list<std::string>(models_text, "--models");
+    const auto batch_list = parse_list<int64_t>(batches_text, "--batches");
+    const auto thread_list = parse_list<int>(threads_text, "--threads");
+    for (const auto& m : model_list) forward_flops_per_sample(m);  // rejects unknown models early
+    std::map<int, double> peak;
+    for (int t : thread_list) peak[t] = sgemm_gflops(t);
+    std::printf(
+        "resnet_step_bench: OpenBLAS core %s; median of %d rounds x %d steps (after %d "
+        "warm-up)\n",
+        openblas_get_corename(), rounds, steps, warmup);
+    for (int t : thread_list) {
+      std::printf("sgemm 1536^3 at %d thread%s: %.1f GFLOP/s\n", t, t == 1 ? "" : "s", peak[t]);
     }
-    if (no_ops) return 0;
 
-    openblas_set_num_threads(1);
-    const std::map<std::string, OpTime> ours = hsgd_op_times(batch, reps);
-    std::printf("\nper op at %s shapes, 1 thread, ms per call (x count = per step):\n",
-                "ResNet-20");
-    std::printf("%-24s %5s %9s %9s %9s %9s %10s %10s %7s\n", "op", "count", "hsgd_fwd", "hsgd_bwd",
-                "torch_fwd", "torch_bwd", "hsgd_step", "torch_step", "time_x");
-    double total_ours = 0, total_torch = 0;
-    const std::map<std::string, OpTime> empty;
-    const auto& theirs = torch.count(1) ? torch[1].ops : empty;
-    for (const OpSpec& s : kResNet20Ops) {
-      const std::string name = op_name(s);
-      const OpTime& o = ours.at(name);
-      const double per_step = (o.fwd_ms + o.bwd_ms) * static_cast<double>(o.count);
-      total_ours += per_step;
-      auto it = theirs.find(name);
-      if (it == theirs.end()) {
-        std::printf("%-24s %5lld %9.2f %9.2f %9s %9s %10.1f %10s %7s\n", name.c_str(),
-                    static_cast<long long>(o.count), o.fwd_ms, o.bwd_ms, "-", "-", per_step, "-",
-                    "-");
+    std::vector<Config> configs;
+    for (const auto& m : model_list) {
+      for (int64_t b : batch_list) {
+        for (int t : thread_list) configs.push_back({m, b, t});
+      }
+    }
+    std::map<std::string, std::vector<Measurement>> ours, theirs;
+    for (int r = 0; r < rounds; ++r) {
+      for (const Config& c : configs) {
+        ours[describe(c)].push_back(hsgd_run(c, warmup, steps));
+        if (!no_torch) theirs[describe(c)].push_back(torch_run(script, c, warmup, steps));
+      }
+      std::fprintf(stderr, "round %d of %d done\n", r + 1, rounds);
+    }
+
+    auto med = [](const std::vector<Measurement>& v, double Measurement::*field) {
+      std::vector<double> x;
+      for (const auto& m : v) x.push_back(m.*field);
+      return median(x);
+    };
+    std::printf("\n%-9s %5s %7s %9s %9s %8s %8s %7s %9s %9s\n", "model", "batch", "threads",
+                "hsgd_ms", "torch_ms", "time_x", "GFLOP/s", "peak%", "hsgd_MB", "torch_MB");
+    std::map<std::string, double> ms;
+    for (const Config& c : configs) {
+      const auto& o = ours[describe(c)];
+      const double h_ms = med(o, &Measurement::step_ms), h_mb = med(o, &Measurement::peak_mb);
+      ms["hsgd " + describe(c)] = h_ms;
+      const double gflops =
+          3.0 * forward_flops_per_sample(c.model) * static_cast<double>(c.batch) / h_ms / 1e6;
+      if (no_torch) {
+        std::printf("%-9s %5lld %7d %9.1f %9s %8s %8.1f %6.0f%% %9.1f %9s\n", c.model.c_str(),
+                    static_cast<long long>(c.batch), c.threads, h_ms, "-", "-", gflops,
+                    100.0 * gflops / peak[c.threads], h_mb, "-");
         continue;
       }
-      const OpTime& t = it->second;
-      const double torch_step = (t.fwd_ms + t.bwd_ms) * static_cast<double>(t.count);
-      total_torch += torch_step;
-      std::printf("%-24s %5lld %9.2f %9.2f %9.2f %9.2f %10.1f %10.1f %7.2f\n", name.c_str(),
-                  static_cast<long long>(o.count), o.fwd_ms, o.bwd_ms, t.fwd_ms, t.bwd_ms, per_step,
-                  torch_step, torch_step > 0 ? per_step / torch_step : 0.0);
+      const auto& t = theirs[describe(c)];
+      const double t_ms = med(t, &Measurement::step_ms), t_mb = med(t, &Measurement::peak_mb);
+      ms["torch " + describe(c)] = t_ms;
+      std::printf("%-9s %5lld %7d %9.1f %9.1f %8.2f %8.1f %6.0f%% %9.1f %9.1f\n", c.model.c_str(),
+                  static_cast<long long>(c.batch), c.threads, h_ms, t_ms, h_ms / t_ms, gflops,
+                  100.0 * gflops / peak[c.threads], h_mb, t_mb);
     }
-    std::printf("%-24s %5s %9s %9s %9s %9s %10.1f %10.1f %7.2f\n", "total", "", "", "", "", "",
-                total_ours, total_torch, total_torch > 0 ? total_ours / total_torch : 0.0);
+    std::printf(
+        "time_x = hsgd time / PyTorch time (< 1: hsgd faster); MB = peak RSS of a step "
+        "above the process's before the model\n");
+    if (thread_list.size() >= 2) {
+      const int t0 = thread_list.front(), t1 = thread_list.back();
+      std::printf("\nspeedup from %d to %d threads (time at %d / time at %d):\n", t0, t1, t0, t1);
+      for (const auto& m : model_list) {
+        for (int64_t b : batch_list) {
+          const Config a{m, b, t0}, z{m, b, t1};
+          std::printf("  %-9s batch %4lld: hsgd %.2fx", m.c_str(), static_cast<long long>(b),
+                      ms["hsgd " + describe(a)] / ms["hsgd " + describe(z)]);
+          if (!no_torch) {
+            std::printf("  torch %.2fx", ms["torch " + describe(a)] / ms["torch " + describe(z)]);
+          }
+          std::printf("\n");
+        }
+      }
+    }
+    if (ops) print_op_table(script, op_batch, reps, no_torch);
     return 0;
   } catch (const hsgd::Error& e) {
     std::fprintf(stderr, "resnet_step_bench: error: %s\n", e.what());

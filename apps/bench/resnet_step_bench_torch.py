@@ -1,13 +1,14 @@
 #!/usr/bin/python3
-"""PyTorch side of apps/bench/resnet_step_bench: training-step throughput of the same ResNet
-(tests/golden_resnet/torch_resnet.py) and the time of each op at ResNet-20's shapes.
+"""PyTorch side of apps/bench/resnet_step_bench: the training step of the same ResNet
+(tests/golden_resnet/torch_resnet.py) or MLP, and the time of each op at ResNet-20's shapes.
 
-    /usr/bin/python3 apps/bench/resnet_step_bench_torch.py --threads 1 --batch-size 128
+    /usr/bin/python3 apps/bench/resnet_step_bench_torch.py --model resnet20 --threads 1 --batch-size 128
+    /usr/bin/python3 apps/bench/resnet_step_bench_torch.py --ops-only --batch-size 32
 
 Prints machine-readable lines that resnet_step_bench parses:
-    step_ms <fastest step, ms>
-    images_per_s <images per second>
-    op <name> <fwd ms> <bwd ms> <count>    (per call, one line per op kind and shape)
+    step_ms <median step, ms>
+    peak_mb <peak resident memory above the process's before the model was built, MB>
+    op <name> <fwd ms> <bwd ms> <count>    (--ops-only: per call, one line per op kind and shape)
 """
 import argparse
 import os
@@ -22,11 +23,37 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "golden_resnet"))
 import torch_resnet  # noqa: E402
 
 
+def status_mb(field):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field):
+                return int(line.split()[1]) / 1024.0
+    return 0.0
+
+
+def reset_peak_mb():
+    """Resets VmHWM to the current resident size (Linux >= 4.0); returns that size in MB."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    return status_mb("VmRSS:")
+
+
+def make_model(name):
+    if name == "mlp":  # as hsgd's models::MLP: 784-512-256-10 with ReLU
+        return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 512), torch.nn.ReLU(),
+                                   torch.nn.Linear(512, 256), torch.nn.ReLU(),
+                                   torch.nn.Linear(256, 10))
+    return torch_resnet.MODELS[name]()
+
+
 def step_time(args):
+    """(median step in s, peak MB above the process's before the model was built)."""
     torch.manual_seed(0)
-    model = torch_resnet.MODELS[args.model]()
+    before = reset_peak_mb()
+    model = make_model(args.model)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
-    x = torch.randn(args.batch_size, 3, 32, 32)
+    shape = (1, 28, 28) if args.model == "mlp" else (3, 32, 32)
+    x = torch.randn(args.batch_size, *shape)
     t = torch.randint(0, 10, (args.batch_size,))
     times = []
     for i in range(args.warmup + args.steps):
@@ -36,7 +63,10 @@ def step_time(args):
         opt.step()
         if i >= args.warmup:
             times.append(time.perf_counter() - start)
-    return min(times)  # other jobs on a shared machine only add time
+    times.sort()
+    n = len(times)
+    med = times[n // 2] if n % 2 else 0.5 * (times[n // 2 - 1] + times[n // 2])
+    return med, status_mb("VmHWM:") - before
 
 
 def timed(fn, reps):
@@ -109,15 +139,16 @@ def main():
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--op-reps", type=int, default=5)
-    p.add_argument("--ops", action="store_true", help="also time each op kind")
+    p.add_argument("--ops-only", action="store_true", help="time each op kind instead of a step")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
-    s = step_time(args)
-    print("step_ms %.3f" % (1e3 * s))
-    print("images_per_s %.1f" % (args.batch_size / s))
-    if args.ops:
+    if args.ops_only:
         for name, fwd, bwd, count in op_times(args):
             print("op %s %.4f %.4f %d" % (name, 1e3 * fwd, 1e3 * bwd, count))
+        return
+    s, peak = step_time(args)
+    print("step_ms %.3f" % (1e3 * s))
+    print("peak_mb %.1f" % peak)
 
 
 if __name__ == "__main__":
