@@ -74,22 +74,28 @@ HSGD_AVX2 float lane_sum(V8 x) {
   return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
 }
 
-template <int RB, int QB>
+// U independent sets of accumulators hide the FMA latency when the block is small (1 x 1: one
+// chain would wait 4 cycles per step).
+template <int RB, int QB, int U = 1>
 HSGD_AVX2 void nt_block(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t k,
                         bool add, float* c, int64_t ldc) {
-  V8 acc[RB][QB] = {};
-  const int64_t kv = k / kW * kW;
-  for (int64_t t = 0; t < kv; t += kW) {
-    V8 av[RB], bv[QB];
-    for (int r = 0; r < RB; ++r) av[r] = load8(a + r * lda + t);
-    for (int q = 0; q < QB; ++q) bv[q] = load8(b + q * ldb + t);
-    for (int r = 0; r < RB; ++r) {
-      for (int q = 0; q < QB; ++q) acc[r][q] += av[r] * bv[q];
+  V8 acc[U][RB][QB] = {};
+  const int64_t kv = k / (kW * U) * (kW * U);
+  for (int64_t t = 0; t < kv; t += kW * U) {
+    for (int u = 0; u < U; ++u) {
+      V8 av[RB], bv[QB];
+      for (int r = 0; r < RB; ++r) av[r] = load8(a + r * lda + t + u * kW);
+      for (int q = 0; q < QB; ++q) bv[q] = load8(b + q * ldb + t + u * kW);
+      for (int r = 0; r < RB; ++r) {
+        for (int q = 0; q < QB; ++q) acc[u][r][q] += av[r] * bv[q];
+      }
     }
   }
   for (int r = 0; r < RB; ++r) {
     for (int q = 0; q < QB; ++q) {
-      float s = lane_sum(acc[r][q]);
+      V8 total = acc[0][r][q];
+      for (int u = 1; u < U; ++u) total += acc[u][r][q];
+      float s = lane_sum(total);
       for (int64_t t = kv; t < k; ++t) s += a[r * lda + t] * b[q * ldb + t];
       float& out = c[r * ldc + q];
       out = add ? out + s : s;
@@ -167,7 +173,7 @@ __attribute__((target("avx2,fma"))) void gemm_nt_avx2(int64_t m, int64_t n, int6
   }
   for (int64_t r = 0; r < m; ++r) {
     for (int64_t q = r < m_blocked ? n_blocked : 0; q < n; ++q) {
-      nt_block<1, 1>(a + r * lda, lda, b + q * ldb, ldb, k, add, c + r * ldc + q, ldc);
+      nt_block<1, 1, 4>(a + r * lda, lda, b + q * ldb, ldb, k, add, c + r * ldc + q, ldc);
     }
   }
 }

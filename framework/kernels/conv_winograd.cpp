@@ -463,7 +463,15 @@ void backward(const float* x, const float* w, const float* gy, const Conv2dGeome
     forward_transformed<W>(gy, u.get(), g, g.o, g.c, gx, isa);
   }
   if (gw == nullptr) return;
-  const int64_t block = samples_per_block(g, grid, W::kAlpha, kGradBlockFloats);
+  // At least kGradBlocks blocks when that leaves each at least kMinGradTiles tiles (the length of
+  // its products), so that small maps still give every thread work; the count depends on the
+  // batch only, never on the thread count.
+  constexpr int64_t kGradBlocks = 4, kMinGradTiles = 256;
+  const int64_t min_samples = (kMinGradTiles + grid.per_sample() - 1) / grid.per_sample();
+  const int64_t block =
+      std::clamp<int64_t>(std::min(samples_per_block(g, grid, W::kAlpha, kGradBlockFloats),
+                                   (g.n + kGradBlocks - 1) / kGradBlocks),
+                          std::min(min_samples, g.n), g.n);
   const int64_t blocks = (g.n + block - 1) / block;
   const int64_t ld = round_up(block * grid.per_sample() + kLanes, kLanes);
   const int64_t du_size = kA2 * g.o * g.c;
