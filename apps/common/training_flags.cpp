@@ -5,11 +5,17 @@
 
 #include "apps/common/parallel_training.h"
 #include "comm/error.h"
+#include "framework/parallel/parallel.h"
 
 namespace hsgd::apps {
 
 void add_training_flags(CLI::App& app, TrainingFlags& flags) {
   app.add_option("--epochs", flags.epochs, "Number of epochs")->capture_default_str();
+  app.add_option("--threads", flags.threads,
+                 "Intra-op threads of this process (kernels and BLAS); 0: HSGD_NUM_THREADS, else "
+                 "OMP_NUM_THREADS, else all cores (hsgd-run sets 1 per worker when a node runs "
+                 "several)")
+      ->capture_default_str();
   app.add_option("--batch-size", flags.batch_size, "Examples per batch and rank")
       ->capture_default_str();
   app.add_option("--lr", flags.lr, "Learning rate")->capture_default_str();
@@ -48,7 +54,13 @@ void add_training_flags(CLI::App& app, TrainingFlags& flags) {
                  "averaging per level); a resumed run appends");
 }
 
+void apply_thread_flag(const TrainingFlags& flags) {
+  if (flags.threads > 0) set_num_threads(flags.threads);
+}
+
 void check_training_flags(const TrainingFlags& flags) {
+  HSGD_CHECK_AS(BadFlag, flags.threads >= 0, "--threads ", flags.threads,
+                " must be at least 0 (0: HSGD_NUM_THREADS, else all cores)");
   HSGD_CHECK_AS(BadFlag, flags.batch_size >= 1, "--batch-size ", flags.batch_size,
                 " must be at least 1");
   HSGD_CHECK_AS(BadFlag, flags.epochs >= 1, "--epochs ", flags.epochs, " must be at least 1");

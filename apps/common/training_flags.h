@@ -31,8 +31,9 @@ struct TrainingFlags {
   double momentum = 0.9;
   double weight_decay = 0;
   bool nesterov = false;
-  std::string schedule = "cosine";    // cosine (annealed to 0 over the run, per step) | constant
-  uint64_t seed = 0;                  // initialisation, shuffle and augmentation
+  std::string schedule = "cosine";  // cosine (annealed to 0 over the run, per step) | constant
+  uint64_t seed = 0;                // initialisation, shuffle and augmentation
+  int threads = 0;  // intra-op threads (hsgd::set_num_threads); 0: HSGD_NUM_THREADS, else all cores
   int64_t max_steps = 0;              // 0: epochs * batches per epoch
   int64_t train_subset = 0;           // 0: the whole training set, else its first N examples
   bool allow_nonfinite_loss = false;  // else a NaN/inf training loss stops the run
@@ -46,6 +47,9 @@ void add_training_flags(CLI::App& app, TrainingFlags& flags);
 
 // InvalidArgument naming the flag for a value out of range.
 void check_training_flags(const TrainingFlags& flags);
+
+// Sets hsgd's intra-op thread count (kernels and BLAS) from --threads when it is not 0.
+void apply_thread_flag(const TrainingFlags& flags);
 
 optim::SGDOptions sgd_options(const TrainingFlags& flags);
 

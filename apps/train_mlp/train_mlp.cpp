@@ -72,7 +72,6 @@ struct Flags {
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   std::vector<int64_t> hidden = {512, 256};
   bool synthetic = false;
-  int blas_threads = 1;
   apps::TrainingFlags training{.batch_size = 64, .lr = 0.05, .schedule = "cosine"};
   apps::ParallelFlags parallel;
   apps::CheckpointFlags checkpoint;
@@ -113,11 +112,7 @@ Data load_data(const Flags& flags) {
 int run(const Flags& flags) {
   const apps::TrainingFlags& training = flags.training;
   apps::check_training_flags(training);
-  // The batch-64 GEMMs of this model are too small to gain from BLAS threads; on a busy 2-core
-  // machine OpenBLAS's spinning threads made an epoch 4x slower (45 s vs 11 s wall).
-  HSGD_CHECK_AS(apps::BadFlag, flags.blas_threads >= 0, "--blas-threads ", flags.blas_threads,
-                " must be at least 0 (0: OpenBLAS's default)");
-  if (flags.blas_threads > 0) openblas_set_num_threads(flags.blas_threads);
+  apps::apply_thread_flag(training);
 
   const comm::InitOptions init = comm::InitOptions::from_env();
   const std::shared_ptr<comm::ProcessGroup> world = comm::init_process_group(init);
@@ -203,9 +198,9 @@ int main(int argc, char** argv) {
   app.add_option("--hidden", flags.hidden, "Hidden layer sizes, e.g. 512,256")
       ->delimiter(',')
       ->capture_default_str();
-  app.add_option("--blas-threads", flags.blas_threads,
-                 "OpenBLAS threads (0: OpenBLAS's default, all cores)")
-      ->capture_default_str();
+  // The batch-64 GEMMs of this model are too small to gain from threads; on a busy 2-core
+  // machine OpenBLAS's spinning threads made an epoch 4x slower (45 s vs 11 s wall).
+  flags.training.threads = 1;
   apps::add_training_flags(app, flags.training);
   apps::add_parallel_flags(app, flags.parallel);
   apps::add_checkpoint_flags(app, flags.checkpoint);

@@ -116,6 +116,7 @@ Data load_data(const Flags& flags) {
 int run(Flags flags) {
   const apps::TrainingFlags& training = flags.training;
   apps::check_training_flags(training);
+  apps::apply_thread_flag(training);
   if (flags.dataset.empty()) flags.dataset = flags.data_dir.empty() ? "fashion-mnist" : "cifar10";
   const comm::InitOptions init = comm::InitOptions::from_env();
   const std::shared_ptr<comm::ProcessGroup> world = comm::init_process_group(init);

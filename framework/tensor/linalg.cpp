@@ -6,6 +6,7 @@
 
 #include "comm/error.h"
 #include "framework/autograd/node.h"
+#include "framework/parallel/parallel.h"
 #include "framework/tensor/ops.h"
 #include "framework/tensor/tensor_impl.h"
 
@@ -46,6 +47,10 @@ void gemm_2d(const Tensor& a, const Tensor& b, float* out, float beta) {
     for (int64_t i = 0; i < m * n; ++i) out[i] = beta == 0.0f ? 0.0f : beta * out[i];
     return;
   }
+  // The first product must already run at hsgd's thread count (HSGD_NUM_THREADS), which the pool
+  // gives OpenBLAS when it first decides it.
+  static const int threads_decided = get_num_threads();
+  (void)threads_decided;
   Tensor ac = a, bc = b;
   GemmOperand oa{}, ob{};
   if (!describe(a.data(), m, k, a.strides()[0], a.strides()[1], oa)) {
