@@ -107,7 +107,7 @@ InitOptions InitOptions::from_env() {
     HSGD_CHECK(options.local_rank < options.local_world_size,
                "environment variable LOCAL_RANK=", options.local_rank,
                " must be < LOCAL_WORLD_SIZE=", options.local_world_size);
-    options.node_rank = static_cast<int>(env_int("GROUP_RANK", 0, 0));
+    options.node_rank = static_cast<int>(env_int("GROUP_RANK", -1, 0));
   } else if (const auto step = slurm_step_from_env()) {
     apply_slurm_step(*step, options);
   } else if (env("SLURM_PROCID") != nullptr && env_int("SLURM_NTASKS", 1, 1) > 1) {
@@ -225,6 +225,7 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
   pg.allreduce_algorithm = options.allreduce_algorithm;
   pg.shared_memory = options.shared_memory;
   pg.local_world_size = options.local_world_size;
+  pg.node_rank = options.node_rank;
   return std::make_shared<ProcessGroup>(std::move(pg));
 }
 
