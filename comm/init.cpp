@@ -81,12 +81,12 @@ void apply_slurm_step(const SlurmStep& step, InitOptions& options) {
     logger()->warn(
         "srun placed the ranks of a node apart (not its default block distribution): groups of "
         "contiguous ranks (the post-local hook's intra-node group, the hierarchy's small groups) "
-        "will span nodes");
+        "will span nodes; a hierarchy level of group size 'node' still groups each node's ranks");
   } else if (step.rank == 0 && !step.uniform_tasks_per_node()) {
-    logger()->warn(
+    logger()->info(
         "srun runs different numbers of tasks on the nodes ({} nodes, {} tasks): the "
-        "intra-node group of LOCAL_WORLD_SIZE contiguous ranks needs the same number "
-        "on every node; pass --subgroup-size or use --ntasks-per-node",
+        "post-local hook's intra-node group is each node's tasks; in a hierarchy, group size "
+        "'node' averages within each node, where fixed group sizes cannot match the nodes",
         step.num_nodes(), step.world_size);
   }
 }
