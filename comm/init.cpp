@@ -81,12 +81,12 @@ void apply_slurm_step(const SlurmStep& step, InitOptions& options) {
     logger()->warn(
         "srun placed the ranks of a node apart (not its default block distribution): groups of "
         "contiguous ranks (the post-local hook's intra-node group, the hierarchy's small groups) "
-        "will span nodes");
+        "will span nodes; a hierarchy level of group size 'node' still groups each node's ranks");
   } else if (step.rank == 0 && !step.uniform_tasks_per_node()) {
-    logger()->warn(
+    logger()->info(
         "srun runs different numbers of tasks on the nodes ({} nodes, {} tasks): the "
-        "intra-node group of LOCAL_WORLD_SIZE contiguous ranks needs the same number "
-        "on every node; pass --subgroup-size or use --ntasks-per-node",
+        "post-local hook's intra-node group is each node's tasks; in a hierarchy, group size "
+        "'node' averages within each node, where fixed group sizes cannot match the nodes",
         step.num_nodes(), step.world_size);
   }
 }
@@ -107,7 +107,7 @@ InitOptions InitOptions::from_env() {
     HSGD_CHECK(options.local_rank < options.local_world_size,
                "environment variable LOCAL_RANK=", options.local_rank,
                " must be < LOCAL_WORLD_SIZE=", options.local_world_size);
-    options.node_rank = static_cast<int>(env_int("GROUP_RANK", 0, 0));
+    options.node_rank = static_cast<int>(env_int("GROUP_RANK", -1, 0));
   } else if (const auto step = slurm_step_from_env()) {
     apply_slurm_step(*step, options);
   } else if (env("SLURM_PROCID") != nullptr && env_int("SLURM_NTASKS", 1, 1) > 1) {
@@ -225,6 +225,7 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
   pg.allreduce_algorithm = options.allreduce_algorithm;
   pg.shared_memory = options.shared_memory;
   pg.local_world_size = options.local_world_size;
+  pg.node_rank = options.node_rank;
   return std::make_shared<ProcessGroup>(std::move(pg));
 }
 

@@ -25,7 +25,10 @@ struct InitOptions {
   // Ranks per node (LOCAL_WORLD_SIZE); the world group keeps it (ProcessGroup::local_world_size)
   // as the job's node layout. 0 = not declared: the intra-node group is then the whole group.
   int local_world_size = 0;
-  int node_rank = 0;  // GROUP_RANK under hsgd-run, SLURM_NODEID under srun
+  // This rank's node: GROUP_RANK under hsgd-run and torchrun, SLURM_NODEID under srun; -1 = not
+  // declared. The world group keeps it (ProcessGroup::node_rank), so that nodes with different
+  // numbers of ranks can be told apart (comm/node_layout.h).
+  int node_rank = -1;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   // If set, used instead of connecting to master_addr:master_port (FileStore, HashStore...).

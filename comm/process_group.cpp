@@ -77,6 +77,8 @@ ProcessGroup::ProcessGroup(Options options) : options_(std::move(options)) {
              "': a Gloo device is required for ", size(), " ranks");
   HSGD_CHECK(options_.local_world_size >= 0, "ProcessGroup '", options_.name,
              "': local_world_size ", options_.local_world_size, " must be >= 0 (0: not declared)");
+  HSGD_CHECK(options_.node_rank >= -1, "ProcessGroup '", options_.name, "': node_rank ",
+             options_.node_rank, " must be >= 0, or -1 (not declared)");
   connect();
   queue_ = std::make_unique<hsgd::detail::CollectiveQueue>(
       options_.name, options_.timeout,

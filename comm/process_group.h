@@ -112,8 +112,11 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
     bool shared_memory = true;
     // Ranks per node of the job as its launcher declared them (InitOptions::local_world_size,
     // LOCAL_WORLD_SIZE); 0 = not declared. Describes the job's nodes, not this group's members,
-    // so subgroups inherit it.
+    // so subgroups inherit it. Under hsgd-run it may differ between nodes (--nproc-per-node).
     int local_world_size = 0;
+    // The node this process runs on as its launcher declared it (InitOptions::node_rank,
+    // GROUP_RANK); -1 = not declared. A property of the process, so subgroups inherit it.
+    int node_rank = -1;
   };
 
   // Connects to every other member (blocks until all arrived). Throws hsgd::Timeout naming the
@@ -175,6 +178,9 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // in every group of the job), or 0 when not declared. The node layout the intra-node group of
   // post-local SGD is built from.
   int local_world_size() const { return options_.local_world_size; }
+  // This process's node as the launcher declared it (Options::node_rank), or -1. Which ranks
+  // share a node is a collective question: see gather_node_layout (comm/node_layout.h).
+  int node_rank() const { return options_.node_rank; }
   AllreduceAlgorithm allreduce_algorithm() const { return options_.allreduce_algorithm; }
   bool shared_memory_enabled() const { return options_.shared_memory; }
   // Whether kAuto allreduces of this group run over shared memory (every member on one node).
@@ -225,5 +231,6 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
 
 }  // namespace hsgd::comm
 
-#include "comm/init.h"       // IWYU pragma: export
-#include "comm/subgroups.h"  // IWYU pragma: export
+#include "comm/init.h"         // IWYU pragma: export
+#include "comm/node_layout.h"  // IWYU pragma: export
+#include "comm/subgroups.h"    // IWYU pragma: export

@@ -26,11 +26,12 @@ void add_parallel_flags(CLI::App& app, ParallelFlags& flags) {
   app.add_option("--hierarchy", flags.hierarchy,
                  "hierarchical: period:group_size pairs, e.g. 2:2,8:world (every 2 steps pairs of "
                  "ranks average, every 8 steps all of them); the last size is the world size, "
-                 "or 'world' (or 0) for any world size; levels larger than the world are "
-                 "dropped with a warning");
+                 "or 'world' (or 0) for any world size; 'node' is the ranks of each node, "
+                 "e.g. 2:node,8:world, also when nodes run different numbers of ranks; levels "
+                 "larger than the world are dropped with a warning");
   app.add_option("--subgroup-size", flags.subgroup_size,
-                 "local-sgd/hierarchical: ranks that average gradients after warm-up (0: "
-                 "LOCAL_WORLD_SIZE, the ranks of one node; 1: none)")
+                 "local-sgd/hierarchical: ranks that average gradients after warm-up (0: the "
+                 "ranks of this node, however many each node runs; 1: none)")
       ->capture_default_str();
   add_level_flags(app, flags.levels);
 }
@@ -47,7 +48,7 @@ std::vector<std::pair<int64_t, int>> parse_hierarchy(const std::string& text) {
     if (part.empty() || ec != std::errc() || end != part.data() + part.size() || value < least ||
         value > (int64_t{1} << 30)) {
       fail(std::string(what) + " '" + std::string(part) + "' is not a positive integer" +
-           (least == 0 ? " (or 0 / 'world': the whole group)" : ""));
+           (least == 0 ? " (or 0 / 'world': the whole group, or 'node': each node's ranks)" : ""));
     }
     return value;
   };
@@ -62,8 +63,9 @@ std::vector<std::pair<int64_t, int>> parse_hierarchy(const std::string& text) {
     if (colon == std::string_view::npos) fail("entry '" + std::string(entry) + "' has no ':'");
     const int64_t period = parse_int(entry.substr(0, colon), "period", 1);
     const std::string_view size = entry.substr(colon + 1);
-    const int64_t group =
-        size == "world" ? distributed::kWholeGroup : parse_int(size, "group size", 0);
+    const int64_t group = size == "world"  ? distributed::kWholeGroup
+                          : size == "node" ? distributed::kNodeGroup
+                                           : parse_int(size, "group size", 0);
     levels.emplace_back(period, static_cast<int>(group));
     begin = end + 1;
   }
@@ -94,7 +96,7 @@ Parallel make_parallel(const std::shared_ptr<nn::Module>& model,
                 " must be at least 0");
   HSGD_CHECK_AS(BadFlag, flags.period >= 1, "--period ", flags.period, " must be at least 1");
   HSGD_CHECK_AS(BadFlag, flags.subgroup_size >= 0, "--subgroup-size ", flags.subgroup_size,
-                " must be at least 0 (0: LOCAL_WORLD_SIZE)");
+                " must be at least 0 (0: the ranks of this node)");
   std::vector<std::pair<int64_t, int>> hierarchy;
   std::vector<distributed::LevelOptions> levels;  // with their options (level_options.h)
   if (flags.mode == "hierarchical") {

@@ -38,7 +38,7 @@ struct ParallelFlags {
   int64_t warmup_steps = 0;
   int64_t period = 4;
   std::string hierarchy = "";
-  int subgroup_size = 0;  // 0: LOCAL_WORLD_SIZE
+  int subgroup_size = 0;  // 0: the ranks of this node (intra_node_subgroup)
   LevelFlags levels;      // --outer-lr, --overlap-steps, --compression... (level_options.h)
 };
 
@@ -50,7 +50,8 @@ struct BadFlag : InvalidArgument {
 void add_parallel_flags(CLI::App& app, ParallelFlags& flags);
 
 // Parses "P:G,P:G,..." (period:group_size pairs, positive integers), e.g. "2:2,4:4"; a group
-// size of "world" or 0 is distributed::kWholeGroup (the whole group, whatever its size). Level
+// size of "world" or 0 is distributed::kWholeGroup (the whole group, whatever its size), "node"
+// is distributed::kNodeGroup (the ranks of each node, which may differ in number). Level
 // options after '@' (level_options.h) are skipped here.
 std::vector<std::pair<int64_t, int>> parse_hierarchy(const std::string& text);
 

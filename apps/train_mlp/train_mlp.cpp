@@ -17,11 +17,13 @@
 // --lr are per rank, as with torch DDP (the global batch is W * batch-size).
 //   --mode ddp           DistributedDataParallel, gradients averaged over all ranks every step.
 //   --mode local-sgd     DDP with post_localSGD_hook(start_localSGD_iter = --warmup-steps; then
-//                        gradients averaged within the intra-node group of LOCAL_WORLD_SIZE
-//                        ranks) + PeriodicModelAverager(--period, --warmup-steps), wired through
+//                        gradients averaged within the intra-node group: LOCAL_WORLD_SIZE
+//                        contiguous ranks, or each node's ranks when nodes run different
+//                        numbers) + PeriodicModelAverager(--period, --warmup-steps), wired through
 //                        optim::PostLocalSGDOptimizer.
-//   --mode hierarchical  the same hook + HierarchicalModelAverager(--hierarchy, --warmup-steps).
-// --subgroup-size N replaces LOCAL_WORLD_SIZE as the post-local gradient group (1: no gradient
+//   --mode hierarchical  the same hook + HierarchicalModelAverager(--hierarchy, --warmup-steps);
+//                        group sizes are numbers, 'world' or 'node' (each node's ranks).
+// --subgroup-size N replaces the intra-node group as the post-local gradient group (1: no gradient
 // communication after warm-up, i.e. pure local SGD). On ONE node the intra-node group is the
 // whole world, so without --subgroup-size the replicas stay identical and averaging changes
 // nothing (it only costs time), as in PyTorch.

@@ -19,6 +19,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "comm/process_group.h"
 #include "tests/support/multiprocess.h"
@@ -35,6 +36,11 @@ struct WorldOptions {
   bool shared_memory = true;
   // InitOptions::local_world_size: ranks per emulated node (contiguous), 0: not declared.
   int local_world_size = 0;
+  // Uneven emulated nodes, as hsgd-run lays them out: node i runs node_sizes[i] contiguous ranks
+  // ({3, 1}: ranks 0-2 on node 0, rank 3 on node 1), each rank declaring its node
+  // (InitOptions::node_rank) and its node's size as local_world_size. The sizes must sum to the
+  // world size. Empty: only local_world_size is declared (no node ranks).
+  std::vector<int> node_sizes = {};
 };
 
 using WorldBody = std::function<void(int rank, const std::shared_ptr<comm::ProcessGroup>& world)>;

@@ -1,6 +1,7 @@
 #include "framework/distributed/comm_hooks/post_local_sgd_hook.h"
 
 #include <string>
+#include <vector>
 
 #include "comm/error.h"
 #include "comm/log.h"
@@ -11,14 +12,27 @@ namespace hsgd::distributed {
 std::shared_ptr<comm::ProcessGroup> intra_node_subgroup(
     const std::shared_ptr<comm::ProcessGroup>& pg) {
   HSGD_CHECK(pg != nullptr, "intra_node_subgroup: process group is null");
-  // The node layout is the job's, as the launcher declared it (LOCAL_WORLD_SIZE, read once by
-  // InitOptions::from_env and kept by the process group); not declared: one node.
-  const int local_world_size = pg->local_world_size() > 0 ? pg->local_world_size() : pg->size();
-  HSGD_CHECK(pg->size() % local_world_size == 0, "intra_node_subgroup: LOCAL_WORLD_SIZE ",
-             local_world_size, " (the process group's local_world_size) must divide the size ",
-             pg->size(), " of process group '", pg->name(), "'");
-  if (local_world_size == pg->size()) return pg;
-  return comm::new_subgroups(pg, local_world_size).first;
+  // Every member's declared layout, not this rank's alone: in a 3 + 1 job rank 3 declares
+  // LOCAL_WORLD_SIZE 1, which divides 4, while the others declare 3.
+  const comm::NodeLayout layout = comm::gather_node_layout(*pg);
+  const int local_world_size = layout.uniform_local_world_size();
+  if (local_world_size == 0 || local_world_size == pg->size()) return pg;  // one node
+  if (local_world_size > 0 && pg->size() % local_world_size == 0) {
+    return comm::new_subgroups(pg, local_world_size).first;  // equal nodes: torch's groups
+  }
+  std::vector<std::vector<int>> nodes;
+  try {
+    nodes = layout.nodes();
+  } catch (const InvalidArgument& e) {
+    HSGD_THROW(
+        InvalidArgument, "intra_node_subgroup: LOCAL_WORLD_SIZE ",
+        local_world_size > 0 ? std::to_string(local_world_size) : "(different per rank)",
+        " (the process group's local_world_size) must divide the size ", pg->size(),
+        " of process group '", pg->name(),
+        "', or every rank must declare its node (GROUP_RANK) to group ranks by node: ", e.what());
+  }
+  if (nodes.size() == 1) return pg;
+  return comm::new_subgroups_by_enumeration(pg, nodes).first;
 }
 
 void init_comm_hook_state(PostLocalSGDState& state,

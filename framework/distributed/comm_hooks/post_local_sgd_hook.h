@@ -8,10 +8,10 @@
 // then keeps the replicas close. iter counts the iterations (it advances on the last bucket).
 //
 // process_group is required (there is no default group in hsgd). A null subgroup means the
-// intra-node group: LOCAL_WORLD_SIZE contiguous ranks of process_group (the node layout the
-// process group keeps, see intra_node_subgroup), created when the hook is registered with
-// DistributedDataParallel::register_comm_hook (a collective on every rank), never lazily during
-// backward.
+// intra-node group: the ranks of process_group on this rank's node (see intra_node_subgroup;
+// LOCAL_WORLD_SIZE contiguous ranks when every node runs the same number, as in torch), created
+// when the hook is registered with DistributedDataParallel::register_comm_hook (a collective on
+// every rank), never lazily during backward.
 //
 // Usage:
 //   auto state = std::make_shared<hsgd::distributed::PostLocalSGDState>(
@@ -42,10 +42,16 @@ struct PostLocalSGDState {
 
 std::shared_ptr<comm::Work> post_localSGD_hook(PostLocalSGDState& state, GradBucket& bucket);
 
-// The intra-node subgroup of pg: contiguous groups of pg->local_world_size() ranks (the job's
-// LOCAL_WORLD_SIZE as set by hsgd-run and torchrun, kept by the process group from
-// InitOptions::local_world_size), or pg itself when that is not declared (0). Collective over
-// pg. InvalidArgument when the value does not divide pg's size.
+// The intra-node subgroup of pg, from the node layout the launcher declared (LOCAL_WORLD_SIZE
+// and GROUP_RANK as set by hsgd-run and torchrun, kept by the process group from InitOptions;
+// comm/node_layout.h). Collective over pg (one small allgather, then the group creation):
+// - every member declared the same LOCAL_WORLD_SIZE L dividing pg's size: contiguous groups of
+//   L ranks (torch's new_subgroups(L), unchanged), pg itself when L == pg's size;
+// - nodes with different numbers of ranks (hsgd-run --nproc-per-node 3 on one node, 1 on
+//   another): each node's actual members, {0, 1, 2} and {3} (new_subgroups_by_enumeration);
+// - nothing declared: pg itself (one node).
+// InvalidArgument on every rank when the layout cannot be told (NodeLayout::nodes), e.g. a
+// LOCAL_WORLD_SIZE that does not divide pg's size and no GROUP_RANK to group the ranks by.
 std::shared_ptr<comm::ProcessGroup> intra_node_subgroup(
     const std::shared_ptr<comm::ProcessGroup>& pg);
 

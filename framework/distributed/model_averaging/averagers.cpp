@@ -103,7 +103,10 @@ void ModelAverager::add_level(const LevelOptions& options,
                               std::shared_ptr<comm::ProcessGroup> group) {
   levels_.push_back(std::make_unique<detail::AveragingLevel>(levels_.size(), options, group));
   level_options_.push_back(options);
-  stats_.push_back(AveragingLevelStats{.period = options.period, .group_size = options.group_size});
+  // A node level's groups differ in size (3 + 1 ranks): count this rank's.
+  const int group_size =
+      options.group_size == kNodeGroup && group != nullptr ? group->size() : options.group_size;
+  stats_.push_back(AveragingLevelStats{.period = options.period, .group_size = group_size});
 }
 
 bool ModelAverager::has_pending() const {

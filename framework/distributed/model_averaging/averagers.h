@@ -70,8 +70,8 @@ struct ModelAveragerOptions {
 // What one level of averaging has cost so far (PeriodicModelAverager has one level).
 struct AveragingLevelStats {
   int64_t period = 0;
-  int group_size = 0;
-  int64_t calls = 0;  // averagings run (started) at this level
+  int group_size = 0;  // ranks of this rank's group at the level (a node level: its node's)
+  int64_t calls = 0;   // averagings run (started) at this level
   // This rank's payload on the wire, summed over calls: 4 bytes per averaged element in float32,
   // 2 (rounded up to 8 per 4 elements) when compressed.
   int64_t bytes = 0;

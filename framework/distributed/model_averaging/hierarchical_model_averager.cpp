@@ -26,9 +26,11 @@ std::string validate_given(const std::vector<LevelOptions>& levels, int64_t warm
     if (period < 1) {
       return str_cat(who, ": period of entry ", i, " must be >= 1, got ", period);
     }
-    if (size < 0) {
+    if (size < 0 && size != kNodeGroup) {
       return str_cat(who, ": group size of entry ", i,
-                     " must be >= 1, or 0 for the whole group, got ", size);
+                     " must be >= 1, or 0 for the whole group, or -1 (kNodeGroup, 'node') for "
+                     "each node's ranks, got ",
+                     size);
     }
     if (size == kWholeGroup && i + 1 != levels.size()) {
       return str_cat(who, ": group size 0 (the whole group) of entry ", i,
@@ -36,19 +38,24 @@ std::string validate_given(const std::vector<LevelOptions>& levels, int64_t warm
     }
     if (i == 0) continue;
     const int64_t prev_period = levels[i - 1].period;
-    const int prev_size = levels[i - 1].group_size;
     if (period <= prev_period) {
       return str_cat(who, ": periods must strictly increase, but entry ", i, " has period ", period,
                      " after period ", prev_period, " of entry ", i - 1);
     }
-    if (size == kWholeGroup) continue;
+    if (size == kWholeGroup || size == kNodeGroup) continue;
+    // Sizes compare with the previous numeric size; node levels nest-check once the nodes are
+    // known (check_nesting).
+    size_t prev = i - 1;
+    while (prev > 0 && levels[prev].group_size == kNodeGroup) --prev;
+    const int prev_size = levels[prev].group_size;
+    if (prev_size == kNodeGroup) continue;
     if (size <= prev_size) {
       return str_cat(who, ": group sizes must strictly increase, but entry ", i, " has group size ",
-                     size, " after group size ", prev_size, " of entry ", i - 1);
+                     size, " after group size ", prev_size, " of entry ", prev);
     }
     if (size % prev_size != 0) {
       return str_cat(who, ": each group size must divide the next so that groups nest, but ",
-                     "group size ", prev_size, " of entry ", i - 1, " does not divide ", size,
+                     "group size ", prev_size, " of entry ", prev, " does not divide ", size,
                      " of entry ", i);
     }
   }
@@ -56,6 +63,67 @@ std::string validate_given(const std::vector<LevelOptions>& levels, int64_t warm
   for (size_t i = 0; i < levels.size(); ++i) {
     std::string error = validate_options(levels[i], i, who);
     if (!error.empty()) return error;
+  }
+  return "";
+}
+
+bool has_node_level(const std::vector<LevelOptions>& levels) {
+  for (const LevelOptions& level : levels) {
+    if (level.group_size == kNodeGroup) return true;
+  }
+  return false;
+}
+
+// The groups (ranks of the process group) of a resolved level: contiguous groups of its size,
+// or the nodes.
+std::vector<std::vector<int>> groups_of(const LevelOptions& level, int pg_size,
+                                        const std::vector<std::vector<int>>& nodes) {
+  if (level.group_size == kNodeGroup) return nodes;
+  std::vector<std::vector<int>> groups(static_cast<size_t>(pg_size / level.group_size));
+  for (int r = 0; r < pg_size; ++r) groups[static_cast<size_t>(r / level.group_size)].push_back(r);
+  return groups;
+}
+
+std::string format_groups(const std::vector<std::vector<int>>& groups) {
+  std::string out;
+  for (const auto& group : groups) {
+    out += out.empty() ? "[" : " [";
+    for (size_t i = 0; i < group.size(); ++i) out += (i ? ", " : "") + std::to_string(group[i]);
+    out += "]";
+  }
+  return out;
+}
+
+// With node levels, sizes alone do not say whether groups nest: the first group of a level not
+// inside one group of the next level, or "" when they nest. levels are resolved (sizes >= 1 or
+// kNodeGroup, the last pg_size).
+std::string check_nesting(const std::vector<LevelOptions>& levels, int pg_size,
+                          const std::vector<std::vector<int>>& nodes, const std::string& where) {
+  using hsgd::detail::str_cat;
+  const char* who = "HierarchicalModelAverager";
+  for (const LevelOptions& level : levels) {
+    if (level.group_size != kNodeGroup && pg_size % level.group_size != 0) {
+      return str_cat(who, ": group size ", level.group_size, " of level ", describe(level),
+                     " must divide the process group size ", pg_size, where);
+    }
+  }
+  for (size_t i = 1; i < levels.size(); ++i) {
+    const auto inner = groups_of(levels[i - 1], pg_size, nodes);
+    const auto outer = groups_of(levels[i], pg_size, nodes);
+    std::vector<size_t> owner(static_cast<size_t>(pg_size));
+    for (size_t g = 0; g < outer.size(); ++g) {
+      for (int r : outer[g]) owner[static_cast<size_t>(r)] = g;
+    }
+    for (const auto& group : inner) {
+      for (int r : group) {
+        if (owner[static_cast<size_t>(r)] == owner[static_cast<size_t>(group.front())]) continue;
+        return str_cat(who, ": groups must nest, but group ", format_groups({group}), " of level ",
+                       describe(levels[i - 1]), " is split between groups ",
+                       format_groups({outer[owner[static_cast<size_t>(group.front())]],
+                                      outer[owner[static_cast<size_t>(r)]]}),
+                       " of level ", describe(levels[i]), where);
+      }
+    }
   }
   return "";
 }
@@ -70,12 +138,16 @@ std::vector<LevelOptions> plain_levels(const std::vector<std::pair<int64_t, int>
 
 }  // namespace
 
-std::vector<LevelOptions> HierarchicalModelAverager::resolve(const std::vector<LevelOptions>& given,
-                                                             int pg_size,
-                                                             std::vector<LevelOptions>* dropped) {
+std::vector<LevelOptions> HierarchicalModelAverager::resolve(
+    const std::vector<LevelOptions>& given, int pg_size, const std::vector<std::vector<int>>& nodes,
+    std::vector<LevelOptions>* dropped) {
   std::vector<LevelOptions> kept;
   for (const LevelOptions& level : given) {
-    const int resolved = level.group_size == kWholeGroup ? pg_size : level.group_size;
+    int resolved = level.group_size;
+    // One node holding the whole group: its level is the whole group.
+    if (resolved == kWholeGroup || (resolved == kNodeGroup && nodes.size() == 1)) {
+      resolved = pg_size;
+    }
     // Kept: the levels smaller than the group, then the first that is the whole group.
     const bool covered = !kept.empty() && kept.back().group_size == pg_size;
     if (resolved > pg_size || covered) {
@@ -108,34 +180,55 @@ HierarchicalModelAverager::HierarchicalModelAverager(std::vector<LevelOptions> g
       warmup_steps_(warmup_steps) {
   using hsgd::detail::str_cat;
   const int n = pg_->size();
-  std::string error = validate_given(given, warmup_steps_, n);
-  std::vector<LevelOptions> levels, dropped;
-  if (error.empty()) {
-    levels = resolve(given, n, &dropped);
-    if (levels.empty()) {
-      error = str_cat(class_name_, ": every group size of ", detail::describe(given),
-                      " is larger than the process group size ", n,
-                      "; give 0 (or 'world') as the last group size to mean the whole group");
-    } else if (levels.back().group_size != n) {
-      error = str_cat(class_name_, ": last group size ", levels.back().group_size,
-                      " must equal the process group size ", n,
-                      " (give 0, or 'world' in --hierarchy, to mean the whole group)");
-    } else {
-      // The sizes given nest; the whole group's size, now known, must nest too.
-      for (size_t i = 1; i < levels.size() && error.empty(); ++i) {
-        if (levels[i].group_size % levels[i - 1].group_size != 0) {
-          error = str_cat(class_name_, ": each group size must divide the next so that groups ",
-                          "nest, but group size ", levels[i - 1].group_size, " does not divide ",
-                          levels[i].group_size, " (", detail::describe(given),
-                          " in a process group of ", n, " ranks)");
-        }
-      }
-    }
-  }
   // Validate locally, but throw only after the collective check so that no rank leaves the
   // others waiting: either all ranks agree (and all see the same error) or all throw. The ranks
   // compare the hierarchy as given.
-  detail::check_config_on_all_ranks(*pg_, class_name_, given, warmup_steps_, error);
+  detail::check_config_on_all_ranks(*pg_, class_name_, given, warmup_steps_,
+                                    validate_given(given, warmup_steps_, n));
+  // From here every rank holds the same hierarchy and (collectively gathered) the same nodes, so
+  // every decision below, errors included, is the same on every rank.
+  std::vector<std::vector<int>> nodes;
+  std::string where;  // the nodes, for messages
+  if (has_node_level(given)) {
+    try {
+      nodes = comm::gather_node_layout(*pg_).nodes();
+    } catch (const InvalidArgument& e) {
+      HSGD_THROW(InvalidArgument, class_name_, ": ", detail::describe(given),
+                 " groups ranks by node, but ", e.what());
+    }
+    where = str_cat(" (", detail::describe(given), " in process group '", pg_->name(), "' of ", n,
+                    " ranks on nodes ", format_groups(nodes), ")");
+  }
+  std::vector<LevelOptions> levels, dropped;
+  std::string error;
+  levels = resolve(given, n, nodes, &dropped);
+  if (levels.empty()) {
+    error = str_cat(class_name_, ": every group size of ", detail::describe(given),
+                    " is larger than the process group size ", n,
+                    "; give 0 (or 'world') as the last group size to mean the whole group");
+  } else if (levels.back().group_size == kNodeGroup) {
+    error = str_cat(class_name_, ": the last level ", describe(levels.back()),
+                    " averages within each node, but the last level must be the whole process "
+                    "group of ",
+                    n, " ranks (give 0, or 'world' in --hierarchy, as a last level)", where);
+  } else if (levels.back().group_size != n) {
+    error = str_cat(class_name_, ": last group size ", levels.back().group_size,
+                    " must equal the process group size ", n,
+                    " (give 0, or 'world' in --hierarchy, to mean the whole group)");
+  } else if (!nodes.empty()) {
+    error = check_nesting(levels, n, nodes, where);
+  } else {
+    // The sizes given nest; the whole group's size, now known, must nest too.
+    for (size_t i = 1; i < levels.size() && error.empty(); ++i) {
+      if (levels[i].group_size % levels[i - 1].group_size != 0) {
+        error = str_cat(class_name_, ": each group size must divide the next so that groups ",
+                        "nest, but group size ", levels[i - 1].group_size, " does not divide ",
+                        levels[i].group_size, " (", detail::describe(given),
+                        " in a process group of ", n, " ranks)");
+      }
+    }
+  }
+  if (!error.empty()) HSGD_THROW(InvalidArgument, error);
   check_buffers_on_all_ranks();
   if (!dropped.empty() && pg_->rank() == 0) {
     comm::logger()->warn(
@@ -156,12 +249,14 @@ HierarchicalModelAverager::HierarchicalModelAverager(std::vector<LevelOptions> g
     period_group_size_.emplace_back(level.period, level.group_size);
     if (level.group_size == n) {
       groups_.push_back(pg_);
+    } else if (level.group_size == kNodeGroup) {
+      groups_.push_back(comm::new_subgroups_by_enumeration(pg_, nodes).first);
     } else {
       groups_.push_back(comm::new_subgroups(pg_, level.group_size).first);
     }
     add_level(level, groups_.back());
     comm::logger()->debug("rank {}: every {} steps, groups of {} ranks average ({})", pg_->rank(),
-                          level.period, level.group_size, describe(level));
+                          level.period, groups_.back()->size(), describe(level));
   }
 }
 

@@ -53,10 +53,6 @@
 
 namespace hsgd::distributed {
 
-// A group size meaning "the whole process group", so that one program runs alone and under
-// hsgd-run with one hierarchy: {{2, 2}, {8, kWholeGroup}}. --hierarchy spells it "world".
-inline constexpr int kWholeGroup = 0;
-
 class HierarchicalModelAverager : public ModelAverager {
  public:
   HierarchicalModelAverager(std::vector<std::pair<int64_t, int>> period_group_size,
@@ -83,9 +79,11 @@ class HierarchicalModelAverager : public ModelAverager {
   int level_at(int64_t step) const;
 
  private:
-  // The levels kept from given (kWholeGroup resolved to pg_size), in order; the others are
-  // appended to dropped.
+  // The levels kept from given (kWholeGroup, and kNodeGroup when nodes is one node, resolved to
+  // pg_size), in order; the others are appended to dropped. nodes: the ranks of each node (empty
+  // without node levels).
   static std::vector<LevelOptions> resolve(const std::vector<LevelOptions>& given, int pg_size,
+                                           const std::vector<std::vector<int>>& nodes,
                                            std::vector<LevelOptions>* dropped);
 
   // Constant after construction.

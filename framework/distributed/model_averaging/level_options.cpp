@@ -31,8 +31,10 @@ bool is_anchored(const LevelOptions& level) {
 std::string describe(const LevelOptions& level) {
   std::ostringstream out;
   out << level.period << ":";
-  if (level.group_size == 0) {
-    out << "world";  // kWholeGroup (hierarchical_model_averager.h)
+  if (level.group_size == kWholeGroup) {
+    out << "world";
+  } else if (level.group_size == kNodeGroup) {
+    out << "node";
   } else {
     out << level.group_size;
   }

@@ -44,9 +44,19 @@ struct OuterOptimizer {
   bool nesterov = false;  // needs momentum > 0 (as torch)
 };
 
+// A group size meaning "the whole process group", so that one program runs alone and under
+// hsgd-run with one hierarchy: {{2, 2}, {8, kWholeGroup}}. --hierarchy spells it "world".
+inline constexpr int kWholeGroup = 0;
+// A group size meaning "the ranks of each node", as the launcher declared them
+// (comm/node_layout.h): {0, 1, 2} and {3} when hsgd-run runs 3 ranks on one node and 1 on
+// another, where no contiguous equal groups fit. HierarchicalModelAverager only; --hierarchy
+// spells it "node".
+inline constexpr int kNodeGroup = -1;
+
 struct LevelOptions {
   int64_t period = 1;  // >= 1
-  // Ranks per averaging group (contiguous ranks). PeriodicModelAverager: 0 or the group size.
+  // Ranks per averaging group (contiguous ranks), kWholeGroup or kNodeGroup.
+  // PeriodicModelAverager: 0 or the group size.
   int group_size = 0;
   // Unset: plain averaging.
   std::optional<OuterOptimizer> outer = std::nullopt;

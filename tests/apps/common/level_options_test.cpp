@@ -19,6 +19,26 @@ std::vector<LevelOptions> levels_of(const std::string& hierarchy, const LevelFla
   return make_level_options(parse_hierarchy(hierarchy), hierarchy, flags);
 }
 
+TEST(LevelOptionsFlags, NodeAndWorldGroupSizes) {
+  EXPECT_EQ(parse_hierarchy("2:node,8:world"),
+            (std::vector<std::pair<int64_t, int>>{{2, distributed::kNodeGroup},
+                                                  {8, distributed::kWholeGroup}}));
+  const auto levels = levels_of("1:2,4:node@bf16,16:world");
+  ASSERT_EQ(levels.size(), 3u);
+  EXPECT_EQ(distributed::describe(levels[1]), "4:node@bf16");
+  EXPECT_EQ(distributed::describe(levels[2]), "16:world");
+  try {
+    parse_hierarchy("2:nodes,8:world");
+    ADD_FAILURE() << "'nodes' was accepted";
+  } catch (const BadFlag& e) {
+    EXPECT_NE(std::string(e.what()).find("group size 'nodes' is not a positive integer (or 0 / "
+                                         "'world': the whole group, or 'node': each node's "
+                                         "ranks)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(LevelOptionsFlags, PerLevelSyntax_ParsesEveryOption) {
   const auto levels = levels_of("1:2,16:4@outer=0.7/0.9/nesterov,overlap=2,bf16,ef");
   ASSERT_EQ(levels.size(), 2u);

@@ -93,6 +93,9 @@ TEST(InitEnvTest, TorchrunVariables) {
              EXPECT_EQ(o.token, "secret");
              EXPECT_EQ(o.timeout, 1500ms);
              EXPECT_TRUE(o.key_prefix.empty());
+             // No GROUP_RANK: the node is not declared (groups by node then follow
+             // LOCAL_WORLD_SIZE, comm/node_layout.h), not "node 0" for every rank.
+             EXPECT_EQ(o.node_rank, -1);
            });
 }
 

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -303,17 +304,13 @@ TEST(DistributedDataParallel, Overlap_FirstBucketLaunchesBeforeBackwardFinishes)
   EXPECT_RANKS_OK(result);
 }
 
-// (world size, ranks per "node"): pairs; one rank per node in an odd world (after the start
-// every rank is alone); nodes of three.
-class PostLocalSGDHookTest : public ::testing::TestWithParam<std::pair<int, int>> {};
-
-TEST_P(PostLocalSGDHookTest, GlobalThenIntraNode) {
-  const auto [world, per_node] = GetParam();
-  // Nodes of per_node contiguous ranks.
-  auto result = run_world(world, {.local_world_size = per_node}, [&](int rank, const auto& pg) {
-    std::vector<int> node(static_cast<size_t>(per_node));
-    for (int i = 0; i < per_node; ++i)
-      node[static_cast<size_t>(i)] = rank / per_node * per_node + i;
+// Gradients averaged over the whole world for 2 iterations, then within each rank's node (the
+// hook's default subgroup), and not at all without the post-local allreduce. node_of(rank): the
+// members of the rank's node.
+void expect_global_then_intra_node(int world, const hsgd::testing::WorldOptions& options,
+                                   const std::function<std::vector<int>(int)>& node_of) {
+  auto result = run_world(world, options, [&](int rank, const auto& pg) {
+    const std::vector<int> node = node_of(rank);
     auto model = make_mlp(static_cast<uint64_t>(rank));
     DistributedDataParallel ddp(model, pg, kTinyBuckets);
     auto state = std::make_shared<PostLocalSGDState>(
@@ -349,6 +346,49 @@ TEST_P(PostLocalSGDHookTest, GlobalThenIntraNode) {
   });
   EXPECT_RANKS_OK(result);
 }
+
+// (world size, ranks per "node"): pairs; one rank per node in an odd world (after the start
+// every rank is alone); nodes of three.
+class PostLocalSGDHookTest : public ::testing::TestWithParam<std::pair<int, int>> {};
+
+TEST_P(PostLocalSGDHookTest, GlobalThenIntraNode) {
+  const auto [world, per_node] = GetParam();
+  // Nodes of per_node contiguous ranks.
+  expect_global_then_intra_node(world, {.local_world_size = per_node}, [per_node](int rank) {
+    std::vector<int> node(static_cast<size_t>(per_node));
+    for (int i = 0; i < per_node; ++i)
+      node[static_cast<size_t>(i)] = rank / per_node * per_node + i;
+    return node;
+  });
+}
+
+// Issue 15 item 6: nodes running different numbers of ranks (hsgd-run --nproc-per-node 3 on
+// one node, 1 on another): after the start each rank averages within its node's members.
+class PostLocalSGDHookUnevenTest : public ::testing::TestWithParam<std::vector<int>> {};
+
+TEST_P(PostLocalSGDHookUnevenTest, GlobalThenWithinEachNode) {
+  const std::vector<int> sizes = GetParam();
+  std::vector<std::vector<int>> members;  // of each rank's node
+  for (size_t n = 0, first = 0; n < sizes.size(); first += static_cast<size_t>(sizes[n]), ++n) {
+    std::vector<int> node;
+    for (int i = 0; i < sizes[n]; ++i) node.push_back(static_cast<int>(first) + i);
+    for (int i = 0; i < sizes[n]; ++i) members.push_back(node);
+  }
+  expect_global_then_intra_node(
+      static_cast<int>(members.size()), {.node_sizes = sizes},
+      [&members](int rank) { return members[static_cast<size_t>(rank)]; });
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, PostLocalSGDHookUnevenTest,
+                         ::testing::Values(std::vector<int>{3, 1}, std::vector<int>{2, 1, 1}),
+                         [](const auto& info) {
+                           std::string name = "Nodes";
+                           for (int size : info.param) {
+                             name += '_';  // not "_" + to_string: GCC 12 warns falsely (-Wrestrict)
+                             name += std::to_string(size);
+                           }
+                           return name;
+                         });
 
 INSTANTIATE_TEST_SUITE_P(Nodes, PostLocalSGDHookTest,
                          ::testing::Values(std::pair{4, 2}, std::pair{5, 1}, std::pair{6, 3}),

@@ -343,7 +343,7 @@ TEST(HierarchicalModelAverager, WholeGroupErrors_NameTheLevelAndTheWorld) {
     expect_invalid(hier({{2, kWholeGroup}, {8, 4}}),
                    "group size 0 (the whole group) of entry 0 must be the last entry",
                    "world not last");
-    expect_invalid(hier({{2, -1}}), "group size of entry 0 must be >= 1, or 0 for the whole group",
+    expect_invalid(hier({{2, -2}}), "group size of entry 0 must be >= 1, or 0 for the whole group",
                    "negative size");
     expect_invalid(hier({{2, 4}, {4, 8}}),
                    "every group size of {2:4, 4:8} is larger than the process group size 3",

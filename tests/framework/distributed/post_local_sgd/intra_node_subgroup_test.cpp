@@ -1,13 +1,16 @@
 // The node layout has one source of truth: InitOptions::local_world_size (LOCAL_WORLD_SIZE,
 // read once by InitOptions::from_env), kept by the world group and inherited by its subgroups;
 // intra_node_subgroup (the null subgroup of post_localSGD_hook) asks the group, not the
-// environment. World sizes 1..6, odd ones included.
+// environment. World sizes 1..6, odd ones included; nodes with different numbers of ranks
+// (GROUP_RANK declared) give each node's actual members.
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <memory>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "comm/error.h"
@@ -17,6 +20,7 @@
 #include "tests/framework/distributed/dist_test_util.h"
 #include "tests/support/error_message.h"
 #include "tests/support/multiprocess.h"
+#include "tests/support/world.h"
 
 namespace hsgd::distributed {
 namespace {
@@ -65,6 +69,67 @@ TEST(IntraNodeSubgroupTest, NodesOfLocalWorldSizeFromTheGroup_NotTheEnvironment)
     });
     EXPECT_RANKS_OK(result) << "world " << c.world << ", local world size " << c.local;
     std::filesystem::remove_all(dir);
+  }
+}
+
+// Issue 15 item 6: hsgd-run with --nproc-per-node 3 on one node and 1 on another. Each rank's
+// intra-node group is its node's members (not LOCAL_WORLD_SIZE contiguous ranks, which do not
+// fit), and it allreduces within exactly them.
+class UnevenNodesTest : public ::testing::TestWithParam<std::vector<int>> {};
+
+TEST_P(UnevenNodesTest, IntraNodeGroupIsTheNodesMembers) {
+  const std::vector<int> sizes = GetParam();
+  std::vector<std::vector<int>> node_of_rank;  // the members of each rank's node
+  for (size_t node = 0, first = 0; node < sizes.size(); first += sizes[node], ++node) {
+    for (int i = 0; i < sizes[node]; ++i) {
+      node_of_rank.push_back(contiguous(static_cast<int>(first), sizes[node]));
+    }
+  }
+  const int world = static_cast<int>(node_of_rank.size());
+  auto result =
+      hsgd::testing::run_world(world, {.node_sizes = sizes}, [&](int rank, const auto& pg) {
+        const std::vector<int>& members = node_of_rank[static_cast<size_t>(rank)];
+        auto node = intra_node_subgroup(pg);
+        ASSERT_NE(node, nullptr);
+        EXPECT_EQ(node->ranks(), members) << "rank " << rank;
+        if (members.size() == static_cast<size_t>(world)) {
+          EXPECT_EQ(node, pg);
+        }
+        std::vector<float> x{static_cast<float>(rank + 1)};
+        node->allreduce(std::span<float>(x))->wait(node->work_timeout());
+        float expected = 0;
+        for (int r : members) expected += static_cast<float>(r + 1);
+        EXPECT_EQ(x[0], expected) << "rank " << rank << ": sum over its node";
+      });
+  EXPECT_RANKS_OK(result);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, UnevenNodesTest,
+                         ::testing::Values(std::vector<int>{3, 1}, std::vector<int>{2, 1, 1},
+                                           std::vector<int>{1, 3}, std::vector<int>{4}),
+                         [](const auto& info) {
+                           std::string name = "Nodes";
+                           for (int size : info.param) {
+                             name += '_';  // not "_" + to_string: GCC 12 warns falsely (-Wrestrict)
+                             name += std::to_string(size);
+                           }
+                           return name;
+                         });
+
+// Equal nodes that also declare their node ranks: torch's contiguous groups, the same groups
+// (ranks and names, i.e. key prefixes) as new_subgroups(LOCAL_WORLD_SIZE) made before.
+TEST(IntraNodeSubgroupTest, EqualDeclaredNodes_AreTorchsContiguousGroups) {
+  for (const std::vector<int>& sizes : {std::vector<int>{2, 2}, std::vector<int>{3, 3}}) {
+    const int per_node = sizes[0];
+    const int world = per_node * static_cast<int>(sizes.size());
+    auto result =
+        hsgd::testing::run_world(world, {.node_sizes = sizes}, [&](int rank, const auto& pg) {
+          auto node = intra_node_subgroup(pg);
+          ASSERT_NE(node, nullptr);
+          EXPECT_EQ(node->ranks(), contiguous(rank / per_node * per_node, per_node));
+          EXPECT_EQ(node->name(), "world/g" + std::to_string(rank / per_node));
+        });
+    EXPECT_RANKS_OK(result) << "nodes of " << per_node;
   }
 }
 
