@@ -19,6 +19,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "comm/process_group.h"
@@ -47,5 +48,15 @@ using WorldBody = std::function<void(int rank, const std::shared_ptr<comm::Proce
 
 RunResult run_world(int world_size, const WorldOptions& options, const WorldBody& body);
 RunResult run_world(int world_size, const WorldBody& body);  // default WorldOptions
+
+// A gtest parameter name for a node layout, e.g. "Nodes_3_1" for {3, 1}.
+inline std::string node_layout_name(const std::vector<int>& sizes) {
+  std::string name = "Nodes";
+  for (int size : sizes) {
+    name += '_';  // not "_" + to_string: GCC 12 warns falsely (-Wrestrict)
+    name += std::to_string(size);
+  }
+  return name;
+}
 
 }  // namespace hsgd::testing

@@ -124,14 +124,7 @@ TEST_P(GatherNodeLayoutTest, EveryRankLearnsEveryNode) {
 INSTANTIATE_TEST_SUITE_P(Layouts, GatherNodeLayoutTest,
                          ::testing::Values(std::vector<int>{3, 1}, std::vector<int>{2, 1, 1},
                                            std::vector<int>{1, 3}, std::vector<int>{2, 2}),
-                         [](const auto& info) {
-                           std::string name = "Nodes";
-                           for (int size : info.param) {
-                             name += '_';  // not "_" + to_string: GCC 12 warns falsely (-Wrestrict)
-                             name += std::to_string(size);
-                           }
-                           return name;
-                         });
+                         [](const auto& info) { return testing::node_layout_name(info.param); });
 
 }  // namespace
 }  // namespace hsgd::comm

@@ -381,14 +381,7 @@ TEST_P(PostLocalSGDHookUnevenTest, GlobalThenWithinEachNode) {
 
 INSTANTIATE_TEST_SUITE_P(Layouts, PostLocalSGDHookUnevenTest,
                          ::testing::Values(std::vector<int>{3, 1}, std::vector<int>{2, 1, 1}),
-                         [](const auto& info) {
-                           std::string name = "Nodes";
-                           for (int size : info.param) {
-                             name += '_';  // not "_" + to_string: GCC 12 warns falsely (-Wrestrict)
-                             name += std::to_string(size);
-                           }
-                           return name;
-                         });
+                         [](const auto& info) { return testing::node_layout_name(info.param); });
 
 INSTANTIATE_TEST_SUITE_P(Nodes, PostLocalSGDHookTest,
                          ::testing::Values(std::pair{4, 2}, std::pair{5, 1}, std::pair{6, 3}),

@@ -103,14 +103,7 @@ TEST_P(NodeLevelTest, AveragesExactlyWithinEachNode) {
 INSTANTIATE_TEST_SUITE_P(Layouts, NodeLevelTest,
                          ::testing::Values(std::vector<int>{3, 1}, std::vector<int>{2, 1, 1},
                                            std::vector<int>{1, 3}),
-                         [](const auto& info) {
-                           std::string name = "Nodes";
-                           for (int size : info.param) {
-                             name += '_';  // not "_" + to_string: GCC 12 warns falsely (-Wrestrict)
-                             name += std::to_string(size);
-                           }
-                           return name;
-                         });
+                         [](const auto& info) { return testing::node_layout_name(info.param); });
 
 // Three levels on 2 + 2 + 1 + 1 + 2 nodes: pairs inside nodes of two do not exist for the
 // single-rank nodes, so the innermost level is single ranks (a no-op), then nodes, then all.

@@ -107,14 +107,7 @@ TEST_P(UnevenNodesTest, IntraNodeGroupIsTheNodesMembers) {
 INSTANTIATE_TEST_SUITE_P(Layouts, UnevenNodesTest,
                          ::testing::Values(std::vector<int>{3, 1}, std::vector<int>{2, 1, 1},
                                            std::vector<int>{1, 3}, std::vector<int>{4}),
-                         [](const auto& info) {
-                           std::string name = "Nodes";
-                           for (int size : info.param) {
-                             name += '_';  // not "_" + to_string: GCC 12 warns falsely (-Wrestrict)
-                             name += std::to_string(size);
-                           }
-                           return name;
-                         });
+                         [](const auto& info) { return testing::node_layout_name(info.param); });
 
 // Equal nodes that also declare their node ranks: torch's contiguous groups, the same groups
 // (ranks and names, i.e. key prefixes) as new_subgroups(LOCAL_WORLD_SIZE) made before.
