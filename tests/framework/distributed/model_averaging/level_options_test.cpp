@@ -73,7 +73,7 @@ int hierarchical_level(const std::vector<LevelOptions>& levels, int64_t warmup, 
 void check_against_reference(ModelAverager& averager, const std::vector<LevelOptions>& levels,
                              int rank, int world, int64_t steps, float tolerance,
                              const std::function<int(int64_t)>& level_at) {
-  testing::ReferenceAverager reference(levels, world);
+  testing::ReferenceAverager reference(levels, world, averager.process_group()->local_world_size());
   std::vector<Values> xs;
   for (int r = 0; r < world; ++r) xs.push_back(initial_values(r));
   Tensor param = make_param(initial_values(rank));
@@ -191,31 +191,40 @@ TEST_P(LevelOptionsTest, Overlap_HandComputedFirstMerge) {
 
 TEST_P(LevelOptionsTest, Compression_MatchesReferenceAndCountsBytes) {
   const int world = GetParam();
-  auto result = run_world(world, [&](int rank, const auto& pg) {
-    const std::vector<LevelOptions> cases = {
-        {.period = 2, .group_size = world, .compression = Compression::kBF16},
-        {.period = 2,
-         .group_size = world,
-         .compression = Compression::kBF16,
-         .error_feedback = true},
-        {.period = 2,
-         .group_size = world,
-         .compression = Compression::kFP16,
-         .compression_scale = 64.0f,
-         .error_feedback = true},
-    };
-    for (const LevelOptions& level : cases) {
-      PeriodicModelAverager averager(level, 0, pg);
-      check_against_reference(averager, {level}, rank, world, 16, 1e-6f,
-                              [](int64_t t) { return t % 2 == 0 ? 0 : -1; });
-      // 8 averagings: the first in float32 (sets the anchor), 7 of 3 values in one int64 word.
-      const AveragingLevelStats& stats = averager.level_stats()[0];
-      EXPECT_EQ(stats.calls, 8) << describe(level);
-      EXPECT_EQ(stats.bytes, 3 * 4 + 7 * 8) << describe(level);
-      EXPECT_TRUE(averager.averaged_whole_group_last_step() == false);  // step 15 does not average
-    }
-  });
-  EXPECT_RANKS_OK(result);
+  // Without a node layout every rank is its own node (a 16-bit ring over all ranks); with 2
+  // ranks per node, float32 within the node and 16-bit between the node leaders.
+  for (const int per_node : {0, 2}) {
+    auto result = run_world(world, {.local_world_size = per_node}, [&](int rank, const auto& pg) {
+      const std::vector<LevelOptions> cases = {
+          {.period = 2, .group_size = world, .compression = Compression::kBF16},
+          {.period = 2,
+           .group_size = world,
+           .compression = Compression::kBF16,
+           .error_feedback = true},
+          {.period = 2,
+           .group_size = world,
+           .compression = Compression::kFP16,
+           .compression_scale = 64.0f,
+           .error_feedback = true},
+      };
+      // 8 averagings: the first in float32 (sets the anchor, 3 values), then 7 over N nodes,
+      // in which a leader sends 2 (N - 1) chunks of ceil(3 / N) values (one int64 word each).
+      const int nodes = per_node == 0 ? world : (world + 1) / 2;
+      const bool leader = per_node == 0 || rank % 2 == 0;
+      const int64_t compressed = nodes == 1 || !leader ? 0 : 2 * (nodes - 1) * 8;
+      for (const LevelOptions& level : cases) {
+        PeriodicModelAverager averager(level, 0, pg);
+        check_against_reference(averager, {level}, rank, world, 16, 1e-6f,
+                                [](int64_t t) { return t % 2 == 0 ? 0 : -1; });
+        const AveragingLevelStats& stats = averager.level_stats()[0];
+        EXPECT_EQ(stats.calls, 8) << describe(level) << " per node " << per_node;
+        EXPECT_EQ(stats.bytes, 3 * 4 + 7 * compressed)
+            << describe(level) << " per node " << per_node;
+        EXPECT_FALSE(averager.averaged_whole_group_last_step());  // step 15 does not average
+      }
+    });
+    EXPECT_RANKS_OK(result) << "per node " << per_node;
+  }
 }
 
 TEST_P(LevelOptionsTest, AllOptionsOnOneLevel_MatchesReference) {
