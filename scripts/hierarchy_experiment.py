@@ -163,7 +163,8 @@ TOPOLOGIES = {
         [("seconds_per_epoch", "training seconds per epoch (rank 0)", "time per epoch"),
          ("mb_across_link", "MB across the inter-rack link, both ways",
           "traffic between the racks")],
-        lambda rate, args: f"{rate} between the racks, {args.rack_rate} within a rack",
+        lambda rate, args: f"{rate if rate != 'none' else 'no limit'} between the racks, "
+        f"{args.rack_rate} within a rack",
         log_time=True,
         rate_modes={"none": ["hierarchical", "overlap", "all_three"]}),
 }
@@ -294,8 +295,9 @@ def plot(topology, args, rows, summary, rates, modes, path):
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=min(columns, 3), frameon=False)
     fig.suptitle(topology.title)
-    fig.tight_layout(rect=(0, 0.08 if rows_of_panels > 1 else 0.14, 1, 0.96 if rows_of_panels > 1
-                           else 0.93))
+    legend_rows = (len(labels) + min(columns, 3) - 1) // min(columns, 3)
+    bottom = (0.08 if rows_of_panels > 1 else 0.14) + 0.025 * max(0, legend_rows - 2)
+    fig.tight_layout(rect=(0, bottom, 1, 0.96 if rows_of_panels > 1 else 0.93))
     fig.savefig(path, dpi=90)
 
 
