@@ -247,9 +247,13 @@ INSTANTIATE_TEST_SUITE_P(WorldSizes, LevelOptionsTest, ::testing::Values(2, 3, 4
                          [](const auto& info) { return "World" + std::to_string(info.param); });
 
 // Hierarchies mixing options across and within levels, against the reference.
-TEST(LevelOptionsHierarchy, MixedLevels_MatchReference) {
+// Without a node layout and on 2 nodes of 2 (then the compressed pairs are within a node and sum
+// in float32, the compressed top level rounds between the 2 node leaders).
+class LevelOptionsHierarchyTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(LevelOptionsHierarchyTest, MixedLevels_MatchReference) {
   const int world = 4;
-  auto result = run_world(world, [&](int rank, const auto& pg) {
+  auto result = run_world(world, {.local_world_size = GetParam()}, [&](int rank, const auto& pg) {
     const std::vector<std::vector<LevelOptions>> hierarchies = {
         // Anchored lower level, overlapped compressed DiLoCo on top (overlap 4 < period 6).
         {{.period = 2,
@@ -286,6 +290,9 @@ TEST(LevelOptionsHierarchy, MixedLevels_MatchReference) {
   EXPECT_RANKS_OK(result);
 }
 
+INSTANTIATE_TEST_SUITE_P(NodeLayouts, LevelOptionsHierarchyTest, ::testing::Values(0, 2),
+                         [](const auto& info) { return "PerNode" + std::to_string(info.param); });
+
 TEST(LevelOptionsHierarchy, TwoRanks_OneRankLevelBelowOverlappedFp16) {
   const int world = 2;
   auto result = run_world(world, [&](int rank, const auto& pg) {
@@ -305,8 +312,8 @@ TEST(LevelOptionsHierarchy, TwoRanks_OneRankLevelBelowOverlappedFp16) {
 
 // Runs a mixed-options averager, saves its state in the middle of an overlapped averaging, and
 // checks that a new averager loaded from it continues exactly as the original does.
-void check_state_dict_round_trip(int world) {
-  auto result = run_world(world, [&](int rank, const auto& pg) {
+void check_state_dict_round_trip(int world, int per_node = 0) {
+  auto result = run_world(world, {.local_world_size = per_node}, [&](int rank, const auto& pg) {
     const std::vector<LevelOptions> levels =
         world % 2 == 0
             ? std::vector<LevelOptions>{{.period = 2,
@@ -367,6 +374,9 @@ void check_state_dict_round_trip(int world) {
 
 TEST(LevelOptionsState, StateDictRoundTripMidOverlap_World3) { check_state_dict_round_trip(3); }
 TEST(LevelOptionsState, StateDictRoundTripMidOverlap_World4) { check_state_dict_round_trip(4); }
+TEST(LevelOptionsState, StateDictRoundTripMidOverlap_World4TwoNodes) {
+  check_state_dict_round_trip(4, 2);
+}
 
 template <typename Make>
 void expect_invalid(Make make, const std::string& expected, const std::string& what) {
