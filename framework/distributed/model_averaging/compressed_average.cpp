@@ -15,17 +15,11 @@ CompressedAverage::CompressedAverage(const std::shared_ptr<comm::ProcessGroup>& 
   HSGD_CHECK(compression != Compression::kNone && group->size() >= 2,
              "CompressedAverage: needs a compression and a group of >= 2 ranks, got ",
              to_string(compression), " over ", group->size());
-  // Group ranks per node, in group rank order (global ranks are sorted in a group).
-  const int per_node = group->local_world_size();
-  std::vector<std::vector<int>> nodes;
-  int last_node = -1;
-  for (int r = 0; r < group->size(); ++r) {
-    const int global = group->ranks()[static_cast<size_t>(r)];
-    const int node = per_node > 0 ? global / per_node : global;
-    if (nodes.empty() || node != last_node) nodes.emplace_back();
-    nodes.back().push_back(r);
-    last_node = node;
-  }
+  // Collective over group: every member then holds the same layout. Nodes in the order of
+  // their lowest group rank, which is the leaders' rank order in their group (the ring order).
+  std::vector<std::vector<int>> nodes = comm::gather_node_layout(*group).nodes();
+  std::sort(nodes.begin(), nodes.end(),
+            [](const auto& a, const auto& b) { return a.front() < b.front(); });
   nodes_ = static_cast<int>(nodes.size());
   std::vector<std::vector<int>> shared;  // nodes with >= 2 members of the group
   std::vector<int> leaders;

@@ -3,10 +3,10 @@
 // nodes and float32 sums everywhere else (the averaging of a compressed level, level_options.h).
 // Internal to the averagers (averaging_level.h).
 //
-// Node layout: the job's ranks per node, ProcessGroup::local_world_size() (contiguous global
-// ranks; 0 = not declared: every rank is its own node). The members of the group on one node
-// form its node; the lowest group rank of a node is its leader. Leaders are numbered 0..N-1 in
-// group rank order.
+// Node layout: comm/node_layout.h (the nodes the launcher declared, uneven ones included; one
+// node when nothing was declared, and then nothing is rounded). The members of the group on one
+// node form its node; the lowest group rank of a node is its leader. Leaders are numbered
+// 0..N-1 in group rank order.
 //
 // Rule (n values, g members, N nodes), run on a helper thread so that the caller can go on:
 //   1. node sum: s = the float32 sum of the node's payloads (the node group's allreduce: in
@@ -47,8 +47,9 @@ namespace hsgd::distributed::detail {
 
 class CompressedAverage {
  public:
-  // Collective over group (size >= 2): creates the private node and leader groups the helper
-  // thread uses (never `group` itself, which the caller may use meanwhile).
+  // Collective over group (size >= 2): gathers the node layout (InvalidArgument on every rank
+  // when it cannot be told, see NodeLayout::nodes) and creates the private node and leader
+  // groups the helper thread uses (never `group` itself, which the caller may use meanwhile).
   CompressedAverage(const std::shared_ptr<comm::ProcessGroup>& group, Compression compression,
                     float scale);
   // Waits for an averaging in flight (each of its collectives is bounded by the group timeout).

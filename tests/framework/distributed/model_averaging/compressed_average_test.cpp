@@ -1,8 +1,8 @@
 // CompressedAverage (compressed_average.h): float32 within a node, 16-bit between the node
 // leaders with rounding at each step of the ring, error feedback on the leaders. Every rank's
 // result and residual must equal, bit for bit, the reference that follows the stated rule
-// (reference_averager.h), at 2, 3 and 4 ranks on several emulated nodes (odd and uneven ones
-// included); and the bytes between nodes must be about half of float32's.
+// (reference_averager.h), at 2, 3 and 4 ranks on 1 to 4 emulated nodes (uneven ones, declared
+// as hsgd-run does, included); and the bytes between nodes must be about half of float32's.
 
 #include "framework/distributed/model_averaging/compressed_average.h"
 
@@ -37,15 +37,24 @@ Values payload(int rank, int round, size_t n) {
 
 struct Layout {
   int world;
-  int per_node;  // local_world_size: ranks per emulated node (0: a rank per node)
+  std::vector<int> node_sizes;  // contiguous emulated nodes
+  bool uneven;  // declared as uneven nodes (node ranks), else as LOCAL_WORLD_SIZE alone
 };
 
 class CompressedAverageTest : public ::testing::TestWithParam<Layout> {};
 
 TEST_P(CompressedAverageTest, MatchesReferenceBitForBit) {
-  const auto [world, per_node] = GetParam();
+  const Layout& layout = GetParam();
+  const int world = layout.world;
+  const std::vector<int>& node_sizes = layout.node_sizes;
   constexpr size_t kN = 37;  // chunks of uneven size, the last one short
-  auto result = run_world(world, {.local_world_size = per_node}, [&](int rank, const auto& pg) {
+  hsgd::testing::WorldOptions options;
+  if (layout.uneven) {
+    options.node_sizes = node_sizes;
+  } else {
+    options.local_world_size = node_sizes[0];
+  }
+  auto result = run_world(world, options, [&](int rank, const auto& pg) {
     struct Case {
       Compression compression;
       float scale;
@@ -64,7 +73,7 @@ TEST_P(CompressedAverageTest, MatchesReferenceBitForBit) {
         std::vector<Values> payloads;
         for (int r = 0; r < world; ++r) payloads.push_back(payload(r, round, kN));
         const Values expected = testing::reference_compressed_mean(
-            payloads, 0, per_node, c.compression, c.scale, c.error_feedback, residuals);
+            payloads, 0, node_sizes, c.compression, c.scale, c.error_feedback, residuals);
         Values buffer = payloads[static_cast<size_t>(rank)];
         const int64_t bytes = average.start(buffer, residual);
         average.wait();
@@ -76,6 +85,7 @@ TEST_P(CompressedAverageTest, MatchesReferenceBitForBit) {
           }
         }
         const int nodes = average.nodes();
+        ASSERT_EQ(nodes, static_cast<int>(node_sizes.size())) << what;
         const int64_t chunk_words = packed_words((kN + nodes - 1) / nodes);
         EXPECT_EQ(bytes, average.leader() && nodes > 1 ? 2 * (nodes - 1) * chunk_words * 8 : 0)
             << what;
@@ -92,11 +102,15 @@ TEST_P(CompressedAverageTest, MatchesReferenceBitForBit) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, CompressedAverageTest,
-                         ::testing::Values(Layout{2, 1}, Layout{2, 2}, Layout{3, 1}, Layout{3, 2},
-                                           Layout{4, 1}, Layout{4, 2}, Layout{4, 3}),
+                         ::testing::Values(Layout{2, {1, 1}, false}, Layout{2, {2}, false},
+                                           Layout{3, {1, 1, 1}, false}, Layout{3, {2, 1}, true},
+                                           Layout{3, {1, 2}, true}, Layout{4, {1, 1, 1, 1}, false},
+                                           Layout{4, {2, 2}, false}, Layout{4, {3, 1}, true},
+                                           Layout{4, {1, 2, 1}, true}),
                          [](const auto& info) {
-                           return "World" + std::to_string(info.param.world) + "PerNode" +
-                                  std::to_string(info.param.per_node);
+                           std::string name = "World" + std::to_string(info.param.world) + "Nodes";
+                           for (int size : info.param.node_sizes) name += std::to_string(size);
+                           return name;
                          });
 
 // 4 ranks on 2 nodes: a bf16 level sends at most 0.55x the bytes of the same level in float32

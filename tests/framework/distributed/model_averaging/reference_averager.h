@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "framework/distributed/model_averaging/compression.h"
@@ -17,20 +18,29 @@ namespace hsgd::distributed::testing {
 
 // The group mean of a compressed averaging as compressed_average.h states it, for the members
 // of one group: payload[m] is member m's payload (members in group order, global ranks
-// first_rank, first_rank + 1, ...), ranks_per_node the job's layout (0: a rank per node).
-// residual[m] is member m's error-feedback residual (used and updated on node leaders) when
-// error_feedback is set. Float32 operations in the order the rule and the code take them.
+// first_rank, first_rank + 1, ...), node_sizes the job's nodes (node i: the next node_sizes[i]
+// contiguous global ranks; empty: one node). residual[m] is member m's error-feedback residual
+// (used and updated on node leaders) when error_feedback is set. Float32 operations in the
+// order the rule and the code take them.
 inline std::vector<float> reference_compressed_mean(const std::vector<std::vector<float>>& payload,
-                                                    int first_rank, int ranks_per_node,
+                                                    int first_rank,
+                                                    const std::vector<int>& node_sizes,
                                                     Compression compression, float scale,
                                                     bool error_feedback,
                                                     std::vector<std::vector<float>>& residual) {
   const size_t g = payload.size(), n = payload[0].size();
+  const auto node_of = [&](int rank) {
+    int node = 0;
+    for (int end = 0; node < static_cast<int>(node_sizes.size()); ++node) {
+      end += node_sizes[static_cast<size_t>(node)];
+      if (rank < end) break;
+    }
+    return node_sizes.empty() ? 0 : node;
+  };
   std::vector<std::vector<size_t>> nodes;
   int last = -1;
   for (size_t m = 0; m < g; ++m) {
-    const int rank = first_rank + static_cast<int>(m);
-    const int node = ranks_per_node > 0 ? rank / ranks_per_node : rank;
+    const int node = node_of(first_rank + static_cast<int>(m));
     if (nodes.empty() || node != last) nodes.emplace_back();
     nodes.back().push_back(m);
     last = node;
@@ -76,9 +86,9 @@ class ReferenceAverager {
  public:
   using Values = std::vector<float>;  // one rank's flat parameters
 
-  // ranks_per_node: the node layout compressed levels see (ProcessGroup::local_world_size()).
-  ReferenceAverager(std::vector<LevelOptions> levels, int world, int ranks_per_node = 0)
-      : world_(world), ranks_per_node_(ranks_per_node) {
+  // node_sizes: the nodes compressed levels see (contiguous ranks; empty: one node).
+  ReferenceAverager(std::vector<LevelOptions> levels, int world, std::vector<int> node_sizes = {})
+      : world_(world), node_sizes_(std::move(node_sizes)) {
     for (const LevelOptions& o : levels) levels_.push_back(Level{.o = o});
     for (Level& l : levels_) {
       l.anchor.resize(world);
@@ -127,7 +137,7 @@ class ReferenceAverager {
           if (l.o.error_feedback && l.residual[r].empty()) l.residual[r].assign(n, 0.0f);
           residual.push_back(l.residual[r]);
         }
-        sum = reference_compressed_mean(payload, first, ranks_per_node_, l.o.compression,
+        sum = reference_compressed_mean(payload, first, node_sizes_, l.o.compression,
                                         l.o.compression_scale, l.o.error_feedback, residual);
         for (int r = first; r < first + g; ++r) l.residual[r] = residual[r - first];
       } else {
@@ -190,7 +200,7 @@ class ReferenceAverager {
   }
 
   const int world_;
-  const int ranks_per_node_;
+  const std::vector<int> node_sizes_;
   std::vector<Level> levels_;
 };
 
