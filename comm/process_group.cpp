@@ -5,6 +5,8 @@
 #include <gloo/broadcast.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/device.h>
+#include <gloo/transport/unbound_buffer.h>
+#include <gloo/types.h>
 
 #include <algorithm>
 
@@ -349,6 +351,37 @@ std::shared_ptr<Work> ProcessGroup::allgather(std::span<const float> in, std::sp
 std::shared_ptr<Work> ProcessGroup::allgather(std::span<const int64_t> in, std::span<int64_t> out,
                                               std::string_view label) {
   return allgather_impl(in, out, "int64", label);
+}
+
+// Gloo's collectives use slot prefixes 0x01-0x08 (gloo/types.h); the ring exchange its own.
+constexpr uint8_t kRingExchangeSlotPrefix = 0x21;
+
+std::shared_ptr<Work> ProcessGroup::ring_exchange(std::span<const int64_t> send,
+                                                  std::span<int64_t> recv, std::string_view label) {
+  HSGD_CHECK(send.size() == recv.size(), "ProcessGroup '", name(), "': ring_exchange sends ",
+             send.size(), " elements but receives ", recv.size(), "; expected the same count");
+  CollectiveFingerprint fp{.kind = "ring exchange", .dtype = "int64", .count = send.size()};
+  fp.label = label;
+  return enqueue(std::move(fp), [this, send, recv](uint32_t tag) {
+    if (size() == 1 || send.empty()) {
+      std::copy(send.begin(), send.end(), recv.begin());
+      return;
+    }
+    const int right = (rank() + 1) % size();
+    const int left = (rank() + size() - 1) % size();
+    // Gloo only reads a buffer it sends.
+    auto out = context_->createUnboundBuffer(const_cast<int64_t*>(send.data()), send.size_bytes());
+    auto in = context_->createUnboundBuffer(recv.data(), recv.size_bytes());
+    const uint64_t slot = gloo::Slot::build(kRingExchangeSlotPrefix, tag);
+    in->recv(left, slot);  // posted first, so the left neighbour's message has a place to land
+    out->send(right, slot);
+    const bool received = in->waitRecv(options_.timeout);
+    const bool sent = out->waitSend(options_.timeout);
+    if (!received || !sent) {
+      HSGD_THROW(CommError, "ProcessGroup '", name(), "': ring exchange aborted (received ",
+                 received, ", sent ", sent, ")");
+    }
+  });
 }
 
 std::shared_ptr<Work> ProcessGroup::barrier(std::string_view label) {

@@ -162,6 +162,14 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   std::shared_ptr<Work> allgather(std::span<const int64_t> in, std::span<int64_t> out,
                                   std::string_view label = {});
 
+  // Ring exchange: rank r sends `send` to rank (r + 1) % size() and receives into `recv` what
+  // rank (r - 1 + size()) % size() sent; send.size() == recv.size(), the same on every rank. A
+  // step of a ring algorithm whose reduction the caller does between steps (e.g. 16-bit values
+  // on the wire, float32 sums, framework/distributed/model_averaging/compressed_average.h).
+  // Point-to-point over Gloo's TCP pairs (never shared memory). One rank: recv = send.
+  std::shared_ptr<Work> ring_exchange(std::span<const int64_t> send, std::span<int64_t> recv,
+                                      std::string_view label = {});
+
   // Completes once every rank of the group has called barrier().
   std::shared_ptr<Work> barrier(std::string_view label = {});
 

@@ -5,7 +5,10 @@ Trains the MLP example (apps/train_mlp) on Fashion-MNIST on 2 emulated nodes x 2
 (scripts/emulated_cluster.sh: network namespaces joined by a tbf-limited veth pair) under
 DDP, local SGD, post-local SGD and hierarchical model averaging, at several link rates, and
 writes under --out (--topology racks: 2 racks x 2 nodes x 1 worker, a fast link within a rack
-and a slow one between the racks, files racks_experiment*, bytes of the inter-rack link):
+and a slow one between the racks, files racks_experiment*, bytes of the inter-rack link;
+--topology options: the 2 nodes again, with the level options of the top level of 1:2,16:4,
+issue 12's experiment, files level_options_experiment*, and the issue's targets checked;
+--topology racks_options: the same modes on the racks, files racks_level_options_experiment*):
   hierarchy_experiment.csv          one row per evaluation: rate, mode, epoch, step,
                                     training seconds (evaluations excluded), test accuracy
   hierarchy_experiment_summary.csv  one row per run: seconds per epoch, final accuracy, bytes
@@ -19,6 +22,7 @@ which DDP at 100mbit takes 2.5). Results and caveats: docs/emulated_cluster.md.
   sudo scripts/hierarchy_experiment.py                      # all rates and modes
   sudo scripts/hierarchy_experiment.py --rates 1gbit --modes ddp,hierarchical --epochs 1
   sudo scripts/hierarchy_experiment.py --topology racks     # 2 racks x 2 nodes, about 5 minutes
+  sudo scripts/hierarchy_experiment.py --topology options   # level options, about 6 minutes
 """
 
 import argparse
@@ -69,15 +73,37 @@ RACK_MODES = {
          "--warmup-steps", "20"],
     ),
 }
+# --topology options (issue 12): the level options of the top level of 1:2,16:4 on 2 nodes. The
+# outer optimizer's values are the issue's example (DiLoCo's), not tuned here; overlap = half the
+# top period; bf16 with error feedback.
+HIER = ["--mode", "hierarchical", "--subgroup-size", "1", "--warmup-steps", "20", "--hierarchy"]
+OUTER = "outer=0.7/0.9/nesterov"
+OPTION_MODES = {
+    "ddp": MODES["ddp"],
+    "hierarchical": ("hierarchical 1:2,16:4 (plain)", HIER + ["1:2,16:4"]),
+    "outer": ("+ outer Nesterov, top period 64: 1:2,64:4@" + OUTER,
+              HIER + ["1:2,64:4@" + OUTER]),
+    "overlap": ("+ overlap 8: 1:2,16:4@overlap=8", HIER + ["1:2,16:4@overlap=8"]),
+    "bf16": ("+ bf16 with error feedback: 1:2,16:4@bf16,ef", HIER + ["1:2,16:4@bf16,ef"]),
+    "all_three": ("all three: 1:2,64:4@" + OUTER + ",overlap=8,bf16,ef",
+                  HIER + ["1:2,64:4@" + OUTER + ",overlap=8,bf16,ef"]),
+    # Baseline of the bytes every mode sends besides its averagings across the nodes (start-up,
+    # the 20 DDP warm-up steps, the evaluations of the averaged replicas): the top period is
+    # longer than the run, so the models never average across the nodes after warm-up.
+    "no_top": ("baseline: 1:2 only, no averaging across the nodes after warm-up",
+               HIER + ["1:2,1000000:4"]),
+}
 COLORS = {"ddp": "tab:red", "local_sgd": "tab:gray", "post_local_sgd": "tab:orange",
-          "hierarchical": "tab:blue", "hierarchical_2_16": "tab:cyan"}
+          "hierarchical": "tab:blue", "hierarchical_2_16": "tab:cyan", "outer": "tab:green",
+          "overlap": "tab:purple", "bf16": "tab:brown", "all_three": "black",
+          "no_top": "tab:olive"}
 
 
 class Topology:
     """How one topology is run, summarized and drawn."""
 
     def __init__(self, name, modes, default_rates, cluster_flags, byte_keys, rate_axis, title,
-                 bar_metrics, panel_title, log_time=False):
+                 bar_metrics, panel_title, log_time=False, rate_modes=None):
         self.name = name  # stem of the output files
         self.modes = modes
         self.default_rates = default_rates
@@ -88,6 +114,8 @@ class Topology:
         self.bar_metrics = bar_metrics  # [(summary key, y label, panel title)]
         self.panel_title = panel_title  # (rate, args) -> title of a rate's accuracy panel
         self.log_time = log_time  # log time axis: DDP is 10x slower than the rest
+        # rate -> the modes run at that rate by default (None: every mode at every rate)
+        self.rate_modes = rate_modes or {}
 
 
 TOPOLOGIES = {
@@ -112,6 +140,33 @@ TOPOLOGIES = {
           "traffic between the racks (whole job)")],
         lambda rate, args: f"{rate} between the racks, {args.rack_rate} within a rack",
         log_time=True),
+    "options": Topology(
+        "level_options_experiment", OPTION_MODES, "100mbit,none",
+        lambda rate, args: ["--rate", rate, "--nproc-per-node", "2"],
+        ("bytes_node0_to_node1", "bytes_node1_to_node0"), "link rate between the 2 nodes",
+        "MLP on Fashion-MNIST, 2 emulated nodes x 2 workers: level options of the top level "
+        "(one loaded 2-core VM)",
+        [("seconds_per_epoch", "training seconds per epoch (rank 0)", "time per epoch"),
+         ("mb_across_link", "MB across the link, both ways", "traffic between the nodes")],
+        lambda rate, args: f"link {rate} each way" if rate != "none"
+        else "link without rate limit",
+        log_time=True,
+        # Without a rate limit only what the overlap target compares.
+        rate_modes={"none": ["hierarchical", "overlap", "all_three"]}),
+    "racks_options": Topology(
+        "racks_level_options_experiment", OPTION_MODES, "100mbit,none",
+        lambda rate, args: ["--rate", rate, "--nodes", "4", "--racks", "2",
+                            "--rack-rate", args.rack_rate, "--nproc-per-node", "1"],
+        ("bytes_rack0_to_rack1", "bytes_rack1_to_rack0"), "link rate between the 2 racks",
+        "MLP on Fashion-MNIST, 2 emulated racks x 2 nodes x 1 worker: level options of the top "
+        "level (one loaded 2-core VM)",
+        [("seconds_per_epoch", "training seconds per epoch (rank 0)", "time per epoch"),
+         ("mb_across_link", "MB across the inter-rack link, both ways",
+          "traffic between the racks")],
+        lambda rate, args: f"{rate if rate != 'none' else 'no limit'} between the racks, "
+        f"{args.rack_rate} within a rack",
+        log_time=True,
+        rate_modes={"none": ["hierarchical", "overlap", "all_three"]}),
 }
 
 EVAL_LINE = re.compile(
@@ -160,7 +215,12 @@ def run_one(topology, rate, mode, args, log_path):
     return rows, link
 
 
-def summarize(topology, rate, mode, rows, link, epochs):
+def seconds_to(rows, accuracy):
+    """Training seconds at the first evaluation with at least `accuracy`, or None."""
+    return next((r["train_s"] for r in rows if r["test_accuracy"] >= accuracy), None)
+
+
+def summarize(topology, rate, mode, rows, link, epochs, target):
     last_step = {}
     for r in rows:
         last_step[r["epoch"]] = max(last_step.get(r["epoch"], 0), r["step"])
@@ -172,6 +232,7 @@ def summarize(topology, rate, mode, rows, link, epochs):
         # The first epoch carries the warm-up steps of DDP; the last one is the steady state.
         "last_epoch_s": round(last["train_s"] - (ends[-2]["train_s"] if len(ends) > 1 else 0), 2),
         "final_test_accuracy": last["test_accuracy"],
+        f"s_to_{target:g}": seconds_to(rows, target),
         "mb_across_link": round(sum(int(link[k]) for k in topology.byte_keys) / 1e6, 1),
         "job_wall_s": float(link["seconds"]),
     }
@@ -206,7 +267,7 @@ def plot(topology, args, rows, summary, rates, modes, path):
         ax.set_ylim(min(accuracies) - 1, max(accuracies) + 1)
         if topology.log_time:
             ax.set_xscale("log")
-            ax.set_xticks([5, 10, 20, 50, 100, 200])
+            ax.set_xticks([2, 5, 10, 20, 50, 100, 200])
             ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
             ax.set_xlabel("training time, rank 0 (s, log scale, evaluations excluded)")
         else:
@@ -215,9 +276,14 @@ def plot(topology, args, rows, summary, rates, modes, path):
     width = 0.8 / len(modes)
     for bars, (key, ylabel, title) in zip(axes[len(rates):], topology.bar_metrics):
         for i, mode in enumerate(modes):
-            values = [next((s[key] for s in summary
-                            if s["rate"] == rate and s["mode"] == mode), 0) for rate in rates]
-            drawn = bars.bar([x + (i - (len(modes) - 1) / 2) * width for x in range(len(rates))],
+            found = [(x, next((s[key] for s in summary
+                               if s["rate"] == rate and s["mode"] == mode), None))
+                     for x, rate in enumerate(rates)]
+            found = [(x, v) for x, v in found if v is not None]  # modes not run at that rate
+            if not found:
+                continue
+            values = [v for _, v in found]
+            drawn = bars.bar([x + (i - (len(modes) - 1) / 2) * width for x, _ in found],
                              values, width, color=COLORS[mode], label=topology.modes[mode][0])
             bars.bar_label(drawn, fmt="%.0f" if max(values) >= 100 else "%.1f", fontsize=8)
         bars.set_xticks(range(len(rates)))
@@ -229,9 +295,65 @@ def plot(topology, args, rows, summary, rates, modes, path):
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=min(columns, 3), frameon=False)
     fig.suptitle(topology.title)
-    fig.tight_layout(rect=(0, 0.08 if rows_of_panels > 1 else 0.14, 1, 0.96 if rows_of_panels > 1
-                           else 0.93))
+    legend_rows = (len(labels) + min(columns, 3) - 1) // min(columns, 3)
+    bottom = (0.08 if rows_of_panels > 1 else 0.14) + 0.025 * max(0, legend_rows - 2)
+    fig.tight_layout(rect=(0, bottom, 1, 0.96 if rows_of_panels > 1 else 0.93))
     fig.savefig(path, dpi=90)
+
+
+def check_targets(summary, rows, target):
+    """Prints the targets of issue 12 with the measured numbers: met or missed."""
+    def get(rate, mode):
+        return next((s for s in summary if s["rate"] == rate and s["mode"] == mode), None)
+
+    def show(name, ok, detail):
+        print(f"- {name}: {'MET' if ok else 'MISSED'} ({detail})")
+
+    slow, fast = get("100mbit", "overlap"), get("none", "overlap")
+    if slow and fast:
+        ratio = slow["seconds_per_epoch"] / fast["seconds_per_epoch"]
+        show("overlap hides the slow link (<= 1.15x)", ratio <= 1.15,
+             f"{slow['seconds_per_epoch']} s/epoch at 100mbit vs {fast['seconds_per_epoch']} "
+             f"unlimited: {ratio:.2f}x")
+    plain, bf16 = get("100mbit", "hierarchical"), get("100mbit", "bf16")
+    base = get("100mbit", "no_top")
+    if plain and bf16:
+        ratio = bf16["mb_across_link"] / plain["mb_across_link"]
+        gap = plain["final_test_accuracy"] - bf16["final_test_accuracy"]
+        show("bf16 halves the bytes of the whole job (<= 0.55x) within 0.3 point",
+             ratio <= 0.55 and gap <= 0.3,
+             f"{bf16['mb_across_link']} vs {plain['mb_across_link']} MB: {ratio:.2f}x; "
+             f"accuracy {bf16['final_test_accuracy']}% vs {plain['final_test_accuracy']}%")
+        if base:
+            b = base["mb_across_link"]
+            net = (bf16["mb_across_link"] - b) / (plain["mb_across_link"] - b)
+            show("bf16 halves the bytes of the averagings across the nodes (<= 0.55x) within "
+                 "0.3 point", net <= 0.55 and gap <= 0.3,
+                 f"{bf16['mb_across_link'] - b:.1f} vs {plain['mb_across_link'] - b:.1f} MB "
+                 f"beyond the {b} MB baseline: {net:.2f}x")
+    outer = get("100mbit", "outer")
+    if plain and outer:
+        ratio = outer["mb_across_link"] / plain["mb_across_link"]
+        gap = plain["final_test_accuracy"] - outer["final_test_accuracy"]
+        show("outer optimizer, 4x longer period, within 0.3 point", gap <= 0.3,
+             f"accuracy {outer['final_test_accuracy']}% vs {plain['final_test_accuracy']}%; "
+             f"{outer['mb_across_link']} vs {plain['mb_across_link']} MB: {ratio:.2f}x")
+    if plain and outer and base:
+        b = base["mb_across_link"]
+        print(f"  (averagings across the nodes: {outer['mb_across_link'] - b:.1f} vs "
+              f"{plain['mb_across_link'] - b:.1f} MB beyond the baseline: "
+              f"{(outer['mb_across_link'] - b) / (plain['mb_across_link'] - b):.2f}x)")
+    ddp, three = get("100mbit", "ddp"), get("100mbit", "all_three")
+    if ddp and three:
+        goal = ddp["final_test_accuracy"] - 0.5
+        ddp_s = ddp["seconds_per_epoch"] * ddp["epochs"]
+        reached = seconds_to([r for r in rows if r["rate"] == "100mbit"
+                              and r["mode"] == "all_three"], goal)
+        ok = reached is not None and reached <= ddp_s / 3
+        show("all three reach DDP's final accuracy - 0.5 in <= 1/3 of DDP's time", ok,
+             f"DDP {ddp['final_test_accuracy']}% in {ddp_s:.1f} s; all three reach {goal:.2f}% "
+             f"at {reached} s (a third: {ddp_s / 3:.1f} s), final "
+             f"{three['final_test_accuracy']}%")
 
 
 def main():
@@ -246,6 +368,8 @@ def main():
     parser.add_argument("--modes", help="subset of " + ",".join(MODES) + " (racks: of " +
                         ",".join(RACK_MODES) + "); default all")
     parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--target-accuracy", type=float, default=86.0,
+                        help="test accuracy (%%) whose first reaching is timed")
     parser.add_argument("--eval-every", type=int, default=59,
                         help="steps between evaluations (235 steps per epoch at 4 workers)")
     parser.add_argument("--seed", type=int, default=0)
@@ -255,22 +379,40 @@ def main():
     parser.add_argument("--out", default=os.path.join(ROOT, "docs/results"))
     parser.add_argument("--log-dir", default="/tmp/hsgd-hierarchy-experiment",
                         help="full output of every job")
+    parser.add_argument("--append", action="store_true",
+                        help="keep the runs already in the CSV files under --out, replacing "
+                        "those of the (rate, mode) pairs run now")
     parser.add_argument("--plot-only", action="store_true",
                         help="redraw the PNG from the CSV files under --out, run nothing")
     args = parser.parse_args()
     topology = TOPOLOGIES[args.topology]
     rates = (args.rates or topology.default_rates).split(",")
     modes = args.modes.split(",") if args.modes else list(topology.modes)
+
+    def modes_at(rate):
+        if args.modes:
+            return modes
+        return topology.rate_modes.get(rate, modes)
     stem = os.path.join(args.out, topology.name)
-    if args.plot_only:
+    def read_csv():
         with open(stem + ".csv") as f:
             rows = [dict(r, train_s=float(r["train_s"]), test_accuracy=float(r["test_accuracy"]))
                     for r in csv.DictReader(f)]
         with open(stem + "_summary.csv") as f:
             summary = [dict(r, seconds_per_epoch=float(r["seconds_per_epoch"]),
-                            mb_across_link=float(r["mb_across_link"]))
+                            mb_across_link=float(r["mb_across_link"]),
+                            final_test_accuracy=float(r["final_test_accuracy"]),
+                            last_epoch_s=float(r["last_epoch_s"]),
+                            job_wall_s=float(r["job_wall_s"]),
+                            epochs=int(r["epochs"]))
                        for r in csv.DictReader(f)]
+        return rows, summary
+
+    if args.plot_only:
+        rows, summary = read_csv()
         plot(topology, args, rows, summary, rates, modes, stem + ".png")
+        if args.topology in ("options", "racks_options"):
+            check_targets(summary, rows, args.target_accuracy)
         return
     for mode in modes:
         if mode not in topology.modes:
@@ -286,28 +428,38 @@ def main():
     rows, summary = [], []
     start = time.time()
     for rate in rates:
-        for mode in modes:
+        for mode in modes_at(rate):
             log_path = os.path.join(args.log_dir, f"{args.topology}_{rate}_{mode}.log")
             print(f"[{time.time() - start:6.0f} s] {mode} at {rate} (log {log_path})", flush=True)
             load_before = os.getloadavg()[0]
             run_rows, link = run_one(topology, rate, mode, args, log_path)
             rows += run_rows
-            summary.append(summarize(topology, rate, mode, run_rows, link, args.epochs))
+            summary.append(summarize(topology, rate, mode, run_rows, link, args.epochs,
+                                     args.target_accuracy))
             # This job alone makes about 4 (4 busy workers); more means something else ran.
             summary[-1]["load_1min_before_after"] = f"{load_before:.1f}/{os.getloadavg()[0]:.1f}"
             print("    " + ", ".join(f"{k} {v}" for k, v in summary[-1].items()), flush=True)
 
+    if args.append and os.path.exists(stem + "_summary.csv"):
+        done = {(s["rate"], s["mode"]) for s in summary}
+        old_rows, old_summary = read_csv()
+        rows = [r for r in old_rows if (r["rate"], r["mode"]) not in done] + rows
+        summary = [s for s in old_summary if (s["rate"], s["mode"]) not in done] + summary
+        rates = list(dict.fromkeys(s["rate"] for s in summary))
+        modes = [m for m in topology.modes if any(s["mode"] == m for s in summary)]
     with open(stem + ".csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
     with open(stem + "_summary.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(summary[0]))
+        writer = csv.DictWriter(f, fieldnames=list(summary[-1]))
         writer.writeheader()
         writer.writerows(summary)
     plot(topology, args, rows, summary, rates, modes, stem + ".png")
 
     print(f"\nall runs took {time.time() - start:.0f} s; wrote {stem}{{.csv,_summary.csv,.png}}\n")
+    if args.topology in ("options", "racks_options"):
+        check_targets(summary, rows, args.target_accuracy)
     print("| mode | link rate | s / epoch | last epoch s | final test acc. | MB across the link "
           "| job wall s | load before/after |")
     print("|---|---|---:|---:|---:|---:|---:|---|")

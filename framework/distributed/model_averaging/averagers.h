@@ -72,8 +72,9 @@ struct AveragingLevelStats {
   int64_t period = 0;
   int group_size = 0;  // ranks of this rank's group at the level (a node level: its node's)
   int64_t calls = 0;   // averagings run (started) at this level
-  // This rank's payload on the wire, summed over calls: 4 bytes per averaged element in float32,
-  // 2 (rounded up to 8 per 4 elements) when compressed.
+  // This rank's payload on the wire, summed over calls: 4 bytes per averaged element in float32.
+  // Compressed averagings count what this rank sends between nodes (compressed_average.h): a
+  // node leader about 4 (N - 1) / N bytes per element for N nodes, the other members 0.
   int64_t bytes = 0;
   // Wall time the training thread spent inside averaging (pack, allreduce, unpack; with overlap:
   // starting, then waiting and merging, not the time the collective ran in the background).

@@ -5,7 +5,6 @@
 
 #include "comm/error.h"
 #include "comm/log.h"
-#include "framework/distributed/model_averaging/compression.h"
 
 namespace hsgd::distributed::detail {
 namespace {
@@ -23,7 +22,12 @@ std::vector<float> tensor_values(const StateDict& state, const std::string& key)
 
 AveragingLevel::AveragingLevel(size_t index, LevelOptions options,
                                std::shared_ptr<comm::ProcessGroup> group)
-    : index_(index), options_(std::move(options)), group_(std::move(group)) {}
+    : index_(index), options_(std::move(options)), group_(std::move(group)) {
+  if (group_ != nullptr && options_.compression != Compression::kNone && group_->size() >= 2) {
+    compressed_ = std::make_unique<CompressedAverage>(group_, options_.compression,
+                                                      options_.compression_scale);
+  }
+}
 
 AveragingLevel::~AveragingLevel() {
   if (!pending_ || !pending_->work) return;
@@ -72,13 +76,8 @@ int64_t AveragingLevel::start(int64_t step, std::span<const float> x, int64_t n_
       if (residual_.empty()) residual_.assign(n, 0.0f);
       check_size("the error-feedback residual", residual_.size(), n);
     }
-    const auto words = static_cast<size_t>(packed_words(static_cast<int64_t>(n)));
-    words_.resize(words);
-    gathered_.resize(words * static_cast<size_t>(group_->size()));
-    encode(options_.compression, options_.compression_scale, mean_,
-           options_.error_feedback ? std::span<float>(residual_) : std::span<float>(), words_);
-    p.work = group_->allgather(std::span<const int64_t>(words_), std::span<int64_t>(gathered_));
-    bytes = static_cast<int64_t>(words * sizeof(int64_t));
+    bytes = compressed_->start(
+        mean_, options_.error_feedback ? std::span<float>(residual_) : std::span<float>());
   }
   if (options_.overlap_steps > 0) p.snapshot.assign(x.begin(), x.end());
   pending_ = std::move(p);
@@ -88,18 +87,11 @@ int64_t AveragingLevel::start(int64_t step, std::span<const float> x, int64_t n_
 void AveragingLevel::receive() {
   Pending& p = *pending_;
   if (p.received) return;
-  p.work->wait(group_->timeout());
-  p.work.reset();
-  if (anchored() && !p.first && options_.compression != Compression::kNone) {
-    // Every rank sums the same decoded values in the same (rank) order: equal results.
-    std::fill(mean_.begin(), mean_.end(), 0.0f);
-    const size_t words = words_.size();
-    for (int r = 0; r < group_->size(); ++r) {
-      decode_add(options_.compression, options_.compression_scale,
-                 std::span<const int64_t>(gathered_).subspan(r * words, words), mean_);
-    }
-    const float g = static_cast<float>(group_->size());
-    for (float& v : mean_) v /= g;
+  if (p.work) {
+    p.work->wait(group_->timeout());
+    p.work.reset();
+  } else {
+    compressed_->wait();  // leaves D in mean_ (compressed_average.h)
   }
   p.received = true;
 }
@@ -152,11 +144,11 @@ void AveragingLevel::reset_anchor(std::span<const float> r) {
 }
 
 void AveragingLevel::save(StateDict& state, const std::string& prefix) {
+  if (pending_) receive();  // a compressed averaging in flight still updates the residual
   if (!anchor_.empty()) state.set(prefix + "anchor", to_tensor(anchor_));
   if (!momentum_.empty()) state.set(prefix + "outer_momentum", to_tensor(momentum_));
   if (!residual_.empty()) state.set(prefix + "residual", to_tensor(residual_));
   if (!pending_) return;
-  receive();
   const Pending& p = *pending_;
   state.set(prefix + "pending.start", p.start);
   state.set(prefix + "pending.due", p.due);
@@ -170,6 +162,7 @@ void AveragingLevel::load(const StateDict& state, const std::string& prefix) {
   if (pending_ && pending_->work) {
     pending_->work->wait(group_->timeout());
   }
+  if (compressed_) compressed_->wait();
   pending_.reset();
   const auto optional_values = [&](const std::string& key) {
     return state.contains(prefix + key) ? tensor_values(state, prefix + key) : std::vector<float>();

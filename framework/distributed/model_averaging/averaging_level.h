@@ -13,9 +13,9 @@
 //     averaging): payload x / g, float32 (exactly plain averaging); on completion A := R.
 //   - plain level (only overlap): payload x / g, float32 allreduce (sum).
 //   - anchored level, kNone: payload (A - x) / g, float32 allreduce (sum).
-//   - anchored level, 16-bit: payload p = A - x, plus the residual e with error feedback
-//     (v = p + e; e := v - decoded(v)), encoded (compression.h) and allgathered; every rank
-//     decodes and sums the g payloads in rank order in float32, then divides by g.
+//   - anchored level, 16-bit: payload p = A - x; D = its group mean with float32 sums within
+//     each node and 16-bit values between nodes, rounded at the points and with the error
+//     feedback (residual e, kept by each node's leader) that compressed_average.h states.
 //   D := the group mean of the payload. S := x (the snapshot) when overlap_steps > 0.
 // COMPLETE (at once when overlap_steps == 0, else at step s + overlap_steps, or earlier when the
 // averager needs the level settled, see averagers.h):
@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "comm/process_group.h"
+#include "framework/distributed/model_averaging/compressed_average.h"
 #include "framework/distributed/model_averaging/level_options.h"
 #include "framework/train/state_dict.h"
 
@@ -86,10 +87,10 @@ class AveragingLevel {
     int64_t start = 0;
     int64_t due = 0;
     int64_t n_params = 0;
-    bool first = false;           // the first averaging of an anchored level
-    bool received = false;        // mean_ holds D
-    std::vector<float> snapshot;  // (n,) x at the start; empty without overlap
-    std::shared_ptr<comm::Work> work;
+    bool first = false;                // the first averaging of an anchored level
+    bool received = false;             // mean_ holds D
+    std::vector<float> snapshot;       // (n,) x at the start; empty without overlap
+    std::shared_ptr<comm::Work> work;  // the float32 allreduce; null for compressed_'s
   };
 
   bool anchored() const { return is_anchored(options_); }
@@ -105,11 +106,13 @@ class AveragingLevel {
 
   std::vector<float> anchor_;    // (n,) A; empty before the first averaging
   std::vector<float> momentum_;  // (n_params,) M; empty before the first outer step
-  std::vector<float> residual_;  // (n,) e; empty before the first compressed averaging
+  std::vector<float> residual_;  // (n,) e (only a node leader's changes); empty before the first
+                                 // compressed averaging
   std::optional<Pending> pending_;
-  std::vector<float> mean_;        // (n,) the float32 payload, allreduced in place; then D
-  std::vector<int64_t> words_;     // (packed_words(n),) this rank's 16-bit payload
-  std::vector<int64_t> gathered_;  // (g * packed_words(n),) every rank's
+  std::vector<float> mean_;  // (n,) the float32 payload, averaged in place; then D
+  // Compressed levels of >= 2 ranks; declared last: its averaging in flight writes mean_ and
+  // residual_, so it is destroyed (waited for) first.
+  std::unique_ptr<CompressedAverage> compressed_;
 };
 
 }  // namespace hsgd::distributed::detail

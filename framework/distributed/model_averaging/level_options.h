@@ -11,8 +11,10 @@
 // - overlap_steps = k >= 1 (Streaming DiLoCo, arXiv 2501.18512; delayed averaging): the averaging
 //   started at step s runs in the background and is merged k steps later (see averaging_level.h
 //   for the exact rule), so training does not wait for the group.
-// - compression: kBF16 / kFP16 put 16-bit values on the wire instead of float32, (value * scale)
-//   rounded to nearest even; the sum is accumulated in float32. Only the difference to the anchor
+// - compression: kBF16 / kFP16 put 16-bit values on the wire between nodes instead of float32,
+//   (value * scale) rounded to nearest even; sums are float32 within a node and at each step of
+//   the ring between the node leaders (compressed_average.h states the rule; a group within one
+//   node sums in float32 and rounds nothing). Only the difference to the anchor
 //   is compressed, never the parameters themselves, so a compressed level keeps an anchor even
 //   without outer (it then behaves as outer lr 1, momentum 0). error_feedback adds this rank's
 //   rounding error of an averaging to its payload at the level's next averaging.

@@ -240,3 +240,38 @@ TEST(ProcessGroupTest, WorldOfOneIsLocal) {
 
 }  // namespace
 }  // namespace hsgd::comm
+
+namespace hsgd::comm {
+namespace {
+
+// Every rank receives what its left neighbour sent, at 1..4 ranks (2: both neighbours are the
+// same rank), repeatedly (one Gloo slot per exchange), and a count that differs between the two
+// buffers is refused before anything is sent.
+TEST(ProcessGroupTest, RingExchange_ReceivesFromTheLeftNeighbour) {
+  for (int world = 1; world <= 4; ++world) {
+    auto result = run_world(world, [&](int rank, const auto& pg) {
+      for (int64_t round = 0; round < 3; ++round) {
+        std::vector<int64_t> send(1000 + round), recv(1000 + round, -1);
+        for (size_t i = 0; i < send.size(); ++i) send[i] = rank * 100000 + round * 10000 + i;
+        pg->ring_exchange(send, recv)->wait();
+        const int left = (rank + world - 1) % world;
+        for (size_t i = 0; i < recv.size(); ++i) {
+          ASSERT_EQ(recv[i], left * 100000 + round * 10000 + static_cast<int64_t>(i))
+              << "world " << world << " rank " << rank << " round " << round << " index " << i;
+        }
+      }
+      std::vector<int64_t> three(3), four(4);
+      try {
+        pg->ring_exchange(three, four);
+        ADD_FAILURE() << "expected InvalidArgument";
+      } catch (const InvalidArgument& e) {
+        EXPECT_NE(std::string(e.what()).find("sends 3 elements but receives 4"), std::string::npos)
+            << e.what();
+      }
+    });
+    EXPECT_RANKS_OK(result) << "world " << world;
+  }
+}
+
+}  // namespace
+}  // namespace hsgd::comm

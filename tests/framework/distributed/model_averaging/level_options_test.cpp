@@ -73,7 +73,11 @@ int hierarchical_level(const std::vector<LevelOptions>& levels, int64_t warmup, 
 void check_against_reference(ModelAverager& averager, const std::vector<LevelOptions>& levels,
                              int rank, int world, int64_t steps, float tolerance,
                              const std::function<int(int64_t)>& level_at) {
-  testing::ReferenceAverager reference(levels, world);
+  std::vector<int> node_sizes;  // the layout the averager's compressed levels see
+  for (const auto& node : comm::gather_node_layout(*averager.process_group()).nodes()) {
+    node_sizes.push_back(static_cast<int>(node.size()));
+  }
+  testing::ReferenceAverager reference(levels, world, node_sizes);
   std::vector<Values> xs;
   for (int r = 0; r < world; ++r) xs.push_back(initial_values(r));
   Tensor param = make_param(initial_values(rank));
@@ -191,31 +195,44 @@ TEST_P(LevelOptionsTest, Overlap_HandComputedFirstMerge) {
 
 TEST_P(LevelOptionsTest, Compression_MatchesReferenceAndCountsBytes) {
   const int world = GetParam();
-  auto result = run_world(world, [&](int rank, const auto& pg) {
-    const std::vector<LevelOptions> cases = {
-        {.period = 2, .group_size = world, .compression = Compression::kBF16},
-        {.period = 2,
-         .group_size = world,
-         .compression = Compression::kBF16,
-         .error_feedback = true},
-        {.period = 2,
-         .group_size = world,
-         .compression = Compression::kFP16,
-         .compression_scale = 64.0f,
-         .error_feedback = true},
-    };
-    for (const LevelOptions& level : cases) {
-      PeriodicModelAverager averager(level, 0, pg);
-      check_against_reference(averager, {level}, rank, world, 16, 1e-6f,
-                              [](int64_t t) { return t % 2 == 0 ? 0 : -1; });
-      // 8 averagings: the first in float32 (sets the anchor), 7 of 3 values in one int64 word.
-      const AveragingLevelStats& stats = averager.level_stats()[0];
-      EXPECT_EQ(stats.calls, 8) << describe(level);
-      EXPECT_EQ(stats.bytes, 3 * 4 + 7 * 8) << describe(level);
-      EXPECT_TRUE(averager.averaged_whole_group_last_step() == false);  // step 15 does not average
-    }
-  });
-  EXPECT_RANKS_OK(result);
+  // A rank per node (a 16-bit ring over all ranks); then 2 nodes, {0, 1} and the rest (float32
+  // within a node, 16-bit between the node leaders 0 and 2), or one node at 2 ranks (float32
+  // only, nothing rounded).
+  const std::vector<hsgd::testing::WorldOptions> layouts = {
+      {.local_world_size = 1},
+      world == 2 ? hsgd::testing::WorldOptions{.local_world_size = 2}
+                 : hsgd::testing::WorldOptions{.node_sizes = {2, world - 2}}};
+  for (size_t layout = 0; layout < layouts.size(); ++layout) {
+    auto result = run_world(world, layouts[layout], [&](int rank, const auto& pg) {
+      const std::vector<LevelOptions> cases = {
+          {.period = 2, .group_size = world, .compression = Compression::kBF16},
+          {.period = 2,
+           .group_size = world,
+           .compression = Compression::kBF16,
+           .error_feedback = true},
+          {.period = 2,
+           .group_size = world,
+           .compression = Compression::kFP16,
+           .compression_scale = 64.0f,
+           .error_feedback = true},
+      };
+      // 8 averagings: the first in float32 (sets the anchor, 3 values), then 7 over N nodes,
+      // in which a leader sends 2 (N - 1) chunks of ceil(3 / N) values (one int64 word each).
+      const int nodes = layout == 0 ? world : world == 2 ? 1 : 2;
+      const bool leader = layout == 0 || rank % 2 == 0;
+      const int64_t compressed = nodes == 1 || !leader ? 0 : 2 * (nodes - 1) * 8;
+      for (const LevelOptions& level : cases) {
+        PeriodicModelAverager averager(level, 0, pg);
+        check_against_reference(averager, {level}, rank, world, 16, 1e-6f,
+                                [](int64_t t) { return t % 2 == 0 ? 0 : -1; });
+        const AveragingLevelStats& stats = averager.level_stats()[0];
+        EXPECT_EQ(stats.calls, 8) << describe(level) << " layout " << layout;
+        EXPECT_EQ(stats.bytes, 3 * 4 + 7 * compressed) << describe(level) << " layout " << layout;
+        EXPECT_FALSE(averager.averaged_whole_group_last_step());  // step 15 does not average
+      }
+    });
+    EXPECT_RANKS_OK(result) << "layout " << layout;
+  }
 }
 
 TEST_P(LevelOptionsTest, AllOptionsOnOneLevel_MatchesReference) {
@@ -238,9 +255,13 @@ INSTANTIATE_TEST_SUITE_P(WorldSizes, LevelOptionsTest, ::testing::Values(2, 3, 4
                          [](const auto& info) { return "World" + std::to_string(info.param); });
 
 // Hierarchies mixing options across and within levels, against the reference.
-TEST(LevelOptionsHierarchy, MixedLevels_MatchReference) {
+// A rank per node, and 2 nodes of 2 (then the compressed pairs are within a node and sum in
+// float32, the compressed top level rounds between the 2 node leaders).
+class LevelOptionsHierarchyTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(LevelOptionsHierarchyTest, MixedLevels_MatchReference) {
   const int world = 4;
-  auto result = run_world(world, [&](int rank, const auto& pg) {
+  auto result = run_world(world, {.local_world_size = GetParam()}, [&](int rank, const auto& pg) {
     const std::vector<std::vector<LevelOptions>> hierarchies = {
         // Anchored lower level, overlapped compressed DiLoCo on top (overlap 4 < period 6).
         {{.period = 2,
@@ -277,6 +298,9 @@ TEST(LevelOptionsHierarchy, MixedLevels_MatchReference) {
   EXPECT_RANKS_OK(result);
 }
 
+INSTANTIATE_TEST_SUITE_P(NodeLayouts, LevelOptionsHierarchyTest, ::testing::Values(1, 2),
+                         [](const auto& info) { return "PerNode" + std::to_string(info.param); });
+
 TEST(LevelOptionsHierarchy, TwoRanks_OneRankLevelBelowOverlappedFp16) {
   const int world = 2;
   auto result = run_world(world, [&](int rank, const auto& pg) {
@@ -296,8 +320,8 @@ TEST(LevelOptionsHierarchy, TwoRanks_OneRankLevelBelowOverlappedFp16) {
 
 // Runs a mixed-options averager, saves its state in the middle of an overlapped averaging, and
 // checks that a new averager loaded from it continues exactly as the original does.
-void check_state_dict_round_trip(int world) {
-  auto result = run_world(world, [&](int rank, const auto& pg) {
+void check_state_dict_round_trip(int world, const hsgd::testing::WorldOptions& layout) {
+  auto result = run_world(world, layout, [&](int rank, const auto& pg) {
     const std::vector<LevelOptions> levels =
         world % 2 == 0
             ? std::vector<LevelOptions>{{.period = 2,
@@ -356,8 +380,16 @@ void check_state_dict_round_trip(int world) {
   EXPECT_RANKS_OK(result);
 }
 
-TEST(LevelOptionsState, StateDictRoundTripMidOverlap_World3) { check_state_dict_round_trip(3); }
-TEST(LevelOptionsState, StateDictRoundTripMidOverlap_World4) { check_state_dict_round_trip(4); }
+// Uneven nodes {0, 1} and {2}; a rank per node; 2 nodes of 2.
+TEST(LevelOptionsState, StateDictRoundTripMidOverlap_World3) {
+  check_state_dict_round_trip(3, {.node_sizes = {2, 1}});
+}
+TEST(LevelOptionsState, StateDictRoundTripMidOverlap_World4) {
+  check_state_dict_round_trip(4, {.local_world_size = 1});
+}
+TEST(LevelOptionsState, StateDictRoundTripMidOverlap_World4TwoNodes) {
+  check_state_dict_round_trip(4, {.local_world_size = 2});
+}
 
 template <typename Make>
 void expect_invalid(Make make, const std::string& expected, const std::string& what) {

@@ -5,8 +5,10 @@
 // in the same order as the rule states; the group sums of uncompressed payloads are in rank
 // order (an allreduce may sum in another order: compare those with a tolerance).
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "framework/distributed/model_averaging/compression.h"
@@ -14,11 +16,79 @@
 
 namespace hsgd::distributed::testing {
 
+// The group mean of a compressed averaging as compressed_average.h states it, for the members
+// of one group: payload[m] is member m's payload (members in group order, global ranks
+// first_rank, first_rank + 1, ...), node_sizes the job's nodes (node i: the next node_sizes[i]
+// contiguous global ranks; empty: one node). residual[m] is member m's error-feedback residual
+// (used and updated on node leaders) when error_feedback is set. Float32 operations in the
+// order the rule and the code take them.
+inline std::vector<float> reference_compressed_mean(const std::vector<std::vector<float>>& payload,
+                                                    int first_rank,
+                                                    const std::vector<int>& node_sizes,
+                                                    Compression compression, float scale,
+                                                    bool error_feedback,
+                                                    std::vector<std::vector<float>>& residual) {
+  const size_t g = payload.size(), n = payload[0].size();
+  const auto node_of = [&](int rank) {
+    int node = 0;
+    for (int end = 0; node < static_cast<int>(node_sizes.size()); ++node) {
+      end += node_sizes[static_cast<size_t>(node)];
+      if (rank < end) break;
+    }
+    return node_sizes.empty() ? 0 : node;
+  };
+  std::vector<std::vector<size_t>> nodes;
+  int last = -1;
+  for (size_t m = 0; m < g; ++m) {
+    const int node = node_of(first_rank + static_cast<int>(m));
+    if (nodes.empty() || node != last) nodes.emplace_back();
+    nodes.back().push_back(m);
+    last = node;
+  }
+  // 1. node sums, in rank order
+  std::vector<std::vector<float>> sums;
+  for (const auto& members : nodes) {
+    std::vector<float> s = payload[members[0]];
+    for (size_t k = 1; k < members.size(); ++k) {
+      for (size_t i = 0; i < n; ++i) s[i] += payload[members[k]][i];
+    }
+    sums.push_back(s);
+  }
+  // 2. the ring: chunk k visits leaders k, k+1, ..., k+N-1
+  const size_t big_n = nodes.size();
+  std::vector<float> total = sums[0];
+  if (big_n > 1) {
+    const size_t c = (n + big_n - 1) / big_n;
+    for (size_t k = 0; k < big_n; ++k) {
+      for (size_t i = std::min(n, k * c); i < std::min(n, (k + 1) * c); ++i) {
+        float decoded = 0.0f;
+        for (size_t j = 0; j < big_n; ++j) {
+          const size_t node = (k + j) % big_n;
+          float a = 0.0f;
+          if (j > 0) a += decoded;
+          a += sums[node][i];
+          std::vector<float>& e = residual[nodes[node][0]];
+          const float v = error_feedback ? a + e[i] : a;
+          decoded = 0.0f;
+          decoded += round_trip(compression, v * scale) / scale;
+          if (error_feedback) e[i] = v - round_trip(compression, v * scale) / scale;
+        }
+        total[i] = decoded;
+      }
+    }
+  }
+  // 4. mean
+  for (float& v : total) v /= static_cast<float>(g);
+  return total;
+}
+
 class ReferenceAverager {
  public:
   using Values = std::vector<float>;  // one rank's flat parameters
 
-  ReferenceAverager(std::vector<LevelOptions> levels, int world) : world_(world) {
+  // node_sizes: the nodes compressed levels see (contiguous ranks; empty: one node).
+  ReferenceAverager(std::vector<LevelOptions> levels, int world, std::vector<int> node_sizes = {})
+      : world_(world), node_sizes_(std::move(node_sizes)) {
     for (const LevelOptions& o : levels) levels_.push_back(Level{.o = o});
     for (Level& l : levels_) {
       l.anchor.resize(world);
@@ -58,25 +128,28 @@ class ReferenceAverager {
     l.first = is_anchored(l.o) && !l.has_anchor;
     for (int first = 0; first < world_; first += g) {
       Values sum(n, 0.0f);
-      for (int r = first; r < first + g; ++r) {
-        for (size_t i = 0; i < n; ++i) {
-          if (!is_anchored(l.o) || l.first) {
-            sum[i] += x[r][i] / static_cast<float>(g);
-          } else if (l.o.compression == Compression::kNone) {
-            sum[i] += (l.anchor[r][i] - x[r][i]) / static_cast<float>(g);
-          } else {
-            if (l.o.error_feedback && l.residual[r].empty()) l.residual[r].assign(n, 0.0f);
-            float v = l.anchor[r][i] - x[r][i];
-            if (l.o.error_feedback) v += l.residual[r][i];
-            const float s = l.o.compression_scale;
-            const float decoded = round_trip(l.o.compression, v * s) / s;
-            if (l.o.error_feedback) l.residual[r][i] = v - decoded;
-            sum[i] += decoded;
+      if (is_anchored(l.o) && !l.first && l.o.compression != Compression::kNone) {
+        std::vector<Values> payload;
+        std::vector<Values> residual;
+        for (int r = first; r < first + g; ++r) {
+          payload.emplace_back(n);
+          for (size_t i = 0; i < n; ++i) payload.back()[i] = l.anchor[r][i] - x[r][i];
+          if (l.o.error_feedback && l.residual[r].empty()) l.residual[r].assign(n, 0.0f);
+          residual.push_back(l.residual[r]);
+        }
+        sum = reference_compressed_mean(payload, first, node_sizes_, l.o.compression,
+                                        l.o.compression_scale, l.o.error_feedback, residual);
+        for (int r = first; r < first + g; ++r) l.residual[r] = residual[r - first];
+      } else {
+        for (int r = first; r < first + g; ++r) {
+          for (size_t i = 0; i < n; ++i) {
+            if (!is_anchored(l.o) || l.first) {
+              sum[i] += x[r][i] / static_cast<float>(g);
+            } else {
+              sum[i] += (l.anchor[r][i] - x[r][i]) / static_cast<float>(g);
+            }
           }
         }
-      }
-      if (is_anchored(l.o) && !l.first && l.o.compression != Compression::kNone) {
-        for (float& v : sum) v /= static_cast<float>(g);
       }
       for (int r = first; r < first + g; ++r) l.mean[r] = sum;
     }
@@ -127,6 +200,7 @@ class ReferenceAverager {
   }
 
   const int world_;
+  const std::vector<int> node_sizes_;
   std::vector<Level> levels_;
 };
 

@@ -1,0 +1,90 @@
+#pragma once
+// CompressedAverage: the group mean of a float32 payload with 16-bit values on the wire between
+// nodes and float32 sums everywhere else (the averaging of a compressed level, level_options.h).
+// Internal to the averagers (averaging_level.h).
+//
+// Node layout: comm/node_layout.h (the nodes the launcher declared, uneven ones included; one
+// node when nothing was declared, and then nothing is rounded). The members of the group on one
+// node form its node; the lowest group rank of a node is its leader. Leaders are numbered
+// 0..N-1 in group rank order.
+//
+// Rule (n values, g members, N nodes), run on a helper thread so that the caller can go on:
+//   1. node sum: s = the float32 sum of the node's payloads (the node group's allreduce: in
+//      rank order over shared memory);
+//   2. N == 1: T = s (nothing crosses a node, nothing is rounded). N >= 2: the leaders run a
+//      ring reduce-scatter then a ring allgather over chunks k = [k c, (k+1) c) of the buffer,
+//      c = ceil(n / N). Chunk k visits leaders k, k+1, ..., k+N-1 (mod N); the leader at
+//      position j of that walk computes, per value,
+//          a = s                 (j == 0)
+//          a = decoded_in + s    (j > 0, decoded_in: what the previous leader sent, decoded)
+//          v = a + e             (e: the leader's error-feedback residual; without it v = a)
+//          q = to16(v * scale);  e := v - from16(q) / scale (with error feedback)
+//      and sends q to the next leader (j < N-1), or, being the last (the owner of chunk k),
+//      sends q around the ring unchanged (the allgather). T = from16(q) / scale of the owner's
+//      q, the same bits on every leader. Each leader encodes each value exactly once per
+//      averaging, so its residual holds exactly its own rounding errors;
+//   3. the leader hands T to its node (the node group's allreduce of T and zeros: exact);
+//   4. D = T / g on every member.
+// Bytes on the wire between nodes: a leader sends 2 (N - 1) chunks of packed_words(c) int64
+// words (compression.h), about 4 (N - 1) n / N bytes; float32 ring allreduce: twice that. The
+// other members send nothing between nodes.
+//
+// Usage (every member, in the same order):
+//   CompressedAverage avg(group, Compression::kBF16, 1.0f);   // collective: builds its groups
+//   const int64_t bytes = avg.start(buffer, residual);         // buffer: payload in, D out
+//   avg.wait();                                                // throws the collectives' errors
+
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "comm/process_group.h"
+#include "framework/distributed/model_averaging/level_options.h"
+
+namespace hsgd::distributed::detail {
+
+class CompressedAverage {
+ public:
+  // Collective over group (size >= 2): gathers the node layout (InvalidArgument on every rank
+  // when it cannot be told, see NodeLayout::nodes) and creates the private node and leader
+  // groups the helper thread uses (never `group` itself, which the caller may use meanwhile).
+  CompressedAverage(const std::shared_ptr<comm::ProcessGroup>& group, Compression compression,
+                    float scale);
+  // Waits for an averaging in flight (each of its collectives is bounded by the group timeout).
+  ~CompressedAverage();
+  CompressedAverage(const CompressedAverage&) = delete;
+  CompressedAverage& operator=(const CompressedAverage&) = delete;
+
+  // Starts the averaging of buffer (n,): payload in, D out after wait(). residual is empty or
+  // (n,) (error feedback; only a leader reads and writes it). Both must stay alive and untouched
+  // until wait() returned. Returns the bytes this rank will send between nodes.
+  int64_t start(std::span<float> buffer, std::span<float> residual);
+  // Waits for the averaging started last; rethrows its error. No-op when none is in flight.
+  void wait();
+  bool in_flight() const { return job_.valid(); }
+
+  int nodes() const { return nodes_; }
+  bool leader() const { return leader_; }
+
+ private:
+  void run(std::span<float> buffer, std::span<float> residual);
+  // Step 2 on a leader: the ring over the leaders; buffer holds s in, T out.
+  void ring(std::span<float> buffer, std::span<float> residual);
+
+  // Constant after construction.
+  const Compression compression_;
+  const float scale_;
+  const int group_size_;
+  int nodes_ = 1;
+  bool leader_ = false;
+  std::shared_ptr<comm::ProcessGroup> node_;     // this rank's node (null: alone on it)
+  std::shared_ptr<comm::ProcessGroup> leaders_;  // the leaders (null: not a leader, or N == 1)
+
+  std::future<void> job_;
+  std::vector<float> acc_;            // (c,) a, then v, of the chunk being encoded
+  std::vector<int64_t> send_, recv_;  // (packed_words(c),) the ring's messages
+};
+
+}  // namespace hsgd::distributed::detail
