@@ -4,9 +4,11 @@
 // Each program sets its own defaults in the struct before add_training_flags, which shows them
 // in --help.
 //
+// Usage:
+//   CLI::App app{"train_resnet"};
 //   apps::TrainingFlags training{.batch_size = 128, .lr = 0.1, .weight_decay = 1e-4};
 //   apps::add_training_flags(app, training);
-//   ...
+//   // ... parse ...
 //   apps::check_training_flags(training);                   // after parsing
 //   auto sgd = std::make_shared<optim::SGD>(params, apps::sgd_options(training));
 //

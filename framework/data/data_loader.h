@@ -12,11 +12,14 @@
 // Call set_epoch(e) at the start of each epoch to get a new shuffle; without it every pass
 // repeats epoch 0's order (as with DistributedSampler).
 //
+// Usage:
 //   data::DataLoader loader(dataset, {.batch_size = 64, .shuffle = true, .seed = 1,
-//                                     .rank = rank, .world_size = world});
+//                                     .rank = world->rank(), .world_size = world->size()});
 //   for (int64_t epoch = 0; epoch < epochs; ++epoch) {
 //     loader.set_epoch(epoch);
-//     for (const data::Batch& batch : loader) { ... batch.inputs, batch.targets ... }
+//     for (const data::Batch& batch : loader) {
+//       Tensor loss = nn::cross_entropy(model->forward(batch.inputs), batch.targets);
+//     }
 //   }
 //
 // Position and resume: position() counts the batches of the current epoch handed out so far
