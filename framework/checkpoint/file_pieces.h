@@ -16,8 +16,8 @@
 //   #include <fcntl.h>
 //   StateDict state;
 //   state.set("step", int64_t{100});
-//   FilePieces payload = encode_rank_payload(rank, /*step=*/100, state);   // borrows state's tensors
-//   FilePieces file = envelope_of(kRankKind, payload, payload.crc32());   // header + payload's pieces
+//   FilePieces payload = encode_rank_payload(rank, 100, state);   // borrows state's tensors
+//   FilePieces file = envelope_of(kRankKind, payload, payload.crc32());   // header + payload
 //   const std::string path = "ckpt/step_100/rank_0";
 //   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
 //   file.write_all(fd, path);
