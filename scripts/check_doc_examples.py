@@ -20,12 +20,13 @@ marker is reported too: it looks like an example that would escape the check.
 How an example is compiled: its '#include' lines go to the top of a translation unit (after
 the headers every example may use: hsgd.h, the header it documents, <iostream> ...). Classes,
 structs, templates and functions defined at its top (and a whole "int main" program) stay at
-namespace scope; the remaining statements become the body of a function. Each example lives
-in its own namespace that sees `using namespace hsgd` and the namespaces its header declares,
-and the names of scripts/doc_examples_given.h (model, world, x, y, ...: the things an example
-takes as given). '#line' directives map every line back to its source, so the compiler's
-messages name FILE:LINE of the docs. All examples are compiled as one translation unit with
--fsyntax-only; when that fails, every example is compiled alone to name the failing ones.
+namespace scope; the remaining statements become the body of a function `int f(int argc, char**
+argv)`. Each example lives in its own namespace, nested in its header's namespace (a header's
+example reads as written inside it; a page's example as user code at global scope), and sees the
+names of scripts/doc_examples_given.h (model, world, x, y, ...: the things an example takes as
+given). '#line' directives map every line back to its source, so the compiler's messages name
+FILE:LINE of the docs. All examples are compiled as one translation unit with -fsyntax-only;
+when that fails, every example is compiled alone to name the failing ones.
 
 Usage: scripts/check_doc_examples.py ROOT [--list] [--keep DIR] -- COMPILER FLAGS...
        scripts/check_doc_examples.py ROOT --compile-commands FILE [--like SOURCE]
