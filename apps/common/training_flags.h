@@ -43,6 +43,7 @@ struct TrainingFlags {
   int64_t eval_every = 0;             // 0: evaluate at epoch ends only, print no "eval:" lines
   int64_t max_eval = 0;               // test examples per evaluation; 0: all
   std::string metrics_out = "";       // JSON lines file written by rank 0; empty: none
+  int64_t prefetch = 2;               // batches loaded ahead on a background thread; 0: off
 };
 
 void add_training_flags(CLI::App& app, TrainingFlags& flags);

@@ -14,7 +14,8 @@
 //
 // Usage:
 //   data::DataLoader loader(dataset, {.batch_size = 64, .shuffle = true, .seed = 1,
-//                                     .rank = world->rank(), .world_size = world->size()});
+//                                     .rank = world->rank(), .world_size = world->size(),
+//                                     .prefetch = 2});   // load 2 batches ahead
 //   for (int64_t epoch = 0; epoch < epochs; ++epoch) {
 //     loader.set_epoch(epoch);
 //     for (const data::Batch& batch : loader) {
