@@ -5,6 +5,7 @@
 // code (comm/, framework/, optim/, models/) includes the specific headers it needs instead;
 // scripts/check_layers.py, run by the test suite, refuses any include that points up a layer.
 //
+// Usage:
 //   #include "hsgd.h"
 //   hsgd::Generator gen(0);
 //   hsgd::Tensor x = hsgd::randn({8, 784}, gen);

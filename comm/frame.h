@@ -39,10 +39,13 @@ std::string encode_frame(const google::protobuf::MessageLite& message, size_t ma
 //
 // Usage (the server's read loop):
 //   FrameDecoder decoder(4096);
-//   auto space = decoder.prepare(std::min(available, decoder.wanted()));
-//   size_t n = read(fd, space.data(), space.size());
-//   switch (decoder.commit(n)) { case FrameDecoder::State::kFrame: use(decoder.frame());
-//                                  decoder.next(); break; ... }
+//   const int fd = 0;   // a connected socket
+//   auto space = decoder.prepare(decoder.wanted());
+//   const ssize_t n = ::read(fd, space.data(), space.size());
+//   if (n > 0 && decoder.commit(static_cast<size_t>(n)) == FrameDecoder::State::kFrame) {
+//     const std::string& frame = decoder.frame();   // one whole frame
+//     decoder.next();
+//   }
 class FrameDecoder {
  public:
   enum class State {

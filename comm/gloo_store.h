@@ -6,7 +6,7 @@
 //
 // Usage:
 //   auto adapter = hsgd::comm::as_gloo_store(store, "job/pg0/", std::chrono::seconds(30));
-//   context->connectFullMesh(*adapter, device);
+//   // context->connectFullMesh(*adapter, device);   // a gloo::rendezvous::Context
 
 #include <gloo/rendezvous/store.h>
 

@@ -4,7 +4,7 @@
 // default info). Messages carry their context themselves ("rank 3 group hier-4: ...") since
 // several ranks may live in one process.
 //
-// Usage: hsgd::comm::logger()->info("rank {} joined group {}", rank, name);
+// Usage: hsgd::comm::logger()->info("rank {} joined group {}", rank, "world");
 
 #include <spdlog/spdlog.h>
 

@@ -8,7 +8,7 @@
 // Usage:
 //   auto base = std::make_shared<hsgd::comm::HashStore>();
 //   hsgd::comm::PrefixStore group_store("group-3", base);
-//   group_store.set("rank0", value);            // base key "group-3/rank0"
+//   group_store.set("rank0", hsgd::comm::to_bytes("v"));   // base key "group-3/rank0"
 
 #include <memory>
 #include <string>

@@ -17,8 +17,11 @@
 // ranks in one process) every call does nothing but load one pointer.
 //
 // Usage:
-//   int64_t step = checkpoints.resume();   // reports the step it resumed from
-//   for (...) { ... optimizer->step(); ++step; comm::report_progress(step); }
+//   int64_t step = 0;   // or the step a resumed run starts from
+//   for (const data::Batch& batch : loader) {
+//     // ... forward, backward, optimizer->step() ...
+//     comm::report_progress(++step);
+//   }
 
 #include <cstddef>
 #include <cstdint>

@@ -17,8 +17,10 @@
 //
 // Usage:
 //   auto table = hsgd::comm::read_token_file("/etc/hsgd/tokens");
+//   hsgd::comm::RendezvousServerOptions server_options;
 //   server_options.token = table.server_token;
 //   server_options.job_tokens = table.job_tokens;
+//   hsgd::comm::TcpStoreOptions store_options;
 //   store_options.token = table.token_for("job42");
 
 #include <cstddef>

@@ -12,9 +12,12 @@
 // arrive ("ranks [1, 3] (global [5, 7]) did not arrive within 500 ms"); store errors propagate.
 //
 // Usage (meet, then read what every rank wrote):
+//   const bool ok = true;   // this rank's vote
+//   const int size = 4;
 //   hsgd::comm::store_barrier(*store, "job/pg/vote/", rank, size, std::chrono::seconds(30),
 //                             {.value = hsgd::comm::to_bytes(ok ? "1" : "0")});
-//   auto votes = store->multi_get(keys_of_every_rank, std::chrono::seconds(30));
+//   auto votes = store->multi_get(hsgd::comm::store_barrier_keys("job/pg/vote/", size),
+//                                 std::chrono::seconds(30));
 
 #include <span>
 #include <string>

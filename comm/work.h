@@ -5,8 +5,9 @@
 // has completed.
 //
 // Usage:
+//   std::vector<float> grads(1000, 1.0f);
 //   auto work = pg->allreduce(grads, hsgd::comm::ReduceOp::kAvg);
-//   ...compute...
+//   // ... compute while the collective runs ...
 //   work->wait();   // rethrows the collective's error, if any
 
 #include <condition_variable>

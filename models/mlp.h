@@ -6,6 +6,7 @@
 // Weights use PyTorch's default initialisation drawn from Generator(seed): the same seed gives
 // the same model on every process.
 //
+// Usage:
 //   auto model = std::make_shared<models::MLP>(models::MLPOptions{.sizes = {784, 512, 256, 10}});
 //   Tensor logits = model->forward(batch.inputs);
 //

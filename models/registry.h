@@ -8,6 +8,7 @@
 //   "resnet56"  models::ResNet CIFAR ResNet-56
 //   "resnet18"  models::ResNet ResNet-18, CIFAR variant (11,173,962 parameters at 10 classes)
 //
+// Usage:
 //   auto model = models::make_model("resnet20", {.num_classes = 10, .seed = 1});
 //   auto mlp = models::make_model("mlp", {.input_shape = {1, 28, 28}});
 //

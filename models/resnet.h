@@ -26,8 +26,9 @@
 //   resnet18_options()        ResNet-18   blocks {2,2,2,2} widths {64,128,256,512}  11,173,962
 //                             (CIFAR variant: 3x3 stride-1 stem, no max-pool)
 //
+// Usage:
 //   auto model = std::make_shared<models::ResNet>(models::resnet_cifar_options(20));
-//   Tensor logits = model->forward(images);          // images (N,3,32,32) -> logits (N,10)
+//   Tensor logits = model->forward(x);               // x (N,3,32,32) -> logits (N,10)
 //
 // Errors (InvalidArgument naming the value): blocks and widths of different or zero length, a
 // non-positive entry, in_channels or num_classes < 1, a CIFAR depth that is not 6n+2; forward

@@ -19,9 +19,13 @@
 // Torch computes the same values recursively from the current lr; the closed form here gives the
 // same numbers when one scheduler owns the lr, but overwrites changes made to lr by others.
 //
+// Usage:
 //   optim::SGD opt(params, {.lr = 0.1, .momentum = 0.9});
 //   optim::StepLR sched(opt, {.step_size = 30, .gamma = 0.1});
-//   for (int epoch = 0; epoch < 90; ++epoch) { train_one_epoch(); sched.step(); }
+//   for (int epoch = 0; epoch < 90; ++epoch) {
+//     // ... train one epoch with opt ...
+//     sched.step();
+//   }
 //
 // The optimizer must outlive the scheduler. Bad options throw InvalidArgument naming the value.
 

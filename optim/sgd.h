@@ -10,9 +10,11 @@
 //   p = p - lr * g
 // Parameters whose gradient is undefined are skipped (their momentum buffer is untouched).
 //
+// Usage:
 //   optim::SGD opt(model->parameters(), {.lr = 0.1, .momentum = 0.9, .weight_decay = 5e-4});
 //   // or with groups; a field a group leaves empty takes the SGDOptions value:
-//   optim::SGD opt({{.params = backbone, .lr = 0.01}, {.params = head}}, {.lr = 0.1});
+//   std::vector<Tensor> backbone = model->parameters(), head;
+//   optim::SGD grouped({{.params = backbone, .lr = 0.01}, {.params = head}}, {.lr = 0.1});
 //
 // Errors (InvalidArgument naming the value): lr < 0, momentum < 0, weight_decay < 0, nesterov
 // with momentum <= 0 or dampening != 0, an empty parameter list, a parameter in two groups.

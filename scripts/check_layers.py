@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Fails when a source file includes a header of a layer above its own.
 
-The layers of ../shared/DESIGN.md, from the bottom:
+The layers of docs/contributing.md, from the bottom:
 
     comm  <-  framework  <-  optim  <-  models  <-  apps
 

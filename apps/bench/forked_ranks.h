@@ -4,8 +4,10 @@
 // The parent waits for all of them; past the deadline it kills every child by pid (nothing is
 // left running) and returns false. Returns true only when every rank exited 0.
 //
-//   bool ok = run_forked_ranks(4, std::chrono::minutes(20), "resnet20",
-//                              [&](int rank) { run_rank(rank, 4, ...); });
+// Usage:
+//   bool ok = run_forked_ranks(4, std::chrono::minutes(20), "resnet20", [&](int rank) {
+//     // one rank of the benchmark: init_process_group({.rank = rank, .world_size = 4, ...}) ...
+//   });
 
 #include <signal.h>
 #include <sys/types.h>

@@ -2,13 +2,16 @@
 // Durable runs for the bundled examples: the --checkpoint-dir / --checkpoint-every / --resume
 // flags and the Checkpointer (framework/checkpoint/) wired to what the examples train.
 //
+// Usage:
+//   CLI::App app{"train_mlp"};
 //   apps::CheckpointFlags checkpoint_flags;
 //   apps::add_checkpoint_flags(app, checkpoint_flags);
-//   ...
-//   apps::RunCheckpoints checkpoints(checkpoint_flags, world, run_info,
-//                                    {.model = model, .optimizer = optimizer, ...});
+//   // ... parse, build the model, optimizer and loader ...
+//   apps::RunCheckpoints checkpoints(checkpoint_flags, world, {.mode = "ddp", .model = "mlp"},
+//                                    {.model = model, .optimizer = optimizer, .loader = &loader});
 //   int64_t step = checkpoints.resume();      // 0, or the step of the checkpoint resumed from
-//   ... after each optimizer step: checkpoints.after_step(step, end_of_epoch);
+//   const bool end_of_epoch = false;
+//   checkpoints.after_step(++step, end_of_epoch);   // after each optimizer step
 //   checkpoints.finish();                     // the last write is on disk
 //
 // With --resume auto (the default) a run whose --checkpoint-dir holds a complete checkpoint

@@ -14,6 +14,8 @@
 // Resume: a run resumed from step S keeps the file's complete records with step <= S (those
 // after S are trained again) and appends; wall_s and train_s continue from the last kept record.
 //
+// Usage:
+//   const int64_t resumed_step = 0;   // or the step the run resumed from
 //   apps::MetricsLog log("run.jsonl", resumed_step);
 //   log.write({.step = 10, .epoch = 1, .wall_s = 3.2, .train_loss = 2.1});
 //

@@ -3,14 +3,17 @@
 // hsgd-run: the --mode / --hierarchy / --warmup-steps / --period / --subgroup-size flags, and
 // building DDP, the post-local SGD hook and the model averager from them.
 //
+// Usage:
+//   CLI::App app{"train_mlp"};
 //   apps::ParallelFlags parallel;
 //   apps::add_parallel_flags(app, parallel);
-//   ...
+//   // ... parse, build the model ...
 //   auto world = comm::init_process_group(comm::InitOptions::from_env());
 //   apps::Parallel setup = apps::make_parallel(model, world, parallel, model->buffers());
-//   auto optimizer = setup.wrap(std::make_shared<optim::SGD>(model->parameters(), options));
+//   auto optimizer = setup.wrap(std::make_shared<optim::SGD>(model->parameters(),
+//                                                            optim::SGDOptions{.lr = 0.1}));
 //   Tensor logits = setup.forward(*model, batch.inputs);
-//   { distributed::AveragedReplicas average(world, model); evaluate(*model); }  // the average
+//   { distributed::AveragedReplicas average(world, model); /* evaluate *model */ }  // the average
 //
 // Bad flag values throw apps::BadFlag (exit code 2 in the examples) naming the flag and value.
 

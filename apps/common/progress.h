@@ -12,6 +12,8 @@
 // Other output goes through print() (or after clear()), which erases the live line first; the
 // next update() draws it again.
 //
+// Usage:
+//   const int64_t log_every = 50;
 //   apps::Progress progress(apps::Progress::detect(rank == 0, log_every), log_every);
 //   progress.update({.step = 41, .total_steps = 96, .epoch = 2, .epochs = 3, .loss = 0.51});
 

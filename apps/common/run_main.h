@@ -1,10 +1,12 @@
 #pragma once
 // The examples' main: command-line parsing and exit codes in one place.
 //
+// Usage:
 //   int main(int argc, char** argv) {
-//     CLI::App app{"..."};
-//     ...add flags...
-//     return apps::run_main(app, argc, argv, "train_mlp", [&] { return run(flags); });
+//     CLI::App app{"train_mlp: ..."};
+//     int64_t epochs = 1;
+//     app.add_option("--epochs", epochs, "passes over the data");
+//     return apps::run_main(app, argc, argv, "train_mlp", [&] { return epochs > 0 ? 0 : 1; });
 //   }
 //
 // Exit codes: 0 on success (and for --help); 2 on a usage error (CLI11's parse errors, e.g. an

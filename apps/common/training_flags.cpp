@@ -52,6 +52,11 @@ void add_training_flags(CLI::App& app, TrainingFlags& flags) {
                  "Rank 0 writes one JSON object per line to FILE (step, epoch, wall_s, "
                  "train_loss, lr, samples_per_s, test_loss/test_accuracy when evaluated, "
                  "averaging per level); a resumed run appends");
+  app.add_option("--prefetch", flags.prefetch,
+                 "Training batches loaded ahead on a background thread while the model trains "
+                 "(DataLoaderOptions::prefetch; the same batches either way; 0: load each batch "
+                 "when it is needed)")
+      ->capture_default_str();
 }
 
 void apply_thread_flag(const TrainingFlags& flags) {
@@ -73,6 +78,7 @@ void check_training_flags(const TrainingFlags& flags) {
   HSGD_CHECK_AS(BadFlag, flags.eval_every >= 0, "--eval-every ", flags.eval_every,
                 " must be at least 0");
   HSGD_CHECK_AS(BadFlag, flags.max_eval >= 0, "--max-eval ", flags.max_eval, " must be at least 0");
+  HSGD_CHECK_AS(BadFlag, flags.prefetch >= 0, "--prefetch ", flags.prefetch, " must be at least 0");
   HSGD_CHECK_AS(BadFlag, std::isfinite(flags.lr) && flags.lr >= 0, "--lr ", flags.lr,
                 " must be a finite number >= 0");
   HSGD_CHECK_AS(BadFlag, std::isfinite(flags.momentum) && flags.momentum >= 0, "--momentum ",

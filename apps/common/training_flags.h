@@ -4,9 +4,11 @@
 // Each program sets its own defaults in the struct before add_training_flags, which shows them
 // in --help.
 //
+// Usage:
+//   CLI::App app{"train_resnet"};
 //   apps::TrainingFlags training{.batch_size = 128, .lr = 0.1, .weight_decay = 1e-4};
 //   apps::add_training_flags(app, training);
-//   ...
+//   // ... parse ...
 //   apps::check_training_flags(training);                   // after parsing
 //   auto sgd = std::make_shared<optim::SGD>(params, apps::sgd_options(training));
 //
@@ -41,6 +43,7 @@ struct TrainingFlags {
   int64_t eval_every = 0;             // 0: evaluate at epoch ends only, print no "eval:" lines
   int64_t max_eval = 0;               // test examples per evaluation; 0: all
   std::string metrics_out = "";       // JSON lines file written by rank 0; empty: none
+  int64_t prefetch = 2;               // batches loaded ahead on a background thread; 0: off
 };
 
 void add_training_flags(CLI::App& app, TrainingFlags& flags);

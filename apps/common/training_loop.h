@@ -3,9 +3,13 @@
 // a DataLoader with checkpoints, progress and metrics, evaluations of the average of the
 // replicas, and the final report.
 //
-//   apps::TrainingRun run{.program = "train_resnet", .world = world, .model = model, ...};
+// Usage:
+//   apps::TrainingFlags training_flags;   // parsed by add_training_flags (training_flags.h)
+//   apps::ParallelFlags parallel_flags;   // parsed by add_parallel_flags (parallel_training.h)
+//   apps::TrainingRun run{.program = "train_resnet", .world = world, .model = model,
+//                         .optimizer = optimizer.get(), .loader = &loader, .test = dataset.get()};
 //   const apps::EvalResult result = apps::train(training_flags, run);
-//   apps::print_report(run, parallel_flags, result);
+//   apps::print_report(run, parallel_flags, result, /*wall_seconds=*/61.5);
 //
 // Per epoch: loader.set_epoch(epoch), then for each batch zero_grad, forward (through DDP when
 // the run has it), cross-entropy, backward, optimizer step, scheduler step; the run stops after

@@ -4,11 +4,17 @@
 // and the clocks behind them: wall time since the start and training time without evaluations.
 // On other ranks every call only keeps the clocks.
 //
-//   apps::TrainingMonitor monitor({.lead = rank == 0, ...});
-//   ... after each step:      monitor.after_step(step, epoch, loss.item(), lr);
-//   ... at each evaluation:   monitor.begin_eval(); <evaluate>; monitor.after_eval(step, epoch,
-//                             result); <barrier>; monitor.end_eval();
-//   ... other output:         monitor.print("...\n");
+// Usage:
+//   apps::TrainingMonitor monitor({.lead = rank == 0, .log_every = 50, .epochs = 3});
+//   const int64_t step = 1, epoch = 1;
+//   const double lr = 0.1;
+//   monitor.after_step(step, epoch, loss.item(), lr);        // after each step
+//   monitor.begin_eval();                                    // at each evaluation:
+//   const apps::EvalResult result = apps::evaluate(*model, *dataset, 0);
+//   monitor.after_eval(step, epoch, result);
+//   world->barrier()->wait();
+//   monitor.end_eval();
+//   monitor.print("other output\n");                        // erases the progress line first
 //
 // Records: one every log_every steps (mean loss and samples/s over the steps since the previous
 // record) and one at every evaluation (with test_loss and test_accuracy).

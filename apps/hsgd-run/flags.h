@@ -12,7 +12,7 @@
 // - Under srun (comm/slurm_env.h), what the command line and HSGD_* left unset comes from the
 //   step before the checks run.
 //
-// Usage:
+// Usage (in main(argc, argv)):
 //   std::optional<Flags> flags = parse_flags(argc, argv);   // throws UsageError
 //   if (!flags) return 0;                                   // --help
 

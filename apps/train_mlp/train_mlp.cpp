@@ -139,7 +139,8 @@ int run(const Flags& flags) {
                                        .shuffle = true,
                                        .seed = training.seed,
                                        .rank = rank,
-                                       .world_size = world_size});
+                                       .world_size = world_size,
+                                       .prefetch = training.prefetch});
   // Cosine (the default) is annealed per step to 0 over the whole run: in a one-epoch run the
   // small final steps are worth ~1.5 points of test accuracy over a constant lr (measured:
   // 86.4-86.7% vs 79-85%).

@@ -140,7 +140,8 @@ int run(Flags flags) {
                                        .drop_last = true,
                                        .rank = world->rank(),
                                        .world_size = world_size,
-                                       .transform = data.augment});
+                                       .transform = data.augment,
+                                       .prefetch = training.prefetch});
   const std::unique_ptr<optim::LRScheduler> scheduler =
       apps::make_scheduler(training, *optimizer, apps::planned_steps(training, loader));
   apps::RunCheckpoints checkpoints(flags.checkpoint, world,

@@ -14,7 +14,7 @@
 //     rank 0 is in allreduce (272474 x float, sum) #24 'averager 2:4';
 //     ranks 1-3 are in broadcast (98 x float, root 0) #23 'DDP buffers'
 //
-// Usage (inside ProcessGroup):
+// Usage (inside ProcessGroup; not compiled: uses its private members):
 //   CollectiveFingerprint fp{.kind = "broadcast", .dtype = "float", .count = n,
 //                            .args = "root 0", .label = std::string(label)};
 //   queue_->enqueue(std::move(fp), run, helper);   // the queue sets fp.seq

@@ -14,7 +14,7 @@
 // turns it into the error of that Work, and every later task fails at once with
 // hsgd::CommError quoting the first failure.
 //
-// Usage (inside ProcessGroup):
+// Usage (inside ProcessGroup; not compiled: uses its private members):
 //   queue_ = std::make_unique<CollectiveQueue>(name, timeout, on_failure);
 //   auto work = queue_->enqueue({.kind = "barrier"}, [&](uint32_t tag) { ... }, helper);
 

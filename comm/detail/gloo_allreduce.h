@@ -7,7 +7,7 @@
 // context, one at a time (the group's collective queue runs them). Errors are Gloo's
 // exceptions (timeouts, lost connections), which the queue turns into the group's error.
 //
-// Usage (inside ProcessGroup, after connecting):
+// Usage (inside ProcessGroup, after connecting; not compiled: uses its private members):
 //   gloo_allreduce_ = std::make_unique<GlooAllreduce>(context_, options_.timeout);
 //   gloo_allreduce_->allreduce(data, op, options_.allreduce_algorithm, tag);
 

@@ -12,7 +12,7 @@
 //      more, which assembles the result (x + 0, min(x, +inf) and max(x, -inf) are exact, so every
 //      rank gets the same bits).
 //
-// Usage (inside ProcessGroup::connect, with every member's node identity):
+// Usage (inside ProcessGroup::connect; not compiled: uses its private members):
 //   two_level_ = TwoLevelAllreduce::connect(options_, identities);   // nullptr: not applicable
 //   two_level_->allreduce(data, op);
 

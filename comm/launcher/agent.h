@@ -35,7 +35,7 @@
 // - Call run() from a thread that outlives it (workers die with the thread that forked them).
 //
 // Usage:
-//   LaunchAgent agent(AgentOptions{.nproc_per_node = 4, .master_port = port,
+//   LaunchAgent agent(AgentOptions{.nproc_per_node = 4, .master_port = 29500,
 //                                  .program = {"./train"}}, store);
 //   int code = agent.run();
 

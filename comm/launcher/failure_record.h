@@ -9,7 +9,7 @@
 // Usage:
 //   FailureRecord r{.kind = FailureRecord::Kind::kWorkerFailed, .node_rank = 0, .rank = 3,
 //                   .message = "rank 3 ... exit code 1"};
-//   store.compare_set(key, {}, to_bytes(r.encode()));
+//   store->compare_set("hsgd-run/attempt/0/failed", {}, comm::to_bytes(r.encode()));
 
 #include <string>
 

@@ -9,9 +9,13 @@
 // to agree) is reported as silent.
 //
 // Usage:
-//   Heartbeat hb(store, "hsgd-run/attempt/0/", nnodes, my_node, 1s, 30s);
-//   hb.beat(Clock::now());                         // once, before workers start
-//   if (int silent = hb.tick(Clock::now()); silent >= 0) ... node `silent` is gone ...
+//   using namespace std::chrono_literals;
+//   const int nnodes = 2, my_node = 0;
+//   Heartbeat hb(*store, "hsgd-run/attempt/0/", nnodes, my_node, 1s, 30s);
+//   hb.beat(Heartbeat::Clock::now());                         // once, before workers start
+//   if (int silent = hb.tick(Heartbeat::Clock::now()); silent >= 0) {
+//     // node `silent` is gone
+//   }
 
 #include <chrono>
 #include <cstdint>

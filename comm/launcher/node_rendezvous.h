@@ -13,10 +13,10 @@
 //      table without further messages.
 //
 // Usage:
-//   NodeAssignment a = rendezvous_nodes(store, {.nnodes = 2, .key_prefix = "hsgd-run/0/", ...},
+//   NodeAssignment a = rendezvous_nodes(*store, {.nnodes = 2, .job_id = "job42"},
 //                                       NodeInfo{.host = "a", .pid = getpid(),
 //                                                .local_world_size = 4});
-//   a.node_rank, a.rank_offset, a.world_size
+//   // a.node_rank, a.rank_offset, a.world_size
 
 #include <sys/types.h>
 

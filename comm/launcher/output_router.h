@@ -17,8 +17,9 @@
 //
 // Usage:
 //   OutputRouter router(OutputOptions{}, /*attempt=*/0);
-//   router.add(rank, worker.take_stdout_fd(), OutputRouter::Stream::kStdout);
-//   while (...) router.pump(std::chrono::milliseconds(100), wake_fd);
+//   auto worker = WorkerProcess::spawn({"/bin/echo", "hi"}, {"PATH=/bin"});
+//   router.add(/*rank=*/0, worker.take_stdout_fd(), OutputRouter::Stream::kStdout);
+//   while (!worker.poll()) router.pump(std::chrono::milliseconds(100));
 
 #include <unistd.h>
 

@@ -22,10 +22,15 @@
 // throws hsgd::Error naming the path. Used from one thread.
 //
 // Usage:
-//   ProgressMonitor progress(nproc, rank_offset, "node 0 'host'");
-//   env.push_back("HSGD_PROGRESS_FILE=" + progress.path());
-//   every tick: progress.observe(now, pids);
-//               if (auto hang = progress.find_hung(now, 60s)) ... hang->message ...
+//   using namespace std::chrono_literals;
+//   ProgressMonitor progress(/*slots=*/4, /*rank_offset=*/0, "node 0 'host'");
+//   std::vector<std::string> env{"HSGD_PROGRESS_FILE=" + progress.path()};
+//   std::vector<pid_t> pids;   // the workers, by local rank
+//   // every tick of the agent:
+//   progress.observe(ProgressMonitor::Clock::now(), pids);
+//   if (auto hang = progress.find_hung(ProgressMonitor::Clock::now(), 60s)) {
+//     // hang->message names the worker
+//   }
 
 #include <sys/types.h>
 

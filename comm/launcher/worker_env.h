@@ -12,7 +12,7 @@
 // to 1 unless the user set them: P workers with P threads each would oversubscribe the cores.
 //
 // Usage:
-//   auto env = build_worker_env(current_environment(), WorkerEnvOptions{.rank = 3, ...});
+//   auto env = build_worker_env(current_environment(), WorkerEnvOptions{.rank = 3});
 
 #include <string>
 #include <vector>

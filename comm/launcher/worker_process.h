@@ -16,7 +16,9 @@
 //
 // Usage:
 //   auto w = WorkerProcess::spawn({"/bin/echo", "hi"}, {"PATH=/bin"});
-//   int out = w.take_stdout_fd();  ...  while (!w.poll()) {...}  w.kill_and_reap();
+//   int out = w.take_stdout_fd();   // read the output from it
+//   while (!w.poll()) { /* wait */ }
+//   w.kill_and_reap();
 
 #include <sys/types.h>
 

@@ -7,8 +7,9 @@
 //
 // HOW TO WRITE A DIFFERENTIABLE OP
 //
+// Usage:
 //   Tensor mul(const Tensor& a, const Tensor& b) {
-//     Tensor out = ...;                                  // 1. compute: plain kernel code, or
+//     Tensor out = zeros(a.shape());                     // 1. compute: plain kernel code, or
 //                                                        //    differentiable ops (then the
 //                                                        //    composite needs no node at all)
 //     if (autograd::needs_grad({a, b})) {                // 2. grad mode on and some input

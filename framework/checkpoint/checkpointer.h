@@ -3,16 +3,22 @@
 // then save(step) now and then, and load() at start-up resumes from the newest complete
 // checkpoint (one call instead of restoring each object by hand).
 //
+// Usage:
 //   checkpoint::Checkpointer ckpt({.dir = "ckpt"}, world,
 //                                 {.mode = "hierarchical", .hierarchy = "2:2,4:4",
 //                                  .model = "resnet20"});
+//   optim::StepLR scheduler(*optimizer, {.step_size = 30});
 //   ckpt.add_module("model", model);            // parameters and buffers, by dotted name
 //   ckpt.add("optimizer", *optimizer);           // anything with state_dict()/load_state_dict()
 //   ckpt.add("scheduler", scheduler);            //   (optimizers, LR schedulers, averagers,
 //   ckpt.add("loader", loader);                  //    Trainer, PostLocalSGDState, DataLoader)
 //   ckpt.add_generator("augment_rng", gen);
-//   if (auto resumed = ckpt.load()) { /* resumed->step, resumed->path */ }
-//   for (...) { ...train one step...; if (step % 100 == 0) ckpt.save(step); }
+//   int64_t step = 0;
+//   if (auto resumed = ckpt.load()) step = resumed->step;   // also resumed->path
+//   for (const data::Batch& batch : loader) {
+//     // ... train one step on batch ...
+//     if (++step % 100 == 0) ckpt.save(step);
+//   }
 //   ckpt.wait();                                 // the last write is on disk
 //
 // Layout: DIR/step_<N>/rank_<r> (one file per rank) and DIR/step_<N>/manifest (format:

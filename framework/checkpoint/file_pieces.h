@@ -12,8 +12,14 @@
 // order, defaults omitted as protobuf omits them; tests/framework/checkpoint/file_pieces_test
 // compares them byte for byte), so the format and its readers are unchanged.
 //
-//   FilePieces payload = encode_rank_payload(rank, step, state);   // borrows state's tensors
-//   FilePieces file = envelope_of(kRankKind, payload);             // header + payload's pieces
+// Usage:
+//   #include <fcntl.h>
+//   StateDict state;
+//   state.set("step", int64_t{100});
+//   FilePieces payload = encode_rank_payload(rank, 100, state);   // borrows state's tensors
+//   FilePieces file = envelope_of(kRankKind, payload, payload.crc32());   // header + payload
+//   const std::string path = "ckpt/step_100/rank_0";
+//   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
 //   file.write_all(fd, path);
 //
 // A FilePieces holds Tensor handles of what it borrows (shallow: the storage stays alive), but

@@ -17,6 +17,7 @@
 // batches on every machine. get_batch may be called from several threads (the draws are
 // serialised), but the batches then depend on the thread interleaving.
 //
+// Usage:
 //   data::CIFAR10 train(dir, data::CIFAR10::Split::kTrain, {.augment = true, .seed = 1});
 //   data::Batch b = train.get_batch({0, 1});        // inputs (2,3,32,32), targets {6, 9}
 //

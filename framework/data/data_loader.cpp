@@ -16,10 +16,33 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
              " must be at least 1");
   HSGD_CHECK(options_.rank >= 0 && options_.rank < options_.world_size, "DataLoader: rank ",
              options_.rank, " must be in [0, ", options_.world_size, ")");
+  HSGD_CHECK(options_.prefetch >= 0, "DataLoader: prefetch ", options_.prefetch,
+             " must be >= 0 (0: off)");
+  HSGD_CHECK(options_.timeout.count() > 0, "DataLoader: timeout ", options_.timeout.count(),
+             " ms must be positive");
   set_epoch(0);
 }
 
+DataLoader::~DataLoader() { stop_prefetch(); }
+
+namespace {
+
+// Batch i of an epoch whose order is `indices`: get_batch, then the transform.
+Batch load_batch(const Dataset& dataset, const DataLoaderOptions& options,
+                 const std::vector<int64_t>& indices, int64_t epoch, int64_t i) {
+  const int64_t begin = i * options.batch_size;
+  const int64_t end =
+      std::min<int64_t>(begin + options.batch_size, static_cast<int64_t>(indices.size()));
+  const std::vector<int64_t> batch_indices(indices.begin() + begin, indices.begin() + end);
+  Batch out = dataset.get_batch(batch_indices);
+  if (options.transform) options.transform(out, batch_indices, epoch);
+  return out;
+}
+
+}  // namespace
+
 void DataLoader::set_epoch(int64_t epoch) {
+  stop_prefetch();  // its batches are of the order being replaced
   if (epoch != epoch_) resume_at_ = 0;
   epoch_ = epoch;
   position_ = 0;
@@ -57,19 +80,28 @@ int64_t DataLoader::num_batches() const {
 Batch DataLoader::batch(int64_t i) const {
   HSGD_CHECK(i >= 0 && i < num_batches(), "DataLoader: batch index ", i, " out of range [0, ",
              num_batches(), ")");
-  const int64_t begin = i * options_.batch_size;
-  const int64_t end =
-      std::min<int64_t>(begin + options_.batch_size, static_cast<int64_t>(indices_.size()));
-  const std::vector<int64_t> indices(indices_.begin() + begin, indices_.begin() + end);
-  Batch out = dataset_->get_batch(indices);
-  if (options_.transform) options_.transform(out, indices, epoch_);
-  return out;
+  return load_batch(*dataset_, options_, indices_, epoch_, i);
+}
+
+Batch DataLoader::fetch(int64_t i) const {
+  if (prefetcher_ != nullptr && prefetcher_->next_index() == i) return prefetcher_->next();
+  return batch(i);
 }
 
 DataLoader::Iterator DataLoader::begin() const {
+  stop_prefetch();  // a pass left unfinished
   const int64_t start = std::min(resume_at_, num_batches());
   resume_at_ = 0;
   position_ = start;
+  if (options_.prefetch > 0 && start < num_batches()) {
+    // The worker gets its own copy of what a batch depends on, so nothing it reads changes
+    // under it.
+    prefetcher_ = std::make_unique<BatchPrefetcher>(
+        [dataset = dataset_, options = options_, indices = indices_, epoch = epoch_](int64_t i) {
+          return load_batch(*dataset, options, indices, epoch, i);
+        },
+        start, num_batches(), options_.prefetch, options_.timeout);
+  }
   return Iterator(this, start);
 }
 
@@ -118,7 +150,7 @@ DataLoader::Iterator::Iterator(const DataLoader* loader, int64_t index)
 
 void DataLoader::Iterator::load() {
   if (index_ < loader_->num_batches()) {
-    current_ = loader_->batch(index_);
+    current_ = loader_->fetch(index_);
     loader_->position_ = index_ + 1;
   }
 }

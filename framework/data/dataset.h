@@ -5,6 +5,7 @@
 // InMemoryDataset keeps all examples in one float buffer, (size, example_shape...) row-major,
 // and is the base of FashionMNIST and SyntheticDataset; a batch is a gather of rows.
 //
+// Usage:
 //   auto train = std::make_shared<data::FashionMNIST>("/usr/share/datasets/fashion-mnist",
 //                                                     data::FashionMNIST::Split::kTrain);
 //   data::Batch b = train->get_batch({0, 5, 9});    // inputs (3,1,28,28), targets {..3..}

@@ -10,6 +10,7 @@
 // Errors: a missing directory or file, a corrupt file, or image and label files whose counts
 // or sizes disagree throw InvalidArgument naming the path and what was expected.
 //
+// Usage:
 //   data::FashionMNIST test(dir, data::FashionMNIST::Split::kTest, {.normalize = true});
 
 #include <filesystem>

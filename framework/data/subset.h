@@ -3,7 +3,8 @@
 // torch.utils.data.Subset). first_n(dataset, n) is the first n examples, e.g. a quick run on
 // 2,000 Fashion-MNIST images.
 //
-//   auto small = data::first_n(train, 2000);   // examples 0..1999 of train
+// Usage:
+//   auto small = data::first_n(dataset, 2000);   // examples 0..1999 of dataset
 //
 // Errors (InvalidArgument naming the value): a null data set, an index outside the parent's
 // [0, size()), n outside [0, parent size].

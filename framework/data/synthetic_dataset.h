@@ -5,6 +5,7 @@
 // separable by a linear model, so a few SGD steps must lower the loss.
 // The same options give the same data on every machine and process (hsgd::Generator).
 //
+// Usage:
 //   auto ds = std::make_shared<data::SyntheticDataset>(
 //       data::SyntheticOptions{.size = 512, .example_shape = {20}, .num_classes = 4, .seed = 1});
 

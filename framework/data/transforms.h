@@ -5,9 +5,10 @@
 // epoch is transformed the same way on every rank, in every batch order and after a resume from
 // a checkpoint (nothing to save), unlike a generator consumed in call order.
 //
-//   data::DataLoader loader(train, {.batch_size = 128, .shuffle = true, .seed = 1,
-//                                   .transform = data::RandomCropFlip({.padding = 2,
-//                                                                      .fill = black})});
+// Usage:
+//   data::DataLoader loader(dataset, {.batch_size = 128, .shuffle = true, .seed = 1,
+//                                     .transform = data::RandomCropFlip({.padding = 2,
+//                                                                        .fill = {-1.0f}})});
 //
 // RandomCropFlip: torchvision's RandomCrop(size=(H,W), padding) followed by
 // RandomHorizontalFlip(), on inputs (B,C,H,W): every example is padded by `padding` pixels of

@@ -20,9 +20,10 @@
 //   inside the guard would be undone by the destructor.
 //
 // Usage (evaluate the average on rank 0, keep training the local replicas):
+//   double accuracy = 0;
 //   {
 //     hsgd::distributed::AveragedReplicas average(world, model);
-//     if (world->rank() == 0) accuracy = evaluate(*model, test_set);
+//     if (world->rank() == 0) accuracy = hsgd::nn::accuracy(model->forward(x), y);
 //   }  // every rank has its own replica back
 
 #include <memory>

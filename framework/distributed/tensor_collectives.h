@@ -16,6 +16,7 @@
 // - label names the collective in failure reports ("evaluation average").
 //
 // Usage:
+//   const float local_sum = loss.item();
 //   hsgd::Tensor loss_sum = hsgd::full({1}, local_sum);
 //   hsgd::distributed::allreduce(*world, loss_sum);                // sum over the ranks
 //   hsgd::distributed::broadcast(*world, model->parameters(), 0);  // rank 0's weights everywhere

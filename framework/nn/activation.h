@@ -1,6 +1,7 @@
 #pragma once
 // Parameter-free layers: ReLU, Flatten.
 //
+// Usage:
 //   auto net = std::make_shared<nn::Sequential>();
 //   net->push_back(std::make_shared<nn::Flatten>());      // (N,1,28,28) -> (N,784)
 //   net->push_back(std::make_shared<nn::ReLU>());

@@ -8,6 +8,7 @@
 // in place (running = (1 - momentum) * running + momentum * batch, unbiased variance) and counts
 // the batch; in eval mode it normalises with the running statistics.
 //
+// Usage:
 //   auto bn = std::make_shared<nn::BatchNorm2d>(16);
 //   Tensor y = bn->forward(x);        // x (N,16,H,W)
 //   bn->eval();

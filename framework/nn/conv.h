@@ -4,6 +4,7 @@
 // Weight (out_channels, in_channels, kh, kw) and bias (out_channels) are initialised as in
 // PyTorch: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with fan_in = in_channels * kh * kw.
 //
+// Usage:
 //   auto conv = std::make_shared<nn::Conv2d>(nn::Conv2dOptions{
 //       .in_channels = 3, .out_channels = 16, .kernel_size = {3, 3}, .padding = {1, 1}});
 //   Tensor y = conv->forward(x);      // x (N,3,H,W) -> (N,16,H,W)

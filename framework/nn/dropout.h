@@ -1,6 +1,7 @@
 #pragma once
 // nn::Dropout (inverted dropout, as torch.nn.Dropout).
 //
+// Usage:
 //   auto drop = std::make_shared<nn::Dropout>(0.5, /*seed=*/7);
 //   Tensor y = drop->forward(x);      // training: masked and scaled; after eval(): y is x
 

@@ -2,6 +2,7 @@
 // Loss functions under hsgd::nn, as torch.nn.functional offers them. They forward to the
 // differentiable ops of framework/tensor/ops.h (one implementation, two spellings).
 //
+// Usage:
 //   Tensor loss = nn::cross_entropy(model->forward(batch.inputs), batch.targets);
 //   loss.backward();
 

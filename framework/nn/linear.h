@@ -4,6 +4,7 @@
 // Initialisation is PyTorch's default: W and b from U(-1/sqrt(in), 1/sqrt(in)), drawn from the
 // given Generator (or from the default generator, see manual_seed in framework/tensor/generator.h).
 //
+// Usage:
 //   hsgd::Generator gen(0);
 //   auto fc = std::make_shared<nn::Linear>(784, 10, /*bias=*/true, gen);
 //   Tensor y = fc->forward(x);        // x (N,784) -> y (N,10); any leading dims are kept

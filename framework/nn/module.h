@@ -9,6 +9,7 @@
 // copy would silently alias them). Tensors returned by parameters()/state_dict() are handles to
 // the module's own tensors: writing into them (copy_, add_) changes the module.
 //
+// Usage:
 //   class Net : public nn::Module {
 //    public:
 //     Net() : Module("Net") {
@@ -20,7 +21,7 @@
 //     std::shared_ptr<nn::Linear> fc1_, fc2_;
 //   };
 //   auto net = std::make_shared<Net>();
-//   for (auto& [name, p] : net->named_parameters()) ...   // "fc1.weight", "fc1.bias", ...
+//   for (auto& [name, p] : net->named_parameters()) std::cout << name;   // "fc1.weight", ...
 //
 // Errors: registering an empty name, a name with '.', a duplicate name or an undefined tensor
 // throws hsgd::InvalidArgument; load_state_dict names the missing, unexpected or mis-shaped key.

@@ -3,6 +3,7 @@
 // AvgPool2d counts zero padding in the divisor). A stride of {0, 0} means "equal to the kernel",
 // torch's default.
 //
+// Usage:
 //   auto pool = std::make_shared<nn::MaxPool2d>(Size2{2, 2});            // halves H and W
 //   auto gap = std::make_shared<nn::AdaptiveAvgPool2d>(Size2{1, 1});     // (N,C,H,W) -> (N,C,1,1)
 

@@ -3,6 +3,7 @@
 // registered under their position ("0", "1", ...), as in torch.nn.Sequential, so a parameter is
 // called "2.weight" in both frameworks and golden state dicts load unchanged.
 //
+// Usage:
 //   auto net = std::make_shared<nn::Sequential>();
 //   net->push_back(std::make_shared<nn::Linear>(784, 256));
 //   net->push_back(std::make_shared<nn::ReLU>());

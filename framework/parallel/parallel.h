@@ -3,7 +3,10 @@
 // across (convolutions over blocks of samples, batch norm over channels, elementwise ops over
 // ranges), and the BLAS thread count kept equal to it so that the two never oversubscribe.
 //
+// Usage:
 //   hsgd::set_num_threads(2);                       // like torch.set_num_threads
+//   const int64_t n = 100000;
+//   std::vector<float> x(n, 1.0f), y(n);
 //   hsgd::parallel_for(0, n, 4096, [&](int64_t lo, int64_t hi) {
 //     for (int64_t i = lo; i < hi; ++i) y[i] = 2 * x[i];
 //   });

@@ -3,6 +3,7 @@
 // The same seed gives the same sequence on every machine and compiler, unlike
 // std::normal_distribution. Not thread-safe: give each thread (rank) its own Generator.
 //
+// Usage:
 //   hsgd::Generator gen(42);
 //   hsgd::Tensor w = hsgd::randn({3, 4}, gen);
 

@@ -2,9 +2,10 @@
 // Grad mode: whether differentiable ops record autograd history. It is thread-local, so several
 // ranks running as threads of one process do not interfere. On by default in every thread.
 //
+// Usage:
 //   {
 //     hsgd::NoGradGuard no_grad;      // e.g. around an optimizer update or evaluation
-//     param.add_(param.grad(), -lr);
+//     for (hsgd::Tensor& param : params) param.add_(param.grad(), -0.1f);
 //   }                                 // previous mode restored here
 
 namespace hsgd {

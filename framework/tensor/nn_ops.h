@@ -8,7 +8,9 @@
 //
 // The raw kernels are in conv_kernels.h, pool_kernels.h and batch_norm_kernels.h.
 //
-//   // x is (N,3,32,32), w is (16,3,3,3)
+// Usage:
+//   Tensor w = randn({16, 3, 3, 3}, gen), b = zeros({16});   // x is (N,3,32,32)
+//   Tensor gamma = ones({16}), beta = zeros({16}), mean = zeros({16}), var = ones({16});
 //   Tensor h = conv2d(x, w, b, {1, 1}, {1, 1});              // (N,16,32,32)
 //   h = relu(batch_norm(h, gamma, beta, mean, var, true));   // training: updates mean, var
 //   h = max_pool2d(h, {2, 2});                               // (N,16,16,16)

@@ -6,8 +6,10 @@
 // Binary elementwise ops broadcast like torch: shapes are aligned from the right and each pair of
 // sizes must be equal or contain a 1.
 //
+// Usage:
+//   Tensor w = randn({10, 784}, gen), b = zeros({10});
 //   Tensor logits = linear(x, w, b);                  // x (N,in), w (out,in), b (out)
-//   Tensor loss = cross_entropy(logits, targets);     // mean over the batch
+//   Tensor loss = cross_entropy(logits, y);           // mean over the batch
 //   loss.backward();
 
 #include <cstdint>

@@ -16,6 +16,7 @@
 //
 // A Tensor is not synchronised: one thread at a time may use a given tensor object.
 //
+// Usage:
 //   hsgd::Generator gen(0);
 //   hsgd::Tensor w = hsgd::randn({3, 2}, gen).set_requires_grad(true);
 //   hsgd::Tensor x = hsgd::ones({4, 3});

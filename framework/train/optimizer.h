@@ -6,6 +6,7 @@
 // torch.optim's param_groups. LR schedulers and averagers reach the parameters and the learning
 // rate through param_groups().
 //
+// Usage:
 //   std::shared_ptr<Optimizer> opt = std::make_shared<optim::SGD>(model->parameters(),
 //                                                                 optim::SGDOptions{.lr = 0.1});
 //   opt->zero_grad();

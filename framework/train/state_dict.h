@@ -5,6 +5,7 @@
 // Tensors put into a StateDict by state_dict() methods are copies, independent of the object
 // (checkpoint::Checkpointer writes them on a background thread while training goes on).
 //
+// Usage:
 //   StateDict state;
 //   state.set("step", int64_t{12});
 //   state.set("note", std::string("bytes or text"));

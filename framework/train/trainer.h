@@ -8,7 +8,7 @@
 // the other half and plugs into DistributedDataParallel, not here.
 //
 // Usage:
-//   hsgd::Trainer trainer([&](const hsgd::Tensor& x) { return ddp.forward(x); }, opt);
+//   hsgd::Trainer trainer([&](const hsgd::Tensor& x) { return ddp.forward(x); }, optimizer);
 //   trainer.add_stage(std::make_shared<hsgd::distributed::PeriodicModelAverager>(4, 100, pg));
 //   for (auto& batch : loader) float loss = trainer.step(batch.inputs, batch.targets);
 //

@@ -2,8 +2,10 @@
 // Loads the PyTorch reference files written by tests/golden/generate.py (format documented
 // there) and compares tensors against them. Header-only so every suite can include it.
 //
+// Usage:
 //   golden::File f("linear");                         // tests/golden/data/linear.txt
 //   Tensor x = f.tensor("x");
+//   Tensor out = linear(x, f.tensor("w"), f.tensor("b"));
 //   golden::expect_close(out, f.tensor("out"), "linear out");
 
 #include <gtest/gtest.h>

@@ -10,6 +10,7 @@
 // On failure it reports, per input, the element index, the numerical (expected) and the
 // autograd (actual) value through ADD_FAILURE, and returns false.
 //
+// Usage:
 //   Tensor a = randn({3, 5}, gen).set_requires_grad(true);
 //   Tensor b = randn({5}, gen).set_requires_grad(true);
 //   expect_gradients_match([](const std::vector<Tensor>& in) { return in[0] * in[1]; }, {a, b});

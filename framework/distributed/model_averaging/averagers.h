@@ -39,8 +39,12 @@
 //
 // Usage (post-local SGD: DDP with post_localSGD_hook for 100 steps, then average every 4):
 //   auto averager = std::make_shared<hsgd::distributed::PeriodicModelAverager>(4, 100, pg);
-//   for (...) { opt.zero_grad(); loss.backward(); opt.step();
-//               averager->average_parameters(model->parameters()); }
+//   for (const hsgd::data::Batch& batch : loader) {
+//     optimizer->zero_grad();
+//     hsgd::nn::cross_entropy(model->forward(batch.inputs), batch.targets).backward();
+//     optimizer->step();
+//     averager->average_parameters(model->parameters());
+//   }
 // or plug it into a Trainer as a post-step stage (trainer.add_stage(averager)), or wrap the
 // optimizer in optim::PostLocalSGDOptimizer.
 
@@ -182,6 +186,7 @@ class ModelAverager : public PostStepStage {
 // With LevelOptions also: group_size other than 0 or pg->size(), bad options
 // (validate_options), ranks passing different options.
 //
+// Usage:
 //   PeriodicModelAverager averager(LevelOptions{.period = 8, .outer = OuterOptimizer{.lr = 0.7,
 //                                  .momentum = 0.9, .nesterov = true}, .overlap_steps = 1},
 //                                  /*warmup_steps=*/100, pg);

@@ -9,7 +9,8 @@
 //   encoded_i = to16(payload_i * scale)      decoded_i = float(encoded_i) / scale
 //
 // Usage:
-//   std::vector<int64_t> words(packed_words(n));
+//   std::vector<float> payload(1000, 0.5f), residual(1000), sum(1000);
+//   std::vector<int64_t> words(packed_words(1000));
 //   encode(Compression::kBF16, 1.0f, payload, residual, words);   // residual may be empty
 //   decode_add(Compression::kBF16, 1.0f, words, sum);             // sum += decoded
 

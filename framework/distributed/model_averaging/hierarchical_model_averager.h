@@ -31,8 +31,9 @@
 //
 // Usage (8 ranks, 2 nodes of 4):
 //   HierarchicalModelAverager averager({{2, 4}, {8, 8}}, /*warmup_steps=*/100, pg);
-//   ... opt.step(); averager.average_parameters(model->parameters());
-//   for (const auto& level : averager.level_stats()) log(level.period, level.calls, level.bytes);
+//   optimizer->step();
+//   averager.average_parameters(model->parameters());   // after every optimizer step
+//   for (const auto& level : averager.level_stats()) std::cout << level.period << level.bytes;
 //
 //   // DiLoCo across nodes, overlapped and in bf16; pairs average plainly every 2 steps:
 //   HierarchicalModelAverager diloco(

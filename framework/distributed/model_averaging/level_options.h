@@ -20,9 +20,9 @@
 //   rounding error of an averaging to its payload at the level's next averaging.
 //
 // Usage:
-//   LevelOptions{.period = 16, .group_size = 8,
-//                .outer = OuterOptimizer{.lr = 0.7, .momentum = 0.9, .nesterov = true},
-//                .overlap_steps = 2, .compression = Compression::kBF16}
+//   const LevelOptions level{.period = 16, .group_size = 8,
+//                            .outer = OuterOptimizer{.lr = 0.7, .momentum = 0.9, .nesterov = true},
+//                            .overlap_steps = 2, .compression = Compression::kBF16};
 
 #include <cstdint>
 #include <optional>

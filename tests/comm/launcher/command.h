@@ -5,7 +5,7 @@
 // test never leaves processes behind.
 //
 // Usage:
-//   auto cmd = Command::start({kHsgdRun, "--nproc-per-node", "2", "--", kWorker, "env", dir});
+//   auto cmd = Command::start({"/bin/sh", "-c", "echo hello"});
 //   auto result = cmd.wait(std::chrono::seconds(60));
 //   EXPECT_EQ(result.status.exit_code, 0) << result.output;
 
