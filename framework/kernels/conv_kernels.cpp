@@ -5,9 +5,9 @@
 #include <memory>
 
 #include "comm/error.h"
+#include "framework/kernels/block_split.h"
 #include "framework/kernels/conv_gemm.h"
 #include "framework/kernels/conv_winograd.h"
-#include "framework/kernels/sum_in_order.h"
 #include "framework/parallel/parallel.h"
 
 namespace hsgd::kernels {
@@ -21,6 +21,15 @@ constexpr int64_t kMaxColumnFloats = int64_t{4} << 20;  // 16 MiB
 
 // Elementwise work below this many floats stays on one thread.
 constexpr int64_t kGrainFloats = 16384;
+
+// The column and wide buffers of one chunk of blocks; a size of 0 leaves the buffer null.
+struct BlockBuffers {
+  std::unique_ptr<float[]> col, wide;
+  BlockBuffers(int64_t col_floats, int64_t wide_floats) {
+    if (col_floats > 0) col = std::make_unique_for_overwrite<float[]>(col_floats);
+    if (wide_floats > 0) wide = std::make_unique_for_overwrite<float[]>(wide_floats);
+  }
+};
 
 // Number of samples unfolded together. A forward pass (whose outputs do not depend on the
 // blocking) passes its thread count, so that every thread gets a block; a weight gradient,
@@ -131,34 +140,36 @@ void conv2d_backward_by_transposed_conv(const float* x, const float* w, const fl
     gw_parts = std::make_unique_for_overwrite<float[]>(blocks * rows * g.c);
     gw_t = std::make_unique_for_overwrite<float[]>(rows * g.c);
   }
-  parallel_for(0, blocks, block_grain(2.0 * g.c * rows * block * plane),
-               [&](int64_t first, int64_t last) {
-                 // col is U for a block, (O*kh*kw, block*H*W); wide holds gx or x of a block as
-                 // (C, block*H*W).
-                 auto col = std::make_unique_for_overwrite<float[]>(rows * block * plane);
-                 std::unique_ptr<float[]> wide;
-                 if (block > 1) wide = std::make_unique_for_overwrite<float[]>(g.c * block * plane);
-                 for (int64_t b = first; b < last; ++b) {
-                   const int64_t n0 = b * block, nb = std::min(block, g.n - n0);
-                   const int64_t ld = nb * plane;
-                   for (int64_t s = 0; s < nb; ++s) {
-                     im2col(gy + (n0 + s) * gy_size, t, col.get() + s * plane, ld);
-                   }
-                   // gx block (C, ld) = flipped (C, rows) * col (rows, ld)
-                   float* gx_out = nb == 1 ? gx + n0 * x_size : wide.get();
-                   conv_gemm_nn(g.c, ld, rows, flipped.get(), rows, col.get(), ld, gx_out, ld);
-                   if (nb > 1) scatter_block(wide.get(), g.c, plane, n0, nb, gx);
-                   if (gw == nullptr) continue;
-                   const float* x_block = x + n0 * x_size;
-                   if (nb > 1) {
-                     gather_block(x, g.c, plane, n0, nb, wide.get());
-                     x_block = wide.get();
-                   }
-                   // gw_parts[b] (rows, C) = col (rows, ld) * x_block^T (ld, C)
-                   conv_gemm_nt(rows, g.c, ld, col.get(), ld, x_block, ld, 0.0f,
-                                gw_parts.get() + b * rows * g.c, g.c);
-                 }
-               });
+  // col is U for a block, (O*kh*kw, block*H*W); wide holds gx or x of a block as (C, block*H*W).
+  const int64_t grain = block_grain(2.0 * g.c * rows * block * plane);
+  ChunkScratch<BlockBuffers> scratch(blocks, grain, [&] {
+    return BlockBuffers(rows * block * plane, block > 1 ? g.c * block * plane : 0);
+  });
+  parallel_for(0, blocks, grain, [&](int64_t first, int64_t last) {
+    BlockBuffers& own = scratch.at(parallel_thread_index());
+    auto& col = own.col;
+    auto& wide = own.wide;
+    for (int64_t b = first; b < last; ++b) {
+      const int64_t n0 = b * block, nb = std::min(block, g.n - n0);
+      const int64_t ld = nb * plane;
+      for (int64_t s = 0; s < nb; ++s) {
+        im2col(gy + (n0 + s) * gy_size, t, col.get() + s * plane, ld);
+      }
+      // gx block (C, ld) = flipped (C, rows) * col (rows, ld)
+      float* gx_out = nb == 1 ? gx + n0 * x_size : wide.get();
+      conv_gemm_nn(g.c, ld, rows, flipped.get(), rows, col.get(), ld, gx_out, ld);
+      if (nb > 1) scatter_block(wide.get(), g.c, plane, n0, nb, gx);
+      if (gw == nullptr) continue;
+      const float* x_block = x + n0 * x_size;
+      if (nb > 1) {
+        gather_block(x, g.c, plane, n0, nb, wide.get());
+        x_block = wide.get();
+      }
+      // gw_parts[b] (rows, C) = col (rows, ld) * x_block^T (ld, C)
+      conv_gemm_nt(rows, g.c, ld, col.get(), ld, x_block, ld, 0.0f, gw_parts.get() + b * rows * g.c,
+                   g.c);
+    }
+  });
   if (gw != nullptr) sum_in_order(gw_parts.get(), blocks, rows * g.c, gw_t.get());
   if (gw != nullptr) {
     for (int64_t oc = 0; oc < g.o; ++oc) {
@@ -292,29 +303,32 @@ void conv2d_forward(const float* x, const float* w, const float* b, const Conv2d
   const int64_t block = samples_per_block(g, get_num_threads());
   const bool direct = block == 1 && g.is_pointwise();
   const int64_t blocks = (g.n + block - 1) / block;
-  parallel_for(0, blocks, block_grain(2.0 * g.o * rows * block * plane),
-               [&](int64_t first, int64_t last) {
-                 // col is (C*kh*kw, block*OH*OW); wide is (O, block*OH*OW), the gemm result before
-                 // it is scattered back to (block,O,OH,OW).
-                 std::unique_ptr<float[]> col, wide;
-                 if (!direct) col = std::make_unique_for_overwrite<float[]>(rows * block * plane);
-                 if (block > 1) wide = std::make_unique_for_overwrite<float[]>(g.o * block * plane);
-                 for (int64_t bi = first; bi < last; ++bi) {
-                   const int64_t n0 = bi * block, nb = std::min(block, g.n - n0);
-                   const int64_t ld = nb * plane;
-                   const float* a = x + n0 * x_size;  // the unfolded input
-                   if (!direct) {
-                     for (int64_t s = 0; s < nb; ++s) {
-                       im2col(x + (n0 + s) * x_size, g, col.get() + s * plane, ld);
-                     }
-                     a = col.get();
-                   }
-                   float* out = nb == 1 ? y + n0 * y_size : wide.get();
-                   // out (O, ld) = w (O, rows) * a (rows, ld)
-                   conv_gemm_nn(g.o, ld, rows, w, rows, a, ld, out, ld);
-                   if (nb > 1) scatter_block(out, g.o, plane, n0, nb, y);
-                 }
-               });
+  // col is (C*kh*kw, block*OH*OW); wide is (O, block*OH*OW), the gemm result before it is
+  // scattered back to (block,O,OH,OW).
+  const int64_t grain = block_grain(2.0 * g.o * rows * block * plane);
+  ChunkScratch<BlockBuffers> scratch(blocks, grain, [&] {
+    return BlockBuffers(direct ? 0 : rows * block * plane, block > 1 ? g.o * block * plane : 0);
+  });
+  parallel_for(0, blocks, grain, [&](int64_t first, int64_t last) {
+    BlockBuffers& own = scratch.at(parallel_thread_index());
+    auto& col = own.col;
+    auto& wide = own.wide;
+    for (int64_t bi = first; bi < last; ++bi) {
+      const int64_t n0 = bi * block, nb = std::min(block, g.n - n0);
+      const int64_t ld = nb * plane;
+      const float* a = x + n0 * x_size;  // the unfolded input
+      if (!direct) {
+        for (int64_t s = 0; s < nb; ++s) {
+          im2col(x + (n0 + s) * x_size, g, col.get() + s * plane, ld);
+        }
+        a = col.get();
+      }
+      float* out = nb == 1 ? y + n0 * y_size : wide.get();
+      // out (O, ld) = w (O, rows) * a (rows, ld)
+      conv_gemm_nn(g.o, ld, rows, w, rows, a, ld, out, ld);
+      if (nb > 1) scatter_block(out, g.o, plane, n0, nb, y);
+    }
+  });
   add_bias(b, g, y);
 }
 
@@ -368,50 +382,52 @@ void conv2d_backward(const float* x, const float* w, const float* gy, const Conv
     }
   }
 
-  parallel_for(0, blocks, block_grain(4.0 * g.o * rows * block * plane),
-               [&](int64_t first, int64_t last) {
-                 // col is (C*kh*kw, block*OH*OW): first the unfolded input (for gw), then the
-                 // unfolded input gradient (for gx). wide is gy of the block laid out as (O,
-                 // block*OH*OW).
-                 std::unique_ptr<float[]> col, wide;
-                 if (!direct) col = std::make_unique_for_overwrite<float[]>(rows * block * plane);
-                 if (block > 1) wide = std::make_unique_for_overwrite<float[]>(g.o * block * plane);
-                 for (int64_t bi = first; bi < last; ++bi) {
-                   const int64_t n0 = bi * block, nb = std::min(block, g.n - n0);
-                   const int64_t ld = nb * plane;
-                   const float* gy_block = gy + n0 * y_size;
-                   if (nb > 1) {
-                     gather_block(gy, g.o, plane, n0, nb, wide.get());
-                     gy_block = wide.get();
-                   }
-                   if (gw != nullptr) {
-                     const float* a = x + n0 * x_size;
-                     if (!direct) {
-                       for (int64_t s = 0; s < nb; ++s) {
-                         im2col(x + (n0 + s) * x_size, g, col.get() + s * plane, ld);
-                       }
-                       a = col.get();
-                     }
-                     // gw_parts[b] (rows, O) = a (rows, ld) * gy_block^T (ld, O)
-                     conv_gemm_nt(rows, g.o, ld, a, ld, gy_block, ld, 0.0f,
-                                  gw_parts.get() + bi * rows * g.o, g.o);
-                   }
-                   if (gx != nullptr) {
-                     float* gx_block = gx + n0 * x_size;
-                     if (direct) {
-                       // gx_n (C, H*W) = w^T (C, O) * gy_n (O, H*W)
-                       conv_gemm_nn(rows, ld, g.o, w_t.get(), g.o, gy_block, ld, gx_block, ld);
-                       continue;
-                     }
-                     // col (rows, ld) = w^T (rows, O) * gy_block (O, ld), then fold back into gx
-                     conv_gemm_nn(rows, ld, g.o, w_t.get(), g.o, gy_block, ld, col.get(), ld);
-                     std::fill(gx_block, gx_block + nb * x_size, 0.0f);
-                     for (int64_t s = 0; s < nb; ++s) {
-                       col2im(col.get() + s * plane, g, gx_block + s * x_size, ld);
-                     }
-                   }
-                 }
-               });
+  // col is (C*kh*kw, block*OH*OW): first the unfolded input (for gw), then the unfolded input
+  // gradient (for gx). wide is gy of the block laid out as (O, block*OH*OW).
+  const int64_t grain = block_grain(4.0 * g.o * rows * block * plane);
+  ChunkScratch<BlockBuffers> scratch(blocks, grain, [&] {
+    return BlockBuffers(direct ? 0 : rows * block * plane, block > 1 ? g.o * block * plane : 0);
+  });
+  parallel_for(0, blocks, grain, [&](int64_t first, int64_t last) {
+    BlockBuffers& own = scratch.at(parallel_thread_index());
+    auto& col = own.col;
+    auto& wide = own.wide;
+    for (int64_t bi = first; bi < last; ++bi) {
+      const int64_t n0 = bi * block, nb = std::min(block, g.n - n0);
+      const int64_t ld = nb * plane;
+      const float* gy_block = gy + n0 * y_size;
+      if (nb > 1) {
+        gather_block(gy, g.o, plane, n0, nb, wide.get());
+        gy_block = wide.get();
+      }
+      if (gw != nullptr) {
+        const float* a = x + n0 * x_size;
+        if (!direct) {
+          for (int64_t s = 0; s < nb; ++s) {
+            im2col(x + (n0 + s) * x_size, g, col.get() + s * plane, ld);
+          }
+          a = col.get();
+        }
+        // gw_parts[b] (rows, O) = a (rows, ld) * gy_block^T (ld, O)
+        conv_gemm_nt(rows, g.o, ld, a, ld, gy_block, ld, 0.0f, gw_parts.get() + bi * rows * g.o,
+                     g.o);
+      }
+      if (gx != nullptr) {
+        float* gx_block = gx + n0 * x_size;
+        if (direct) {
+          // gx_n (C, H*W) = w^T (C, O) * gy_n (O, H*W)
+          conv_gemm_nn(rows, ld, g.o, w_t.get(), g.o, gy_block, ld, gx_block, ld);
+          continue;
+        }
+        // col (rows, ld) = w^T (rows, O) * gy_block (O, ld), then fold back into gx
+        conv_gemm_nn(rows, ld, g.o, w_t.get(), g.o, gy_block, ld, col.get(), ld);
+        std::fill(gx_block, gx_block + nb * x_size, 0.0f);
+        for (int64_t s = 0; s < nb; ++s) {
+          col2im(col.get() + s * plane, g, gx_block + s * x_size, ld);
+        }
+      }
+    }
+  });
   if (gw != nullptr) sum_in_order(gw_parts.get(), blocks, rows * g.o, gw_t.get());
   if (gw != nullptr) {
     for (int64_t oc = 0; oc < g.o; ++oc) {

@@ -5,9 +5,9 @@
 #include <memory>
 
 #include "comm/error.h"
+#include "framework/kernels/block_split.h"
 #include "framework/kernels/conv_gemm.h"
 #include "framework/kernels/conv_simd.h"
-#include "framework/kernels/sum_in_order.h"
 #include "framework/parallel/parallel.h"
 
 namespace hsgd::kernels {
@@ -398,42 +398,52 @@ void forward_transformed(const float* x, const float* u, const Conv2dGeometry& g
       std::min(samples_per_block(g, grid, W::kAlpha), (g.n + threads - 1) / threads);
   const int64_t blocks = (g.n + block - 1) / block;
   const int64_t ld = round_up(block * grid.per_sample() + kLanes, kLanes);
-  parallel_for(
-      0, blocks, block_grain(2.0 * kA2 * c * k * block * grid.per_sample()),
-      [&](int64_t first, int64_t last) {
-        auto v = std::make_unique_for_overwrite<float[]>(kA2 * c * ld);  // (alpha^2, C, ld)
-        auto m = std::make_unique_for_overwrite<float[]>(kA2 * k * ld);  // (alpha^2, K, ld)
-        PaddedPlanes pad(grid, c, W::kM, W::kAlpha);
-        StageRows stage(grid, W::kAlpha);
-        for (int64_t b = first; b < last; ++b) {
-          const int64_t n0 = b * block;
-          const int64_t nb = std::min(block, g.n - n0), count = nb * grid.per_sample();
-          run<W, Stage::kInput>({.pad = &pad,
-                                 .stage = &stage,
-                                 .src = x,
-                                 .dst = v.get(),
-                                 .channels = c,
-                                 .grid = grid,
-                                 .n0 = n0,
-                                 .nb = nb,
-                                 .ld = ld,
-                                 .isa = isa});
-          for (int p = 0; p < kA2; ++p) {
-            // m[p] (K, count) = u[p] (K, C) * v[p] (C, count)
-            conv_gemm_nn(k, count, c, u + p * k * c, c, v.get() + p * c * ld, ld,
-                         m.get() + p * k * ld, ld, isa);
-          }
-          run<W, Stage::kOutput>({.stage = &stage,
-                                  .src = m.get(),
-                                  .dst = y,
-                                  .channels = k,
-                                  .grid = grid,
-                                  .n0 = n0,
-                                  .nb = nb,
-                                  .ld = ld,
-                                  .isa = isa});
-        }
-      });
+  struct Scratch {
+    std::unique_ptr<float[]> v, m;  // (alpha^2, C, ld) and (alpha^2, K, ld)
+    PaddedPlanes pad;
+    StageRows stage;
+  };
+  const int64_t grain = block_grain(2.0 * kA2 * c * k * block * grid.per_sample());
+  ChunkScratch<Scratch> scratch(blocks, grain, [&] {
+    return Scratch{std::make_unique_for_overwrite<float[]>(kA2 * c * ld),
+                   std::make_unique_for_overwrite<float[]>(kA2 * k * ld),
+                   PaddedPlanes(grid, c, W::kM, W::kAlpha), StageRows(grid, W::kAlpha)};
+  });
+  parallel_for(0, blocks, grain, [&](int64_t first, int64_t last) {
+    Scratch& own = scratch.at(parallel_thread_index());
+    auto& v = own.v;
+    auto& m = own.m;
+    PaddedPlanes& pad = own.pad;
+    StageRows& stage = own.stage;
+    for (int64_t b = first; b < last; ++b) {
+      const int64_t n0 = b * block;
+      const int64_t nb = std::min(block, g.n - n0), count = nb * grid.per_sample();
+      run<W, Stage::kInput>({.pad = &pad,
+                             .stage = &stage,
+                             .src = x,
+                             .dst = v.get(),
+                             .channels = c,
+                             .grid = grid,
+                             .n0 = n0,
+                             .nb = nb,
+                             .ld = ld,
+                             .isa = isa});
+      for (int p = 0; p < kA2; ++p) {
+        // m[p] (K, count) = u[p] (K, C) * v[p] (C, count)
+        conv_gemm_nn(k, count, c, u + p * k * c, c, v.get() + p * c * ld, ld, m.get() + p * k * ld,
+                     ld, isa);
+      }
+      run<W, Stage::kOutput>({.stage = &stage,
+                              .src = m.get(),
+                              .dst = y,
+                              .channels = k,
+                              .grid = grid,
+                              .n0 = n0,
+                              .nb = nb,
+                              .ld = ld,
+                              .isa = isa});
+    }
+  });
 }
 
 template <typename W>
@@ -477,44 +487,56 @@ void backward(const float* x, const float* w, const float* gy, const Conv2dGeome
   const int64_t du_size = kA2 * g.o * g.c;
   // du_parts[b] (alpha^2, O, C) is block b's share of du.
   auto du_parts = std::make_unique_for_overwrite<float[]>(blocks * du_size);
-  parallel_for(
-      0, blocks, block_grain(2.0 * kA2 * g.c * g.o * block * grid.per_sample()),
-      [&](int64_t first, int64_t last) {
-        auto v = std::make_unique_for_overwrite<float[]>(kA2 * g.c * ld);   // (alpha^2, C, ld)
-        auto dm = std::make_unique_for_overwrite<float[]>(kA2 * g.o * ld);  // (alpha^2, O, ld)
-        PaddedPlanes pad_x(grid, g.c, W::kM, W::kAlpha), pad_gy(grid, g.o, W::kM, W::kM);
-        StageRows stage(grid, W::kAlpha);
-        for (int64_t b = first; b < last; ++b) {
-          const int64_t n0 = b * block;
-          const int64_t nb = std::min(block, g.n - n0), count = nb * grid.per_sample();
-          run<W, Stage::kInput>({.pad = &pad_x,
-                                 .stage = &stage,
-                                 .src = x,
-                                 .dst = v.get(),
-                                 .channels = g.c,
-                                 .grid = grid,
-                                 .n0 = n0,
-                                 .nb = nb,
-                                 .ld = ld,
-                                 .isa = isa});
-          run<W, Stage::kGradOutput>({.pad = &pad_gy,
-                                      .stage = &stage,
-                                      .src = gy,
-                                      .dst = dm.get(),
-                                      .channels = g.o,
-                                      .grid = grid,
-                                      .n0 = n0,
-                                      .nb = nb,
-                                      .ld = ld,
-                                      .isa = isa});
-          float* du_b = du_parts.get() + b * du_size;
-          for (int p = 0; p < kA2; ++p) {
-            // du_b[p] (O, C) = dm[p] (O, count) * v[p]^T (count, C)
-            conv_gemm_nt(g.o, g.c, count, dm.get() + p * g.o * ld, ld, v.get() + p * g.c * ld, ld,
-                         0.0f, du_b + p * g.o * g.c, g.c, isa);
-          }
-        }
-      });
+  struct Scratch {
+    std::unique_ptr<float[]> v, dm;  // (alpha^2, C, ld) and (alpha^2, O, ld)
+    PaddedPlanes pad_x, pad_gy;
+    StageRows stage;
+  };
+  const int64_t grain = block_grain(2.0 * kA2 * g.c * g.o * block * grid.per_sample());
+  ChunkScratch<Scratch> scratch(blocks, grain, [&] {
+    return Scratch{std::make_unique_for_overwrite<float[]>(kA2 * g.c * ld),
+                   std::make_unique_for_overwrite<float[]>(kA2 * g.o * ld),
+                   PaddedPlanes(grid, g.c, W::kM, W::kAlpha), PaddedPlanes(grid, g.o, W::kM, W::kM),
+                   StageRows(grid, W::kAlpha)};
+  });
+  parallel_for(0, blocks, grain, [&](int64_t first, int64_t last) {
+    Scratch& own = scratch.at(parallel_thread_index());
+    auto& v = own.v;
+    auto& dm = own.dm;
+    PaddedPlanes& pad_x = own.pad_x;
+    PaddedPlanes& pad_gy = own.pad_gy;
+    StageRows& stage = own.stage;
+    for (int64_t b = first; b < last; ++b) {
+      const int64_t n0 = b * block;
+      const int64_t nb = std::min(block, g.n - n0), count = nb * grid.per_sample();
+      run<W, Stage::kInput>({.pad = &pad_x,
+                             .stage = &stage,
+                             .src = x,
+                             .dst = v.get(),
+                             .channels = g.c,
+                             .grid = grid,
+                             .n0 = n0,
+                             .nb = nb,
+                             .ld = ld,
+                             .isa = isa});
+      run<W, Stage::kGradOutput>({.pad = &pad_gy,
+                                  .stage = &stage,
+                                  .src = gy,
+                                  .dst = dm.get(),
+                                  .channels = g.o,
+                                  .grid = grid,
+                                  .n0 = n0,
+                                  .nb = nb,
+                                  .ld = ld,
+                                  .isa = isa});
+      float* du_b = du_parts.get() + b * du_size;
+      for (int p = 0; p < kA2; ++p) {
+        // du_b[p] (O, C) = dm[p] (O, count) * v[p]^T (count, C)
+        conv_gemm_nt(g.o, g.c, count, dm.get() + p * g.o * ld, ld, v.get() + p * g.c * ld, ld, 0.0f,
+                     du_b + p * g.o * g.c, g.c, isa);
+      }
+    }
+  });
   auto du = std::make_unique_for_overwrite<float[]>(du_size);  // (alpha^2, O, C)
   sum_in_order(du_parts.get(), blocks, du_size, du.get());
   grad_weights<W>(du.get(), g.o, g.c, gw);

@@ -253,7 +253,16 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain,
   }
   const int64_t count = p == nullptr ? 1 : detail::chunk_count(begin, end, grain, p->threads());
   if (count > 1 && p->try_run({.begin = begin, .end = end, .count = count, .fn = &fn})) return;
-  fn(begin, end);
+  // Serially: the whole range is chunk 0 of this call, also when nested in another call's chunk.
+  const int outer_index = tls_thread_index;
+  tls_thread_index = 0;
+  try {
+    fn(begin, end);
+  } catch (...) {
+    tls_thread_index = outer_index;
+    throw;
+  }
+  tls_thread_index = outer_index;
 }
 
 int parallel_thread_index() { return tls_thread_index; }

@@ -47,8 +47,9 @@ void set_num_threads(int n);
 void parallel_for(int64_t begin, int64_t end, int64_t grain,
                   const std::function<void(int64_t, int64_t)>& fn);
 
-// The pool thread the current chunk runs on, in [0, get_num_threads()): 0 outside parallel_for
-// and in serial runs. Lets a kernel keep one workspace per thread.
+// The index of the chunk running on this thread, in [0, get_num_threads()): chunk i runs on pool
+// thread i; 0 outside parallel_for and in serial runs (nested ones included). Lets a kernel keep
+// one workspace per chunk.
 int parallel_thread_index();
 
 namespace detail {

@@ -1,11 +1,13 @@
 #pragma once
 // Helpers of kernels that split blocks across framework/parallel's pool: the grain of such a split,
-// and per-block partial results added in block order, so that a kernel whose blocks run on any
-// number of threads still rounds the same way.
+// scratch for each chunk, and per-block partial results added in block order, so that a kernel
+// whose blocks run on any number of threads still rounds the same way.
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
+#include "comm/error.h"
 #include "framework/parallel/parallel.h"
 
 namespace hsgd::kernels {
@@ -18,6 +20,28 @@ inline int64_t block_grain(double flops_per_block) {
   return std::max<int64_t>(1,
                            static_cast<int64_t>(kMinChunkFlops / std::max(1.0, flops_per_block)));
 }
+
+// One scratch object per chunk of parallel_for(0, blocks, grain, ...), all made by the calling
+// thread before the split. Buffers allocated inside the chunks would come from each pool thread's
+// own malloc arena, where freed memory is kept apart: that raised the peak resident memory of a
+// 2-thread ResNet-20 step by about 20%. A chunk takes its object with at(parallel_thread_index()).
+template <typename Scratch>
+class ChunkScratch {
+ public:
+  template <typename Make>
+  ChunkScratch(int64_t blocks, int64_t grain, Make make) {
+    const int64_t chunks = detail::chunk_count(0, blocks, grain, get_num_threads());
+    for (int64_t i = 0; i < chunks; ++i) items_.push_back(make());
+  }
+  Scratch& at(int index) {
+    HSGD_CHECK(index >= 0 && index < static_cast<int>(items_.size()), "ChunkScratch: chunk ", index,
+               " of ", items_.size());
+    return items_[static_cast<size_t>(index)];
+  }
+
+ private:
+  std::vector<Scratch> items_;
+};
 
 // out[i] = ((parts[0][i] + parts[1][i]) + parts[2][i]) + ... for parts (count, size), count >= 1.
 // out may not overlap parts.
