@@ -323,10 +323,11 @@ double forward_flops_per_sample(const std::string& model) {
 
 // ---- the PyTorch op table ----
 
-std::map<std::string, OpTime> torch_op_times(const std::string& script, int64_t batch, int reps) {
-  const std::string cmd = "timeout 900 /usr/bin/python3 '" + script +
-                          "' --threads 1 --ops-only --batch-size " + std::to_string(batch) +
-                          " --op-reps " + std::to_string(reps);
+std::map<std::string, OpTime> torch_op_times(const std::string& script, int64_t batch, int reps,
+                                             int threads) {
+  const std::string cmd = "timeout 900 /usr/bin/python3 '" + script + "' --threads " +
+                          std::to_string(threads) + " --ops-only --batch-size " +
+                          std::to_string(batch) + " --op-reps " + std::to_string(reps);
   FILE* pipe = popen(cmd.c_str(), "r");
   HSGD_CHECK(pipe != nullptr, "could not run '", cmd, "'");
   std::map<std::string, OpTime> ops;
@@ -342,14 +343,17 @@ std::map<std::string, OpTime> torch_op_times(const std::string& script, int64_t 
   return ops;
 }
 
-void print_op_table(const std::string& script, int64_t batch, int reps, bool no_torch) {
-  set_num_threads(1);
+void print_op_table(const std::string& script, int64_t batch, int reps, bool no_torch,
+                    int threads) {
+  set_num_threads(threads);
   const std::map<std::string, OpTime> ours = hsgd_op_times(batch, reps);
   const std::map<std::string, OpTime> theirs =
-      no_torch ? std::map<std::string, OpTime>{} : torch_op_times(script, batch, reps);
+      no_torch ? std::map<std::string, OpTime>{} : torch_op_times(script, batch, reps, threads);
   std::printf(
-      "\nper op at ResNet-20 shapes, batch %lld, 1 thread, ms per call (x count = per step):\n",
-      static_cast<long long>(batch));
+      "\nper op at ResNet-20 shapes, batch %lld, %d thread%s, ms per call (x count = per "
+      "step; hsgd's backward includes accumulating the leaves' .grad, torch's "
+      "autograd.grad does not):\n",
+      static_cast<long long>(batch), threads, threads == 1 ? "" : "s");
   std::printf("%-24s %5s %9s %9s %9s %9s %10s %10s %7s\n", "op", "count", "hsgd_fwd", "hsgd_bwd",
               "torch_fwd", "torch_bwd", "hsgd_step", "torch_step", "time_x");
   double total_ours = 0, total_torch = 0;
@@ -398,6 +402,7 @@ int main(int argc, char** argv) {
   std::string models_text = "resnet20,mlp", batches_text = "32,128", threads_text = "1,2";
   int rounds = 3, steps = 4, warmup = 2, reps = 5;
   int64_t op_batch = 32;
+  int op_threads = 1;
   bool no_torch = false, ops = false;
   std::string script = HSGD_BENCH_DIR "/resnet_step_bench_torch.py";
   CLI::App app{"Training-step time of ResNet-20 and the MLP: hsgd vs PyTorch."};
@@ -414,8 +419,11 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(0, 100));
   app.add_flag("--no-torch", no_torch, "Skip PyTorch");
-  app.add_flag("--ops", ops, "Also print the per-op table (1 thread)");
+  app.add_flag("--ops", ops, "Also print the per-op table (at --op-threads)");
   app.add_option("--op-batch", op_batch, "Batch size of the op table")->capture_default_str();
+  app.add_option("--op-threads", op_threads, "Thread count of the op table")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
   app.add_option("--op-reps", reps, "Repetitions per op in the op table (best)")
       ->capture_default_str();
   app.add_option("--torch-script", script, "Path of resnet_step_bench_torch.py")
@@ -497,7 +505,7 @@ int main(int argc, char** argv) {
         }
       }
     }
-    if (ops) print_op_table(script, op_batch, reps, no_torch);
+    if (ops) print_op_table(script, op_batch, reps, no_torch, op_threads);
     return 0;
   } catch (const hsgd::Error& e) {
     std::fprintf(stderr, "resnet_step_bench: error: %s\n", e.what());
