@@ -20,6 +20,7 @@
 #include "comm/subgroups.h"
 
 // ---- tensor and autograd ----
+#include "framework/parallel/parallel.h"
 #include "framework/autograd/engine.h"
 #include "framework/autograd/node.h"
 #include "framework/tensor/generator.h"
@@ -38,6 +39,9 @@
 #include "framework/nn/nn.h"
 #include "framework/train/optimizer.h"
 #include "framework/train/trainer.h"
+
+// ---- checkpoints ----
+#include "framework/checkpoint/checkpointer.h"
 
 // ---- distributed ----
 #include "framework/distributed/comm_hooks/default_hooks.h"

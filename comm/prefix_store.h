@@ -6,6 +6,7 @@
 // keys under a prefix.
 //
 // Usage:
+//   #include "comm/hash_store.h"
 //   auto base = std::make_shared<hsgd::comm::HashStore>();
 //   hsgd::comm::PrefixStore group_store("group-3", base);
 //   group_store.set("rank0", hsgd::comm::to_bytes("v"));   // base key "group-3/rank0"

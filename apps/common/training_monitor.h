@@ -5,6 +5,7 @@
 // On other ranks every call only keeps the clocks.
 //
 // Usage:
+//   #include "apps/common/training_loop.h"
 //   apps::TrainingMonitor monitor({.lead = rank == 0, .log_every = 50, .epochs = 3});
 //   const int64_t step = 1, epoch = 1;
 //   const double lr = 0.1;

@@ -29,10 +29,11 @@
 // words (compression.h), about 4 (N - 1) n / N bytes; float32 ring allreduce: twice that. The
 // other members send nothing between nodes.
 //
-// Usage (every member, in the same order):
-//   CompressedAverage avg(group, Compression::kBF16, 1.0f);   // collective: builds its groups
-//   const int64_t bytes = avg.start(buffer, residual);         // buffer: payload in, D out
-//   avg.wait();                                                // throws the collectives' errors
+// Usage (every member of pg, in the same order):
+//   std::vector<float> payload(1000, 1.0f), residual(1000, 0.0f);  // residual: error feedback
+//   detail::CompressedAverage avg(pg, Compression::kBF16, 1.0f);  // collective: makes its groups
+//   const int64_t bytes = avg.start(payload, residual);           // payload in, D out
+//   avg.wait();                                                   // throws the collectives' errors
 
 #include <cstdint>
 #include <future>
