@@ -247,7 +247,9 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain,
   HSGD_CHECK(grain >= 1, "parallel_for: grain ", grain, " must be at least 1");
   if (end <= begin) return;
   std::shared_ptr<Pool> p;
-  if (!tls_in_chunk) {
+  // A range of one grain is one chunk: it runs here without taking the registry's lock (most
+  // elementwise calls of a step are that small).
+  if (!tls_in_chunk && end - begin > grain) {
     std::lock_guard<std::mutex> lock(registry_mu);
     p = pool_locked();
   }
