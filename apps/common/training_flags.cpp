@@ -60,7 +60,11 @@ void add_training_flags(CLI::App& app, TrainingFlags& flags) {
 }
 
 void apply_thread_flag(const TrainingFlags& flags) {
-  if (flags.threads > 0) set_num_threads(flags.threads);
+  if (flags.threads > 0) {
+    set_num_threads(flags.threads);
+  } else {
+    get_num_threads();  // reads HSGD_NUM_THREADS now: a bad value stops the run before it starts
+  }
 }
 
 void check_training_flags(const TrainingFlags& flags) {

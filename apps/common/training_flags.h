@@ -51,7 +51,8 @@ void add_training_flags(CLI::App& app, TrainingFlags& flags);
 // InvalidArgument naming the flag for a value out of range.
 void check_training_flags(const TrainingFlags& flags);
 
-// Sets hsgd's intra-op thread count (kernels and BLAS) from --threads when it is not 0.
+// Sets hsgd's intra-op thread count (kernels and BLAS) from --threads when it is not 0; with 0,
+// decides it from the environment now (InvalidArgument naming a bad HSGD_NUM_THREADS).
 void apply_thread_flag(const TrainingFlags& flags);
 
 optim::SGDOptions sgd_options(const TrainingFlags& flags);
