@@ -15,7 +15,9 @@ issue 12's experiment, files level_options_experiment*, and the issue's targets 
                                     across the link, wall seconds of the whole job
   hierarchy_experiment.png          accuracy vs training seconds (one panel per rate) and
                                     training seconds per epoch (bars)
-and prints the summary as a Markdown table. Needs root (network namespaces); run with Debian's
+and prints the summary as a Markdown table. --model resnet20 runs ResNet-20 (apps/train_resnet)
+instead, usually shortened with --train-subset and --max-eval, into files with the suffix
+_resnet20. Needs root (network namespaces); run with Debian's
 /usr/bin/python3 (matplotlib). About 6-7 minutes on a 2-core machine with the defaults (of
 which DDP at 100mbit takes 2.5). Results and caveats: docs/emulated_cluster.md.
 
@@ -23,6 +25,8 @@ which DDP at 100mbit takes 2.5). Results and caveats: docs/emulated_cluster.md.
   sudo scripts/hierarchy_experiment.py --rates 1gbit --modes ddp,hierarchical --epochs 1
   sudo scripts/hierarchy_experiment.py --topology racks     # 2 racks x 2 nodes, about 5 minutes
   sudo scripts/hierarchy_experiment.py --topology options   # level options, about 6 minutes
+  sudo scripts/hierarchy_experiment.py --topology options --model resnet20 --epochs 1 \
+      --train-subset 20000 --max-eval 2000                   # ResNet-20, shortened
 """
 
 import argparse
@@ -173,11 +177,34 @@ EVAL_LINE = re.compile(
     r"\[rank 0\] eval: epoch (\d+) step (\d+) train_s ([0-9.]+) test_accuracy ([0-9.]+)%")
 
 
+# --model: the program and flags of each model's jobs. The MLP runs its recipe on all of
+# Fashion-MNIST; ResNet-20 (train_resnet, 1x28x28 Fashion-MNIST, crop + flip) is shortened: the
+# first --train-subset training images, --max-eval test images per evaluation, batch 32 per
+# worker (global 128, its documented recipe).
+MODELS = {
+    "mlp": {"program": "apps/train_mlp/train_mlp", "flags": [], "label": "MLP", "suffix": "",
+            "target": 86.0, "eval_every": 59},
+    "resnet20": {"program": "apps/train_resnet/train_resnet",
+                 "flags": ["--model", "resnet20", "--batch-size", "32"], "label": "ResNet-20",
+                 "suffix": "_resnet20", "target": 80.0, "eval_every": 40},
+}
+
+
+def program_of(args):
+    """The training program and its flags common to every mode."""
+    model = MODELS[args.model]
+    program = [os.path.join(args.build, model["program"]), "--epochs", str(args.epochs),
+               "--eval-every", str(args.eval_every), "--seed", str(args.seed)] + model["flags"]
+    if args.train_subset:
+        program += ["--train-subset", str(args.train_subset)]
+    if args.max_eval:
+        program += ["--max-eval", str(args.max_eval)]
+    return program
+
+
 def run_one(topology, rate, mode, args, log_path):
     """Runs one job on the emulated cluster; returns (eval rows, link stats). Raises on failure."""
-    program = [os.path.join(args.build, "apps/train_mlp/train_mlp"), "--epochs", str(args.epochs),
-               "--eval-every", str(args.eval_every), "--seed", str(args.seed)]
-    program += topology.modes[mode][1]
+    program = program_of(args) + topology.modes[mode][1]
     with tempfile.NamedTemporaryFile("r", suffix=".stats") as stats, open(log_path, "w") as log:
         command = [os.path.join(ROOT, "scripts/emulated_cluster.sh")]
         command += topology.cluster_flags(rate, args)
@@ -267,8 +294,10 @@ def plot(topology, args, rows, summary, rates, modes, path):
         ax.set_ylim(min(accuracies) - 1, max(accuracies) + 1)
         if topology.log_time:
             ax.set_xscale("log")
-            ax.set_xticks([2, 5, 10, 20, 50, 100, 200])
+            ax.set_xticks([t for t in (2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000)
+                           if t <= 1.5 * max(r["train_s"] for r in rows)])
             ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+            ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
             ax.set_xlabel("training time, rank 0 (s, log scale, evaluations excluded)")
         else:
             ax.set_xlim(left=0)
@@ -294,11 +323,24 @@ def plot(topology, args, rows, summary, rates, modes, path):
         bars.grid(axis="y", alpha=0.3)
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=min(columns, 3), frameon=False)
-    fig.suptitle(topology.title)
+    title = topology.title
+    if args.model != "mlp":
+        title = title.replace("MLP", MODELS[args.model]["label"]) + "\n" + shortened(args)
+    fig.suptitle(title)
     legend_rows = (len(labels) + min(columns, 3) - 1) // min(columns, 3)
     bottom = (0.08 if rows_of_panels > 1 else 0.14) + 0.025 * max(0, legend_rows - 2)
     fig.tight_layout(rect=(0, bottom, 1, 0.96 if rows_of_panels > 1 else 0.93))
     fig.savefig(path, dpi=90)
+
+
+def shortened(args):
+    """How a shortened run differs from the full data set, for titles and the summary."""
+    parts = [f"{args.epochs} epoch{'s' if args.epochs != 1 else ''}"]
+    if args.train_subset:
+        parts.append(f"on the first {args.train_subset:,} training images")
+    if args.max_eval:
+        parts.append(f"test accuracy on {args.max_eval:,} test images")
+    return ", ".join(parts)
 
 
 def check_targets(summary, rows, target):
@@ -367,11 +409,20 @@ def main():
                         help="racks: rate of each node's link within its rack")
     parser.add_argument("--modes", help="subset of " + ",".join(MODES) + " (racks: of " +
                         ",".join(RACK_MODES) + "); default all")
+    parser.add_argument("--model", choices=sorted(MODELS), default="mlp",
+                        help="mlp: train_mlp on all of Fashion-MNIST; resnet20: train_resnet, "
+                        "batch 32 per worker, output files with the suffix _resnet20")
     parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--target-accuracy", type=float, default=86.0,
-                        help="test accuracy (%%) whose first reaching is timed")
-    parser.add_argument("--eval-every", type=int, default=59,
-                        help="steps between evaluations (235 steps per epoch at 4 workers)")
+    parser.add_argument("--train-subset", type=int, default=0,
+                        help="train on the first N training images (0: all)")
+    parser.add_argument("--max-eval", type=int, default=0,
+                        help="test images per evaluation (0: all 10,000)")
+    parser.add_argument("--target-accuracy", type=float,
+                        help="test accuracy (%%) whose first reaching is timed (default: mlp 86, "
+                        "resnet20 80)")
+    parser.add_argument("--eval-every", type=int,
+                        help="steps between evaluations (default: mlp 59 of its 235 steps per "
+                        "epoch at 4 workers; resnet20 40 of 469)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--port", type=int, default=29400)
     parser.add_argument("--run-timeout", type=int, default=600, help="seconds per job")
@@ -385,6 +436,17 @@ def main():
     parser.add_argument("--plot-only", action="store_true",
                         help="redraw the PNG from the CSV files under --out, run nothing")
     args = parser.parse_args()
+    model = MODELS[args.model]
+    if args.target_accuracy is None:
+        args.target_accuracy = model["target"]
+    if args.eval_every is None:
+        args.eval_every = model["eval_every"]
+    for name in ("epochs", "eval_every"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} {getattr(args, name)}: expected at least 1")
+    for name in ("train_subset", "max_eval"):
+        if getattr(args, name) < 0:
+            parser.error(f"--{name.replace('_', '-')} {getattr(args, name)}: expected at least 0")
     topology = TOPOLOGIES[args.topology]
     rates = (args.rates or topology.default_rates).split(",")
     modes = args.modes.split(",") if args.modes else list(topology.modes)
@@ -393,7 +455,7 @@ def main():
         if args.modes:
             return modes
         return topology.rate_modes.get(rate, modes)
-    stem = os.path.join(args.out, topology.name)
+    stem = os.path.join(args.out, topology.name + model["suffix"])
     def read_csv():
         with open(stem + ".csv") as f:
             rows = [dict(r, train_s=float(r["train_s"]), test_accuracy=float(r["test_accuracy"]))
@@ -429,7 +491,8 @@ def main():
     start = time.time()
     for rate in rates:
         for mode in modes_at(rate):
-            log_path = os.path.join(args.log_dir, f"{args.topology}_{rate}_{mode}.log")
+            log_path = os.path.join(args.log_dir,
+                                    f"{args.topology}{model['suffix']}_{rate}_{mode}.log")
             print(f"[{time.time() - start:6.0f} s] {mode} at {rate} (log {log_path})", flush=True)
             load_before = os.getloadavg()[0]
             run_rows, link = run_one(topology, rate, mode, args, log_path)
@@ -457,7 +520,8 @@ def main():
         writer.writerows(summary)
     plot(topology, args, rows, summary, rates, modes, stem + ".png")
 
-    print(f"\nall runs took {time.time() - start:.0f} s; wrote {stem}{{.csv,_summary.csv,.png}}\n")
+    print(f"\nall runs took {time.time() - start:.0f} s; wrote {stem}{{.csv,_summary.csv,.png}}")
+    print(f"{model['label']}: {shortened(args)}\n")
     if args.topology in ("options", "racks_options"):
         check_targets(summary, rows, args.target_accuracy)
     print("| mode | link rate | s / epoch | last epoch s | final test acc. | MB across the link "
