@@ -23,6 +23,7 @@
 #include "framework/parallel/parallel.h"
 #include "framework/autograd/engine.h"
 #include "framework/autograd/node.h"
+#include "framework/tensor/block_cache.h"
 #include "framework/tensor/generator.h"
 #include "framework/tensor/grad_mode.h"
 #include "framework/tensor/nn_ops.h"
