@@ -54,8 +54,10 @@ class BlockCache {
   BlockCache() : enabled_(!kAddressSanitizer && !malloc_defaults_requested()) {
     if (!malloc_defaults_requested()) tune_malloc();
     // fork() while another thread holds mu_ would leave the child's copy locked forever.
-    ::pthread_atfork([] { instance().mu_.lock(); }, [] { instance().mu_.unlock(); },
-                     [] { instance().mu_.unlock(); });
+    // pthread_atfork fails only without memory for the handler; the cache then still works
+    // in every process that does not fork while another thread allocates.
+    (void)::pthread_atfork([] { instance().mu_.lock(); }, [] { instance().mu_.unlock(); },
+                           [] { instance().mu_.unlock(); });
   }
   BlockCache(const BlockCache&) = delete;
   BlockCache& operator=(const BlockCache&) = delete;
@@ -118,7 +120,9 @@ class BlockCache {
 
   MemoryStats stats() {
     std::lock_guard<std::mutex> lock(mu_);
-    return stats_;
+    MemoryStats out = stats_;
+    out.limit_bytes = limit(0);
+    return out;
   }
 
   void empty() {
@@ -153,6 +157,7 @@ class BlockCache {
     if (found == by_size_.end() || found->second.empty()) return nullptr;
     const IdleList::iterator it = found->second.back();
     found->second.pop_back();
+    if (found->second.empty()) by_size_.erase(found);  // sizes seen once must not pile up
     void* p = it->p;
     lru_.erase(it);
     --stats_.cached_blocks;
@@ -162,11 +167,15 @@ class BlockCache {
   // Unmaps idle blocks, least recently freed first, until mapping `size` more stays within the
   // limit or nothing idle is left.
   void evict_for(int64_t size) {
-    const int64_t limit = std::max<int64_t>(
-        kMinLimit,
-        static_cast<int64_t>(kLimitOverPeak * static_cast<double>(std::max(
-                                                  lifetime_peak_, stats_.allocated_bytes + size))));
-    while (!lru_.empty() && mapped_ + size > limit) unmap_oldest();
+    const int64_t most = limit(size);
+    while (!lru_.empty() && mapped_ + size > most) unmap_oldest();
+  }
+
+  // max(64 MiB, 1.5 x the highest live total, counting a request of `size` more).
+  int64_t limit(int64_t size) const {
+    const int64_t live = std::max(lifetime_peak_, stats_.allocated_bytes + size);
+    return std::max<int64_t>(kMinLimit,
+                             static_cast<int64_t>(kLimitOverPeak * static_cast<double>(live)));
   }
 
   void unmap_oldest() {

@@ -39,8 +39,11 @@ struct MemoryStats {
   int64_t peak_allocated_bytes = 0;  // since the start or reset_peak_memory_stats()
   int64_t peak_reserved_bytes = 0;
   int64_t cached_blocks = 0;  // idle blocks in the cache now
-  int64_t maps = 0;           // blocks mapped from the kernel so far
-  int64_t unmaps = 0;         // blocks given back so far
+  // What the cache keeps mapped at most (in use + idle blocks of 256 KiB or more): max(64 MiB,
+  // 1.5 x the highest live total ever). Exceeded only when no idle block is left to unmap.
+  int64_t limit_bytes = 0;
+  int64_t maps = 0;    // blocks mapped from the kernel so far
+  int64_t unmaps = 0;  // blocks given back so far
 };
 
 // A snapshot of the counters (all blocks, large and small).
