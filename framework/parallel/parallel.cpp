@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <exception>
@@ -46,7 +47,8 @@ void set_blas_threads(int n) {
 // spin briefly before sleeping, since kernels issue jobs back to back.
 class Pool {
  public:
-  explicit Pool(int threads) : threads_(threads) {
+  Pool(int threads, std::chrono::microseconds spin_window)
+      : threads_(threads), spin_window_(spin_window) {
     for (int i = 1; i < threads_; ++i) workers_.emplace_back([this, i] { work(i); });
   }
   Pool(const Pool&) = delete;
@@ -111,13 +113,27 @@ class Pool {
     tls_thread_index = 0;
   }
 
+  // Waits, without sleeping, up to about spin_window_ for a job after `seen`: pause instructions
+  // first, then sched_yield so that a thread of another process runnable on this CPU gets it.
+  // Kernels of a training step come tens to hundreds of microseconds apart (autograd's
+  // bookkeeping between them), and waking a sleeping thread costs about as much on a VM, where
+  // an idle vCPU halts.
+  void wait_for_job(uint64_t seen) const {
+    for (int spin = 0; spin < kSpins; ++spin) {
+      if (generation_.load(std::memory_order_acquire) != seen) return;
+      __builtin_ia32_pause();
+    }
+    const auto until = std::chrono::steady_clock::now() + spin_window_;
+    while (generation_.load(std::memory_order_acquire) == seen &&
+           std::chrono::steady_clock::now() < until) {
+      sched_yield();
+    }
+  }
+
   void work(int index) {
     uint64_t seen = 0;
     for (;;) {
-      for (int spin = 0; spin < kSpins && generation_.load(std::memory_order_acquire) == seen;
-           ++spin) {
-        __builtin_ia32_pause();
-      }
+      wait_for_job(seen);
       Job job;
       {
         std::unique_lock<std::mutex> lock(mu_);
@@ -137,6 +153,7 @@ class Pool {
 
   // Constant after construction.
   const int threads_;
+  const std::chrono::microseconds spin_window_;
   std::vector<std::thread> workers_;
 
   std::mutex busy_;  // held by the caller whose job runs
@@ -181,11 +198,16 @@ int decided_threads_locked() {
 std::shared_ptr<Pool> pool_locked() {
   const int threads = decided_threads_locked();
   if (threads <= 1) return nullptr;
-  if (pool == nullptr) pool = std::make_shared<Pool>(threads);
+  if (pool == nullptr) {
+    static const int spin_us =
+        detail::spin_us_from_env([](const char* name) -> const char* { return std::getenv(name); });
+    pool = std::make_shared<Pool>(threads, std::chrono::microseconds(spin_us));
+  }
   return pool;
 }
 
-int parse_positive(const char* name, const char* value) {
+// `value` of the variable `name` as an integer in [lo, hi]; `what` names the expected value.
+int parse_int(const char* name, const char* value, long lo, long hi, const char* what) {
   const std::string text(value);
   size_t used = 0;
   long parsed = 0;
@@ -194,9 +216,13 @@ int parse_positive(const char* name, const char* value) {
   } catch (const std::exception&) {
     used = 0;
   }
-  HSGD_CHECK(used == text.size() && parsed >= 1 && parsed <= 4096, name, "='", text,
-             "': expected a positive integer number of threads");
+  HSGD_CHECK(used == text.size() && parsed >= lo && parsed <= hi, name, "='", text, "': expected ",
+             what);
   return static_cast<int>(parsed);
+}
+
+int parse_positive(const char* name, const char* value) {
+  return parse_int(name, value, 1, 4096, "a positive integer number of threads");
 }
 
 }  // namespace
@@ -211,6 +237,13 @@ int num_threads_from_env(const char* (*env)(const char*)) {
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
   return std::max(1u, std::thread::hardware_concurrency());
+}
+
+int spin_us_from_env(const char* (*env)(const char*)) {
+  const char* value = env("HSGD_SPIN_US");
+  if (value == nullptr || value[0] == '\0') return kDefaultSpinUs;
+  return parse_int("HSGD_SPIN_US", value, 0, 1000000,
+                   "microseconds between 0 and 1000000 that an idle pool thread waits awake");
 }
 
 int64_t chunk_count(int64_t begin, int64_t end, int64_t grain, int threads) {

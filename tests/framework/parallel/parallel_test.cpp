@@ -211,5 +211,27 @@ TEST(NumThreadsFromEnv, BadValuesNameTheVariableAndValue) {
   EXPECT_THROW(detail::num_threads_from_env(fake_getenv), InvalidArgument);
 }
 
+TEST(SpinUsFromEnv, DefaultValueAndBadValues) {
+  fake_env = {};
+  EXPECT_EQ(detail::spin_us_from_env(fake_getenv), detail::kDefaultSpinUs);
+  fake_env = {{"HSGD_SPIN_US", ""}};
+  EXPECT_EQ(detail::spin_us_from_env(fake_getenv), detail::kDefaultSpinUs);
+  fake_env = {{"HSGD_SPIN_US", "0"}};
+  EXPECT_EQ(detail::spin_us_from_env(fake_getenv), 0);
+  fake_env = {{"HSGD_SPIN_US", "1000000"}};
+  EXPECT_EQ(detail::spin_us_from_env(fake_getenv), 1000000);
+  for (const char* bad : {"-1", "1000001", "fast", "20us"}) {
+    fake_env = {{"HSGD_SPIN_US", bad}};
+    try {
+      detail::spin_us_from_env(fake_getenv);
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("HSGD_SPIN_US='") + bad + "'"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace hsgd
