@@ -79,14 +79,11 @@ class Pool {
     }
     wake_.notify_all();
     run_chunk(job, 0);
-    // Wait for the others: spin first (chunks are usually even), then sleep.
-    for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
-      if (spin < kSpins) {
-        __builtin_ia32_pause();
-      } else {
-        std::unique_lock<std::mutex> lock(mu_);
-        done_.wait(lock, [this] { return pending_.load(std::memory_order_acquire) == 0; });
-      }
+    // Wait for the others: awake first (chunks are usually even), then asleep.
+    const auto all_done = [this] { return pending_.load(std::memory_order_acquire) == 0; };
+    if (!spin_until(all_done)) {
+      std::unique_lock<std::mutex> lock(mu_);
+      done_.wait(lock, all_done);
     }
     if (error_) std::rethrow_exception(error_);
     return true;
@@ -113,27 +110,29 @@ class Pool {
     tls_thread_index = 0;
   }
 
-  // Waits, without sleeping, up to about spin_window_ for a job after `seen`: pause instructions
-  // first, then sched_yield so that a thread of another process runnable on this CPU gets it.
-  // Kernels of a training step come tens to hundreds of microseconds apart (autograd's
-  // bookkeeping between them), and waking a sleeping thread costs about as much on a VM, where
-  // an idle vCPU halts.
-  void wait_for_job(uint64_t seen) const {
+  // Waits awake until ready() or for about spin_window_, and returns ready(): pause
+  // instructions first, then sched_yield, so that a thread of another process runnable on this CPU
+  // gets it. Kernels of a training step come tens to hundreds of microseconds apart (autograd's
+  // bookkeeping between them), and waking a sleeping thread costs about as much on a VM, where an
+  // idle vCPU halts.
+  template <typename Ready>
+  bool spin_until(const Ready& ready) const {
     for (int spin = 0; spin < kSpins; ++spin) {
-      if (generation_.load(std::memory_order_acquire) != seen) return;
+      if (ready()) return true;
       __builtin_ia32_pause();
     }
     const auto until = std::chrono::steady_clock::now() + spin_window_;
-    while (generation_.load(std::memory_order_acquire) == seen &&
-           std::chrono::steady_clock::now() < until) {
+    while (!ready()) {
+      if (std::chrono::steady_clock::now() >= until) return false;
       sched_yield();
     }
+    return true;
   }
 
   void work(int index) {
     uint64_t seen = 0;
     for (;;) {
-      wait_for_job(seen);
+      spin_until([&] { return generation_.load(std::memory_order_acquire) != seen; });
       Job job;
       {
         std::unique_lock<std::mutex> lock(mu_);
