@@ -3,12 +3,67 @@
 #include <string>
 
 #include "comm/error.h"
+#include "framework/parallel/parallel.h"
 #include "framework/tensor/grad_mode.h"
 
 namespace hsgd::optim {
 namespace {
 
 std::string state_key(size_t i) { return "state." + std::to_string(i) + ".momentum_buffer"; }
+
+struct Coefficients {
+  float lr, momentum, one_minus_dampening, weight_decay;
+  bool nesterov;
+};
+
+// Runs of at least this many floats per thread (smaller ones cost more to hand out than to
+// update).
+constexpr int64_t kUpdateGrain = 32768;
+
+// The whole update of one parameter in one pass over p, g and buf (buf null without momentum),
+// instead of five passes and a copy of g. Each product and sum is rounded to float in the order
+// of the step-by-step form in sgd.h (the code is built without FMA contraction), so the result
+// is bit-identical to it. Every element is independent: the same at every thread count.
+template <bool kDecay, bool kMomentum, bool kNesterov>
+void fused_update(float* __restrict p, const float* __restrict g, float* __restrict buf, int64_t n,
+                  const Coefficients& c) {
+  parallel_for(0, n, kUpdateGrain, [&, p, g, buf](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      float d = g[i];
+      if constexpr (kDecay) d = d + c.weight_decay * p[i];
+      if constexpr (kMomentum) {
+        float b = buf[i] * c.momentum;
+        b = b + c.one_minus_dampening * d;
+        buf[i] = b;
+        d = kNesterov ? d + c.momentum * b : b;
+      }
+      p[i] = p[i] + -c.lr * d;
+    }
+  });
+}
+
+void fused_update(Tensor& p, const Tensor& g, Tensor* buf, const Coefficients& c) {
+  float* b = buf == nullptr ? nullptr : buf->data();
+  const int64_t n = p.numel();
+  const bool decay = c.weight_decay != 0;
+  if (b == nullptr) {
+    decay ? fused_update<true, false, false>(p.data(), g.data(), b, n, c)
+          : fused_update<false, false, false>(p.data(), g.data(), b, n, c);
+  } else if (c.nesterov) {
+    decay ? fused_update<true, true, true>(p.data(), g.data(), b, n, c)
+          : fused_update<false, true, true>(p.data(), g.data(), b, n, c);
+  } else {
+    decay ? fused_update<true, true, false>(p.data(), g.data(), b, n, c)
+          : fused_update<false, true, false>(p.data(), g.data(), b, n, c);
+  }
+}
+
+// Whether the fused update applies: one shape, contiguous storage, and (with momentum) a buffer
+// from an earlier step; the first step with momentum copies g into the buffer instead.
+bool fusable(const Tensor& p, const Tensor& g, const Tensor* buf) {
+  const auto plain = [&](const Tensor& t) { return t.shape() == p.shape() && t.is_contiguous(); };
+  return plain(p) && plain(g) && (buf == nullptr || (buf->defined() && plain(*buf)));
+}
 
 }  // namespace
 
@@ -68,6 +123,16 @@ void SGD::step() {
       Tensor& p = group.params[i];
       const Tensor grad = p.grad();
       if (!grad.defined()) continue;
+      Tensor* buf = momentum != 0 ? &buffers_[gi][i] : nullptr;
+      if (fusable(p, grad, buf)) {
+        fused_update(p, grad, buf,
+                     {.lr = lr,
+                      .momentum = momentum,
+                      .one_minus_dampening = one_minus_dampening,
+                      .weight_decay = weight_decay,
+                      .nesterov = *group.nesterov});
+        continue;
+      }
       Tensor d_p = grad;
       if (weight_decay != 0) d_p = grad.clone().add_(p, weight_decay);
       if (momentum != 0) {

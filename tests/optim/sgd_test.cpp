@@ -7,6 +7,8 @@
 
 #include "comm/error.h"
 #include "framework/nn/nn.h"
+#include "framework/parallel/parallel.h"
+#include "framework/tensor/generator.h"
 #include "framework/tensor/ops.h"
 #include "tests/golden/golden.h"
 
@@ -185,6 +187,52 @@ TEST(SGDTest, Step_SkipsParametersWithoutGradient) {
   EXPECT_FLOAT_EQ(a.to_vector()[0], 1.0f - 0.5f * 1.1f);
   EXPECT_EQ(b.to_vector(), std::vector<float>(2, 1.0f));
   EXPECT_FALSE(opt.momentum_buffer(1).defined());
+}
+
+// The one-pass update of contiguous parameters must equal, bit for bit, the step-by-step form,
+// which SGD still uses for a non-contiguous parameter: a transposed view of the same values.
+TEST(SGDTest, FusedUpdate_EqualsStepByStepFormBitForBit) {
+  struct Case {
+    SGDOptions options;
+    const char* name;
+  };
+  const Case cases[] = {
+      {{.lr = 0.1}, "plain"},
+      {{.lr = 0.1, .weight_decay = 0.01}, "weight decay"},
+      {{.lr = 0.1, .momentum = 0.9}, "momentum"},
+      {{.lr = 0.1, .momentum = 0.9, .dampening = 0.1, .weight_decay = 0.01}, "dampening"},
+      {{.lr = 0.1, .momentum = 0.9, .nesterov = true}, "nesterov"},
+      {{.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01, .nesterov = true}, "nesterov+decay"},
+  };
+  const int threads_before = get_num_threads();
+  for (int threads : {1, 3}) {
+    set_num_threads(threads);
+    for (const Case& c : cases) {
+      SCOPED_TRACE(std::string(c.name) + " at " + std::to_string(threads) + " threads");
+      Generator gen(7);
+      const Tensor x = randn({257, 401}, gen);  // several runs of the update's grain
+      Tensor fused = x.clone();
+      Tensor stored = x.t().contiguous();  // (401, 257)
+      Tensor strided = stored.t();         // x's values and shape, not contiguous
+      ASSERT_FALSE(strided.is_contiguous());
+      fused.set_requires_grad(true);
+      strided.set_requires_grad(true);
+      SGD a({fused}, c.options), b({strided}, c.options);
+      for (int step = 0; step < 3; ++step) {
+        const Tensor g = randn({257, 401}, gen);
+        fused.set_grad(g.clone());
+        strided.set_grad(g.clone());
+        a.step();
+        b.step();
+      }
+      EXPECT_EQ(fused.to_vector(), strided.contiguous().to_vector());
+      if (c.options.momentum != 0) {
+        EXPECT_EQ(a.momentum_buffer(0).to_vector(), b.momentum_buffer(0).contiguous().to_vector());
+      }
+      EXPECT_NE(fused.to_vector(), x.to_vector());  // the steps moved it
+    }
+  }
+  set_num_threads(threads_before);
 }
 
 TEST(SGDTest, ZeroGrad_ZeroesGradients) {
