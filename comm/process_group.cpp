@@ -114,7 +114,6 @@ void ProcessGroup::connect() {
   auto device = options_.device;
   try {
     context->connectFullMesh(*gloo_store, device);
-    hsgd::detail::size_send_buffers(*context, rank(), size());
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {

@@ -8,6 +8,7 @@
 #include <gloo/transport/pair.h>
 
 #include <algorithm>
+#include <atomic>
 #include <limits>
 #include <list>
 #include <map>
@@ -67,6 +68,8 @@ const gloo::ReductionFunction<T>* reduction_function(ReduceOp op) {
   return gloo::ReductionFunction<T>::sum;
 }
 
+std::atomic<int> sizings_run{0};  // calls of size_send_buffers in this process
+
 }  // namespace
 
 AllreduceAlgorithm choose_gloo_algorithm(AllreduceAlgorithm requested, size_t count,
@@ -93,10 +96,17 @@ AllreduceAlgorithm choose_gloo_algorithm(AllreduceAlgorithm requested, size_t co
 // oversubscribing the cores each hand-off waits for a time slice: ResNet-20 DDP at 4 ranks on 2
 // cores took 830 ms a step, 390 ms with this (apps/bench/ddp_bench). So the first pinned
 // message of every pair is a kPinnedSendBytes exchange here, which fixes the send buffer at
-// min(2 x kPinnedSendBytes, 2 x net.core.wmem_max) before any collective runs. Ranks go around
-// the ring by distance (send to rank + d, receive from rank - d) so that one send and one
-// receive buffer are alive at a time. Waits are bounded by the context's timeout.
+// min(2 x kPinnedSendBytes, 2 x net.core.wmem_max) before the first pinned message. It runs when
+// the first cached algorithm is built, not when the group connects: a group that never allreduces
+// through the cache (a group of node leaders that only runs ring_exchange, the ring allreduce,
+// broadcast or allgather, all from unbound buffers) never needs it, and its 1 MiB per pair of
+// ranks had been most of what separated bf16 averaging from half the bytes of float32 across a
+// slow link (issue 12). Cache misses happen at the same point on every rank, so the exchange
+// stays collective. Ranks go around the ring by distance (send to rank + d, receive from
+// rank - d) so that one send and one receive buffer are alive at a time. Waits are bounded by the
+// context's timeout.
 void size_send_buffers(gloo::Context& context, int rank, int n) {
+  sizings_run.fetch_add(1, std::memory_order_relaxed);
   constexpr size_t kPinnedSendBytes = size_t{1} << 20;
   std::vector<char> out(kPinnedSendBytes, 0);
   std::vector<char> in(kPinnedSendBytes, 0);
@@ -141,6 +151,10 @@ class GlooAllreduce::Cache {
       entries_.erase(victim);
       lru_.pop_back();
     }
+    if (!send_buffers_sized_) {
+      size_send_buffers(*context, context->rank, context->size);
+      send_buffers_sized_ = true;
+    }
     lru_.push_front(key);
     Entry entry;
     entry.bytes = bytes;
@@ -163,6 +177,7 @@ class GlooAllreduce::Cache {
  private:
   using Key = std::tuple<char, size_t, ReduceOp, AllreduceAlgorithm>;
   static constexpr size_t kMaxEntries = 64;
+  bool send_buffers_sized_ = false;  // size_send_buffers has run on the context
   size_t total_bytes_ = 0;
   std::list<Key> lru_;  // most recent first
   std::map<Key, std::pair<std::list<Key>::iterator, Entry>> entries_;
@@ -207,5 +222,7 @@ void GlooAllreduce::allreduce(std::span<double> data, ReduceOp op, AllreduceAlgo
                               uint32_t tag) {
   allreduce_impl(data, op, requested, tag);
 }
+
+int send_buffer_sizings() { return sizings_run.load(std::memory_order_relaxed); }
 
 }  // namespace hsgd::detail

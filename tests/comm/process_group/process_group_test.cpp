@@ -10,6 +10,7 @@
 #include <numeric>
 #include <tuple>
 
+#include "comm/detail/gloo_allreduce.h"
 #include "comm/error.h"
 #include "comm/file_store.h"
 #include "comm/hash_store.h"
@@ -271,6 +272,38 @@ TEST(ProcessGroupTest, RingExchange_ReceivesFromTheLeftNeighbour) {
     });
     EXPECT_RANKS_OK(result) << "world " << world;
   }
+}
+
+// The 1 MiB-per-pair exchange that sizes the send buffers runs once, before the first allreduce
+// through Gloo's pinned algorithms, and never for a group that only uses unbound buffers (a group
+// of node leaders that only runs ring_exchange): those bytes cross the slow link for nothing.
+TEST(ProcessGroupTest, SendBuffersAreSizedOnlyBeforeTheFirstPinnedAllreduce) {
+  const auto dir = unique_temp_dir("sizing");
+  auto result = run_ranks(3, std::chrono::seconds(60), [&](int rank) {
+    auto store = std::make_shared<FileStore>(dir);
+    auto pg = init_process_group({.rank = rank,
+                                  .world_size = 3,
+                                  .store = store,
+                                  .timeout = std::chrono::seconds(30),
+                                  .shared_memory = false});
+    ASSERT_EQ(hsgd::detail::send_buffer_sizings(), 0) << "connecting sized the send buffers";
+    std::vector<int64_t> send(1000, rank), recv(1000);
+    pg->ring_exchange(send, recv)->wait();
+    check_broadcast(*pg, 1000, 1);
+    check_allgather(*pg, 1000);
+    pg->barrier()->wait();
+    std::vector<float> big(size_t{1} << 22, 1.0f);  // beyond the cache: the unbound ring
+    pg->allreduce(std::span<float>(big), ReduceOp::kSum)->wait();
+    EXPECT_EQ(big.front(), 3.0f);
+    EXPECT_EQ(hsgd::detail::send_buffer_sizings(), 0) << "unbound collectives sized them";
+    check_allreduce<float>(*pg, 1000, ReduceOp::kSum);  // halving-doubling, pinned
+    EXPECT_EQ(hsgd::detail::send_buffer_sizings(), 1);
+    check_allreduce<float>(*pg, 100000, ReduceOp::kSum);
+    check_allreduce<double>(*pg, 10, ReduceOp::kMax);
+    EXPECT_EQ(hsgd::detail::send_buffer_sizings(), 1) << "sized more than once";
+  });
+  EXPECT_RANKS_OK(result);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
