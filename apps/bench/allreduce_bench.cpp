@@ -225,9 +225,7 @@ int main(int argc, char** argv) {
   app.add_option("--ranks", worlds, "world sizes")->delimiter(',');
   app.add_option("--min-bytes", min_bytes, "smallest message");
   app.add_option("--max-bytes", max_bytes, "largest message");
-  // The script sits next to this source file (the build passes absolute paths to the compiler).
-  std::string torch_script =
-      (std::filesystem::path(__FILE__).parent_path() / "allreduce_bench_torch.py").string();
+  std::string torch_script = HSGD_BENCH_DIR "/allreduce_bench_torch.py";
   app.add_option("--torch-script", torch_script, "path of allreduce_bench_torch.py");
   CLI11_PARSE(app, argc, argv);
 

@@ -165,8 +165,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Hierarchical model averaging: hsgd vs PyTorch"};
   int world = 4, iters_small = 100, iters_large = 10, warmup = 2;
   bool quick = false, no_torch = false;
-  // The script sits next to this source file (__FILE__ is absolute in CMake builds).
-  std::string script = (fs::path(__FILE__).parent_path() / "averaging_bench_torch.py").string();
+  std::string script = HSGD_BENCH_DIR "/averaging_bench_torch.py";
   app.add_option("--world", world, "ranks (even)")->check(CLI::Range(2, 64));
   app.add_option("--iters-small", iters_small, "timed calls per level, ResNet-20 sizes");
   app.add_option("--iters-large", iters_large, "timed calls per level, ResNet-18 sizes");

@@ -223,17 +223,8 @@ Result bench(const std::string& name, const std::string& label, const std::strin
   return r;
 }
 
-// The script next to this source file. __FILE__ is absolute, or (ccache's base_dir) relative to
-// the build directory, which is two levels above this program (BUILD/apps/bench/).
-std::string default_torch_script() {
-  fs::path source(__FILE__);
-  if (source.is_relative()) {
-    std::error_code error;
-    const fs::path exe = fs::read_symlink("/proc/self/exe", error);
-    if (!error) source = exe.parent_path().parent_path().parent_path() / source;
-  }
-  return (source.parent_path() / "checkpoint_bench_torch.py").lexically_normal().string();
-}
+// The script next to this source file.
+std::string default_torch_script() { return HSGD_BENCH_DIR "/checkpoint_bench_torch.py"; }
 
 }  // namespace
 

@@ -138,8 +138,7 @@ int main(int argc, char** argv) {
   CLI::App app{"DDP training step: hsgd vs PyTorch"};
   int world = 4, iters_mlp = 30, iters_resnet = 10, warmup = 3;
   bool quick = false, no_torch = false;
-  // The script sits next to this source file (__FILE__ is absolute in CMake builds).
-  std::string script = (fs::path(__FILE__).parent_path() / "ddp_bench_torch.py").string();
+  std::string script = HSGD_BENCH_DIR "/ddp_bench_torch.py";
   app.add_option("--world", world, "ranks")->check(CLI::Range(1, 64));
   app.add_option("--iters-mlp", iters_mlp, "timed steps, MLP");
   app.add_option("--iters-resnet", iters_resnet, "timed steps, ResNet-20");
