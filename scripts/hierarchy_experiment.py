@@ -113,8 +113,7 @@ OPTION_MODES = {
 COLORS = {"ddp": "tab:red", "local_sgd": "tab:gray", "post_local_sgd": "tab:orange",
           "hierarchical": "tab:blue", "hierarchical_2_16": "tab:cyan", "outer": "tab:green",
           "overlap": "tab:purple", "overlap_16": "tab:pink", "bf16": "tab:brown",
-          "all_three": "black",
-          "no_top": "tab:olive"}
+          "all_three": "black", "no_top": "tab:olive"}
 
 
 class Topology:

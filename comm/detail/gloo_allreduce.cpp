@@ -87,6 +87,8 @@ AllreduceAlgorithm choose_gloo_algorithm(AllreduceAlgorithm requested, size_t co
   return algorithm;
 }
 
+namespace {
+
 // Gloo's TCP pair sets SO_SNDBUF to the size of the first message sent from a pinned buffer
 // (the halving-doubling and ring-chunked algorithms of the cache) and raises it only for larger
 // ones. That turns off Linux's send-buffer autotuning for the pair for good, so a small first
@@ -105,8 +107,9 @@ AllreduceAlgorithm choose_gloo_algorithm(AllreduceAlgorithm requested, size_t co
 // stays collective. Ranks go around the ring by distance (send to rank + d, receive from
 // rank - d) so that one send and one receive buffer are alive at a time. Waits are bounded by the
 // context's timeout.
-void size_send_buffers(gloo::Context& context, int rank, int n) {
+void size_send_buffers(gloo::Context& context) {
   sizings_run.fetch_add(1, std::memory_order_relaxed);
+  const int rank = context.rank, n = context.size;
   constexpr size_t kPinnedSendBytes = size_t{1} << 20;
   std::vector<char> out(kPinnedSendBytes, 0);
   std::vector<char> in(kPinnedSendBytes, 0);
@@ -121,6 +124,8 @@ void size_send_buffers(gloo::Context& context, int rank, int n) {
     send->waitSend();
   }
 }
+
+}  // namespace
 
 // Gloo algorithm objects with the buffer they reduce, least recently used evicted first. The
 // sequence of (type, count, op) is the same on every rank (the group contract), so hits, misses
@@ -152,7 +157,7 @@ class GlooAllreduce::Cache {
       lru_.pop_back();
     }
     if (!send_buffers_sized_) {
-      size_send_buffers(*context, context->rank, context->size);
+      size_send_buffers(*context);
       send_buffers_sized_ = true;
     }
     lru_.push_front(key);

@@ -31,11 +31,9 @@ namespace hsgd::detail {
 comm::AllreduceAlgorithm choose_gloo_algorithm(comm::AllreduceAlgorithm requested, size_t count,
                                                size_t element_bytes);
 
-// Makes every pair of the context send from pinned buffers with a large send buffer (see
-// gloo_allreduce.cpp for why). Collective over the context's ranks; GlooAllreduce runs it once,
-// before the first allreduce that goes through its cache of pinned algorithms.
-void size_send_buffers(gloo::Context& context, int rank, int size);
-// How many times size_send_buffers has run in this process (for tests).
+// How many times a GlooAllreduce has sized its context's send buffers in this process (for
+// tests): once per context, before its first allreduce through the cache of pinned algorithms
+// (see gloo_allreduce.cpp for why).
 int send_buffer_sizings();
 
 class GlooAllreduce {

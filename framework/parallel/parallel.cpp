@@ -43,8 +43,9 @@ void set_blas_threads(int n) {
 //
 // A job is published by bumping generation_ under mu_; each worker copies it under mu_, runs its
 // chunk (if the job has one for it), then decrements pending_. The caller runs chunk 0 and waits
-// for pending_ to reach 0, so a job is never replaced while a worker still needs it. Workers
-// spin briefly before sleeping, since kernels issue jobs back to back.
+// for pending_ to reach 0, so a job is never replaced while a worker still needs it. Workers and
+// the caller wait awake for a while before sleeping (spin_until), since kernels issue jobs back
+// to back.
 class Pool {
  public:
   Pool(int threads, std::chrono::microseconds spin_window)
@@ -90,9 +91,9 @@ class Pool {
   }
 
  private:
-  // Spins before sleeping: about 10-40 us of pause instructions (a pause takes 10-140 cycles,
-  // depending on the CPU). Longer spins starve the thread being waited for when there are more
-  // threads than free cores.
+  // The first phase of spin_until: about 10-40 us of pause instructions (a pause takes 10-140
+  // cycles, depending on the CPU). Longer pure spins starved the thread being waited for when
+  // there were more threads than free cores; the sched_yield phase after it gives way to them.
   static constexpr int kSpins = 1000;
 
   void run_chunk(const Job& job, int64_t i) {

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <initializer_list>
 #include <map>
 #include <mutex>
 #include <set>
@@ -195,18 +196,25 @@ TEST(NumThreadsFromEnv, HsgdThenOmpThenAffinity) {
   EXPECT_EQ(detail::num_threads_from_env(fake_getenv), CPU_COUNT(&set));
 }
 
-TEST(NumThreadsFromEnv, BadValuesNameTheVariableAndValue) {
-  for (const char* bad : {"0", "-2", "two", "3x", "99999"}) {
-    fake_env = {{"HSGD_NUM_THREADS", bad}};
+// Each bad value of `variable` makes parse(fake_getenv) throw InvalidArgument naming it.
+void expect_rejected_by_name(const char* variable, std::initializer_list<const char*> bad_values,
+                             int (*parse)(const char* (*)(const char*))) {
+  for (const char* bad : bad_values) {
+    fake_env = {{variable, bad}};
     try {
-      detail::num_threads_from_env(fake_getenv);
-      ADD_FAILURE() << "accepted " << bad;
+      parse(fake_getenv);
+      ADD_FAILURE() << variable << ": accepted " << bad;
     } catch (const InvalidArgument& e) {
-      EXPECT_NE(std::string(e.what()).find(std::string("HSGD_NUM_THREADS='") + bad + "'"),
+      EXPECT_NE(std::string(e.what()).find(std::string(variable) + "='" + bad + "'"),
                 std::string::npos)
           << e.what();
     }
   }
+}
+
+TEST(NumThreadsFromEnv, BadValuesNameTheVariableAndValue) {
+  expect_rejected_by_name("HSGD_NUM_THREADS", {"0", "-2", "two", "3x", "99999"},
+                          detail::num_threads_from_env);
   fake_env = {{"OMP_NUM_THREADS", "zero"}};
   EXPECT_THROW(detail::num_threads_from_env(fake_getenv), InvalidArgument);
 }
@@ -220,17 +228,8 @@ TEST(SpinUsFromEnv, DefaultValueAndBadValues) {
   EXPECT_EQ(detail::spin_us_from_env(fake_getenv), 0);
   fake_env = {{"HSGD_SPIN_US", "1000000"}};
   EXPECT_EQ(detail::spin_us_from_env(fake_getenv), 1000000);
-  for (const char* bad : {"-1", "1000001", "fast", "20us"}) {
-    fake_env = {{"HSGD_SPIN_US", bad}};
-    try {
-      detail::spin_us_from_env(fake_getenv);
-      ADD_FAILURE() << "accepted " << bad;
-    } catch (const InvalidArgument& e) {
-      EXPECT_NE(std::string(e.what()).find(std::string("HSGD_SPIN_US='") + bad + "'"),
-                std::string::npos)
-          << e.what();
-    }
-  }
+  expect_rejected_by_name("HSGD_SPIN_US", {"-1", "1000001", "fast", "20us"},
+                          detail::spin_us_from_env);
 }
 
 }  // namespace
