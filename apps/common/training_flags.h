@@ -57,7 +57,8 @@ void apply_thread_flag(const TrainingFlags& flags);
 
 optim::SGDOptions sgd_options(const TrainingFlags& flags);
 
-// Steps the run trains in all: epochs * loader.num_batches(), capped by --max-steps.
+// Steps the run trains in all: epochs * loader.num_batches(), capped by --max-steps. Throws
+// BadFlag naming --batch-size when an epoch holds no full batch.
 int64_t planned_steps(const TrainingFlags& flags, const data::DataLoader& loader);
 
 // CosineAnnealingLR over planned_steps for --schedule cosine; null for constant.
