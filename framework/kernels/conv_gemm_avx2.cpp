@@ -4,6 +4,8 @@
 #include <cstring>
 #include <memory>
 
+#include <immintrin.h>
+
 namespace hsgd::kernels::detail {
 namespace {
 
@@ -66,7 +68,11 @@ HSGD_AVX2 void nn_columns(int64_t m, int64_t k, const float* a, int64_t lda, con
   }
 }
 
-// ---- nt: blocks of 2 x 4 entries of c, each a lane-wise partial sum over k ----
+// ---- nt: blocks of R x 4 entries of c, each a lane-wise partial sum over k ----
+// Up to this many rows of c (the Winograd weight gradients: 16 to 64 channels) the lane-wise
+// sums ran at 50-60 GFLOP/s, twice the 2 x 4 blocks they replace at 16 x 16 x 512; the
+// transposed nn product below was no faster at 64 rows.
+constexpr int64_t kLaneSumMaxRows = 64;
 
 HSGD_AVX2 float lane_sum(V8 x) {
   float l[kW];
@@ -74,33 +80,59 @@ HSGD_AVX2 float lane_sum(V8 x) {
   return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
 }
 
-// U independent sets of accumulators hide the FMA latency when the block is small (1 x 1: one
-// chain would wait 4 cycles per step).
-template <int RB, int QB, int U = 1>
-HSGD_AVX2 void nt_block(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t k,
-                        bool add, float* c, int64_t ldc) {
-  V8 acc[U][RB][QB] = {};
-  const int64_t kv = k / (kW * U) * (kW * U);
-  for (int64_t t = 0; t < kv; t += kW * U) {
-    for (int u = 0; u < U; ++u) {
-      V8 av[RB], bv[QB];
-      for (int r = 0; r < RB; ++r) av[r] = load8(a + r * lda + t + u * kW);
-      for (int q = 0; q < QB; ++q) bv[q] = load8(b + q * ldb + t + u * kW);
-      for (int r = 0; r < RB; ++r) {
-        for (int q = 0; q < QB; ++q) acc[u][r][q] += av[r] * bv[q];
+// The lane sums of a, b, c and d, in that order.
+HSGD_AVX2 __m128 lane_sums4(V8 a, V8 b, V8 c, V8 d) {
+  const __m256 ab = _mm256_hadd_ps(a, b), cd = _mm256_hadd_ps(c, d);
+  const __m256 abcd = _mm256_hadd_ps(ab, cd);  // four sums of lanes 0-3, then four of lanes 4-7
+  return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+}
+
+// c[r][q] (+)= sum over t < kv of a[r][t] * b[q][t] + the scalar tail t in [kv, k), for the R x 4
+// block of c at a's and b's first rows. kv is k rounded down to whole vectors. Each step loads R
+// + 4 vectors for 4 R multiply-adds (12 at R = 3, with 4 registers for the operands).
+template <int R>
+HSGD_AVX2 void nt_block4(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t k,
+                         bool add, float* c, int64_t ldc) {
+  constexpr int kQ = 4;
+  V8 acc[R][kQ];
+  // Zeroed one by one: "= {}" became a rep stos to the stack, 16% of the kernel's time.
+  for (int r = 0; r < R; ++r) {
+    for (int q = 0; q < kQ; ++q) acc[r][q] = V8{};
+  }
+  const int64_t kv = k / kW * kW;
+  for (int64_t t = 0; t < kv; t += kW) {
+    V8 av[R];
+    for (int r = 0; r < R; ++r) av[r] = load8(a + r * lda + t);
+    for (int q = 0; q < kQ; ++q) {
+      const V8 bv = load8(b + q * ldb + t);
+      for (int r = 0; r < R; ++r) acc[r][q] += av[r] * bv;
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    __m128 sums = lane_sums4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
+    if (kv < k) {
+      float tail[kQ] = {};
+      for (int q = 0; q < kQ; ++q) {
+        for (int64_t t = kv; t < k; ++t) tail[q] += a[r * lda + t] * b[q * ldb + t];
       }
+      sums = _mm_add_ps(sums, _mm_loadu_ps(tail));
     }
+    if (add) sums = _mm_add_ps(_mm_loadu_ps(c + r * ldc), sums);
+    _mm_storeu_ps(c + r * ldc, sums);
   }
-  for (int r = 0; r < RB; ++r) {
-    for (int q = 0; q < QB; ++q) {
-      V8 total = acc[0][r][q];
-      for (int u = 1; u < U; ++u) total += acc[u][r][q];
-      float s = lane_sum(total);
-      for (int64_t t = kv; t < k; ++t) s += a[r * lda + t] * b[q * ldb + t];
-      float& out = c[r * ldc + q];
-      out = add ? out + s : s;
-    }
+}
+
+// One entry of c; four sets of accumulators hide the FMA latency of a single chain.
+HSGD_AVX2 void nt_one(const float* a, const float* b, int64_t k, bool add, float& c) {
+  constexpr int kU = 4;
+  V8 acc[kU] = {};
+  const int64_t kv = k / (kW * kU) * (kW * kU);
+  for (int64_t t = 0; t < kv; t += kW * kU) {
+    for (int u = 0; u < kU; ++u) acc[u] += load8(a + t + u * kW) * load8(b + t + u * kW);
   }
+  float s = lane_sum((acc[0] + acc[1]) + (acc[2] + acc[3]));
+  for (int64_t t = kv; t < k; ++t) s += a[t] * b[t];
+  c = add ? c + s : s;
 }
 
 // c (m, n) (+)= a (m, k) * b (k, n).
@@ -138,11 +170,11 @@ __attribute__((target("avx2,fma"))) void gemm_nt_avx2(int64_t m, int64_t n, int6
                                                       const float* a, int64_t lda, const float* b,
                                                       int64_t ldb, bool add, float* c,
                                                       int64_t ldc) {
-  if (m > 16) {
+  if (m > kLaneSumMaxRows) {
     // Larger outputs run faster as an nn product with b transposed (O(n k) copies against
-    // O(m n k) multiply-adds): 2 x 4 lane-wise sums stay at about 35 GFLOP/s, nn at 60-70. nn
-    // sums each entry in one lane, so k is cut into chunks whose partial products are added
-    // together, keeping the rounding error near that of the lane-wise sums.
+    // O(m n k) multiply-adds). nn sums each entry in one lane, so k is cut into chunks whose
+    // partial products are added together, keeping the rounding error near that of the
+    // lane-wise sums.
     constexpr int64_t kChunk = 128;
     auto b_t = std::make_unique_for_overwrite<float[]>(kChunk * n);  // (chunk, n)
     auto part = std::make_unique_for_overwrite<float[]>(m * n);      // (m, n)
@@ -164,17 +196,21 @@ __attribute__((target("avx2,fma"))) void gemm_nt_avx2(int64_t m, int64_t n, int6
     }
     return;
   }
-  constexpr int kRows = 2, kCols = 4;
-  const int64_t m_blocked = m / kRows * kRows, n_blocked = n / kCols * kCols;
-  for (int64_t r = 0; r < m_blocked; r += kRows) {
+  constexpr int kRows = 3, kCols = 4;
+  const int64_t n_blocked = n / kCols * kCols;
+  int64_t r = 0;
+  for (; r + kRows <= m; r += kRows) {
     for (int64_t q = 0; q < n_blocked; q += kCols) {
-      nt_block<kRows, kCols>(a + r * lda, lda, b + q * ldb, ldb, k, add, c + r * ldc + q, ldc);
+      nt_block4<kRows>(a + r * lda, lda, b + q * ldb, ldb, k, add, c + r * ldc + q, ldc);
     }
   }
-  for (int64_t r = 0; r < m; ++r) {
-    for (int64_t q = r < m_blocked ? n_blocked : 0; q < n; ++q) {
-      nt_block<1, 1, 4>(a + r * lda, lda, b + q * ldb, ldb, k, add, c + r * ldc + q, ldc);
+  for (; r < m; ++r) {
+    for (int64_t q = 0; q < n_blocked; q += kCols) {
+      nt_block4<1>(a + r * lda, lda, b + q * ldb, ldb, k, add, c + r * ldc + q, ldc);
     }
+  }
+  for (r = 0; r < m; ++r) {
+    for (int64_t q = n_blocked; q < n; ++q) nt_one(a + r * lda, b + q * ldb, k, add, c[r * ldc + q]);
   }
 }
 

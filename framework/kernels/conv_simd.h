@@ -80,13 +80,15 @@ struct Vec2 {
   V8 lo, hi;  // lanes 0-7 and 8-15
 };
 
+using V8u = float __attribute__((vector_size(8 * sizeof(float)), aligned(4), may_alias));
+
 HSGD_INLINE void load(Vec2& v, const float* p) {
-  std::memcpy(&v.lo, p, sizeof(V8));
-  std::memcpy(&v.hi, p + 8, sizeof(V8));
+  v.lo = *reinterpret_cast<const V8u*>(p);
+  v.hi = *reinterpret_cast<const V8u*>(p + 8);
 }
 HSGD_INLINE void store(float* p, const Vec2& v) {
-  std::memcpy(p, &v.lo, sizeof(V8));
-  std::memcpy(p + 8, &v.hi, sizeof(V8));
+  *reinterpret_cast<V8u*>(p) = v.lo;
+  *reinterpret_cast<V8u*>(p + 8) = v.hi;
 }
 HSGD_INLINE Vec2 operator+(const Vec2& a, const Vec2& b) { return {a.lo + b.lo, a.hi + b.hi}; }
 HSGD_INLINE Vec2 operator-(const Vec2& a, const Vec2& b) { return {a.lo - b.lo, a.hi - b.hi}; }

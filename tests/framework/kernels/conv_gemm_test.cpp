@@ -1,7 +1,8 @@
-// conv_gemm_nn / conv_gemm_nt (the AVX-512 kernels and the cblas_sgemm fallback) against a
-// direct triple loop in double, over sizes that leave every kind of remainder of the AVX-512
-// kernels' blocks (8 rows x 32 columns for nn, 4 x 4
-// entries and 16-long inner runs for nt), and with row strides wider than the rows.
+// conv_gemm_nn / conv_gemm_nt (the AVX-512 and AVX2 kernels and the cblas_sgemm fallback) against
+// a direct triple loop in double, over sizes that leave every kind of remainder of the kernels'
+// blocks (nn: 8 rows x 32 columns on AVX-512, 6 x 16 on AVX2; nt: 4 x 4 entries and 16-long
+// inner runs on AVX-512, 3 x 4 entries and 8-long runs on AVX2, and the transposed product above
+// 64 rows), and with row strides wider than the rows.
 
 #include "framework/kernels/conv_gemm.h"
 
