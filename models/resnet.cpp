@@ -60,7 +60,7 @@ BasicBlock::BasicBlock(int64_t in_channels, int64_t out_channels, int64_t stride
 }
 
 Tensor BasicBlock::forward(const Tensor& x) {
-  Tensor out = relu(bn1_->forward(conv1_->forward(x)));  // (N,out,H/s,W/s)
+  Tensor out = bn1_->forward_relu(conv1_->forward(x));  // relu(bn1(conv1(x))), (N,out,H/s,W/s)
   out = bn2_->forward(conv2_->forward(out));
   const Tensor shortcut = downsample_ ? downsample_->forward(x) : x;
   return relu(add(out, shortcut));
@@ -104,7 +104,7 @@ Tensor ResNet::forward(const Tensor& x) {
   HSGD_CHECK(x.defined() && x.dim() == 4 && x.size(1) == options_.in_channels,
              "ResNet: input must be (N,", options_.in_channels, ",H,W), got shape ",
              x.defined() ? shape_str(x.shape()) : "undefined");
-  Tensor h = relu(bn1_->forward(conv1_->forward(x)));  // (N,widths[0],H,W)
+  Tensor h = bn1_->forward_relu(conv1_->forward(x));  // relu(bn1(conv1(x))), (N,widths[0],H,W)
   for (const auto& stage : stages_) h = stage->forward(h);
   h = adaptive_avg_pool2d(h, {1, 1}).flatten(1);  // (N,widths.back())
   return fc_->forward(h);                         // (N,num_classes)

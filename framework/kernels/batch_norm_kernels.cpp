@@ -15,66 +15,76 @@ int64_t grain_for(int64_t floats_per_item) {
   return std::max<int64_t>(1, kGrainFloats / std::max<int64_t>(1, floats_per_item));
 }
 
-// The sums of one contiguous run, in 16 lanes (two 8-float vectors; SSE2 code without AVX) that
-// are added in a fixed order at the end, then the scalar tail. Float addition is not reassociated
+// The sums of one contiguous run, in 16 lanes (four SSE vectors, the x86-64 baseline) that are
+// added in a fixed order at the end, then the scalar tail. Float addition is not reassociated
 // without -ffast-math, so the lanes must be spelled out to vectorise; the order is the same on
 // every thread count.
-using V8 = float __attribute__((vector_size(8 * sizeof(float))));
-using V8u = float __attribute__((vector_size(8 * sizeof(float)), aligned(4), may_alias));
-constexpr int64_t kW = 8;
+using V4 = float __attribute__((vector_size(4 * sizeof(float))));
+using V4u = float __attribute__((vector_size(4 * sizeof(float)), aligned(4), may_alias));
+constexpr int64_t kW = 4, kStep = 4 * kW;
 
-// Vectors are passed by reference only: by value their ABI would differ between SSE2 and AVX code.
-inline const V8u& at(const float* p) { return *reinterpret_cast<const V8u*>(p); }
+inline V4 at(const float* p) { return *reinterpret_cast<const V4u*>(p); }
 
-inline float lanes_sum(const V8& a, const V8& b) {
-  const V8 t = a + b;
-  return ((t[0] + t[4]) + (t[1] + t[5])) + ((t[2] + t[6]) + (t[3] + t[7]));
-}
-
-// Runs f(acc0, acc1, k) over [0, len) in steps of 2 kW, then returns the lanes' sum plus
-// tail(k) for each remaining k.
-template <typename Step, typename Tail>
-inline float run_reduce(int64_t len, Step step, Tail tail) {
-  V8 a0 = {}, a1 = {};
-  int64_t k = 0;
-  for (; k + 2 * kW <= len; k += 2 * kW) step(a0, a1, k);
-  float total = lanes_sum(a0, a1);
-  for (; k < len; ++k) total += tail(k);
-  return total;
+inline float lanes_sum(V4 a0, V4 a1, V4 a2, V4 a3) {
+  const V4 t = (a0 + a1) + (a2 + a3);
+  return (t[0] + t[2]) + (t[1] + t[3]);
 }
 
 // sum(p)
 inline float run_sum(const float* p, int64_t len) {
-  return run_reduce(
-      len,
-      [p](V8& a0, V8& a1, int64_t k) {
-        a0 += at(p + k);
-        a1 += at(p + k + kW);
-      },
-      [p](int64_t k) { return p[k]; });
+  V4 a0 = {}, a1 = {}, a2 = {}, a3 = {};
+  int64_t k = 0;
+  for (; k + kStep <= len; k += kStep) {
+    a0 += at(p + k), a1 += at(p + k + kW), a2 += at(p + k + 2 * kW), a3 += at(p + k + 3 * kW);
+  }
+  float total = lanes_sum(a0, a1, a2, a3);
+  for (; k < len; ++k) total += p[k];
+  return total;
 }
 
 // sum((p - centre)^2)
 inline float run_centred_squares(const float* p, int64_t len, float centre) {
-  return run_reduce(
-      len,
-      [p, centre](V8& a0, V8& a1, int64_t k) {
-        const V8 d0 = at(p + k) - centre, d1 = at(p + k + kW) - centre;
-        a0 += d0 * d0;
-        a1 += d1 * d1;
-      },
-      [p, centre](int64_t k) { return (p[k] - centre) * (p[k] - centre); });
+  V4 a0 = {}, a1 = {}, a2 = {}, a3 = {};
+  int64_t k = 0;
+  for (; k + kStep <= len; k += kStep) {
+    const V4 d0 = at(p + k) - centre, d1 = at(p + k + kW) - centre;
+    const V4 d2 = at(p + k + 2 * kW) - centre, d3 = at(p + k + 3 * kW) - centre;
+    a0 += d0 * d0, a1 += d1 * d1, a2 += d2 * d2, a3 += d3 * d3;
+  }
+  float total = lanes_sum(a0, a1, a2, a3);
+  for (; k < len; ++k) total += (p[k] - centre) * (p[k] - centre);
+  return total;
 }
 
-// sum(g * (p - centre))
-inline float run_centred_dot(const float* p, const float* g, int64_t len, float centre) {
-  return run_reduce(
-      len,
-      [p, g, centre](V8& a0, V8& a1, int64_t k) {
-        a0 += at(g + k) * (at(p + k) - centre);
-        a1 += at(g + k + kW) * (at(p + k + kW) - centre);
-      },
-      [p, g, centre](int64_t k) { return g[k] * (p[k] - centre); });
+// Gradient lanes of a plane fused with ReLU's backward: g where relu_out > 0, else 0.
+using V4i = int __attribute__((vector_size(4 * sizeof(int))));
+inline V4 masked_at(const float* g, const float* relu_out) {
+  return reinterpret_cast<V4>(reinterpret_cast<V4i>(at(g)) & (at(relu_out) > 0.0f));
+}
+
+// sum(g) and sum(g * (p - centre)) in one pass, added to sum_g and sum_g_pc; with kMasked, g
+// counts only where relu_out > 0. Both forms add in the same lanes and order, so a gradient masked
+// here sums exactly as the same gradient masked beforehand.
+template <bool kMasked>
+inline void run_grad_sums(const float* p, const float* g, const float* relu_out, int64_t len,
+                          float centre, double& sum_g, double& sum_g_pc) {
+  auto grad = [&](int64_t k) { return kMasked ? masked_at(g + k, relu_out + k) : at(g + k); };
+  V4 s0 = {}, s1 = {}, d0 = {}, d1 = {};
+  int64_t k = 0;
+  for (; k + 2 * kW <= len; k += 2 * kW) {
+    const V4 g0 = grad(k), g1 = grad(k + kW);
+    s0 += g0, s1 += g1;
+    d0 += g0 * (at(p + k) - centre), d1 += g1 * (at(p + k + kW) - centre);
+  }
+  const V4 zero = {};
+  float total = lanes_sum(s0, s1, zero, zero), dot = lanes_sum(d0, d1, zero, zero);
+  for (; k < len; ++k) {
+    const float gk = !kMasked || relu_out[k] > 0.0f ? g[k] : 0.0f;
+    total += gk;
+    dot += gk * (p[k] - centre);
+  }
+  sum_g += total;
+  sum_g_pc += dot;
 }
 
 }  // namespace
@@ -96,7 +106,8 @@ void batch_norm_statistics(const float* x, const BatchNormShape& shape, float* m
 }
 
 void batch_norm_normalize(const float* x, const BatchNormShape& shape, const float* mean,
-                          const float* invstd, const float* weight, const float* bias, float* y) {
+                          const float* invstd, const float* weight, const float* bias, float* y,
+                          bool relu) {
   const int64_t n = shape.n, c = shape.c, s = shape.s;
   parallel_for(0, n * c, grain_for(s), [&](int64_t lo, int64_t hi) {
     for (int64_t plane = lo; plane < hi; ++plane) {
@@ -106,14 +117,20 @@ void batch_norm_normalize(const float* x, const BatchNormShape& shape, const flo
       const float shift = (bias != nullptr ? bias[ch] : 0.0f) - mean[ch] * scale;
       const float* xp = x + (i * c + ch) * s;
       float* yp = y + (i * c + ch) * s;
-      for (int64_t k = 0; k < s; ++k) yp[k] = xp[k] * scale + shift;
+      if (relu) {
+        // std::max(v, 0) keeps NaN, as relu() does.
+        for (int64_t k = 0; k < s; ++k) yp[k] = std::max(xp[k] * scale + shift, 0.0f);
+      } else {
+        for (int64_t k = 0; k < s; ++k) yp[k] = xp[k] * scale + shift;
+      }
     }
   });
 }
 
 void batch_norm_backward(const float* x, const float* gy, const BatchNormShape& shape,
                          const float* mean, const float* invstd, const float* weight,
-                         bool batch_stats, float* gx, float* gw, float* gb) {
+                         bool batch_stats, float* gx, float* gw, float* gb,
+                         const float* relu_out) {
   const int64_t n = shape.n, c = shape.c, s = shape.s;
   const double count = static_cast<double>(shape.count());
   parallel_for(0, c, grain_for(n * s), [&](int64_t lo, int64_t hi) {
@@ -123,8 +140,11 @@ void batch_norm_backward(const float* x, const float* gy, const BatchNormShape& 
       double sum_gy = 0.0, sum_gy_xc = 0.0;
       for (int64_t i = 0; i < n; ++i) {
         const int64_t off = (i * c + ch) * s;
-        sum_gy += run_sum(gy + off, s);
-        sum_gy_xc += run_centred_dot(x + off, gy + off, s, m);
+        if (relu_out != nullptr) {
+          run_grad_sums<true>(x + off, gy + off, relu_out + off, s, m, sum_gy, sum_gy_xc);
+        } else {
+          run_grad_sums<false>(x + off, gy + off, nullptr, s, m, sum_gy, sum_gy_xc);
+        }
       }
       const double sum_gy_xhat = sum_gy_xc * is;
       if (gw != nullptr) gw[ch] = static_cast<float>(sum_gy_xhat);
@@ -132,21 +152,36 @@ void batch_norm_backward(const float* x, const float* gy, const BatchNormShape& 
       if (gx == nullptr) continue;
 
       const float scale = (weight != nullptr ? weight[ch] : 1.0f) * is;
-      if (!batch_stats) {
-        for (int64_t i = 0; i < n; ++i) {
-          const int64_t off = (i * c + ch) * s;
-          for (int64_t k = 0; k < s; ++k) gx[off + k] = gy[off + k] * scale;
-        }
-        continue;
-      }
-      // gx = scale * (gy - mean(gy) - (x - mean) * invstd^2 * mean(gy * (x - mean)))
-      const float gy_mean = static_cast<float>(sum_gy / count);
-      const float slope = static_cast<float>(sum_gy_xc / count) * is * is;
+      // gx = scale * (gy - mean(gy) - (x - mean) * invstd^2 * mean(gy * (x - mean))); without
+      // batch statistics gx = scale * gy. With relu_out, gy counts where relu_out > 0 only.
+      const float gy_mean = batch_stats ? static_cast<float>(sum_gy / count) : 0.0f;
+      const float slope = batch_stats ? static_cast<float>(sum_gy_xc / count) * is * is : 0.0f;
       for (int64_t i = 0; i < n; ++i) {
         const int64_t off = (i * c + ch) * s;
-        for (int64_t k = 0; k < s; ++k) {
-          gx[off + k] = scale * (gy[off + k] - gy_mean - (x[off + k] - m) * slope);
+        const float* __restrict g = gy + off;
+        const float* __restrict xp = x + off;
+        float* __restrict out = gx + off;
+        if (relu_out != nullptr) {
+          const float* __restrict r = relu_out + off;
+          // g[k] is read unconditionally so that the selects vectorise.
+          if (!batch_stats) {
+            for (int64_t k = 0; k < s; ++k) {
+              const float gk = g[k];
+              out[k] = (r[k] > 0.0f ? gk : 0.0f) * scale;
+            }
+            continue;
+          }
+          for (int64_t k = 0; k < s; ++k) {
+            const float gk = g[k];
+            out[k] = scale * ((r[k] > 0.0f ? gk : 0.0f) - gy_mean - (xp[k] - m) * slope);
+          }
+          continue;
         }
+        if (!batch_stats) {
+          for (int64_t k = 0; k < s; ++k) out[k] = g[k] * scale;
+          continue;
+        }
+        for (int64_t k = 0; k < s; ++k) out[k] = scale * (g[k] - gy_mean - (xp[k] - m) * slope);
       }
     }
   });

@@ -17,17 +17,22 @@ struct BatchNormShape {
 // squares) with double-precision accumulation across planes, so a large mean does not cancel.
 void batch_norm_statistics(const float* x, const BatchNormShape& shape, float* mean, float* var);
 
-// y (N,C,S) = (x - mean[c]) * invstd[c] * weight[c] + bias[c].
+// y (N,C,S) = (x - mean[c]) * invstd[c] * weight[c] + bias[c], then max(y, 0) when relu (batch
+// norm and ReLU in one pass over memory).
 void batch_norm_normalize(const float* x, const BatchNormShape& shape, const float* mean,
-                          const float* invstd, const float* weight, const float* bias, float* y);
+                          const float* invstd, const float* weight, const float* bias, float* y,
+                          bool relu = false);
 
 // Gradients of batch_norm_normalize given gy (N,C,S). With batch_stats the mean and invstd
 // were computed from x itself, so gx carries the terms through the statistics:
 //   gx = weight*invstd * (gy - mean(gy) - xhat * mean(gy*xhat)),  xhat = (x - mean) * invstd;
 // otherwise (eval, running statistics) gx = gy * weight * invstd. gw (C) = sum(gy*xhat),
 // gb (C) = sum(gy). Each output may be null; non-null outputs are overwritten.
+// relu_out, when not null, is the output of batch_norm_normalize with relu (N,C,S), and gy the
+// gradient of that output: gy counts only where relu_out > 0 (ReLU's backward folded in).
 void batch_norm_backward(const float* x, const float* gy, const BatchNormShape& shape,
                          const float* mean, const float* invstd, const float* weight,
-                         bool batch_stats, float* gx, float* gw, float* gb);
+                         bool batch_stats, float* gx, float* gw, float* gb,
+                         const float* relu_out = nullptr);
 
 }  // namespace hsgd::kernels

@@ -18,13 +18,17 @@ BatchNorm2d::BatchNorm2d(int64_t num_features, double eps, double momentum)
   num_batches_tracked_ = register_buffer("num_batches_tracked", zeros({}));
 }
 
-Tensor BatchNorm2d::forward(const Tensor& x) {
+Tensor BatchNorm2d::forward(const Tensor& x) { return run(x, false); }
+
+Tensor BatchNorm2d::forward_relu(const Tensor& x) { return run(x, true); }
+
+Tensor BatchNorm2d::run(const Tensor& x, bool relu) {
   HSGD_CHECK(x.defined() && x.dim() == 4, "BatchNorm2d: input must be (N,C,H,W), got shape ",
              x.defined() ? shape_str(x.shape()) : "undefined");
   HSGD_CHECK(x.size(1) == num_features_, "BatchNorm2d: input has ", x.size(1), " channels (shape ",
              shape_str(x.shape()), "), expected num_features = ", num_features_);
-  Tensor y =
-      batch_norm(x, weight_, bias_, running_mean_, running_var_, is_training(), momentum_, eps_);
+  Tensor y = (relu ? batch_norm_relu : batch_norm)(x, weight_, bias_, running_mean_, running_var_,
+                                                   is_training(), momentum_, eps_);
   if (is_training()) num_batches_tracked_.data()[0] += 1.0f;
   return y;
 }

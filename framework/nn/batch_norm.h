@@ -11,6 +11,7 @@
 // Usage:
 //   auto bn = std::make_shared<nn::BatchNorm2d>(16);
 //   Tensor y = bn->forward(x);        // x (N,16,H,W)
+//   Tensor z = bn->forward_relu(x);   // relu(bn->forward(x)) in one pass
 //   bn->eval();
 
 #include <cstdint>
@@ -24,6 +25,8 @@ class BatchNorm2d : public Module {
   explicit BatchNorm2d(int64_t num_features, double eps = 1e-5, double momentum = 0.1);
 
   Tensor forward(const Tensor& x) override;
+  // relu(forward(x)), computed in one pass (batch_norm_relu): a fusion for models, same results.
+  Tensor forward_relu(const Tensor& x);
 
   int64_t num_features() const { return num_features_; }
   Tensor weight() const { return weight_; }
@@ -33,6 +36,8 @@ class BatchNorm2d : public Module {
   Tensor num_batches_tracked() const { return num_batches_tracked_; }
 
  private:
+  Tensor run(const Tensor& x, bool relu);
+
   int64_t num_features_;
   double eps_;
   double momentum_;

@@ -28,10 +28,10 @@ void update_running(Tensor& running, const std::vector<float>& batch, double mom
   running.copy_(from_vector(std::move(updated)));
 }
 
-}  // namespace
-
-Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor running_mean,
-                  Tensor running_var, bool training, double momentum, double eps) {
+// batch_norm, followed by ReLU in the same pass when relu (batch_norm_relu).
+Tensor batch_norm_impl(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                       Tensor running_mean, Tensor running_var, bool training, double momentum,
+                       double eps, bool relu) {
   HSGD_CHECK(x.defined(), "batch_norm: input must be defined");
   HSGD_CHECK(x.dim() >= 2, "batch_norm: input must be (N,C), (N,C,L) or (N,C,H,W), got shape ",
              shape_str(x.shape()));
@@ -81,13 +81,16 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Ten
   Tensor y = empty(x.shape());
   kernels::batch_norm_normalize(xc.data(), shape, mean.data(), invstd.data(),
                                 wc.defined() ? wc.data() : nullptr,
-                                bc.defined() ? bc.data() : nullptr, y.data());
+                                bc.defined() ? bc.data() : nullptr, y.data(), relu);
 
   if (autograd::needs_grad({xc, wc, bc})) {
-    autograd::record(y, "BatchNormBackward", {xc, wc, bc},
+    // With relu the output is saved (detached) for ReLU's backward: y > 0 exactly where the
+    // normalised value is.
+    autograd::record(y, relu ? "BatchNormReluBackward" : "BatchNormBackward", {xc, wc, bc},
                      [x = xc.detach(), w = wc.defined() ? wc.detach() : Tensor(), shape, training,
-                      mean = std::move(mean), invstd = std::move(invstd)](
-                         const Tensor& gy, const autograd::NeedsGrad& needs) {
+                      mean = std::move(mean), invstd = std::move(invstd),
+                      out = relu ? y.detach() : Tensor()](const Tensor& gy,
+                                                          const autograd::NeedsGrad& needs) {
                        const Tensor gyc = gy.contiguous();
                        std::vector<Tensor> grads(3);
                        if (needs[0]) grads[0] = empty(x.shape());
@@ -98,11 +101,27 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Ten
                                                     training,
                                                     grads[0].defined() ? grads[0].data() : nullptr,
                                                     grads[1].defined() ? grads[1].data() : nullptr,
-                                                    grads[2].defined() ? grads[2].data() : nullptr);
+                                                    grads[2].defined() ? grads[2].data() : nullptr,
+                                                    out.defined() ? out.data() : nullptr);
                        return grads;
                      });
   }
   return y;
+}
+
+}  // namespace
+
+Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor running_mean,
+                  Tensor running_var, bool training, double momentum, double eps) {
+  return batch_norm_impl(x, weight, bias, std::move(running_mean), std::move(running_var),
+                         training, momentum, eps, false);
+}
+
+Tensor batch_norm_relu(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                       Tensor running_mean, Tensor running_var, bool training, double momentum,
+                       double eps) {
+  return batch_norm_impl(x, weight, bias, std::move(running_mean), std::move(running_var),
+                         training, momentum, eps, true);
 }
 
 }  // namespace hsgd

@@ -57,6 +57,12 @@ Tensor adaptive_avg_pool2d(const Tensor& x, Size2 output_size);
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor running_mean,
                   Tensor running_var, bool training, double momentum = 0.1, double eps = 1e-5);
 
+// relu(batch_norm(...)) with the same arguments, values and gradients, in one pass over memory
+// forward and backward (the pair that follows most convolutions of a ResNet).
+Tensor batch_norm_relu(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                       Tensor running_mean, Tensor running_var, bool training,
+                       double momentum = 0.1, double eps = 1e-5);
+
 // Inverted dropout: in training each element is zeroed with probability p and the survivors are
 // scaled by 1/(1-p), so the expected value is unchanged; the mask is drawn from gen, so the same
 // generator state gives the same mask. In eval (or with p == 0) returns x itself.

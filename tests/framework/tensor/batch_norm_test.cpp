@@ -137,6 +137,49 @@ TEST(BatchNormTest, GradientsMatchNumericalJacobian_Eval) {
                            {randn({2, 3, 2, 3}, gen), randn({3}, gen), randn({3}, gen)});
 }
 
+// batch_norm_relu must be relu(batch_norm(...)) exactly: the same output, the same running
+// statistics and the same three gradients, in training and eval, on planes large enough for the
+// vector lanes and on a (N,C) input. The inputs put about half of the outputs below zero.
+TEST(BatchNormTest, BatchNormRelu_EqualsReluOfBatchNormWithGradients) {
+  Generator gen(26);
+  struct Case {
+    Shape shape;
+    bool training;
+  };
+  for (const Case& cs : {Case{{4, 3, 7, 9}, true}, Case{{2, 5, 16, 16}, true},
+                         Case{{6, 4}, true}, Case{{3, 2, 5, 5}, false}}) {
+    const std::string what = shape_str(cs.shape) + (cs.training ? " training" : " eval");
+    const int64_t c = cs.shape[1];
+    const Tensor x0 = randn(cs.shape, gen), w0 = randn({c}, gen), b0 = randn({c}, gen);
+    const Tensor gout = randn(cs.shape, gen);
+    const Tensor rm0 = randn({c}, gen), rv0 = add(rand({c}, gen), 0.5f);
+    struct Result {
+      std::vector<float> y, gx, gw, gb, rm, rv;
+    };
+    auto run = [&](bool fused) {
+      Tensor x = x0.clone().set_requires_grad(true), w = w0.clone().set_requires_grad(true);
+      Tensor b = b0.clone().set_requires_grad(true);
+      Tensor rm = rm0.clone(), rv = rv0.clone();
+      Tensor y = fused ? batch_norm_relu(x, w, b, rm, rv, cs.training)
+                       : relu(batch_norm(x, w, b, rm, rv, cs.training));
+      sum(y * gout).backward();
+      return Result{y.to_vector(),        x.grad().to_vector(), w.grad().to_vector(),
+                    b.grad().to_vector(), rm.to_vector(),       rv.to_vector()};
+    };
+    const Result fused = run(true), plain = run(false);
+    int64_t zeros = 0;
+    for (float v : plain.y) zeros += v == 0.0f;
+    ASSERT_GT(zeros, 0) << what << ": the case must exercise ReLU's zeros";
+    ASSERT_LT(zeros, static_cast<int64_t>(plain.y.size())) << what;
+    testing::expect_near_all(fused.y, plain.y, 0, what + " y");
+    testing::expect_near_all(fused.gx, plain.gx, 0, what + " grad x");
+    testing::expect_near_all(fused.gw, plain.gw, 0, what + " grad weight");
+    testing::expect_near_all(fused.gb, plain.gb, 0, what + " grad bias");
+    testing::expect_near_all(fused.rm, plain.rm, 0, what + " running_mean");
+    testing::expect_near_all(fused.rv, plain.rv, 0, what + " running_var");
+  }
+}
+
 TEST(BatchNormTest, BadInput_ThrowsInvalidArgumentNamingValues) {
   Generator gen(26);
   Tensor x = randn({2, 3, 4, 4}, gen);
