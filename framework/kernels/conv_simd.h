@@ -68,45 +68,37 @@ HSGD_INLINE void interleave(const Vec& a, const Vec& b, Vec& low, Vec& high) {
   high = __builtin_shuffle(a, b, kHigh);
 }
 
-// ---- Vec2: the same 16 lanes as two native 8-float registers ----
+// ---- V8: one native AVX register of 8 floats ----
 // GCC lowers the 64-byte Vec for AVX2 through the stack (the Winograd transforms ran 3x slower on
-// AVX2 than on the baseline path), so the AVX2 code is instantiated on Vec2, whose halves are
-// AVX registers. Only code compiled for AVX2 may use it.
+// AVX2 than on the baseline path), so the AVX2 code is instantiated on V8, 8 lanes per vector.
+// (A pair of V8 as one 16-lane vector needed twice the registers: a 4x4 tile transform spilled.)
+// Only code compiled for AVX2 may use it.
 
 using V8 = float __attribute__((vector_size(8 * sizeof(float))));
 using Mask8 = int __attribute__((vector_size(8 * sizeof(int))));
-
-struct Vec2 {
-  V8 lo, hi;  // lanes 0-7 and 8-15
-};
-
 using V8u = float __attribute__((vector_size(8 * sizeof(float)), aligned(4), may_alias));
 
-HSGD_INLINE void load(Vec2& v, const float* p) {
-  v.lo = *reinterpret_cast<const V8u*>(p);
-  v.hi = *reinterpret_cast<const V8u*>(p + 8);
-}
-HSGD_INLINE void store(float* p, const Vec2& v) {
-  *reinterpret_cast<V8u*>(p) = v.lo;
-  *reinterpret_cast<V8u*>(p + 8) = v.hi;
-}
-HSGD_INLINE Vec2 operator+(const Vec2& a, const Vec2& b) { return {a.lo + b.lo, a.hi + b.hi}; }
-HSGD_INLINE Vec2 operator-(const Vec2& a, const Vec2& b) { return {a.lo - b.lo, a.hi - b.hi}; }
-HSGD_INLINE Vec2 operator-(const Vec2& a) { return {-a.lo, -a.hi}; }
+// Lanes per vector of V: kLanes for Vec, 8 for V8.
+template <typename V>
+inline constexpr int lanes_of = kLanes;
+template <>
+inline constexpr int lanes_of<V8> = 8;
 
-HSGD_INLINE void even_lanes(const Vec2& a, const Vec2& b, Vec2& out) {
+// Whole 32-byte accesses (memcpy made GCC copy arrays of vectors in 16-byte pieces and read them
+// back as 32 bytes, a store-forwarding stall).
+HSGD_INLINE void load(V8& v, const float* p) { v = *reinterpret_cast<const V8u*>(p); }
+HSGD_INLINE void store(float* p, const V8& v) { *reinterpret_cast<V8u*>(p) = v; }
+
+HSGD_INLINE void even_lanes(const V8& a, const V8& b, V8& out) {
   constexpr Mask8 kEven = {0, 2, 4, 6, 8, 10, 12, 14};
-  out.lo = __builtin_shuffle(a.lo, a.hi, kEven);
-  out.hi = __builtin_shuffle(b.lo, b.hi, kEven);
+  out = __builtin_shuffle(a, b, kEven);
 }
 
-HSGD_INLINE void interleave(const Vec2& a, const Vec2& b, Vec2& low, Vec2& high) {
+HSGD_INLINE void interleave(const V8& a, const V8& b, V8& low, V8& high) {
   constexpr Mask8 kLow = {0, 8, 1, 9, 2, 10, 3, 11};
   constexpr Mask8 kHigh = {4, 12, 5, 13, 6, 14, 7, 15};
-  low.lo = __builtin_shuffle(a.lo, b.lo, kLow);
-  low.hi = __builtin_shuffle(a.lo, b.lo, kHigh);
-  high.lo = __builtin_shuffle(a.hi, b.hi, kLow);
-  high.hi = __builtin_shuffle(a.hi, b.hi, kHigh);
+  low = __builtin_shuffle(a, b, kLow);
+  high = __builtin_shuffle(a, b, kHigh);
 }
 
 }  // namespace hsgd::kernels::simd

@@ -113,12 +113,12 @@ struct TransformArgs {
 
 int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
 
-// out[l] = row[2*l] for l < kLanes; reads row[0, 2*kLanes). V is Vec or Vec2 (conv_simd.h).
+// out[l] = row[2*l] for l < L, the lanes of V; reads row[0, 2*L). V is Vec or V8 (conv_simd.h).
 template <typename V>
 HSGD_INLINE void every_other(const float* row, V& out) {
   V a, b;
   load(a, row);
-  load(b, row + kLanes);
+  load(b, row + simd::lanes_of<V>);
   simd::even_lanes(a, b, out);
 }
 
@@ -154,7 +154,7 @@ HSGD_INLINE void collect(const float* padded, int64_t row_len, const TileGrid& g
   for (int64_t ty = 0; ty < g.th; ++ty) {
     for (int i = 0; i < k; ++i) {
       const float* row = padded + (ty * m + i) * row_len;
-      for (int64_t tx = 0; tx < g.tw; tx += kLanes) {
+      for (int64_t tx = 0; tx < g.tw; tx += simd::lanes_of<V>) {
         for (int j = 0; j < k; ++j) {
           V v;
           every_other(row + tx * m + j, v);
@@ -174,28 +174,38 @@ struct StageRows {
         data(std::make_unique_for_overwrite<float[]>(alpha * alpha * ld)) {}
 };
 
-// Whether collect_direct applies: the 16 tiles of a vector are one tile row (16, 32, ...
-// tiles per row) or two (8 tiles per row). Other maps go through collect and the stage rows.
-bool collects_directly(const TileGrid& g) { return g.tw % kLanes == 0 || g.tw == kLanes / 2; }
+// Whether collect_direct applies: the L tiles of a vector of V are one tile row (a multiple of
+// L tiles per row) or two (L/2 tiles per row). Other maps go through collect and the stage rows.
+template <typename V>
+bool collects_directly(const TileGrid& g) {
+  constexpr int kL = simd::lanes_of<V>;
+  return g.tw % kL == 0 || g.tw == kL / 2;
+}
 
-// The k x k patches of tiles [t, t + kLanes) of one padded plane straight into registers,
-// patch[i*k+j][lane], skipping the stage rows. Requires collects_directly(g) and m == 2.
+// The k x k patches of L tiles of one padded plane straight into registers, patch[i*k+j][lane],
+// skipping the stage rows. first is the patch corner of the vector's first tile; the second half
+// of the lanes reads the tiles at first + second (see direct_second). Requires
+// collects_directly<V>(g) and m == 2.
 template <typename V, int k>
-HSGD_INLINE void collect_direct(const float* padded, int64_t row_len, const TileGrid& g, int64_t t,
-                                V* patch) {
-  const int64_t ty = t / g.tw, tx = t % g.tw;
+HSGD_INLINE void collect_direct(const float* first, int64_t row_len, int64_t second, V* patch) {
   for (int i = 0; i < k; ++i) {
-    // Lanes 0-7 read row ty of tiles, lanes 8-15 the next 8 tiles: further along the same row,
-    // or the start of the next tile row when a row has 8 tiles.
-    const float* first = padded + (ty * 2 + i) * row_len + tx * 2;
-    const float* second = g.tw == kLanes / 2 ? first + 2 * row_len : first + kLanes;
+    const float* row = first + i * row_len;
     for (int j = 0; j < k; ++j) {
       V a, b;
-      load(a, first + j);
-      load(b, second + j);
+      load(a, row + j);
+      load(b, row + second + j);
       simd::even_lanes(a, b, patch[i * k + j]);
     }
   }
+}
+
+// Where the second half of a vector's tiles starts, from the first tile's patch corner: L/2
+// tiles further along the row (L floats at m == 2), or the next tile row when a row has L/2
+// tiles.
+template <typename V>
+int64_t direct_second(const TileGrid& g, int64_t row_len) {
+  constexpr int kL = simd::lanes_of<V>;
+  return g.tw == kL / 2 ? 2 * row_len : kL;
 }
 
 // V = B^T d B: src is x (N,C,H,W), dst V (alpha^2, C, ld).
@@ -205,7 +215,7 @@ HSGD_INLINE void input_transform(const TransformArgs& a) {
   static_assert(kM == 2, "collect_direct reads 2x2 tiles");
   const TileGrid& g = a.grid;
   const int64_t tiles = g.per_sample(), cld = a.channels * a.ld;
-  const bool direct = collects_directly(g);
+  const bool direct = collects_directly<V>(g);
   PaddedPlanes& pad = *a.pad;
   StageRows& s = *a.stage;
   for (int64_t n = 0; n < a.nb; ++n) {
@@ -214,10 +224,13 @@ HSGD_INLINE void input_transform(const TransformArgs& a) {
       const float* plane = pad.data.get() + c * pad.plane;
       if (!direct) collect<V, kM, kA>(plane, pad.row_len, g, s.data.get(), s.ld);
       float* out = a.dst + c * a.ld + n * tiles;
-      for (int64_t t = 0; t < tiles; t += kLanes) {
+      const int64_t second = direct_second<V>(g, pad.row_len);
+      int64_t ty = 0, tx = 0;  // the vector's first tile, kept without dividing
+      for (int64_t t = 0; t < tiles; t += simd::lanes_of<V>) {
         V d[kA * kA], v[kA * kA];
         if (direct) {
-          collect_direct<V, kA>(plane, pad.row_len, g, t, d);
+          collect_direct<V, kA>(plane + ty * kM * pad.row_len + tx * kM, pad.row_len, second, d);
+          for (tx += simd::lanes_of<V>; tx >= g.tw; tx -= g.tw) ++ty;
         } else {
           for (int p = 0; p < kA * kA; ++p) load(d[p], s.data.get() + p * s.ld + t);
         }
@@ -241,7 +254,7 @@ HSGD_INLINE void grad_output_transform(const TransformArgs& a) {
     for (int64_t c = 0; c < a.channels; ++c) {
       collect<V, kM, kM>(pad.data.get() + c * pad.plane, pad.row_len, g, s.data.get(), s.ld);
       float* out = a.dst + c * a.ld + n * tiles;
-      for (int64_t t = 0; t < tiles; t += kLanes) {
+      for (int64_t t = 0; t < tiles; t += simd::lanes_of<V>) {
         V d[kM * kM], v[kA * kA];
         for (int p = 0; p < kM * kM; ++p) load(d[p], s.data.get() + p * s.ld + t);
         apply_2d<W, Stage::kGradOutput, kM, kA>(d, v);
@@ -251,8 +264,8 @@ HSGD_INLINE void grad_output_transform(const TransformArgs& a) {
   }
 }
 
-// dst[2*l + j] = src[j*ld + l] for l < kLanes, j < 2: one output row from the stage rows of its
-// two tile columns.
+// dst[2*l + j] = src[j*ld + l] for l < L, j < 2: one output row from the stage rows of its two
+// tile columns.
 template <typename V>
 HSGD_INLINE void interleave_pair(const float* src, int64_t ld, float* dst) {
   V a, b, low, high;
@@ -260,7 +273,7 @@ HSGD_INLINE void interleave_pair(const float* src, int64_t ld, float* dst) {
   load(b, src + ld);
   simd::interleave(a, b, low, high);
   store(dst, low);
-  store(dst + kLanes, high);
+  store(dst + simd::lanes_of<V>, high);
 }
 
 // y = A^T M A: src is M (alpha^2, K, ld), dst y (N,K,H,W); pixels past the plane are dropped.
@@ -275,7 +288,7 @@ HSGD_INLINE void output_transform(const TransformArgs& a) {
   for (int64_t n = 0; n < a.nb; ++n) {
     for (int64_t c = 0; c < a.channels; ++c) {
       const float* in = a.src + c * a.ld + n * tiles;
-      for (int64_t t = 0; t < tiles; t += kLanes) {
+      for (int64_t t = 0; t < tiles; t += simd::lanes_of<V>) {
         V mv[kA * kA], y[kM * kM];
         for (int p = 0; p < kA * kA; ++p) load(mv[p], in + p * cld + t);
         apply_2d<W, Stage::kOutput, kA, kM>(mv, y);
@@ -287,8 +300,9 @@ HSGD_INLINE void output_transform(const TransformArgs& a) {
         const float* src = s.data.get() + (oy % kM) * kM * s.ld + (oy / kM) * g.tw;
         float* __restrict dst = out + oy * g.w;
         int64_t tx = 0;
-        // Whole vectors of 16 tiles interleave with two shuffles (32x32 and wider maps).
-        for (; tx + kLanes <= full; tx += kLanes) interleave_pair<V>(src + tx, s.ld, dst + tx * kM);
+        // Whole vectors of tiles interleave with two shuffles (32x32 and wider maps).
+        constexpr int kL = simd::lanes_of<V>;
+        for (; tx + kL <= full; tx += kL) interleave_pair<V>(src + tx, s.ld, dst + tx * kM);
         for (; tx < full; ++tx) {
           for (int j = 0; j < kM; ++j) dst[tx * kM + j] = src[j * s.ld + tx];
         }
@@ -300,7 +314,8 @@ HSGD_INLINE void output_transform(const TransformArgs& a) {
 
 // ---- run-time dispatch ----
 // Each transform is compiled for AVX-512 and for the x86-64 baseline on Vec, and for AVX2 + FMA
-// on Vec2 (two AVX registers); the widest one the CPU supports runs (see conv_simd.h).
+// on V8 (one AVX register, 8 tiles per vector); the widest one the CPU supports runs (see
+// conv_simd.h).
 
 template <typename W, Stage S, typename V>
 HSGD_INLINE void run_stage(const TransformArgs& a) {
@@ -315,7 +330,7 @@ __attribute__((target("avx512f,avx2,fma"))) void run_avx512(const TransformArgs&
 }
 template <typename W, Stage S>
 __attribute__((target("avx2,fma"))) void run_avx2(const TransformArgs& a) {
-  run_stage<W, S, simd::Vec2>(a);
+  run_stage<W, S, simd::V8>(a);
 }
 template <typename W, Stage S>
 void run_baseline(const TransformArgs& a) {
