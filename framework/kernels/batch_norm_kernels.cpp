@@ -15,7 +15,7 @@ int64_t grain_for(int64_t floats_per_item) {
   return std::max<int64_t>(1, kGrainFloats / std::max<int64_t>(1, floats_per_item));
 }
 
-// The sums of one contiguous run, in 16 lanes (four SSE vectors, the x86-64 baseline) that are
+// The sums of one contiguous run, in 8 or 16 lanes (SSE vectors, the x86-64 baseline) that are
 // added in a fixed order at the end, then the scalar tail. Float addition is not reassociated
 // without -ffast-math, so the lanes must be spelled out to vectorise; the order is the same on
 // every thread count.

@@ -82,9 +82,9 @@ HSGD_INLINE void apply_2d(const T* in, T* out) {
 // A transform handles one (sample, channel) plane at a time, in two steps. First the patch
 // entry (i,j) of every tile is collected into a stage row, stage[i*k+j][tile], reading every
 // other element of a zero-padded copy of an input row with vector shuffles (a scalar gather of
-// the patches cost more than the gemm); where a vector of 16 tiles is one or two tile rows,
-// collect_direct does the same straight into registers. Then 16 tiles at a time are
-// transformed in SIMD lanes.
+// the patches cost more than the gemm); where a vector's tiles (16, or 8 on AVX2) are one or two
+// tile rows, collect_direct does the same straight into registers. Then a vector of tiles at a
+// time is transformed in SIMD lanes.
 // Vector stores may run up to kLanes - 1 floats past the tiles they are meant for; such spills
 // land in entries that are written later or never read, which is what the slack in ld and in
 // the stage rows is for.

@@ -8,7 +8,7 @@
 // the 16 transform positions the channel sum is one matrix product,
 // M (K, tiles) = U (K, C) * V (C, tiles); the output tile is A^T M A. Tiles are processed in
 // blocks sized so that V and M of a block stay in L2, and the transforms run on 16 tiles at a
-// time in SIMD lanes (AVX-512, AVX2 or SSE2, chosen at run time).
+// time in SIMD lanes (AVX-512 or SSE2; 8 on AVX2), the code chosen at run time.
 //
 // The input gradient is the same convolution of gy with the flipped, transposed weights. The
 // weight gradient is the adjoint of the forward: dU (K, C) = sum over tiles of (A gy A^T) V^T,
