@@ -22,7 +22,7 @@ constexpr int64_t kMaxColumnFloats = int64_t{4} << 20;  // 16 MiB
 // Elementwise work below this many floats stays on one thread.
 constexpr int64_t kGrainFloats = 16384;
 
-// The column and wide buffers of one chunk of blocks; a size of 0 leaves the buffer null.
+// The column and wide buffers of one thread's blocks; a size of 0 leaves the buffer null.
 struct BlockBuffers {
   std::unique_ptr<float[]> col, wide;
   BlockBuffers(int64_t col_floats, int64_t wide_floats) {
@@ -145,7 +145,7 @@ void conv2d_backward_by_transposed_conv(const float* x, const float* w, const fl
   ChunkScratch<BlockBuffers> scratch(blocks, grain, [&] {
     return BlockBuffers(rows * block * plane, block > 1 ? g.c * block * plane : 0);
   });
-  parallel_for(0, blocks, grain, [&](int64_t first, int64_t last) {
+  parallel_for_dynamic(0, blocks, grain, [&](int64_t first, int64_t last) {
     BlockBuffers& own = scratch.at(parallel_thread_index());
     auto& col = own.col;
     auto& wide = own.wide;
@@ -309,7 +309,7 @@ void conv2d_forward(const float* x, const float* w, const float* b, const Conv2d
   ChunkScratch<BlockBuffers> scratch(blocks, grain, [&] {
     return BlockBuffers(direct ? 0 : rows * block * plane, block > 1 ? g.o * block * plane : 0);
   });
-  parallel_for(0, blocks, grain, [&](int64_t first, int64_t last) {
+  parallel_for_dynamic(0, blocks, grain, [&](int64_t first, int64_t last) {
     BlockBuffers& own = scratch.at(parallel_thread_index());
     auto& col = own.col;
     auto& wide = own.wide;
@@ -388,7 +388,7 @@ void conv2d_backward(const float* x, const float* w, const float* gy, const Conv
   ChunkScratch<BlockBuffers> scratch(blocks, grain, [&] {
     return BlockBuffers(direct ? 0 : rows * block * plane, block > 1 ? g.o * block * plane : 0);
   });
-  parallel_for(0, blocks, grain, [&](int64_t first, int64_t last) {
+  parallel_for_dynamic(0, blocks, grain, [&](int64_t first, int64_t last) {
     BlockBuffers& own = scratch.at(parallel_thread_index());
     auto& col = own.col;
     auto& wide = own.wide;

@@ -406,10 +406,11 @@ int64_t samples_per_block(const Conv2dGeometry& g, const TileGrid& grid, int alp
   return std::clamp<int64_t>(floats / per_sample, 1, g.n);
 }
 
-// Blocks of samples are independent, so the pool takes whole blocks, each chunk with its own
-// transform buffers. The forward blocks shrink so that every thread gets one (an output does not
-// depend on its block); the weight gradient's blocks do not, so that its sum over blocks, taken in
-// block order, is the same at every thread count.
+// Blocks of samples are independent, so the pool's threads claim whole blocks in turn
+// (parallel_for_dynamic), each thread with its own transform buffers. The forward blocks shrink so
+// that every thread gets one (an output does not depend on its block); the weight gradient's
+// blocks do not, so that its sum over blocks, taken in block order, is the same at every thread
+// count and whichever thread computed each block.
 
 // y (N,K,H,W) = conv of x (N,C,H,W) with weights already transformed, u (alpha^2, K, C).
 template <typename W>
@@ -433,7 +434,7 @@ void forward_transformed(const float* x, const float* u, const Conv2dGeometry& g
                    std::make_unique_for_overwrite<float[]>(kA2 * k * ld),
                    PaddedPlanes(grid, c, W::kM, W::kAlpha), StageRows(grid, W::kAlpha)};
   });
-  parallel_for(0, blocks, grain, [&](int64_t first, int64_t last) {
+  parallel_for_dynamic(0, blocks, grain, [&](int64_t first, int64_t last) {
     Scratch& own = scratch.at(parallel_thread_index());
     auto& v = own.v;
     auto& m = own.m;
@@ -523,7 +524,7 @@ void backward(const float* x, const float* w, const float* gy, const Conv2dGeome
                    PaddedPlanes(grid, g.c, W::kM, W::kAlpha), PaddedPlanes(grid, g.o, W::kM, W::kM),
                    StageRows(grid, W::kAlpha)};
   });
-  parallel_for(0, blocks, grain, [&](int64_t first, int64_t last) {
+  parallel_for_dynamic(0, blocks, grain, [&](int64_t first, int64_t last) {
     Scratch& own = scratch.at(parallel_thread_index());
     auto& v = own.v;
     auto& dm = own.dm;

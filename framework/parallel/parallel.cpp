@@ -24,9 +24,10 @@ namespace {
 thread_local int tls_thread_index = 0;
 thread_local bool tls_in_chunk = false;
 
-// One parallel_for call: chunks [0, count) of [begin, end), each running *fn.
+// One parallel_for call: chunks [0, count) of [begin, end), each running *fn. With piece > 0
+// (parallel_for_dynamic) the count threads instead claim pieces of that many indices in turn.
 struct Job {
-  int64_t begin = 0, end = 0, count = 0;
+  int64_t begin = 0, end = 0, count = 0, piece = 0;
   const std::function<void(int64_t, int64_t)>* fn = nullptr;
 };
 
@@ -75,6 +76,7 @@ class Pool {
     {
       std::lock_guard<std::mutex> lock(mu_);
       job_ = job;
+      next_.store(job.begin, std::memory_order_relaxed);
       pending_.store(static_cast<int>(job.count - 1), std::memory_order_relaxed);
       generation_.fetch_add(1);
     }
@@ -97,12 +99,21 @@ class Pool {
   static constexpr int kSpins = 1000;
 
   void run_chunk(const Job& job, int64_t i) {
-    int64_t lo = 0, hi = 0;
-    detail::chunk_range(job.begin, job.end, job.count, i, lo, hi);
     tls_thread_index = static_cast<int>(i);
     tls_in_chunk = true;
     try {
-      (*job.fn)(lo, hi);
+      if (job.piece > 0) {
+        // Claims pieces until none is left; a thread that started late or ran slowly takes fewer.
+        for (;;) {
+          const int64_t lo = next_.fetch_add(job.piece, std::memory_order_relaxed);
+          if (lo >= job.end) break;
+          (*job.fn)(lo, std::min(lo + job.piece, job.end));
+        }
+      } else {
+        int64_t lo = 0, hi = 0;
+        detail::chunk_range(job.begin, job.end, job.count, i, lo, hi);
+        (*job.fn)(lo, hi);
+      }
     } catch (...) {
       std::lock_guard<std::mutex> lock(error_mu_);
       if (!error_) error_ = std::current_exception();
@@ -161,6 +172,7 @@ class Pool {
   std::condition_variable wake_, done_;
   std::atomic<uint64_t> generation_{0};
   std::atomic<int> pending_{0};
+  std::atomic<int64_t> next_{0};  // the first unclaimed index of a dynamic job
   bool stop_ = false;
   Job job_;
   std::mutex error_mu_;
@@ -275,9 +287,13 @@ void set_num_threads(int n) {
   set_threads_locked(n);
 }
 
-void parallel_for(int64_t begin, int64_t end, int64_t grain,
+namespace {
+
+// parallel_for and parallel_for_dynamic: static chunks when dynamic is false, else pieces of
+// grain indices claimed in turn by the same number of threads.
+void run_parallel(const char* name, int64_t begin, int64_t end, int64_t grain, bool dynamic,
                   const std::function<void(int64_t, int64_t)>& fn) {
-  HSGD_CHECK(grain >= 1, "parallel_for: grain ", grain, " must be at least 1");
+  HSGD_CHECK(grain >= 1, name, ": grain ", grain, " must be at least 1");
   if (end <= begin) return;
   std::shared_ptr<Pool> p;
   // A range of one grain is one chunk: it runs here without taking the registry's lock (most
@@ -287,7 +303,13 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain,
     p = pool_locked();
   }
   const int64_t count = p == nullptr ? 1 : detail::chunk_count(begin, end, grain, p->threads());
-  if (count > 1 && p->try_run({.begin = begin, .end = end, .count = count, .fn = &fn})) return;
+  if (count > 1 && p->try_run({.begin = begin,
+                               .end = end,
+                               .count = count,
+                               .piece = dynamic ? grain : 0,
+                               .fn = &fn})) {
+    return;
+  }
   // Serially: the whole range is chunk 0 of this call, also when nested in another call's chunk.
   const int outer_index = tls_thread_index;
   tls_thread_index = 0;
@@ -298,6 +320,18 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain,
     throw;
   }
   tls_thread_index = outer_index;
+}
+
+}  // namespace
+
+void parallel_for(int64_t begin, int64_t end, int64_t grain,
+                  const std::function<void(int64_t, int64_t)>& fn) {
+  run_parallel("parallel_for", begin, end, grain, false, fn);
+}
+
+void parallel_for_dynamic(int64_t begin, int64_t end, int64_t grain,
+                          const std::function<void(int64_t, int64_t)>& fn) {
+  run_parallel("parallel_for_dynamic", begin, end, grain, true, fn);
 }
 
 int parallel_thread_index() { return tls_thread_index; }

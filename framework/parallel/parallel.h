@@ -52,9 +52,19 @@ void set_num_threads(int n);
 void parallel_for(int64_t begin, int64_t end, int64_t grain,
                   const std::function<void(int64_t, int64_t)>& fn);
 
+// As parallel_for, for ranges of independent blocks: the same threads (as many as parallel_for's
+// chunks, detail::chunk_count) claim pieces of `grain` indices in turn until none is left, so a
+// thread that starts late or is slowed (another process, a preempted vCPU) takes fewer. fn runs
+// once per piece; which thread runs which piece varies from call to call. For kernels whose result
+// per block does not depend on the thread (per-block outputs or per-block partial sums added in
+// block order), whose per-thread workspace is indexed by parallel_thread_index().
+void parallel_for_dynamic(int64_t begin, int64_t end, int64_t grain,
+                          const std::function<void(int64_t, int64_t)>& fn);
+
 // The index of the chunk running on this thread, in [0, get_num_threads()): chunk i runs on pool
-// thread i; 0 outside parallel_for and in serial runs (nested ones included). Lets a kernel keep
-// one workspace per chunk.
+// thread i (for parallel_for_dynamic: the thread's index among those claiming pieces); 0 outside
+// parallel_for and in serial runs (nested ones included). Lets a kernel keep one workspace per
+// chunk.
 int parallel_thread_index();
 
 namespace detail {

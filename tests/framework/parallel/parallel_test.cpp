@@ -1,5 +1,6 @@
 // framework/parallel: the intra-op pool. Chunks cover the range once, in the documented fixed
-// split; errors, nesting, concurrent callers and fork are safe; the environment sets the count.
+// split, and dynamic pieces once, claimed by the free threads; errors, nesting, concurrent callers
+// and fork are safe; the environment sets the count.
 
 #include "framework/parallel/parallel.h"
 
@@ -71,6 +72,68 @@ TEST_F(ParallelTest, ChunkIRunsOnPoolThreadIWithTheDocumentedRange) {
   EXPECT_EQ(by_index[0].first, 0);
   EXPECT_EQ(by_index[2].second, 10);
   EXPECT_EQ(parallel_thread_index(), 0);  // outside parallel_for
+}
+
+// parallel_for_dynamic: pieces of grain indices cover the range once, each piece within one
+// call of fn, run by as many threads as parallel_for's chunks, each seeing its own
+// parallel_thread_index in [0, chunk_count).
+TEST_F(ParallelTest, DynamicPiecesCoverTheRangeExactlyOnce) {
+  for (int threads : {1, 2, 3, 5}) {
+    set_num_threads(threads);
+    for (int64_t n : {0, 1, 2, 7, 100, 1001}) {
+      for (int64_t grain : {1, 3, 64, 5000}) {
+        std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+        std::mutex mu;
+        std::set<int> indices;
+        std::set<std::thread::id> ids;
+        parallel_for_dynamic(10, 10 + n, grain, [&](int64_t lo, int64_t hi) {
+          EXPECT_LT(lo, hi);
+          {
+            std::lock_guard<std::mutex> lock(mu);
+            indices.insert(parallel_thread_index());
+            ids.insert(std::this_thread::get_id());
+          }
+          for (int64_t i = lo; i < hi; ++i) ++hits[static_cast<size_t>(i - 10)];
+        });
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)], 1) << i;
+        const int64_t count = detail::chunk_count(10, 10 + n, grain, threads);
+        for (int index : indices) {
+          EXPECT_GE(index, 0);
+          EXPECT_LT(index, std::max<int64_t>(count, 1)) << "threads " << threads << " n " << n;
+        }
+        EXPECT_LE(static_cast<int64_t>(ids.size()), std::max<int64_t>(count, 1));
+      }
+    }
+  }
+}
+
+// A thread that is slow takes fewer pieces: while the thread that claimed piece 0 sleeps, the
+// other one claims the rest. (Static chunks would give each thread 20.)
+TEST_F(ParallelTest, DynamicPiecesGoToTheThreadsThatAreFree) {
+  set_num_threads(2);
+  std::atomic<int> by_caller{0}, by_other{0};
+  const auto caller = std::this_thread::get_id();
+  parallel_for_dynamic(0, 40, 1, [&](int64_t lo, int64_t) {
+    if (lo == 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    ++(std::this_thread::get_id() == caller ? by_caller : by_other);
+  });
+  EXPECT_EQ(by_caller + by_other, 40);
+  EXPECT_GE(std::max(by_caller.load(), by_other.load()), 30)
+      << "caller " << by_caller << ", pool thread " << by_other;
+}
+
+TEST_F(ParallelTest, DynamicExceptionIsRethrownAndThePoolStillWorks) {
+  set_num_threads(2);
+  EXPECT_THROW(parallel_for_dynamic(0, 50, 1,
+                                    [&](int64_t lo, int64_t) {
+                                      if (lo == 7) throw std::runtime_error("piece 7 failed");
+                                    }),
+               std::runtime_error);
+  std::atomic<int64_t> sum{0};
+  parallel_for_dynamic(0, 100, 3, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) sum += i;
+  });
+  EXPECT_EQ(sum, 4950);
 }
 
 TEST_F(ParallelTest, FirstExceptionIsRethrownAfterEveryChunkFinished) {
