@@ -434,6 +434,10 @@ int main(int argc, char** argv) {
     const auto model_list = parse_list<std::string>(models_text, "--models");
     const auto batch_list = parse_list<int64_t>(batches_text, "--batches");
     const auto thread_list = parse_list<int>(threads_text, "--threads");
+    for (int t : thread_list)
+      HSGD_CHECK(t >= 1, "--threads: ", t, " in '", threads_text, "' must be at least 1");
+    for (int64_t b : batch_list)
+      HSGD_CHECK(b >= 1, "--batches: ", b, " in '", batches_text, "' must be at least 1");
     for (const auto& m : model_list) forward_flops_per_sample(m);  // rejects unknown models early
     std::map<int, double> peak;
     for (int t : thread_list) peak[t] = sgemm_gflops(t);
