@@ -55,9 +55,13 @@ TEST(LaunchAgentTest, AllWorkersSucceed_ReturnsZero) {
 
 TEST(LaunchAgentTest, FailsOnce_RestartsWithRestartCountOne) {
   const auto dir = hsgd::testing::unique_temp_dir("agent_restart");
+  // Rank 1 fails in attempt 0 only once rank 0 has left its mark (at most 5 s), so that the
+  // restart, not a race with the shell's start-up, decides what ran.
   const std::string script = "touch " + dir.string() +
                              "/ran_$HSGD_RESTART_COUNT.$RANK; "
                              "if [ $RANK = 1 ] && [ $HSGD_RESTART_COUNT = 0 ]; then "
+                             "for i in $(seq 500); do [ -e " + dir.string() +
+                             "/ran_0.0 ] && break; sleep 0.01; done; "
                              "echo dying on purpose >&2; exit 4; fi; "
                              "[ $HSGD_RESTART_COUNT = 0 ] && sleep 60; exit 0";
   auto options = shell_job(script, dir / "logs");
