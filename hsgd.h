@@ -14,15 +14,15 @@
 
 // ---- comm ----
 #include "comm/error.h"
-#include "comm/init.h"
-#include "comm/process_group.h"
-#include "comm/store.h"
-#include "comm/subgroups.h"
+#include "comm/process_group/init.h"
+#include "comm/process_group/process_group.h"
+#include "comm/process_group/subgroups.h"
+#include "comm/store/store.h"
 
 // ---- tensor and autograd ----
-#include "framework/parallel/parallel.h"
 #include "framework/autograd/engine.h"
 #include "framework/autograd/node.h"
+#include "framework/parallel/parallel.h"
 #include "framework/tensor/block_cache.h"
 #include "framework/tensor/generator.h"
 #include "framework/tensor/grad_mode.h"
@@ -31,9 +31,9 @@
 #include "framework/tensor/tensor.h"
 
 // ---- nn, data, training ----
+#include "framework/data/cifar10.h"
 #include "framework/data/data_loader.h"
 #include "framework/data/dataset.h"
-#include "framework/data/cifar10.h"
 #include "framework/data/fashion_mnist.h"
 #include "framework/data/idx.h"
 #include "framework/data/synthetic_dataset.h"
@@ -45,6 +45,7 @@
 #include "framework/checkpoint/checkpointer.h"
 
 // ---- distributed ----
+#include "framework/distributed/averaged_replicas.h"
 #include "framework/distributed/comm_hooks/default_hooks.h"
 #include "framework/distributed/comm_hooks/post_local_sgd_hook.h"
 #include "framework/distributed/ddp.h"
@@ -52,7 +53,6 @@
 #include "framework/distributed/model_averaging/averagers.h"
 #include "framework/distributed/model_averaging/hierarchical_model_averager.h"
 #include "framework/distributed/model_averaging/utils.h"
-#include "framework/distributed/averaged_replicas.h"
 #include "framework/distributed/tensor_collectives.h"
 
 // ---- optim, models ----

@@ -9,8 +9,13 @@ A folder may include its own headers and those of the layers it may use (models 
 and comm, not optim). The umbrella header hsgd.h at the repository root sits above every layer:
 only apps/, tests/ and programs outside the tree include it.
 
+A subsystem's internals sit in its detail/ folder (comm/process_group/detail/ ...): a header
+"X/detail/H" may be included only by files under X/ and by X's tests under tests/X/, in every
+layer and in tests/.
+
 Usage: scripts/check_layers.py [ROOT]      (ROOT: the repository, default: this script's parent)
-Prints one line per violation, "FILE:LINE: LAYER includes "HEADER" (layer ABOVE)", and exits 1
+Prints one line per violation, "FILE:LINE: LAYER includes "HEADER" (layer ABOVE)" or
+"FILE:LINE: includes "HEADER" (internal to X/)", and exits 1
 when there is any; exits 0 and prints a one-line summary otherwise.
 """
 
@@ -39,20 +44,45 @@ def target_layer(header: str):
     return first if first in LAYERS else None
 
 
+def detail_owner(header: str):
+    """For "X/detail/H", the folder X whose internals the header is; None for other headers."""
+    if "/detail/" not in header:
+        return None
+    return header.split("/detail/", 1)[0]
+
+
+def detail_violation(relative: str, header: str):
+    """A message when the file at `relative` may not include the detail header `header`."""
+    owner = detail_owner(header)
+    if owner is None:
+        return None
+    if relative.startswith(owner + "/") or relative.startswith("tests/" + owner + "/"):
+        return None
+    return (f'{relative}: includes "{header}" (internal to {owner}/; only {owner}/ and '
+            f"tests/{owner}/ may include it)")
+
+
 def check(root: pathlib.Path):
     violations = []
     files = 0
-    for layer in LAYERS:
+    for layer in LAYERS + ("tests",):
         for path in sorted((root / layer).rglob("*")):
             if path.suffix not in SOURCE_SUFFIXES or not path.is_file():
                 continue
             files += 1
+            relative = path.relative_to(root).as_posix()
             text = path.read_text(encoding="utf-8", errors="replace")
             for number, line in enumerate(text.splitlines(), start=1):
                 match = INCLUDE.match(line)
                 if not match:
                     continue
                 header = match.group(1)
+                internal = detail_violation(relative, header)
+                if internal is not None:
+                    file_part, rest = internal.split(": ", 1)
+                    violations.append(f"{file_part}:{number}: {rest}")
+                if layer == "tests":
+                    continue
                 target = target_layer(header)
                 if target is None or target in ALLOWED[layer]:
                     continue
@@ -72,9 +102,9 @@ def main(argv):
     for violation in violations:
         print(violation)
     if violations:
-        print(f"check_layers: {len(violations)} include(s) point up a layer")
+        print(f"check_layers: {len(violations)} include(s) point up a layer or into another's detail/")
         return 1
-    print(f"check_layers: {files} files, no include points up a layer")
+    print(f"check_layers: {files} files, no include points up a layer or into another's detail/")
     return 0
 
 

@@ -8,7 +8,7 @@
 # bridge (tbf at --rack-rate on both ends), and one veth pair between the two bridges (tbf at
 # --rate on both ends) is the inter-rack link; all nodes share one /24. hsgd-rendezvous runs in
 # node 0; one hsgd-run agent per node starts --nproc-per-node workers of PROGRAM. Workers of one
-# node share memory (same GROUP_RANK, see comm/shm_allreduce.h); groups that span nodes use TCP.
+# node share memory (same GROUP_RANK, see comm/process_group/shm_allreduce.h); groups that span nodes use TCP.
 #
 # Only the link's rate is emulated: netem (delay, loss) is not available here, and all nodes
 # share this machine's cores.

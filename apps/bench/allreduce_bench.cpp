@@ -30,9 +30,9 @@
 #include <sstream>
 #include <thread>
 
-#include "comm/file_store.h"
-#include "comm/gloo_store.h"
-#include "comm/process_group.h"
+#include "comm/process_group/process_group.h"
+#include "comm/store/file_store.h"
+#include "comm/store/gloo_store.h"
 
 namespace {
 

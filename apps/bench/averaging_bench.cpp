@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "apps/bench/forked_ranks.h"
-#include "comm/file_store.h"
-#include "comm/process_group.h"
+#include "comm/process_group/process_group.h"
+#include "comm/store/file_store.h"
 #include "framework/distributed/model_averaging/hierarchical_model_averager.h"
 #include "models/resnet.h"
 

@@ -34,7 +34,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/init.h"
+#include "comm/process_group/init.h"
 #include "framework/checkpoint/checkpointer.h"
 #include "framework/nn/functional.h"
 #include "framework/tensor/ops.h"

@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "apps/bench/forked_ranks.h"
-#include "comm/file_store.h"
-#include "comm/process_group.h"
+#include "comm/process_group/process_group.h"
+#include "comm/store/file_store.h"
 #include "framework/distributed/ddp.h"
 #include "framework/tensor/ops.h"
 #include "models/mlp.h"

@@ -24,8 +24,8 @@
 #include <vector>
 
 #include "comm/error.h"
-#include "comm/rendezvous_server.h"
-#include "comm/tcp_store.h"
+#include "comm/rendezvous/rendezvous_server.h"
+#include "comm/rendezvous/tcp_store.h"
 
 namespace {
 

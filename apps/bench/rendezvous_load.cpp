@@ -39,9 +39,9 @@
 #include <vector>
 
 #include "comm/error.h"
-#include "comm/frame.h"
-#include "comm/tcp_store.h"
-#include "proto/rendezvous.pb.h"
+#include "comm/rendezvous/frame.h"
+#include "comm/rendezvous/proto/rendezvous.pb.h"
+#include "comm/rendezvous/tcp_store.h"
 
 namespace {
 

@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <utility>
 
-#include "comm/progress.h"
+#include "comm/launcher/worker_liveness.h"
 
 namespace hsgd::apps {
 

@@ -24,7 +24,7 @@
 #include <string>
 
 #include "apps/common/parallel_training.h"
-#include "comm/process_group.h"
+#include "comm/process_group/process_group.h"
 #include "framework/checkpoint/checkpointer.h"
 #include "framework/data/data_loader.h"
 #include "framework/nn/module.h"

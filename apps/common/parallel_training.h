@@ -26,7 +26,7 @@
 
 #include "apps/common/level_options.h"
 #include "comm/error.h"
-#include "comm/process_group.h"
+#include "comm/process_group/process_group.h"
 #include "framework/distributed/averaged_replicas.h"  // IWYU pragma: export (evaluation)
 #include "framework/distributed/comm_hooks/post_local_sgd_hook.h"
 #include "framework/distributed/ddp.h"

@@ -6,8 +6,8 @@
 #include <cstdio>
 #include <span>
 
-#include "comm/progress.h"
-#include "comm/work.h"
+#include "comm/launcher/worker_liveness.h"
+#include "comm/process_group/work.h"
 #include "framework/distributed/averaged_replicas.h"
 #include "framework/nn/functional.h"
 #include "framework/tensor/grad_mode.h"

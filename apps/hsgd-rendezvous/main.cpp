@@ -1,4 +1,5 @@
-// hsgd-rendezvous: the standalone rendezvous server of hsgd jobs (comm/rendezvous_server.h).
+// hsgd-rendezvous: the standalone rendezvous server of hsgd jobs
+// (comm/rendezvous/rendezvous_server.h).
 //
 //   hsgd-rendezvous --host 127.0.0.1 --port 29400 [--token-file F] [--max-frame-bytes N]
 //                   [--threads N] [--job-ttl S] [--max-connections N] [--max-keys-per-job N]
@@ -6,7 +7,7 @@
 //
 // The first line on stdout is "listening on HOST:PORT" (IPv6 hosts in brackets), printed once
 // the server accepts connections, so a script can start it with --port 0 and read the port.
-// The token file follows comm/rendezvous_server_tokens.h (a server-wide token and/or
+// The token file follows comm/rendezvous/rendezvous_server_tokens.h (a server-wide token and/or
 // `JOB_ID TOKEN` lines), the same rule hsgd-run reads it by.
 // SIGTERM or SIGINT stops it cleanly (exit code 0); a usage error (bad flag, malformed token
 // file) exits 2, a runtime error (port taken) 1.
@@ -21,8 +22,8 @@
 
 #include "comm/error.h"
 #include "comm/log.h"
-#include "comm/rendezvous_server.h"
-#include "comm/rendezvous_server_tokens.h"
+#include "comm/rendezvous/rendezvous_server.h"
+#include "comm/rendezvous/rendezvous_server_tokens.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"hsgd rendezvous server: the key-value store hsgd jobs meet through"};

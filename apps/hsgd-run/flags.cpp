@@ -14,7 +14,7 @@
 
 #include "comm/error.h"
 #include "comm/launcher/worker_process.h"
-#include "comm/slurm_env.h"
+#include "comm/process_group/slurm_env.h"
 
 namespace hsgd::run {
 namespace {
@@ -160,8 +160,8 @@ void validate(Flags& f) {
   } catch (const InvalidArgument& e) {
     throw UsageError(sentence_of(e));
   }
-  // One rule with hsgd-rendezvous (comm/rendezvous_server_tokens.h): this job's line, else the
-  // server-wide token.
+  // One rule with hsgd-rendezvous (comm/rendezvous/rendezvous_server_tokens.h): this job's line,
+  // else the server-wide token.
   try {
     if (!f.token_file.empty()) f.tokens = comm::read_token_file(f.token_file);
     f.token = f.tokens.token_for(f.rdzv_id, "--token-file '" + f.token_file + "'");

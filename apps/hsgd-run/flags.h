@@ -9,7 +9,8 @@
 //   an invalid --rdzv-id, an unreadable --token-file or one without a token for this job, an
 //   unwritable --log-dir (probed by creating a file in it), and inconsistent node flags.
 // - Nothing is sent over the network: every usage error surfaces before the first connection.
-// - Under srun (comm/slurm_env.h), what the command line and HSGD_* left unset comes from the
+// - Under srun (comm/process_group/slurm_env.h), what the command line and HSGD_* left unset comes
+// from the
 //   step before the checks run.
 //
 // Usage (in main(argc, argv)):
@@ -21,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/rendezvous_server_tokens.h"
+#include "comm/rendezvous/rendezvous_server_tokens.h"
 
 namespace hsgd::run {
 

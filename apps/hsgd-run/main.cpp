@@ -23,8 +23,8 @@
 #include "comm/error.h"
 #include "comm/launcher/agent.h"
 #include "comm/launcher/worker_process.h"
-#include "comm/rendezvous_server.h"
-#include "comm/tcp_store.h"
+#include "comm/rendezvous/rendezvous_server.h"
+#include "comm/rendezvous/tcp_store.h"
 
 namespace {
 

@@ -39,7 +39,7 @@
 #include "apps/common/training_flags.h"
 #include "apps/common/training_loop.h"
 #include "comm/error.h"
-#include "comm/init.h"
+#include "comm/process_group/init.h"
 #include "framework/data/cifar10.h"
 #include "framework/data/data_loader.h"
 #include "framework/data/fashion_mnist.h"

@@ -11,8 +11,8 @@
 #include <sstream>
 
 #include "comm/error.h"
+#include "comm/launcher/hang_detector.h"
 #include "comm/launcher/heartbeat.h"
-#include "comm/launcher/progress_monitor.h"
 #include "comm/launcher/worker_env.h"
 #include "comm/launcher/worker_process.h"
 #include "comm/log.h"
@@ -56,7 +56,7 @@ struct LaunchAgent::Attempt {
   std::unique_ptr<OutputRouter> output;
   std::vector<WorkerProcess> workers;  // by local rank
   std::unique_ptr<Heartbeat> heartbeat;
-  std::unique_ptr<ProgressMonitor> progress;
+  std::unique_ptr<HangDetector> progress;
 
   std::string failed_key() const { return prefix + "failed"; }
   std::string done_key(int node) const { return prefix + "done/" + std::to_string(node); }
@@ -169,10 +169,9 @@ LaunchAgent::Outcome LaunchAgent::run_attempt(int attempt) {
 
   // 2. Spawn the workers.
   a.output = std::make_unique<OutputRouter>(options_.output, attempt);
-  a.progress =
-      std::make_unique<ProgressMonitor>(options_.nproc_per_node, a.nodes.rank_offset,
-                                        "node " + std::to_string(a.nodes.node_rank) + " '" +
-                                            a.nodes.nodes[a.nodes.node_rank].host + "'");
+  a.progress = std::make_unique<HangDetector>(options_.nproc_per_node, a.nodes.rank_offset,
+                                              "node " + std::to_string(a.nodes.node_rank) + " '" +
+                                                  a.nodes.nodes[a.nodes.node_rank].host + "'");
   const auto base_env = current_environment();
   for (int local = 0; local < options_.nproc_per_node; ++local) {
     const int rank = a.nodes.rank_offset + local;

@@ -14,7 +14,7 @@
 //      SIGKILL after grace_period, and reaps them;
 //      It also beats its heartbeat and fails the attempt when another node's agent went silent
 //      for heartbeat_timeout (killed, machine lost), and watches its workers' progress
-//      (progress_monitor.h): a worker stopped, or silent outside a collective while another
+//      (hang_detector.h): a worker stopped, or silent outside a collective while another
 //      waits in one, for worker_timeout is named as the root cause and the attempt fails. When
 //      a worker fails inside a collective while another is stopped or silent that way, the
 //      silent one is named: the root cause is the rank that did not arrive;
@@ -49,7 +49,7 @@
 #include "comm/launcher/failure_record.h"
 #include "comm/launcher/node_rendezvous.h"
 #include "comm/launcher/output_router.h"
-#include "comm/store.h"
+#include "comm/store/store.h"
 
 namespace hsgd::comm::launcher {
 
@@ -65,7 +65,7 @@ struct AgentOptions {
   // A node whose agent sent no heartbeat for this long is declared dead (see heartbeat.h).
   std::chrono::milliseconds heartbeat_timeout = std::chrono::seconds(30);
   // A local worker stopped, or silent outside a collective while another waits in one, for this
-  // long is hung (see progress_monitor.h); 0 turns the check off.
+  // long is hung (see hang_detector.h); 0 turns the check off.
   std::chrono::milliseconds worker_timeout = std::chrono::seconds(120);
   std::string master_addr = "127.0.0.1";  // the store, as workers must reach it
   int master_port = 0;
@@ -105,7 +105,7 @@ class LaunchAgent {
   void wait_and_reap(Attempt& a, int sig);
   FailureRecord publish_failure(Attempt& a, FailureRecord record);
   FailureRecord describe_worker_failure(Attempt& a, int local_rank);
-  // A hung local worker (progress_monitor.h) as the root cause, if any.
+  // A hung local worker (hang_detector.h) as the root cause, if any.
   std::optional<FailureRecord> find_hung_worker(Attempt& a);
   // At the end of an attempt: adds the steps lost before it (resumed step, last step).
   void account_steps(Attempt& a);

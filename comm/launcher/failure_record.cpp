@@ -3,7 +3,7 @@
 #include <sstream>
 
 #include "comm/error.h"
-#include "comm/rendezvous_server_tokens.h"
+#include "comm/rendezvous/rendezvous_server_tokens.h"
 
 namespace hsgd::comm::launcher {
 

@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/store.h"
+#include "comm/store/store.h"
 
 namespace hsgd::comm::launcher {
 

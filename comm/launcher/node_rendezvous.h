@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "comm/error.h"
-#include "comm/store.h"
+#include "comm/store/store.h"
 
 namespace hsgd::comm::launcher {
 

@@ -67,7 +67,7 @@
 #include <utility>
 #include <vector>
 
-#include "comm/process_group.h"
+#include "comm/process_group/process_group.h"
 #include "framework/checkpoint/checkpoint_file.h"
 #include "framework/nn/module.h"
 #include "framework/tensor/generator.h"

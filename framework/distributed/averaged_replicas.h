@@ -29,7 +29,7 @@
 #include <memory>
 #include <vector>
 
-#include "comm/process_group.h"
+#include "comm/process_group/process_group.h"
 #include "framework/distributed/replica_check.h"
 #include "framework/nn/module.h"
 #include "framework/tensor/tensor.h"

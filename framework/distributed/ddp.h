@@ -43,7 +43,7 @@
 #include <memory>
 #include <vector>
 
-#include "comm/process_group.h"
+#include "comm/process_group/process_group.h"
 #include "framework/distributed/grad_bucket.h"
 #include "framework/nn/module.h"
 #include "framework/tensor/tensor.h"

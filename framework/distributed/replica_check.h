@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/process_group.h"
+#include "comm/process_group/process_group.h"
 #include "framework/nn/module.h"
 #include "framework/tensor/tensor.h"
 

@@ -4,7 +4,8 @@
 //
 // Contract:
 // - Collective: every rank of pg calls the same function in the same order with tensors of the
-//   same shapes (see comm/process_group.h; a mismatch is reported as a failed collective).
+//   same shapes (see comm/process_group/process_group.h; a mismatch is reported as a failed
+//   collective).
 // - Synchronous: each returns when its collective completed on this rank, so the tensors may
 //   be used (and dropped) at once. Errors: hsgd::Timeout / hsgd::CommError from the collective,
 //   hsgd::InvalidArgument for an undefined tensor.
@@ -24,7 +25,7 @@
 #include <string_view>
 #include <vector>
 
-#include "comm/process_group.h"
+#include "comm/process_group/process_group.h"
 #include "framework/tensor/tensor.h"
 
 namespace hsgd::distributed {

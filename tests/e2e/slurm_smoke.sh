@@ -80,7 +80,7 @@ free_port() {
 }
 ctld_port=$(free_port)
 slurmd_port=$(free_port "$ctld_port")
-# Job ids decide the rendezvous ports (comm/slurm_env.h): start at a random one.
+# Job ids decide the rendezvous ports (comm/process_group/slurm_env.h): start at a random one.
 first_job=$((1000 * (1 + RANDOM % 900) + RANDOM % 900))
 
 node=$(slurmd -C 2>/dev/null | head -1 | grep -o 'CPUs=[0-9]*') || skip "slurmd -C failed"

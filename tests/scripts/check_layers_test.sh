@@ -11,7 +11,12 @@ python=/usr/bin/python3
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-mkdir -p "$tmp"/{comm,framework,optim,models,apps}
+mkdir -p "$tmp"/{comm/store,comm/process_group/detail,framework,optim,models,apps,tests/comm/process_group}
+printf '#pragma once\n' > "$tmp/comm/process_group/detail/queue.h"
+printf '#include "comm/process_group/detail/queue.h"\n' > "$tmp/comm/process_group/ok.cpp"
+printf '#include "comm/process_group/detail/queue.h"\n' > "$tmp/tests/comm/process_group/ok_test.cpp"
+printf '#include "comm/error.h"\n#include "comm/process_group/detail/queue.h"\n' > "$tmp/comm/store/bad.cpp"
+printf '#include "comm/process_group/detail/queue.h"\n' > "$tmp/apps/bad.cpp"
 printf '#pragma once\n#include "comm/error.h"\n#include <vector>\n' > "$tmp/framework/ok.h"
 printf '#include "framework/ok.h"\n#include "optim/sgd.h"\n' > "$tmp/models/bad.cpp"
 printf '// a comment\n#include "comm/log.h"\n#include "framework/tensor/tensor.h"\n' > "$tmp/comm/bad.h"
@@ -26,5 +31,9 @@ fail() { echo "check_layers_test: $*"; exit 1; }
 grep -q '^models/bad.cpp:2: models includes "optim/sgd.h"' <<<"$out" || fail "models -> optim not named"
 grep -q '^comm/bad.h:3: comm includes "framework/tensor/tensor.h"' <<<"$out" || fail "comm -> framework not named"
 grep -q '^optim/umbrella.cpp:1: optim includes "hsgd.h"' <<<"$out" || fail "optim -> hsgd.h not named"
-if grep -q 'framework/ok.h' <<<"$out"; then fail "a downward include was reported"; fi
+grep -q '^comm/store/bad.cpp:2: includes "comm/process_group/detail/queue.h" (internal to comm/process_group/' <<<"$out" \
+  || fail "store -> process_group's detail/ not named"
+grep -q '^apps/bad.cpp:1: includes "comm/process_group/detail/queue.h"' <<<"$out" \
+  || fail "apps -> process_group's detail/ not named"
+if grep -q 'framework/ok.h\|ok.cpp\|ok_test.cpp' <<<"$out"; then fail "an allowed include was reported"; fi
 echo "check_layers_test: ok"

@@ -4,7 +4,7 @@
 #include <numeric>
 
 #include "comm/error.h"
-#include "comm/file_store.h"
+#include "comm/store/file_store.h"
 #include "tests/framework/distributed/dist_test_util.h"  // leave_together
 
 namespace hsgd::testing {

@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/process_group.h"
+#include "comm/process_group/process_group.h"
 #include "tests/support/multiprocess.h"
 
 namespace hsgd::testing {

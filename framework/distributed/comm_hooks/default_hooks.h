@@ -6,7 +6,7 @@
 
 #include <memory>
 
-#include "comm/process_group.h"
+#include "comm/process_group/process_group.h"
 #include "framework/distributed/grad_bucket.h"
 
 namespace hsgd::distributed {

@@ -22,7 +22,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "comm/process_group.h"
+#include "comm/process_group/process_group.h"
 #include "framework/distributed/grad_bucket.h"
 #include "framework/train/state_dict.h"
 
@@ -44,7 +44,8 @@ std::shared_ptr<comm::Work> post_localSGD_hook(PostLocalSGDState& state, GradBuc
 
 // The intra-node subgroup of pg, from the node layout the launcher declared (LOCAL_WORLD_SIZE
 // and GROUP_RANK as set by hsgd-run and torchrun, kept by the process group from InitOptions;
-// comm/node_layout.h). Collective over pg (one small allgather, then the group creation):
+// comm/process_group/node_layout.h). Collective over pg (one small allgather, then the group
+// creation):
 // - every member declared the same LOCAL_WORLD_SIZE L dividing pg's size: contiguous groups of
 //   L ranks (torch's new_subgroups(L), unchanged), pg itself when L == pg's size;
 // - nodes with different numbers of ranks (hsgd-run --nproc-per-node 3 on one node, 1 on

@@ -53,7 +53,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/process_group.h"
+#include "comm/process_group/process_group.h"
 #include "framework/distributed/model_averaging/level_options.h"
 #include "framework/distributed/model_averaging/utils.h"
 #include "framework/tensor/tensor.h"

@@ -39,7 +39,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/process_group.h"
+#include "comm/process_group/process_group.h"
 #include "framework/distributed/model_averaging/compressed_average.h"
 #include "framework/distributed/model_averaging/level_options.h"
 #include "framework/train/state_dict.h"

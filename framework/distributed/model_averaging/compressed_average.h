@@ -3,10 +3,10 @@
 // nodes and float32 sums everywhere else (the averaging of a compressed level, level_options.h).
 // Internal to the averagers (averaging_level.h).
 //
-// Node layout: comm/node_layout.h (the nodes the launcher declared, uneven ones included; one
-// node when nothing was declared, and then nothing is rounded). The members of the group on one
-// node form its node; the lowest group rank of a node is its leader. Leaders are numbered
-// 0..N-1 in group rank order.
+// Node layout: comm/process_group/node_layout.h (the nodes the launcher declared, uneven ones
+// included; one node when nothing was declared, and then nothing is rounded). The members of the
+// group on one node form its node; the lowest group rank of a node is its leader. Leaders are
+// numbered 0..N-1 in group rank order.
 //
 // Rule (n values, g members, N nodes), run on a helper thread so that the caller can go on:
 //   1. node sum: s = the float32 sum of the node's payloads (the node group's allreduce: in
@@ -41,7 +41,7 @@
 #include <span>
 #include <vector>
 
-#include "comm/process_group.h"
+#include "comm/process_group/process_group.h"
 #include "framework/distributed/model_averaging/level_options.h"
 
 namespace hsgd::distributed::detail {

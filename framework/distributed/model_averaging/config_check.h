@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "comm/process_group.h"
+#include "comm/process_group/process_group.h"
 #include "framework/distributed/model_averaging/level_options.h"
 
 namespace hsgd::distributed::detail {

@@ -49,7 +49,7 @@
 #include <utility>
 #include <vector>
 
-#include "comm/process_group.h"
+#include "comm/process_group/process_group.h"
 #include "framework/distributed/model_averaging/averagers.h"
 
 namespace hsgd::distributed {

@@ -50,8 +50,8 @@ struct OuterOptimizer {
 // hsgd-run with one hierarchy: {{2, 2}, {8, kWholeGroup}}. --hierarchy spells it "world".
 inline constexpr int kWholeGroup = 0;
 // A group size meaning "the ranks of each node", as the launcher declared them
-// (comm/node_layout.h): {0, 1, 2} and {3} when hsgd-run runs 3 ranks on one node and 1 on
-// another, where no contiguous equal groups fit. HierarchicalModelAverager only; --hierarchy
+// (comm/process_group/node_layout.h): {0, 1, 2} and {3} when hsgd-run runs 3 ranks on one node and
+// 1 on another, where no contiguous equal groups fit. HierarchicalModelAverager only; --hierarchy
 // spells it "node".
 inline constexpr int kNodeGroup = -1;
 

@@ -19,7 +19,7 @@
 #include <string_view>
 #include <vector>
 
-#include "comm/process_group.h"
+#include "comm/process_group/process_group.h"
 #include "framework/tensor/tensor.h"
 #include "framework/train/optimizer.h"
 

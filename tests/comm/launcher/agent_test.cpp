@@ -12,7 +12,7 @@
 #include <future>
 #include <thread>
 
-#include "comm/hash_store.h"
+#include "comm/store/hash_store.h"
 #include "tests/support/multiprocess.h"
 
 namespace hsgd::comm::launcher {
@@ -60,7 +60,8 @@ TEST(LaunchAgentTest, FailsOnce_RestartsWithRestartCountOne) {
   const std::string script = "touch " + dir.string() +
                              "/ran_$HSGD_RESTART_COUNT.$RANK; "
                              "if [ $RANK = 1 ] && [ $HSGD_RESTART_COUNT = 0 ]; then "
-                             "for i in $(seq 500); do [ -e " + dir.string() +
+                             "for i in $(seq 500); do [ -e " +
+                             dir.string() +
                              "/ran_0.0 ] && break; sleep 0.01; done; "
                              "echo dying on purpose >&2; exit 4; fi; "
                              "[ $HSGD_RESTART_COUNT = 0 ] && sleep 60; exit 0";

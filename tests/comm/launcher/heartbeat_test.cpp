@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "comm/error.h"
-#include "comm/hash_store.h"
+#include "comm/store/hash_store.h"
 
 namespace hsgd::comm::launcher {
 namespace {

@@ -9,9 +9,9 @@
 #include <memory>
 #include <string>
 
-#include "comm/hash_store.h"
 #include "comm/launcher/agent.h"
 #include "comm/launcher/failure_record.h"
+#include "comm/store/hash_store.h"
 #include "tests/support/multiprocess.h"
 
 namespace hsgd::comm::launcher {

@@ -5,7 +5,7 @@
 #include <future>
 #include <thread>
 
-#include "comm/hash_store.h"
+#include "comm/store/hash_store.h"
 
 namespace hsgd::comm::launcher {
 namespace {

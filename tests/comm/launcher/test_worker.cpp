@@ -28,9 +28,9 @@
 #include <thread>
 #include <vector>
 
-#include "comm/init.h"
-#include "comm/process_group.h"
-#include "comm/progress.h"
+#include "comm/launcher/worker_liveness.h"
+#include "comm/process_group/init.h"
+#include "comm/process_group/process_group.h"
 
 namespace {
 

@@ -1,6 +1,6 @@
-// Collective fingerprints (comm/detail/collective_fingerprint.h): what a collective is, mixed
-// into its Gloo tag, and the failure report that says what every rank of the group is doing
-// when ranks call different collectives (the order broken on some ranks, a different size).
+// Collective fingerprints (comm/process_group/detail/collective_fingerprint.h): what a collective
+// is, mixed into its Gloo tag, and the failure report that says what every rank of the group is
+// doing when ranks call different collectives (the order broken on some ranks, a different size).
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "comm/detail/collective_fingerprint.h"
 #include "comm/error.h"
-#include "comm/process_group.h"
+#include "comm/process_group/detail/collective_fingerprint.h"
+#include "comm/process_group/process_group.h"
 #include "tests/support/error_message.h"
 #include "tests/support/world.h"
 

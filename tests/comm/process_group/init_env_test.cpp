@@ -7,8 +7,8 @@
 #include <cstdlib>
 
 #include "comm/error.h"
-#include "comm/process_group.h"
-#include "comm/slurm_env.h"
+#include "comm/process_group/process_group.h"
+#include "comm/process_group/slurm_env.h"
 #include "tests/support/multiprocess.h"
 
 namespace hsgd::comm {
@@ -94,7 +94,7 @@ TEST(InitEnvTest, TorchrunVariables) {
              EXPECT_EQ(o.timeout, 1500ms);
              EXPECT_TRUE(o.key_prefix.empty());
              // No GROUP_RANK: the node is not declared (groups by node then follow
-             // LOCAL_WORLD_SIZE, comm/node_layout.h), not "node 0" for every rank.
+             // LOCAL_WORLD_SIZE, comm/process_group/node_layout.h), not "node 0" for every rank.
              EXPECT_EQ(o.node_rank, -1);
            });
 }

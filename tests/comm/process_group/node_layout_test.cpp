@@ -1,9 +1,9 @@
-// comm/node_layout.h: which members of a group share a node, from each rank's declared node
-// (GROUP_RANK) and LOCAL_WORLD_SIZE. The rule (NodeLayout::nodes) is checked on hand-written
-// layouts; gather_node_layout on uneven emulated nodes (3 + 1, 2 + 1 + 1, 1 + 3), each rank a
-// separate process.
+// comm/process_group/node_layout.h: which members of a group share a node, from each rank's
+// declared node (GROUP_RANK) and LOCAL_WORLD_SIZE. The rule (NodeLayout::nodes) is checked on
+// hand-written layouts; gather_node_layout on uneven emulated nodes (3 + 1, 2 + 1 + 1, 1 + 3), each
+// rank a separate process.
 
-#include "comm/node_layout.h"
+#include "comm/process_group/node_layout.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "comm/error.h"
-#include "comm/process_group.h"
+#include "comm/process_group/process_group.h"
 #include "tests/framework/distributed/dist_test_util.h"
 #include "tests/support/error_message.h"
 #include "tests/support/world.h"

@@ -2,7 +2,7 @@
 // over world sizes 1..8 and buffer sizes 1, 1000 and 1,000,000. Expected values are computed
 // from the inputs in closed form, independently of the implementation.
 
-#include "comm/process_group.h"
+#include "comm/process_group/process_group.h"
 
 #include <gtest/gtest.h>
 
@@ -10,10 +10,10 @@
 #include <numeric>
 #include <tuple>
 
-#include "comm/detail/gloo_allreduce.h"
 #include "comm/error.h"
-#include "comm/file_store.h"
-#include "comm/hash_store.h"
+#include "comm/process_group/detail/gloo_allreduce.h"
+#include "comm/store/file_store.h"
+#include "comm/store/hash_store.h"
 #include "tests/support/multiprocess.h"
 #include "tests/support/world.h"
 

@@ -1,8 +1,8 @@
-// Allreduce over shared memory (comm/shm_allreduce.h) in separate processes: chunk boundaries,
-// agreement with Gloo's TCP path, which groups use it, a peer that exits mid-job, and that no
-// segment is left in /dev/shm.
+// Allreduce over shared memory (comm/process_group/shm_allreduce.h) in separate processes: chunk
+// boundaries, agreement with Gloo's TCP path, which groups use it, a peer that exits mid-job, and
+// that no segment is left in /dev/shm.
 
-#include "comm/shm_allreduce.h"
+#include "comm/process_group/shm_allreduce.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -12,8 +12,8 @@
 #include <filesystem>
 
 #include "comm/error.h"
-#include "comm/file_store.h"
-#include "comm/process_group.h"
+#include "comm/process_group/process_group.h"
+#include "comm/store/file_store.h"
 #include "tests/support/error_message.h"
 #include "tests/support/multiprocess.h"
 #include "tests/support/world.h"

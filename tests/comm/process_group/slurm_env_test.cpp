@@ -2,7 +2,7 @@
 // "2(x3),1", hostlists "tux[0-2,8]", "linux[0000-1023]", "rack[0-63]_blade[0-41]"), the step read
 // from the variables srun sets, and errors naming the bad text.
 
-#include "comm/slurm_env.h"
+#include "comm/process_group/slurm_env.h"
 
 #include <gtest/gtest.h>
 

@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "comm/error.h"
-#include "comm/process_group.h"
+#include "comm/process_group/process_group.h"
 #include "tests/support/world.h"
 
 namespace hsgd::comm {

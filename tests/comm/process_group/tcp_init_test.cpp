@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "comm/error.h"
-#include "comm/process_group.h"
+#include "comm/process_group/process_group.h"
 #include "tests/support/multiprocess.h"
 
 namespace hsgd::comm {

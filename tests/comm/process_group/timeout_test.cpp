@@ -7,8 +7,8 @@
 #include <thread>
 
 #include "comm/error.h"
-#include "comm/file_store.h"
-#include "comm/process_group.h"
+#include "comm/process_group/process_group.h"
+#include "comm/store/file_store.h"
 #include "tests/support/multiprocess.h"
 #include "tests/support/world.h"
 

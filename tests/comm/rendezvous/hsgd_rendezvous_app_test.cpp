@@ -14,7 +14,7 @@
 #include <string>
 
 #include "comm/error.h"
-#include "comm/tcp_store.h"
+#include "comm/rendezvous/tcp_store.h"
 #include "tests/comm/rendezvous/rendezvous_test_util.h"
 
 namespace hsgd::comm {

@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "comm/error.h"
-#include "comm/frame.h"
-#include "comm/tcp_store.h"
+#include "comm/rendezvous/frame.h"
+#include "comm/rendezvous/tcp_store.h"
 #include "tests/comm/rendezvous/rendezvous_test_util.h"
 
 namespace hsgd::comm {

@@ -2,7 +2,7 @@
 // job isolation, waits dropped on disconnect, IPv6, several I/O threads and many clients.
 // Store semantics through the real client are in tests/comm/tcp_store.
 
-#include "comm/rendezvous_server.h"
+#include "comm/rendezvous/rendezvous_server.h"
 
 #include <gtest/gtest.h>
 
@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "comm/error.h"
-#include "comm/frame.h"
-#include "comm/tcp_store.h"
+#include "comm/rendezvous/frame.h"
+#include "comm/rendezvous/tcp_store.h"
 #include "tests/comm/rendezvous/rendezvous_test_util.h"
 
 namespace hsgd::comm {

@@ -16,7 +16,7 @@
 #include <stdexcept>
 #include <thread>
 
-#include "comm/frame.h"
+#include "comm/rendezvous/frame.h"
 
 namespace hsgd::comm::testing {
 

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "comm/rendezvous_server.h"
-#include "proto/rendezvous.pb.h"
+#include "comm/rendezvous/proto/rendezvous.pb.h"
+#include "comm/rendezvous/rendezvous_server.h"
 
 namespace hsgd::comm::testing {
 

@@ -1,7 +1,7 @@
 // PrefixStore over a TcpStore: keys land under prefix + "/" in the base store, and every
 // operation (including the blocking ones) goes through the prefix.
 
-#include "comm/prefix_store.h"
+#include "comm/store/prefix_store.h"
 
 #include <gtest/gtest.h>
 
@@ -9,8 +9,8 @@
 #include <thread>
 
 #include "comm/error.h"
-#include "comm/rendezvous_server.h"
-#include "comm/tcp_store.h"
+#include "comm/rendezvous/rendezvous_server.h"
+#include "comm/rendezvous/tcp_store.h"
 #include "tests/comm/rendezvous/rendezvous_test_util.h"
 
 namespace hsgd::comm {

@@ -1,7 +1,7 @@
-// store_barrier (comm/store_barrier.h): returns only once every rank arrived, and on timeout
+// store_barrier (comm/store/store_barrier.h): returns only once every rank arrived, and on timeout
 // names exactly the ranks that did not (with their global ranks when given).
 
-#include "comm/store_barrier.h"
+#include "comm/store/store_barrier.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -10,8 +10,8 @@
 #include <thread>
 
 #include "comm/error.h"
-#include "comm/file_store.h"
-#include "comm/hash_store.h"
+#include "comm/store/file_store.h"
+#include "comm/store/hash_store.h"
 #include "tests/support/error_message.h"
 #include "tests/support/multiprocess.h"
 

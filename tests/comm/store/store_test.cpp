@@ -12,12 +12,12 @@
 #include <vector>
 
 #include "comm/error.h"
-#include "comm/file_store.h"
-#include "comm/gloo_store.h"
-#include "comm/hash_store.h"
-#include "comm/prefix_store.h"
-#include "comm/rendezvous_server.h"
-#include "comm/tcp_store.h"
+#include "comm/rendezvous/rendezvous_server.h"
+#include "comm/rendezvous/tcp_store.h"
+#include "comm/store/file_store.h"
+#include "comm/store/gloo_store.h"
+#include "comm/store/hash_store.h"
+#include "comm/store/prefix_store.h"
 #include "tests/support/multiprocess.h"
 
 namespace hsgd::comm {

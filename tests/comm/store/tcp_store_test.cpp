@@ -3,7 +3,7 @@
 // multi_set, timeouts naming host:port, the connection staying usable after a timeout, connect
 // backoff, reconnect after a server restart, limits.
 
-#include "comm/tcp_store.h"
+#include "comm/rendezvous/tcp_store.h"
 
 #include <gtest/gtest.h>
 
@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "comm/error.h"
-#include "comm/frame.h"
-#include "comm/rendezvous_server.h"
+#include "comm/rendezvous/frame.h"
+#include "comm/rendezvous/rendezvous_server.h"
 #include "tests/comm/rendezvous/rendezvous_test_util.h"
 
 namespace hsgd::comm {

@@ -13,7 +13,7 @@
 #include <memory>
 #include <vector>
 
-#include "comm/init.h"
+#include "comm/process_group/init.h"
 #include "framework/data/data_loader.h"
 #include "framework/data/synthetic_dataset.h"
 #include "framework/nn/functional.h"

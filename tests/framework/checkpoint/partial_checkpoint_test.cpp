@@ -8,7 +8,7 @@
 #include <memory>
 #include <string>
 
-#include "comm/init.h"
+#include "comm/process_group/init.h"
 #include "framework/checkpoint/checkpointer.h"
 #include "framework/nn/functional.h"
 #include "models/mlp.h"

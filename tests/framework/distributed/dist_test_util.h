@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "comm/file_store.h"
-#include "comm/process_group.h"
-#include "comm/store_barrier.h"
+#include "comm/process_group/process_group.h"
+#include "comm/store/file_store.h"
+#include "comm/store/store_barrier.h"
 #include "framework/tensor/tensor.h"
 
 namespace hsgd::testing {

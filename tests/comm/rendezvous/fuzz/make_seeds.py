@@ -3,7 +3,7 @@
 
 Input format (rendezvous_fuzz_input.h): byte 0 chooses the size of the chunks the byte stream is
 fed in (1 + byte % 64); the rest is what one client connection sends. Protobuf messages are
-encoded by hand here (the fields of comm/proto/rendezvous.proto), so the script needs nothing
+encoded by hand here (the fields of comm/rendezvous/proto/rendezvous.proto), so the script needs nothing
 but Python. Run it from any directory; it rewrites the files it owns.
 """
 import os

@@ -6,12 +6,12 @@
 #include <span>
 #include <vector>
 
-#include "comm/asio.h"
-#include "comm/frame.h"
-#include "comm/rendezvous_server.h"
-#include "comm/rendezvous_server_session.h"
-#include "comm/rendezvous_server_tokens.h"
-#include "comm/rendezvous_state.h"
+#include "comm/rendezvous/detail/asio.h"
+#include "comm/rendezvous/detail/rendezvous_server_session.h"
+#include "comm/rendezvous/detail/rendezvous_state.h"
+#include "comm/rendezvous/frame.h"
+#include "comm/rendezvous/rendezvous_server.h"
+#include "comm/rendezvous/rendezvous_server_tokens.h"
 
 namespace hsgd::comm::fuzz {
 namespace {

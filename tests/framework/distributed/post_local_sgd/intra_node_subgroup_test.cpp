@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "comm/error.h"
-#include "comm/file_store.h"
-#include "comm/process_group.h"
+#include "comm/process_group/process_group.h"
+#include "comm/store/file_store.h"
 #include "framework/distributed/comm_hooks/post_local_sgd_hook.h"
 #include "tests/framework/distributed/dist_test_util.h"
 #include "tests/support/error_message.h"

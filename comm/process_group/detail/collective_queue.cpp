@@ -1,0 +1,116 @@
+#include "comm/process_group/detail/collective_queue.h"
+
+#include "comm/error.h"
+#include "comm/launcher/worker_liveness.h"
+
+namespace hsgd::detail {
+
+using comm::Duration;
+using comm::Work;
+
+CollectiveQueue::CollectiveQueue(std::string group_name, Duration timeout, OnFailure on_failure)
+    : group_name_(std::move(group_name)), timeout_(timeout), on_failure_(std::move(on_failure)) {
+  worker_ = std::thread([this] { worker_loop(); });
+}
+
+CollectiveQueue::~CollectiveQueue() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (worker_.joinable()) worker_.join();
+}
+
+std::shared_ptr<Work> CollectiveQueue::enqueue(CollectiveFingerprint fp, Run run,
+                                               Work::Helper helper) {
+  std::shared_ptr<Work> work;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) {
+      fp.seq = next_seq_;  // the number it would have had; not consumed
+      const std::string what = fp.describe();
+      work = std::make_shared<Work>(what + " of group '" + group_name_ + "'");
+      work->finish(std::make_exception_ptr(CommError(
+          str_cat(what, " of group '", group_name_, "' was not run: the group was shut down"))));
+      return work;
+    }
+    fp.seq = next_seq_++;
+    std::string what = fp.describe();
+    work = std::make_shared<Work>(what + " of group '" + group_name_ + "'", std::move(helper));
+    queue_.push_back(Task{work, std::move(fp), std::move(what), std::move(run)});
+  }
+  wake_.notify_one();
+  return work;
+}
+
+void CollectiveQueue::close() {
+  std::lock_guard<std::mutex> lock(mu_);
+  closed_ = true;
+}
+
+void CollectiveQueue::worker_loop() {
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and every queued task ran
+    }
+    run_next();  // may find the queue empty: a waiting caller ran the task itself
+  }
+}
+
+bool CollectiveQueue::run_next() {
+  std::lock_guard<std::mutex> exec(exec_mu_);
+  Task task;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (queue_.empty()) return false;
+    task = std::move(queue_.front());
+    queue_.pop_front();
+  }
+  run_task(task);
+  return true;
+}
+
+void CollectiveQueue::help(const Work& work, Duration timeout) {
+  // A collective may take up to the group timeout; a shorter wait must not run it inline.
+  if (timeout < timeout_) return;
+  while (!work.is_completed()) {
+    std::unique_lock<std::mutex> exec(exec_mu_, std::try_to_lock);
+    if (!exec.owns_lock()) return;  // the worker is running a task; let it
+    Task task;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (queue_.empty()) return;
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    run_task(task);
+  }
+}
+
+void CollectiveQueue::run_task(Task& task) {
+  if (broken_) {
+    task.work->finish(std::make_exception_ptr(
+        CommError(str_cat(task.what, " of group '", group_name_,
+                          "' was not run: the group is broken since ", broken_what_, " failed"))));
+    return;
+  }
+  try {
+    comm::CollectiveProgress
+        progress;  // seen by hsgd-run's hang detection (comm/launcher/worker_liveness.h)
+    task.run(gloo_tag(task.fp.seq, task.fp.shape_hash()));
+    task.work->finish(nullptr);
+    return;
+  } catch (const InvalidArgument&) {
+    task.work->finish(std::current_exception());  // nothing was sent: the group is intact
+    return;
+  } catch (const std::exception& e) {
+    broken_ = on_failure_(task.fp, e);
+    broken_what_ = task.what;
+    task.work->finish(broken_);
+  }
+}
+
+}  // namespace hsgd::detail

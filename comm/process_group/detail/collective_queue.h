@@ -1,0 +1,99 @@
+#pragma once
+// CollectiveQueue: the FIFO of one ProcessGroup's collectives and the worker thread that runs
+// them (comm-internal; ProcessGroup is the interface).
+//
+// Tasks run one at a time and in the order queued, whichever thread runs them: the worker, or a
+// thread waiting on a task's Work (help(): when the worker is idle and the waiter allows at least
+// the group's timeout, the waiter runs the queued tasks itself, which saves two thread
+// hand-offs when the caller waits at once). Each task gets a sequence number, which with its
+// fingerprint (collective_fingerprint.h) makes its Gloo tag and its description
+// ("allreduce (1000 x float, sum) #7 'DDP bucket 0'").
+//
+// Failures: a task that throws hsgd::InvalidArgument sent nothing, so only its Work fails. Any
+// other exception breaks the queue (Gloo's connections may hold half a message): on_failure
+// turns it into the error of that Work, and every later task fails at once with
+// hsgd::CommError quoting the first failure.
+//
+// Usage (inside ProcessGroup; not compiled: uses its private members):
+//   queue_ = std::make_unique<CollectiveQueue>(name, timeout, on_failure);
+//   auto work = queue_->enqueue({.kind = "barrier"}, [&](uint32_t tag) { ... }, helper);
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "comm/process_group/detail/collective_fingerprint.h"
+#include "comm/process_group/work.h"
+#include "comm/store/store.h"
+
+namespace hsgd::detail {
+
+class CollectiveQueue {
+ public:
+  using Run = std::function<void(uint32_t tag)>;
+  // Turns the failure e of the task with fingerprint fp (seq set) into the error that breaks
+  // the queue; the group uses it to say what every rank was doing. Runs on the task's thread.
+  using OnFailure =
+      std::function<std::exception_ptr(const CollectiveFingerprint& fp, const std::exception& e)>;
+
+  // group_name names the group in messages; timeout is the group's deadline for one collective
+  // (a wait shorter than that never runs a task inline). Starts the worker thread.
+  CollectiveQueue(std::string group_name, comm::Duration timeout, OnFailure on_failure);
+  // Runs the tasks still queued (each bounded by its own deadline), then joins the worker.
+  ~CollectiveQueue();
+  CollectiveQueue(const CollectiveQueue&) = delete;
+  CollectiveQueue& operator=(const CollectiveQueue&) = delete;
+
+  // Sets fp.seq, queues run (called with gloo_tag(seq, fp.shape_hash())) and returns its Work,
+  // described as "<fp.describe()> of group '<name>'"; helper is the Work's wait helper (the
+  // group passes one that keeps the group alive and calls help()). After close(), returns a
+  // Work that already failed with hsgd::CommError.
+  std::shared_ptr<comm::Work> enqueue(CollectiveFingerprint fp, Run run, comm::Work::Helper helper);
+
+  // Refuses the tasks queued from now on (ProcessGroup::shutdown); queued ones still run.
+  void close();
+
+  // Work::wait's helper: runs queued tasks on the waiting thread until work completed, unless
+  // another thread is running one (then the waiter simply blocks).
+  void help(const comm::Work& work, comm::Duration timeout);
+
+ private:
+  struct Task {
+    std::shared_ptr<comm::Work> work;
+    CollectiveFingerprint fp;  // with its seq
+    std::string what;          // fp.describe(): "allreduce (1000 x float, sum) #7"
+    Run run;
+  };
+
+  void worker_loop();
+  // Pops the task at the head of the queue and runs it, holding exec_mu_ throughout, so tasks
+  // run one at a time and in order whichever thread runs them. False if the queue was empty.
+  bool run_next();
+  void run_task(Task& task);
+
+  // Constant after construction.
+  const std::string group_name_;
+  const comm::Duration timeout_;
+  const OnFailure on_failure_;
+
+  // Guarded by exec_mu_ (used by whichever thread runs a task).
+  std::exception_ptr broken_;  // first failure; later tasks fail fast
+  std::string broken_what_;
+
+  std::mutex exec_mu_;  // held while a task is popped and run
+  std::mutex mu_;
+  std::condition_variable wake_;
+  std::deque<Task> queue_;  // guarded by mu_
+  uint64_t next_seq_ = 0;   // guarded by mu_
+  bool stopping_ = false;   // guarded by mu_
+  bool closed_ = false;     // guarded by mu_
+  std::thread worker_;      // started last in the constructor
+};
+
+}  // namespace hsgd::detail

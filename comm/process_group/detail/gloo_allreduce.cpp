@@ -1,0 +1,233 @@
+#include "comm/process_group/detail/gloo_allreduce.h"
+
+#include <gloo/allreduce.h>
+#include <gloo/allreduce_halving_doubling.h>
+#include <gloo/allreduce_ring_chunked.h>
+#include <gloo/context.h>
+#include <gloo/math.h>
+#include <gloo/transport/pair.h>
+
+#include <algorithm>
+#include <atomic>
+#include <limits>
+#include <list>
+#include <map>
+#include <tuple>
+#include <vector>
+
+// ---- algorithm choice (kAuto) ----
+// Up to kSmallAllreduceBytes (1 MiB): Gloo's AllreduceHalvingDoubling, 2 log2(p) steps. It is a
+// "pinned buffer" algorithm: the sender writes straight into a slot the receiver registered
+// once, no per-message handshake, so it wins while latency dominates. It is built once per
+// (type, count, op) over a group-owned buffer and cached; the caller's data is copied in and out
+// (cheap at these sizes). Above 1 MiB: Gloo's gloo::allreduce ring (kRing) on the caller's
+// memory: no copy, no cached state, 2 (p-1)/p of the data per link, segments pipelined.
+// Measured with apps/bench/allreduce_bench and a 2-rank probe on this 2-core machine (loopback,
+// medians, under a load average of 12-20 from parallel builds, so +-2x noise):
+//   1 MiB, 2 ranks:  halving-doubling 0.50 ms, ring-chunked 0.73-1.1 ms, kRing 2.9-4.0 ms
+//   16 MiB, 2 ranks: kRing 19-25 ms, halving-doubling 52-89 ms, ring-chunked 69-108 ms
+//   16 MiB, 4 ranks: kRing 45-53 ms, halving-doubling 62-86 ms, ring-chunked 55-136 ms
+// (kRing pays a receive-ready round trip per segment, which costs at 1 MiB and vanishes at
+// 16 MiB, where the pinned algorithms' extra copies through their inboxes dominate instead.)
+
+namespace hsgd::detail {
+
+using comm::AllreduceAlgorithm;
+using comm::ReduceOp;
+
+namespace {
+
+template <typename T>
+using ReduceFn = void (*)(void*, const void*, const void*, size_t);
+
+template <typename T>
+ReduceFn<T> reduce_fn(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kMin:
+      return &gloo::min<T>;
+    case ReduceOp::kMax:
+      return &gloo::max<T>;
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg:
+      break;
+  }
+  return &gloo::sum<T>;
+}
+
+template <typename T>
+const gloo::ReductionFunction<T>* reduction_function(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kMin:
+      return gloo::ReductionFunction<T>::min;
+    case ReduceOp::kMax:
+      return gloo::ReductionFunction<T>::max;
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg:
+      break;
+  }
+  return gloo::ReductionFunction<T>::sum;
+}
+
+std::atomic<int> sizings_run{0};  // calls of size_send_buffers in this process
+
+}  // namespace
+
+AllreduceAlgorithm choose_gloo_algorithm(AllreduceAlgorithm requested, size_t count,
+                                         size_t element_bytes) {
+  const size_t bytes = count * element_bytes;
+  AllreduceAlgorithm algorithm = requested;
+  if (algorithm == AllreduceAlgorithm::kAuto) {
+    algorithm = bytes <= comm::kSmallAllreduceBytes ? AllreduceAlgorithm::kHalvingDoubling
+                                                    : AllreduceAlgorithm::kRing;
+  }
+  if (bytes > comm::kAllreduceCacheBytes ||
+      count > static_cast<size_t>(std::numeric_limits<int>::max())) {
+    algorithm = AllreduceAlgorithm::kRing;
+  }
+  return algorithm;
+}
+
+namespace {
+
+// Gloo's TCP pair sets SO_SNDBUF to the size of the first message sent from a pinned buffer
+// (the halving-doubling and ring-chunked algorithms of the cache) and raises it only for larger
+// ones. That turns off Linux's send-buffer autotuning for the pair for good, so a small first
+// pinned message (DDP's last bucket: 20-40 KB) left the socket with a 20-40 KB send buffer, and
+// every later large allreduce (the ring, which sends from unbound buffers and never resizes)
+// went through it in dozens of hand-offs between the two ranks' Gloo threads. With the ranks
+// oversubscribing the cores each hand-off waits for a time slice: ResNet-20 DDP at 4 ranks on 2
+// cores took 830 ms a step, 390 ms with this (apps/bench/ddp_bench). So the first pinned
+// message of every pair is a kPinnedSendBytes exchange here, which fixes the send buffer at
+// min(2 x kPinnedSendBytes, 2 x net.core.wmem_max) before the first pinned message. It runs when
+// the first cached algorithm is built, not when the group connects: a group that never allreduces
+// through the cache (a group of node leaders that only runs ring_exchange, the ring allreduce,
+// broadcast or allgather, all from unbound buffers) never needs it, and its 1 MiB per pair of
+// ranks had been most of what separated bf16 averaging from half the bytes of float32 across a
+// slow link (issue 12). Cache misses happen at the same point on every rank, so the exchange
+// stays collective. Ranks go around the ring by distance (send to rank + d, receive from
+// rank - d) so that one send and one receive buffer are alive at a time. Waits are bounded by the
+// context's timeout.
+void size_send_buffers(gloo::Context& context) {
+  sizings_run.fetch_add(1, std::memory_order_relaxed);
+  const int rank = context.rank, n = context.size;
+  constexpr size_t kPinnedSendBytes = size_t{1} << 20;
+  std::vector<char> out(kPinnedSendBytes, 0);
+  std::vector<char> in(kPinnedSendBytes, 0);
+  for (int d = 1; d < n; ++d) {
+    const int slot = context.nextSlot();
+    const int to = (rank + d) % n;
+    const int from = (rank - d + n) % n;
+    auto recv = context.getPair(from)->createRecvBuffer(slot, in.data(), in.size());
+    auto send = context.getPair(to)->createSendBuffer(slot, out.data(), out.size());
+    send->send(0, out.size());
+    recv->waitRecv();
+    send->waitSend();
+  }
+}
+
+}  // namespace
+
+// Gloo algorithm objects with the buffer they reduce, least recently used evicted first. The
+// sequence of (type, count, op) is the same on every rank (the group contract), so hits, misses
+// and evictions, and with them Gloo's slot numbers, agree across ranks.
+class GlooAllreduce::Cache {
+ public:
+  struct Entry {
+    std::vector<double> storage;  // the buffer the algorithm reduces (double keeps alignment)
+    std::unique_ptr<gloo::Algorithm> algorithm;
+    size_t bytes = 0;
+  };
+
+  template <typename T>
+  Entry& get(const std::shared_ptr<gloo::Context>& context, size_t count, ReduceOp op,
+             AllreduceAlgorithm algorithm) {
+    const ReduceOp algo_op = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
+    const Key key{sizeof(T) == 4 ? 'f' : 'd', count, algo_op, algorithm};
+    auto it = entries_.find(key);
+    if (it != entries_.end()) {
+      lru_.splice(lru_.begin(), lru_, it->second.first);
+      return it->second.second;
+    }
+    const size_t bytes = count * sizeof(T);
+    while (!lru_.empty() &&
+           (entries_.size() >= kMaxEntries || total_bytes_ + bytes > comm::kAllreduceCacheBytes)) {
+      auto victim = entries_.find(lru_.back());
+      total_bytes_ -= victim->second.second.bytes;
+      entries_.erase(victim);
+      lru_.pop_back();
+    }
+    if (!send_buffers_sized_) {
+      size_send_buffers(*context);
+      send_buffers_sized_ = true;
+    }
+    lru_.push_front(key);
+    Entry entry;
+    entry.bytes = bytes;
+    entry.storage.resize((bytes + sizeof(double) - 1) / sizeof(double) + 1);
+    T* ptr = reinterpret_cast<T*>(entry.storage.data());
+    const std::vector<T*> ptrs{ptr};
+    const int n = static_cast<int>(count);
+    if (algorithm == AllreduceAlgorithm::kHalvingDoubling) {
+      entry.algorithm = std::make_unique<gloo::AllreduceHalvingDoubling<T>>(
+          context, ptrs, n, reduction_function<T>(algo_op));
+    } else {
+      entry.algorithm = std::make_unique<gloo::AllreduceRingChunked<T>>(
+          context, ptrs, n, reduction_function<T>(algo_op));
+    }
+    total_bytes_ += bytes;
+    return entries_.emplace(key, std::make_pair(lru_.begin(), std::move(entry)))
+        .first->second.second;
+  }
+
+ private:
+  using Key = std::tuple<char, size_t, ReduceOp, AllreduceAlgorithm>;
+  static constexpr size_t kMaxEntries = 64;
+  bool send_buffers_sized_ = false;  // size_send_buffers has run on the context
+  size_t total_bytes_ = 0;
+  std::list<Key> lru_;  // most recent first
+  std::map<Key, std::pair<std::list<Key>::iterator, Entry>> entries_;
+};
+
+GlooAllreduce::GlooAllreduce(std::shared_ptr<gloo::Context> context, comm::Duration timeout)
+    : context_(std::move(context)), timeout_(timeout), cache_(std::make_unique<Cache>()) {}
+
+GlooAllreduce::~GlooAllreduce() = default;
+
+template <typename T>
+void GlooAllreduce::allreduce_impl(std::span<T> data, ReduceOp op, AllreduceAlgorithm requested,
+                                   uint32_t tag) {
+  const AllreduceAlgorithm algorithm = choose_gloo_algorithm(requested, data.size(), sizeof(T));
+  if (algorithm != AllreduceAlgorithm::kRing) {
+    auto& entry = cache_->get<T>(context_, data.size(), op, algorithm);
+    T* buffer = reinterpret_cast<T*>(entry.storage.data());
+    std::copy(data.begin(), data.end(), buffer);
+    entry.algorithm->run();
+    std::copy(buffer, buffer + data.size(), data.begin());
+  } else {
+    gloo::AllreduceOptions opts(context_);
+    opts.setOutput(data.data(), data.size());
+    opts.setReduceFunction(reduce_fn<T>(op));
+    opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
+    opts.setTag(tag);
+    opts.setTimeout(timeout_);
+    gloo::allreduce(opts);
+  }
+  if (op == ReduceOp::kAvg) {
+    const T n = static_cast<T>(context_->size);
+    for (auto& x : data) x /= n;
+  }
+}
+
+void GlooAllreduce::allreduce(std::span<float> data, ReduceOp op, AllreduceAlgorithm requested,
+                              uint32_t tag) {
+  allreduce_impl(data, op, requested, tag);
+}
+
+void GlooAllreduce::allreduce(std::span<double> data, ReduceOp op, AllreduceAlgorithm requested,
+                              uint32_t tag) {
+  allreduce_impl(data, op, requested, tag);
+}
+
+int send_buffer_sizings() { return sizings_run.load(std::memory_order_relaxed); }
+
+}  // namespace hsgd::detail

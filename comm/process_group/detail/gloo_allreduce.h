@@ -1,0 +1,66 @@
+#pragma once
+// GlooAllreduce: the Gloo side of ProcessGroup::allreduce (comm-internal): which Gloo algorithm
+// an allreduce runs (choose_gloo_algorithm) and the cache of Gloo's pinned-buffer algorithm
+// objects. The measurements behind the choice are in gloo_allreduce.cpp.
+//
+// CONTRACT: the same sequence of calls (type, count, op, algorithm) on every rank of the
+// context, one at a time (the group's collective queue runs them). Errors are Gloo's
+// exceptions (timeouts, lost connections), which the queue turns into the group's error.
+//
+// Usage (inside ProcessGroup, after connecting; not compiled: uses its private members):
+//   gloo_allreduce_ = std::make_unique<GlooAllreduce>(context_, options_.timeout);
+//   gloo_allreduce_->allreduce(data, op, options_.allreduce_algorithm, tag);
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "comm/process_group/process_group.h"
+
+namespace gloo {
+class Context;
+}  // namespace gloo
+
+namespace hsgd::detail {
+
+// The algorithm an allreduce of count elements of element_bytes each runs when the group asks
+// for `requested`: kAuto picks halving-doubling up to kSmallAllreduceBytes and kRing above; a
+// buffer larger than the cache (kAllreduceCacheBytes) or than Gloo's int count always runs kRing.
+// Never returns kAuto.
+comm::AllreduceAlgorithm choose_gloo_algorithm(comm::AllreduceAlgorithm requested, size_t count,
+                                               size_t element_bytes);
+
+// How many times a GlooAllreduce has sized its context's send buffers in this process (for
+// tests): once per context, before its first allreduce through the cache of pinned algorithms
+// (see gloo_allreduce.cpp for why).
+int send_buffer_sizings();
+
+class GlooAllreduce {
+ public:
+  // timeout bounds each allreduce (the group's timeout).
+  GlooAllreduce(std::shared_ptr<gloo::Context> context, comm::Duration timeout);
+  // Destroys the cached algorithms, which hold buffers registered with the context's pairs.
+  ~GlooAllreduce();
+  GlooAllreduce(const GlooAllreduce&) = delete;
+  GlooAllreduce& operator=(const GlooAllreduce&) = delete;
+
+  // In place over the context's ranks with choose_gloo_algorithm(requested, ...); tag is the
+  // collective's sequence number (used by kRing). kAvg divides the sum by the context's size.
+  void allreduce(std::span<float> data, comm::ReduceOp op, comm::AllreduceAlgorithm requested,
+                 uint32_t tag);
+  void allreduce(std::span<double> data, comm::ReduceOp op, comm::AllreduceAlgorithm requested,
+                 uint32_t tag);
+
+ private:
+  class Cache;  // Gloo algorithm objects kept per (type, count, op, algorithm)
+  template <typename T>
+  void allreduce_impl(std::span<T> data, comm::ReduceOp op, comm::AllreduceAlgorithm requested,
+                      uint32_t tag);
+
+  const std::shared_ptr<gloo::Context> context_;
+  const comm::Duration timeout_;
+  std::unique_ptr<Cache> cache_;
+};
+
+}  // namespace hsgd::detail

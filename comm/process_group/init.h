@@ -1,0 +1,81 @@
+#pragma once
+// init_process_group: creates the world ProcessGroup of a job (like torch's
+// init_process_group(backend="gloo", init_method="env://")). There is no hidden default group:
+// the returned group is passed explicitly to whatever needs it.
+//
+// Usage, under hsgd-run or torchrun-style variables:
+//   auto world = hsgd::comm::init_process_group(hsgd::comm::InitOptions::from_env());
+// or explicitly, e.g. in a test with a shared store:
+//   auto world = hsgd::comm::init_process_group({.rank = r, .world_size = 4, .store = store});
+
+#include <memory>
+#include <string>
+
+#include "comm/store/store.h"
+
+namespace hsgd::comm {
+
+class ProcessGroup;
+enum class AllreduceAlgorithm;
+
+struct InitOptions {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  // Ranks per node (LOCAL_WORLD_SIZE); the world group keeps it (ProcessGroup::local_world_size)
+  // as the job's node layout. 0 = not declared: the intra-node group is then the whole group.
+  int local_world_size = 0;
+  // This rank's node: GROUP_RANK under hsgd-run and torchrun, SLURM_NODEID under srun; -1 = not
+  // declared. The world group keeps it (ProcessGroup::node_rank), so that nodes with different
+  // numbers of ranks can be told apart (comm/process_group/node_layout.h).
+  int node_rank = -1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  // If set, used instead of connecting to master_addr:master_port (FileStore, HashStore...).
+  std::shared_ptr<Store> store = nullptr;
+  std::string job_id = "default";  // namespaces keys on the rendezvous server
+  // Prefix of every key this job writes; distinct per restart attempt so that a restarted job
+  // never reads the keys of the previous attempt. from_env() sets it to
+  // "<HSGD_RUN_ID>/<HSGD_RESTART_COUNT>/" when launched by hsgd-run.
+  std::string key_prefix = "";
+  std::string token = "";              // rendezvous token (HSGD_RDZV_TOKEN)
+  std::string socket_ifname = "";      // network interface for Gloo (HSGD_SOCKET_IFNAME); "" = the
+                                       // address that reaches master_addr
+  Duration timeout = kDefaultTimeout;  // connect and every collective
+  // Without a store and with world_size > 1, rank 0 hosts a rendezvous server on
+  // master_addr:master_port (torch's env:// behaviour). from_env() clears it when the job was
+  // launched by hsgd-run (HSGD_RUN_ID set), which runs the server itself.
+  bool embedded_server = true;
+  AllreduceAlgorithm allreduce_algorithm{};  // kAuto; see process_group.h
+  // Allreduce over shared memory in groups whose members all run on one node (HSGD_SHM=0
+  // turns it off, e.g. to measure Gloo's TCP path); see comm/process_group/shm_allreduce.h.
+  bool shared_memory = true;
+
+  // Reads RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT,
+  // HSGD_RDZV_TOKEN, HSGD_SOCKET_IFNAME, HSGD_RUN_ID, HSGD_RESTART_COUNT, HSGD_JOB_ID,
+  // HSGD_TIMEOUT_MS and HSGD_SHM (0 or 1). Without RANK, a task started by srun takes its place
+  // from Slurm (see comm/process_group/slurm_env.h): rank SLURM_PROCID, world SLURM_NTASKS, local
+  // rank SLURM_LOCALID, local world its node's entry of SLURM_STEP_TASKS_PER_NODE, node rank
+  // SLURM_NODEID; unless MASTER_ADDR / MASTER_PORT are set, the rendezvous is on the first host
+  // of SLURM_STEP_NODELIST at slurm_rendezvous_port(SLURM_JOB_ID, SLURM_STEP_ID), hosted by
+  // rank 0. It then also exports LOCAL_WORLD_SIZE and GROUP_RANK (when unset), which the
+  // intra-node group of the post-local hook and shared memory's node identity read, so a job
+  // under srun gets the node layout it would get under hsgd-run; call it before starting threads.
+  // Without RANK or a Slurm step (a batch script's own SLURM_PROCID does not count): a world of
+  // one. Throws hsgd::InvalidArgument naming the variable and its value when a value is not a
+  // number, out of range or inconsistent.
+  static InitOptions from_env();
+};
+
+// Creates the world group: ranks() = 0..world_size-1. Without options.store: world_size 1 uses a
+// HashStore; otherwise a TcpStore to master_addr:master_port, and (like env://) rank 0 hosts an
+// embedded rendezvous server on master_port when the job was not launched by hsgd-run (no
+// HSGD_RUN_ID). Blocks until every rank arrived; throws hsgd::Timeout naming the ranks missing
+// after options.timeout, hsgd::InvalidArgument for inconsistent options.
+std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options);
+
+// The local address Gloo binds to for reaching host: the interface's address when ifname is
+// set, else the source address the kernel picks for a route to host (127.0.0.1 for loopback).
+std::string gloo_bind_address(const std::string& host, const std::string& ifname);
+
+}  // namespace hsgd::comm

@@ -1,0 +1,245 @@
+#pragma once
+// ProcessGroup: a set of ranks that run collectives together over Gloo's TCP transport (like
+// torch's ProcessGroupGloo), with allreduce over shared memory when every member runs on one
+// node (comm/process_group/shm_allreduce.h). Works on raw buffers; knows nothing of Tensor.
+//
+// CONTRACT: collectives are called in the same order on every rank of a group, with the same
+// sizes, types, ops and roots. Breaking it leads to an error, never to a silent hang or a crash:
+// every collective has the group's deadline (InitOptions::timeout, HSGD_TIMEOUT_MS, default
+// 300 s), and mismatched collectives use different Gloo tags (their fingerprints differ, see
+// comm/process_group/detail/collective_fingerprint.h), so they time out rather than exchange
+// messages of the wrong size. A failed collective is hsgd::Timeout (or hsgd::CommError) saying what
+// each rank of the group was doing, e.g. "rank 0 is in allreduce (272474 x float, sum) #24
+// 'averager 2:4'; ranks 1-3 are in broadcast (98 x float, root 0) #23 'DDP buffers'", and which
+// ranks did not report at all (not in a collective of this group, or dead). The optional label of
+// each collective is only for these messages; it may differ between ranks.
+//
+// Each group owns one worker thread: collectives are queued (FIFO) and run there, so the caller
+// can compute while they run; each returns a Work to wait on. Buffers must stay alive and
+// untouched until that Work completed. After a failed collective the group is broken (Gloo's
+// connections may hold half a message): later collectives fail at once with hsgd::CommError
+// quoting the first failure. Create a new group (or restart the job) to recover.
+//
+// Groups are made by init_process_group() (the world) and new_group() / new_subgroups() /
+// new_subgroups_by_enumeration() (declared at the end of this header). Each group has its own
+// key prefix in the store and its own Gloo context; all groups of one process tree share one
+// Gloo device (one network thread).
+//
+// Usage:
+//   auto world = hsgd::comm::init_process_group(hsgd::comm::InitOptions::from_env());
+//   std::vector<float> grad(1000, 1.0f);
+//   world->allreduce(grad, hsgd::comm::ReduceOp::kAvg)->wait();
+//   auto [node, all_nodes] = hsgd::comm::new_subgroups(world, 4);
+
+#include <atomic>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "comm/process_group/work.h"
+#include "comm/store/store.h"
+
+namespace gloo {
+class Context;
+namespace transport {
+class Device;
+}
+}  // namespace gloo
+
+namespace hsgd::comm {
+class ProcessGroup;
+}  // namespace hsgd::comm
+
+// Comm-internal parts of ProcessGroup, each in comm/detail/<name>.h.
+namespace hsgd::detail {
+class CollectiveQueue;         // the FIFO of collectives and the worker thread
+struct CollectiveFingerprint;  // what a collective is, for tags and failure reports
+class GlooAllreduce;           // Gloo algorithm choice and cache
+class TwoLevelAllreduce;       // shared memory within nodes, TCP between them
+std::shared_ptr<comm::ProcessGroup> make_child_group(
+    const std::shared_ptr<comm::ProcessGroup>& parent, std::vector<int> parent_ranks);
+}  // namespace hsgd::detail
+
+namespace hsgd::comm {
+
+class ShmAllreduce;
+enum class ReduceOp { kSum, kAvg, kMin, kMax };
+const char* to_string(ReduceOp op);
+
+// Which algorithm allreduce uses (like NCCL_ALGO). kAuto uses shared memory when every member
+// of the group runs on this node (Options::shared_memory), else picks a Gloo algorithm by size;
+// the others force that Gloo algorithm, for benchmarks and for working around a slow path on
+// unusual networks.
+enum class AllreduceAlgorithm {
+  kAuto,
+  kHalvingDoubling,  // gloo::AllreduceHalvingDoubling: 2 log2(p) steps, for small buffers
+  kRingChunked,      // gloo::AllreduceRingChunked: pipelined ring, bandwidth-optimal
+  kRing,             // gloo::allreduce ring on the caller's memory (no copy, no cached state)
+};
+const char* to_string(AllreduceAlgorithm algorithm);
+
+// kAuto: buffers of at most this many bytes use halving-doubling, larger ones kRing.
+// See comm/detail/gloo_allreduce.cpp for the measurements behind the number.
+inline constexpr size_t kSmallAllreduceBytes = 1u << 20;
+// The halving-doubling and ring-chunked algorithm objects are built once per (type, count, op)
+// over a group-owned buffer (the caller's data is copied in and out) and cached, least recently
+// used first out, up to this many buffer bytes. A buffer larger than the whole cache runs
+// kRing on the caller's memory instead.
+inline constexpr size_t kAllreduceCacheBytes = 256u << 20;
+
+class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
+ public:
+  // How a group is built; filled in by init_process_group() and new_group().
+  struct Options {
+    std::shared_ptr<Store> store = nullptr;  // shared by every group of the job
+    std::string key_prefix = "";             // unique to this group, e.g. "run/0/pg/g3/"
+    std::string name = "";                   // for messages and logs, e.g. "world/g3"
+    int rank = 0;                            // rank of this process within the group
+    std::vector<int> ranks = {};             // global ranks of the members, indexed by group rank
+    Duration timeout = kDefaultTimeout;
+    std::shared_ptr<gloo::transport::Device> device = nullptr;
+    // Kept alive as long as the group (e.g. the embedded rendezvous server of rank 0);
+    // subgroups share their parent's.
+    std::shared_ptr<void> resources = nullptr;
+    AllreduceAlgorithm allreduce_algorithm = AllreduceAlgorithm::kAuto;  // subgroups inherit it
+    // kAuto allreduces of a group whose members all run on one node go through shared memory
+    // (comm/process_group/shm_allreduce.h) instead of Gloo; subgroups inherit it.
+    bool shared_memory = true;
+    // Ranks per node of the job as its launcher declared them (InitOptions::local_world_size,
+    // LOCAL_WORLD_SIZE); 0 = not declared. Describes the job's nodes, not this group's members,
+    // so subgroups inherit it. Under hsgd-run it may differ between nodes (--nproc-per-node).
+    int local_world_size = 0;
+    // The node this process runs on as its launcher declared it (InitOptions::node_rank,
+    // GROUP_RANK); -1 = not declared. A property of the process, so subgroups inherit it.
+    int node_rank = -1;
+  };
+
+  // Connects to every other member (blocks until all arrived). Throws hsgd::Timeout naming the
+  // ranks that did not arrive within options.timeout; hsgd::InvalidArgument on bad options.
+  // Prefer init_process_group() / new_group().
+  explicit ProcessGroup(Options options);
+  // Runs the collectives still queued (each bounded by the group timeout), then stops.
+  ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  int rank() const { return options_.rank; }
+  int size() const { return static_cast<int>(options_.ranks.size()); }
+  const std::string& name() const { return options_.name; }
+  const std::vector<int>& ranks() const { return options_.ranks; }  // global ranks of members
+  Duration timeout() const { return options_.timeout; }
+  // What to pass to Work::wait to get a failed collective's own error, with its report of what
+  // every rank is doing, rather than a bare Work::wait timeout: the collective's deadline plus
+  // the time the failure diagnosis may take (see process_group.cpp), plus a margin.
+  Duration work_timeout() const;
+  std::shared_ptr<Store> store() const { return options_.store; }
+  const std::string& key_prefix() const { return options_.key_prefix; }
+
+  // ---- collectives: each queues the operation and returns at once ----
+
+  // label (optional, e.g. "DDP buffers", "averager 2:4") names the collective in failure
+  // reports: what the caller was doing, since the other arguments rarely say.
+
+  // Element-wise reduction across the group, in place. kAvg divides the sum by size().
+  std::shared_ptr<Work> allreduce(std::span<float> data, ReduceOp op = ReduceOp::kSum,
+                                  std::string_view label = {});
+  std::shared_ptr<Work> allreduce(std::span<double> data, ReduceOp op = ReduceOp::kSum,
+                                  std::string_view label = {});
+
+  // Copies root's data into data on every rank. root is a rank within this group.
+  std::shared_ptr<Work> broadcast(std::span<float> data, int root, std::string_view label = {});
+  std::shared_ptr<Work> broadcast(std::span<double> data, int root, std::string_view label = {});
+  std::shared_ptr<Work> broadcast(std::span<int64_t> data, int root, std::string_view label = {});
+
+  // out[r * in.size() .. (r+1) * in.size()) receives rank r's in; out.size() == size()*in.size().
+  std::shared_ptr<Work> allgather(std::span<const float> in, std::span<float> out,
+                                  std::string_view label = {});
+  std::shared_ptr<Work> allgather(std::span<const int64_t> in, std::span<int64_t> out,
+                                  std::string_view label = {});
+
+  // Ring exchange: rank r sends `send` to rank (r + 1) % size() and receives into `recv` what
+  // rank (r - 1 + size()) % size() sent; send.size() == recv.size(), the same on every rank. A
+  // step of a ring algorithm whose reduction the caller does between steps (e.g. 16-bit values
+  // on the wire, float32 sums, framework/distributed/model_averaging/compressed_average.h).
+  // Point-to-point over Gloo's TCP pairs (never shared memory). One rank: recv = send.
+  std::shared_ptr<Work> ring_exchange(std::span<const int64_t> send, std::span<int64_t> recv,
+                                      std::string_view label = {});
+
+  // Completes once every rank of the group has called barrier().
+  std::shared_ptr<Work> barrier(std::string_view label = {});
+
+  // Call before the process exits (like torch's destroy_process_group). Waits for the queued
+  // collectives, then meets the other members through the store (not through Gloo). A rank that
+  // exits right after its last collective can close a connection on which a slower peer still
+  // sends the tail of that collective, making the peer fail; after shutdown() no member has a
+  // Gloo message in flight. Blocking and collective; throws hsgd::Timeout naming the members
+  // that did not arrive. Collectives queued afterwards fail with hsgd::CommError.
+  void shutdown(Duration timeout = kDefaultTimeout);
+
+  // ---- configuration ----
+  // The job's ranks per node as the launcher declared them (Options::local_world_size; the same
+  // in every group of the job), or 0 when not declared. The node layout the intra-node group of
+  // post-local SGD is built from.
+  int local_world_size() const { return options_.local_world_size; }
+  // This process's node as the launcher declared it (Options::node_rank), or -1. Which ranks
+  // share a node is a collective question: see gather_node_layout
+  // (comm/process_group/node_layout.h).
+  int node_rank() const { return options_.node_rank; }
+  AllreduceAlgorithm allreduce_algorithm() const { return options_.allreduce_algorithm; }
+  bool shared_memory_enabled() const { return options_.shared_memory; }
+  // Whether kAuto allreduces of this group run over shared memory (every member on one node).
+  bool uses_shared_memory() const { return shm_ != nullptr; }
+  // Whether kAuto allreduces run in two levels: shared memory within each node, TCP between
+  // nodes (members on at least two nodes, the same number >= 2 on each).
+  bool uses_two_level_allreduce() const { return two_level_ != nullptr; }
+
+ private:
+  // Takes the child id and reads options_ (device, resources...) of the parent.
+  friend std::shared_ptr<ProcessGroup> hsgd::detail::make_child_group(
+      const std::shared_ptr<ProcessGroup>& parent, std::vector<int> parent_ranks);
+
+  std::shared_ptr<Work> enqueue(hsgd::detail::CollectiveFingerprint fp,
+                                std::function<void(uint32_t tag)> run);
+  // The error that breaks the group after the collective fp failed with e.
+  std::exception_ptr on_failure(const hsgd::detail::CollectiveFingerprint& fp,
+                                const std::exception& e);
+  // After a failure: what each member was doing (see process_group.cpp).
+  std::string diagnose_failure(const hsgd::detail::CollectiveFingerprint& fp, bool timed_out);
+  template <typename T>
+  std::shared_ptr<Work> allreduce_impl(std::span<T> data, ReduceOp op, const char* type,
+                                       std::string_view label);
+  template <typename T>
+  std::shared_ptr<Work> broadcast_impl(std::span<T> data, int root, const char* type,
+                                       std::string_view label);
+  template <typename T>
+  std::shared_ptr<Work> allgather_impl(std::span<const T> in, std::span<T> out, const char* type,
+                                       std::string_view label);
+  void connect();
+
+  // Constant after construction.
+  const Options options_;
+  std::shared_ptr<gloo::Context> context_;                       // set when size() > 1
+  std::unique_ptr<hsgd::detail::GlooAllreduce> gloo_allreduce_;  // with context_
+  std::unique_ptr<ShmAllreduce> shm_;  // set when every member runs on this node
+  // Set when the members span nodes with the same number >= 2 on each.
+  std::unique_ptr<hsgd::detail::TwoLevelAllreduce> two_level_;
+
+  // The id of the next child group (hsgd::detail::make_child_group): every member creates children
+  // in the same order, so the same child gets the same id (and key prefix) on every rank.
+  std::atomic<int64_t> next_child_id_{0};
+
+  // Runs the collectives; gloo_allreduce_ is used only by the task it runs. Created last in the
+  // constructor (it starts the worker thread), destroyed first.
+  std::unique_ptr<hsgd::detail::CollectiveQueue> queue_;
+};
+
+}  // namespace hsgd::comm
+
+#include "comm/process_group/init.h"         // IWYU pragma: export
+#include "comm/process_group/node_layout.h"  // IWYU pragma: export
+#include "comm/process_group/subgroups.h"    // IWYU pragma: export

@@ -1,0 +1,250 @@
+// RendezvousServer::Impl::Connection: one client connection (see rendezvous_server_impl.h).
+
+#include <algorithm>
+
+#include "comm/error.h"
+#include "comm/log.h"
+#include "comm/rendezvous/detail/rendezvous_server_impl.h"
+
+namespace hsgd::comm {
+
+using asio::ip::tcp;
+using boost::system::error_code;
+
+namespace {
+
+std::string to_string(const tcp::endpoint& endpoint) {
+  const auto address = endpoint.address();
+  const std::string host = address.is_v6() ? "[" + address.to_string() + "]" : address.to_string();
+  return host + ":" + std::to_string(endpoint.port());
+}
+
+}  // namespace
+
+RendezvousServer::Impl::Connection::Connection(Impl& server, tcp::socket socket)
+    : server_(server), socket_(std::move(socket)), decoder_(server.options_.max_handshake_bytes) {
+  error_code ec;
+  const auto remote = socket_.remote_endpoint(ec);
+  peer_ = ec ? std::string("unknown peer") : to_string(remote);
+  // Reads are done by hand after the socket became readable (on_readable); they must not block.
+  socket_.non_blocking(true, ec);
+}
+
+void RendezvousServer::Impl::Connection::start() {
+  // Runs on the strand, like every other handler of this connection.
+  std::weak_ptr<Connection> weak = weak_from_this();
+  session_.emplace(server_.options_, server_.tokens_, server_.state_, socket_.get_executor(),
+                   [weak](proto::Response response) {
+                     if (auto self = weak.lock()) self->send(response);
+                   });
+  hello_timer_.expires_after(server_.options_.handshake_timeout);
+  hello_timer_.async_wait([self = shared_from_this()](error_code ec) {
+    if (ec || self->handshake_done_ || self->closed_) return;
+    logger()->debug("rendezvous: {} sent no handshake within {} ms; closing", self->peer_,
+                    self->server_.options_.handshake_timeout.count());
+    self->close("handshake timeout");
+  });
+  wait_readable();
+}
+
+void RendezvousServer::Impl::Connection::send(const google::protobuf::MessageLite& message) {
+  std::string frame;
+  try {
+    frame = encode_frame(message, server_.options_.max_frame_bytes, "rendezvous reply");
+  } catch (const Error& e) {
+    // A reply larger than the frame limit (e.g. a huge multi_get): the client could not read
+    // it either, so report it instead.
+    proto::Response error;
+    error.set_status(proto::STATUS_INVALID_ARGUMENT);
+    error.set_error(e.what());
+    if (auto* response = dynamic_cast<const proto::Response*>(&message)) {
+      error.set_id(response->id());
+    }
+    frame = encode_frame(error, server_.options_.max_frame_bytes, "rendezvous reply");
+  }
+  asio::post(socket_.get_executor(),
+             [self = shared_from_this(), frame = std::move(frame)]() mutable {
+               self->queue_write(std::move(frame));
+             });
+}
+
+void RendezvousServer::Impl::Connection::close(const char* why) {
+  if (closed_) return;
+  closed_ = true;
+  logger()->debug("rendezvous: closing connection from {} (job '{}'): {}", peer_,
+                  printable_excerpt(job_), why);
+  error_code ec;
+  socket_.shutdown(tcp::socket::shutdown_both, ec);
+  socket_.close(ec);
+  hello_timer_.cancel();
+  release_unauthenticated();
+  for (auto& weak : waiters_) {
+    if (auto waiter = weak.lock()) server_.state_.drop(waiter);
+  }
+  waiters_.clear();
+  server_.remove(this, handshake_done_ ? &job_ : nullptr);
+}
+
+void RendezvousServer::Impl::Connection::wait_readable() {
+  socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](error_code ec) {
+    if (self->closed_) return;
+    if (ec) return self->close(ec.message().c_str());
+    self->on_readable();
+  });
+}
+
+void RendezvousServer::Impl::Connection::on_readable() {
+  size_t budget = kReadBudget;
+  bool first = true;
+  while (!closed_ && !close_after_write_) {
+    error_code ec;
+    const size_t available = socket_.available(ec);
+    if (ec) return close(ec.message().c_str());
+    // Readable with nothing to read means end of stream or an error: one read tells which.
+    if (available == 0 && !first) return wait_readable();
+    first = false;
+    const size_t n = std::min(std::max<size_t>(available, 1), decoder_.wanted());
+    if (!handshake_done_) {
+      if (!server_.reserve_unauthenticated(n)) {
+        return refuse("", RendezvousSession::refusal(
+                              "the server holds too many incomplete handshakes; try again"));
+      }
+      unauthenticated_held_ += n;
+    }
+    auto space = decoder_.prepare(n);
+    const size_t got = socket_.read_some(asio::buffer(space.data(), space.size()), ec);
+    decoder_.commit(got);
+    if (!handshake_done_) {
+      server_.release_unauthenticated(n - got);
+      unauthenticated_held_ -= n - got;
+    }
+    if (ec == asio::error::would_block || ec == asio::error::try_again) return wait_readable();
+    if (ec) return close(ec == asio::error::eof ? "peer closed" : ec.message().c_str());
+    switch (decoder_.state()) {
+      case FrameDecoder::State::kOversized:
+        return on_oversized();
+      case FrameDecoder::State::kFrame:
+        if (!on_frame()) return;
+        decoder_.next();
+        break;
+      case FrameDecoder::State::kNeedMore:
+        break;
+    }
+    budget -= std::min(budget, got);
+    if (budget == 0) {
+      // Yield to the other connections of this thread; continue in a fresh handler.
+      asio::post(socket_.get_executor(), [self = shared_from_this()] {
+        if (!self->closed_) self->on_readable();
+      });
+      return;
+    }
+  }
+}
+
+void RendezvousServer::Impl::Connection::on_oversized() {
+  const size_t length = decoder_.announced();
+  if (!handshake_done_) {
+    return refuse("",
+                  RendezvousSession::refusal("a handshake frame of " + std::to_string(length) +
+                                             " bytes exceeds the limit of " +
+                                             std::to_string(server_.options_.max_handshake_bytes) +
+                                             " bytes before the handshake"));
+  }
+  if (auto held_back = server_.request_log_.allow()) {
+    logger()->warn("rendezvous: {} (job '{}') sent a frame of {} bytes (limit {}); closing it{}",
+                   peer_, printable_excerpt(job_), length, server_.options_.max_frame_bytes,
+                   held_back_note(*held_back));
+  }
+  close("oversized frame");
+}
+
+bool RendezvousServer::Impl::Connection::on_frame() {
+  const bool was_handshake = !handshake_done_;
+  auto step = session_->on_frame(decoder_.frame());
+  if (was_handshake) release_unauthenticated();  // the Hello is parsed: its bytes are dropped
+  using Kind = RendezvousSession::Step::Kind;
+  if (step.kind == Kind::kRefused) {
+    refuse(session_->claimed_job(), *step.hello_reply);
+    return false;  // stop reading; the socket closes once the refusal is written
+  }
+  if (step.kind == Kind::kMalformed) {
+    if (auto held_back = server_.request_log_.allow()) {
+      logger()->warn("rendezvous: malformed request frame ({} bytes) from {} (job '{}'); closing{}",
+                     decoder_.frame().size(), peer_, job_, held_back_note(*held_back));
+    }
+    close("malformed frame");
+    return false;
+  }
+  if (step.hello_reply) {
+    handshake_done_ = true;
+    job_ = session_->job();
+    decoder_.set_limit(server_.options_.max_frame_bytes);
+    hello_timer_.cancel();
+    server_.joined(job_, peer_);
+    send(*step.hello_reply);
+    return true;
+  }
+  if (step.response) {
+    if (step.response->status() == proto::STATUS_INVALID_ARGUMENT) {
+      if (auto held_back = server_.request_log_.allow()) {
+        logger()->warn("rendezvous: invalid request from {} (job '{}'): {}{}", peer_, job_,
+                       printable_excerpt(step.response->error(), 300), held_back_note(*held_back));
+      }
+    }
+    send(*step.response);
+  } else if (step.waiter) {
+    // Forget waiters already answered, so that a long-lived connection does not grow.
+    if (waiters_.size() >= 2 * live_waiters_hint_ + 16) {
+      std::erase_if(waiters_, [](const auto& w) { return w.expired(); });
+      live_waiters_hint_ = waiters_.size();
+    }
+    waiters_.push_back(std::move(step.waiter));
+  }
+  return true;
+}
+
+void RendezvousServer::Impl::Connection::refuse(const std::string& job,
+                                                const proto::HelloReply& reply) {
+  if (auto held_back = server_.refusal_log_.allow()) {
+    logger()->warn("rendezvous: refused {} (job '{}'): {}{}", peer_, printable_excerpt(job),
+                   reply.error(), held_back_note(*held_back));
+  }
+  release_unauthenticated();
+  close_after_write_ = true;
+  send(reply);
+}
+
+void RendezvousServer::Impl::Connection::release_unauthenticated() {
+  server_.release_unauthenticated(unauthenticated_held_);
+  unauthenticated_held_ = 0;
+}
+
+void RendezvousServer::Impl::Connection::queue_write(std::string frame) {
+  if (closed_) return;
+  queued_bytes_ += frame.size();
+  // A client that keeps sending without reading its replies would grow this queue without
+  // bound; cut it off instead.
+  if (queued_bytes_ > 4 * server_.options_.max_frame_bytes + (1 << 20)) {
+    logger()->warn("rendezvous: {} does not read its replies ({} bytes queued); closing", peer_,
+                   queued_bytes_);
+    return close("reply queue overflow");
+  }
+  writes_.push_back(std::move(frame));
+  if (writes_.size() == 1) write_next();
+}
+
+void RendezvousServer::Impl::Connection::write_next() {
+  asio::async_write(socket_, asio::buffer(writes_.front()),
+                    [self = shared_from_this()](error_code ec, size_t) {
+                      if (ec) return self->close(ec.message().c_str());
+                      self->queued_bytes_ -= self->writes_.front().size();
+                      self->writes_.pop_front();
+                      if (!self->writes_.empty()) {
+                        self->write_next();
+                      } else if (self->close_after_write_) {
+                        self->close("handshake refused");
+                      }
+                    });
+}
+
+}  // namespace hsgd::comm

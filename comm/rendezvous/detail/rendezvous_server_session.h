@@ -1,0 +1,70 @@
+#pragma once
+// RendezvousSession: the protocol of one rendezvous connection without its socket. The first
+// frame must be a Hello (magic, version, job id, token); every later frame is a Request,
+// dispatched to the RendezvousState in the job's namespace. The server's Connection feeds it the
+// frames its FrameDecoder assembled and does the I/O and the logging; the fuzz target and its
+// replay test (tests/comm/rendezvous/fuzz/) feed it bytes directly. Internal to the server.
+//
+// Contract: on_frame() never throws on any input; after a step that is not kContinue the
+// session must not be fed again (the connection closes). Not thread-safe (one connection's
+// strand).
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "comm/rendezvous/detail/asio.h"
+#include "comm/rendezvous/detail/rendezvous_state.h"
+#include "comm/rendezvous/proto/rendezvous.pb.h"
+#include "comm/rendezvous/rendezvous_server.h"
+#include "comm/rendezvous/rendezvous_server_tokens.h"
+
+namespace hsgd::comm {
+
+class RendezvousSession {
+ public:
+  struct Step {
+    enum class Kind {
+      kContinue,   // keep reading
+      kRefused,    // the handshake was refused: write hello_reply, then close
+      kMalformed,  // a request frame did not parse: close
+    };
+    Kind kind = Kind::kContinue;
+    std::optional<proto::HelloReply> hello_reply;     // the handshake's answer
+    std::optional<proto::Response> response;          // a request answered now
+    std::shared_ptr<RendezvousState::Waiter> waiter;  // a request answered later, by reply
+  };
+
+  // options and tokens must outlive the session; async_reply receives the answers of waiters
+  // (from any thread, under the state's mutex: it must only queue work). Deadline timers run
+  // on executor.
+  RendezvousSession(const RendezvousServerOptions& options, const TokenTable& tokens,
+                    RendezvousState& state, asio::any_io_executor executor,
+                    RendezvousState::Reply async_reply);
+
+  Step on_frame(std::string_view body);
+
+  bool handshake_done() const { return handshake_done_; }
+  // The job id, once the handshake is done ("" before).
+  const std::string& job() const { return job_; }
+  // The job id the last Hello claimed (for logging a refusal; may be anything).
+  const std::string& claimed_job() const { return claimed_job_; }
+
+  // A refusal before any Hello was parsed (a frame over the handshake limit, the byte budget).
+  static proto::HelloReply refusal(const std::string& reason);
+
+ private:
+  Step on_hello(std::string_view body);
+
+  const RendezvousServerOptions& options_;
+  const TokenTable& tokens_;
+  RendezvousState& state_;
+  asio::any_io_executor executor_;
+  RendezvousState::Reply async_reply_;
+  bool handshake_done_ = false;
+  std::string job_;
+  std::string claimed_job_;
+};
+
+}  // namespace hsgd::comm
