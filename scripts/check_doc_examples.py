@@ -10,6 +10,12 @@ What counts as an example (docs/contributing.md, "Usage examples"):
   after the colon of a one-line "// Usage: code;".
 - In Markdown (*.md): a fenced block whose info string is "cpp" (or "c++").
 
+Every other fenced block of a page says what it is: "sh" (also "bash", "shell"; checked with
+`bash -n`, i.e. it must parse as shell, and not run), "text" (output, diagrams), "cmake",
+"json", ... A fence without an info string is reported, so C++ cannot escape the check by
+leaving out its language. A shell block that is not meant to parse (a synopsis with "<...>")
+says so: "```sh not-checked".
+
 An example that is not meant to compile says so: a header marker line containing
 "not compiled: REASON" (e.g. "// Usage (inside ProcessGroup; not compiled: private members):"),
 or a fence "```cpp not-compiled". Keep that set small; the reason is for the reader.
@@ -37,8 +43,9 @@ Usage: scripts/check_doc_examples.py ROOT [--list] [--keep DIR] -- COMPILER FLAG
   --list             print every example found (FILE:LINE kind) and exit
   --keep DIR         write the generated translation units to DIR
 Prints "FILE:LINE: example does not compile" with the compiler's messages for each failing
-example, "FILE:LINE: ..." for a code block without a marker, and exits 1 on any of them; exits
-0 with a one-line summary otherwise.
+example, "FILE:LINE: ..." for a code block without a marker, a fence without a language or a
+shell block that does not parse, and exits 1 on any of them; exits 0 with a one-line summary
+otherwise.
 """
 
 import concurrent.futures
@@ -61,7 +68,10 @@ BLANK = re.compile(r"^\s*//\s*$")
 # assignment ("beats   grows at every collective;" is prose).
 LOOKS_LIKE_CODE = re.compile(r"[(=<].*[;{]\s*$")
 NOT_COMPILED = re.compile(r"not compiled:\s*\S")
-FENCE = re.compile(r"^(\s*)```(.*)$")
+# A fence opens with three or more backticks and an info string without backticks (CommonMark),
+# so "```` ```cpp ```` in prose" is not one; it closes with at least as many backticks.
+FENCE = re.compile(r"^(\s*)(`{3,})([^`]*)$")
+SHELL = ("sh", "bash", "shell")
 # A definition that belongs at namespace scope when it opens an example.
 TOP_LEVEL = re.compile(
     r"^(class|struct|enum|union|template|namespace|using namespace|#define)\b"
@@ -149,8 +159,9 @@ def header_examples(rel, text, problems):
     return examples
 
 
-def markdown_examples(rel, text):
-    examples = []
+def markdown_blocks(rel, text, problems):
+    """(first line, info words, body) of every fenced block of a page."""
+    blocks = []
     lines = text.split("\n")
     i = 0
     while i < len(lines):
@@ -158,26 +169,58 @@ def markdown_examples(rel, text):
         if not fence:
             i += 1
             continue
-        indent, info = fence.group(1), fence.group(2).split()
+        indent, ticks, info = fence.group(1), fence.group(2), fence.group(3).split()
+        closing = re.compile(r"^\s*`{" + str(len(ticks)) + r",}\s*$")
         j = i + 1
-        while j < len(lines) and not FENCE.match(lines[j]):
+        while j < len(lines) and not closing.match(lines[j]):
             j += 1
-        if info and info[0] in ("cpp", "c++"):
-            body = [x[len(indent):] if x.startswith(indent) else x for x in lines[i + 1:j]]
-            examples.append(Example(rel, i + 2, body, "not-compiled" not in info[1:]))
+        if j == len(lines):
+            problems.append(f"{rel}:{i + 1}: code block without a closing fence")
+        body = [x[len(indent):] if x.startswith(indent) else x for x in lines[i + 1:j]]
+        if not info:
+            problems.append(f"{rel}:{i + 1}: code block without a language (```cpp is "
+                            f"compiled, ```sh parsed; mark others ```text, ```cmake, ...)")
+        blocks.append((i + 2, info, body))
         i = j + 1
+    return blocks
+
+
+def markdown_examples(rel, text, problems, shell_blocks):
+    examples = []
+    for line, info, body in markdown_blocks(rel, text, problems):
+        if info and info[0] in ("cpp", "c++"):
+            examples.append(Example(rel, line, body, "not-compiled" not in info[1:]))
+        elif info and info[0] in SHELL and "not-checked" not in info[1:]:
+            shell_blocks.append((rel, line, body))
     return examples
 
 
-def find_examples(root):
+def check_shell(blocks):
+    """Problems of shell blocks that do not parse (bash -n: syntax only, nothing runs)."""
+    problems = []
+    for rel, line, body in blocks:
+        proc = subprocess.run(["bash", "-n"], input="\n".join(body) + "\n", text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
+        if proc.returncode != 0:
+            # bash names the line as "bash: line N:"; map it to the page.
+            message = re.sub(r"bash: line (\d+):",
+                             lambda m: f"{rel}:{line + int(m.group(1)) - 1}:",
+                             proc.stdout.strip())
+            problems.append(f"{rel}:{line}: shell block does not parse (bash -n):\n    " +
+                            message.replace("\n", "\n    "))
+    return problems
+
+
+def find_examples(root, shell_blocks=None):
     examples, problems = [], []
+    shell_blocks = [] if shell_blocks is None else shell_blocks
     for path in source_files(root):
         rel = path.relative_to(root).as_posix()
         text = path.read_text(encoding="utf-8", errors="replace")
         if path.suffix == ".h":
             examples += header_examples(rel, text, problems)
         else:
-            examples += markdown_examples(rel, text)
+            examples += markdown_examples(rel, text, problems, shell_blocks)
     return examples, problems
 
 
@@ -283,11 +326,15 @@ def main(argv):
         like = args[args.index("--like") + 1] if "--like" in args else None
         compiler, cwd = compiler_from_database(args[args.index("--compile-commands") + 1], like)
 
-    examples, problems = find_examples(root)
+    shell_blocks = []
+    examples, problems = find_examples(root, shell_blocks)
     if "--list" in args:
         for ex in examples:
             print(f"{ex.where}: {len(ex.lines)} lines{'' if ex.compiled else ' (not compiled)'}")
+        for rel, line, body in shell_blocks:
+            print(f"{rel}:{line}: {len(body)} lines (shell, parsed)")
         return 0
+    problems += check_shell(shell_blocks)
     if not compiler:
         sys.exit("check_doc_examples: give the compiler after '--' or --compile-commands")
     compiler = compiler + ["-I", str(root)]
@@ -322,7 +369,8 @@ def main(argv):
               f"{len(problems)} other problems")
         return 1
     print(f"check_doc_examples: {len(compiled)} examples compile ({skipped} marked not "
-          f"compiled) in {len({ex.path for ex in examples})} files")
+          f"compiled) in {len({ex.path for ex in examples})} files; {len(shell_blocks)} shell "
+          f"blocks parse")
     return 0
 
 
