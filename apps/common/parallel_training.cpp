@@ -45,8 +45,14 @@ std::vector<std::pair<int64_t, int>> parse_hierarchy(const std::string& text) {
   const auto parse_int = [&fail](std::string_view part, const char* what, int64_t least) {
     int64_t value = 0;
     const auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), value);
-    if (part.empty() || ec != std::errc() || end != part.data() + part.size() || value < least ||
-        value > (int64_t{1} << 30)) {
+    const bool digits = !part.empty() && end == part.data() + part.size();
+    constexpr int64_t kLargest = int64_t{1} << 30;
+    if (digits &&
+        (ec == std::errc::result_out_of_range || (ec == std::errc() && value > kLargest))) {
+      fail(std::string(what) + " '" + std::string(part) + "' is too large (at most " +
+           std::to_string(kLargest) + ")");
+    }
+    if (!digits || ec != std::errc() || value < least) {
       fail(std::string(what) + " '" + std::string(part) + "' is not a positive integer" +
            (least == 0 ? " (or 0 / 'world': the whole group, or 'node': each node's ranks)" : ""));
     }

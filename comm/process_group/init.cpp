@@ -11,6 +11,7 @@
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <string>
 
 #include "comm/error.h"
@@ -30,16 +31,25 @@ const char* env(const char* name) {
 }
 
 // Parses an integer variable; InvalidArgument names it and its value when it is not one.
-int64_t env_int(const char* name, int64_t fallback, int64_t min_value) {
+// The integer in variable `name`, or `fallback` when it is unset; a value that is not an integer
+// or lies outside [min_value, max_value] is an InvalidArgument naming the variable and the range.
+// The longest collective timeout: deadlines are computed as now + timeout, which must not
+// overflow the clock's range (one year, in ms).
+constexpr int64_t kMaxTimeoutMs = int64_t{365} * 24 * 3600 * 1000;
+
+int64_t env_int(const char* name, int64_t fallback, int64_t min_value,
+                int64_t max_value = std::numeric_limits<int>::max()) {
   const char* value = env(name);
   if (value == nullptr) return fallback;
   int64_t result = 0;
   const char* end = value + std::strlen(value);
   auto [ptr, ec] = std::from_chars(value, end, result);
+  HSGD_CHECK(ec != std::errc::result_out_of_range || ptr != end, "environment variable ", name,
+             "='", value, "' must be between ", min_value, " and ", max_value);
   HSGD_CHECK(ec == std::errc() && ptr == end, "environment variable ", name, "='", value,
              "' is not an integer");
-  HSGD_CHECK(result >= min_value, "environment variable ", name, "=", result,
-             " must be >= ", min_value);
+  HSGD_CHECK(result >= min_value && result <= max_value, "environment variable ", name, "=", result,
+             " must be between ", min_value, " and ", max_value);
   return result;
 }
 
@@ -123,7 +133,7 @@ InitOptions InitOptions::from_env() {
   options.token = env_string("HSGD_RDZV_TOKEN", "");
   options.socket_ifname = env_string("HSGD_SOCKET_IFNAME", "");
   options.job_id = env_string("HSGD_JOB_ID", options.job_id);
-  options.timeout = Duration(env_int("HSGD_TIMEOUT_MS", options.timeout.count(), 1));
+  options.timeout = Duration(env_int("HSGD_TIMEOUT_MS", options.timeout.count(), 1, kMaxTimeoutMs));
   if (const char* shm = env("HSGD_SHM")) {
     const std::string value = shm;
     HSGD_CHECK(value == "0" || value == "1", "environment variable HSGD_SHM='", value,
@@ -186,8 +196,9 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
              " must be >= 1");
   HSGD_CHECK(options.rank >= 0 && options.rank < options.world_size, "init_process_group: rank ",
              options.rank, " must be in [0, world_size=", options.world_size, ")");
-  HSGD_CHECK(options.timeout.count() > 0, "init_process_group: timeout ", options.timeout.count(),
-             " ms must be positive");
+  HSGD_CHECK(options.timeout.count() > 0 && options.timeout.count() <= kMaxTimeoutMs,
+             "init_process_group: timeout ", options.timeout.count(), " ms must be between 1 and ",
+             kMaxTimeoutMs, " (one year)");
 
   ProcessGroup::Options pg;
   pg.store = options.store;

@@ -39,6 +39,21 @@ TEST(LevelOptionsFlags, NodeAndWorldGroupSizes) {
   }
 }
 
+// A number that is one but too large says so (it is not "not a positive integer").
+TEST(LevelOptionsFlags, TooLargeNumbersAreNamedAsTooLarge) {
+  for (const std::string text : {"2:99999999999", "99999999999999999999:4", "2:1073741825"}) {
+    try {
+      parse_hierarchy(text);
+      ADD_FAILURE() << text << " was accepted";
+    } catch (const BadFlag& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find("is too large (at most 1073741824)"), std::string::npos) << message;
+      EXPECT_EQ(message.find("not a positive integer"), std::string::npos) << message;
+    }
+  }
+  EXPECT_EQ(parse_hierarchy("2:1073741824").back().second, 1073741824);
+}
+
 TEST(LevelOptionsFlags, PerLevelSyntax_ParsesEveryOption) {
   const auto levels = levels_of("1:2,16:4@outer=0.7/0.9/nesterov,overlap=2,bf16,ef");
   ASSERT_EQ(levels.size(), 2u);

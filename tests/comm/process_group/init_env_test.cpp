@@ -208,6 +208,34 @@ TEST(InitEnvTest, BadValuesNameTheVariable) {
                  "SLURM_STEP_TASKS_PER_NODE='2(x3)' lists 3 nodes");
 }
 
+// Timeouts beyond a year (and numbers beyond 64 bits) are refused by name instead of
+// overflowing the deadline arithmetic and failing every collective at once.
+TEST(InitEnvTest, TimeoutOutOfRangeIsRefused) {
+  const std::string range = "must be between 1 and 31536000000";
+  expect_invalid({{"HSGD_TIMEOUT_MS", "9223372036854775807"}},
+                 "HSGD_TIMEOUT_MS=9223372036854775807 " + range);
+  expect_invalid({{"HSGD_TIMEOUT_MS", "9223372036854775"}},
+                 "HSGD_TIMEOUT_MS=9223372036854775 " + range);
+  expect_invalid({{"HSGD_TIMEOUT_MS", "99999999999999999999"}},
+                 "HSGD_TIMEOUT_MS='99999999999999999999' " + range);
+  expect_invalid({{"HSGD_TIMEOUT_MS", "0"}}, "HSGD_TIMEOUT_MS=0 " + range);
+  with_env({{"HSGD_TIMEOUT_MS", "31536000000"}},
+           [] { EXPECT_EQ(InitOptions::from_env().timeout.count(), 31536000000); });
+  with_env({{"RANK", "0"}, {"WORLD_SIZE", "1"}}, [] {
+    InitOptions options = InitOptions::from_env();
+    options.timeout = hsgd::comm::Duration(int64_t{1} << 62);
+    try {
+      init_process_group(options);
+      ADD_FAILURE() << "a timeout of 2^62 ms was accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("timeout 4611686018427387904 ms must be between 1 and "
+                                           "31536000000"),
+                std::string::npos)
+          << e.what();
+    }
+  });
+}
+
 TEST(InitEnvTest, SocketInterfaceMustExist) {
   EXPECT_EQ(gloo_bind_address("127.0.0.1", ""), "127.0.0.1");
   EXPECT_EQ(gloo_bind_address("127.0.0.1", "lo"), "127.0.0.1");
