@@ -40,7 +40,14 @@ struct CheckpointFlags {
   int keep_last = 2;
 };
 
+// Adds the flags, and checks them as soon as the command line is parsed (app's
+// parse_complete_callback, so before any data loads) with check_checkpoint_flags.
 void add_checkpoint_flags(CLI::App& app, CheckpointFlags& flags);
+
+// Throws CLI::ValidationError (a usage error: exit 2) when --resume names a path that is not one
+// complete checkpoint: without --checkpoint-dir, not a directory, a directory of checkpoints
+// (naming the newest complete one), or a directory without a manifest.
+void check_checkpoint_flags(const CheckpointFlags& flags);
 
 // What a bundled example resumes. Pointers may be null where the run has no such object.
 struct Resumable {
