@@ -12,6 +12,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "apps/hsgd-run/torch_env.h"
 #include "comm/error.h"
 #include "comm/launcher/worker_process.h"
 #include "comm/process_group/slurm_env.h"
@@ -34,6 +35,10 @@ const char* kExamples = R"(Examples:
 
   # every flag can also come from the environment
   HSGD_NPROC_PER_NODE=2 HSGD_LOG_DIR=/tmp/logs hsgd-run -- ./train_mlp
+
+  # and from torchrun's PET_* variables (Kubeflow's PyTorchJob sets them): PET_NNODES,
+  # PET_NPROC_PER_NODE, PET_NODE_RANK, PET_MASTER_ADDR, PET_MASTER_PORT, PET_RDZV_ENDPOINT,
+  # PET_RDZV_ID, PET_RDZV_BACKEND; node 0 then hosts the rendezvous server (see scripts/k8s/)
 
 Workers get RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE,
 MASTER_ADDR, MASTER_PORT, HSGD_RUN_ID, HSGD_JOB_ID, HSGD_RESTART_COUNT, HSGD_MAX_RESTARTS,
@@ -120,7 +125,7 @@ void apply_slurm(Flags& f, bool nnodes_given, bool node_rank_given, bool rdzv_id
     }
     f.endpoint = slurm->first_host() + ":" +
                  std::to_string(comm::slurm_rendezvous_port(slurm->job_id, slurm->step_id));
-    f.host_slurm_server = slurm->rank == 0;
+    f.host_server = slurm->rank == 0;
   }
 }
 
@@ -221,13 +226,14 @@ std::optional<Flags> parse_flags(int argc, char** argv) {
       app.add_option("--nnodes", f.nnodes,
                      "Number of nodes (hsgd-run processes) in the job; under srun SLURM_NTASKS")
           ->envname("HSGD_NNODES");
-  app.add_option("--nproc-per-node,--nproc_per_node", f.nproc_per_node,
-                 "Workers to start on this node")
-      ->envname("HSGD_NPROC_PER_NODE");
-  app.add_option("--rdzv-endpoint,--rdzv_endpoint", f.endpoint,
-                 "HOST:PORT of hsgd-rendezvous (port defaults to 29400); under srun the step's "
-                 "first host, where node 0 hosts the server")
-      ->envname("HSGD_RDZV_ENDPOINT");
+  auto* nproc_option = app.add_option("--nproc-per-node,--nproc_per_node", f.nproc_per_node,
+                                      "Workers to start on this node")
+                           ->envname("HSGD_NPROC_PER_NODE");
+  auto* endpoint_option =
+      app.add_option("--rdzv-endpoint,--rdzv_endpoint", f.endpoint,
+                     "HOST:PORT of hsgd-rendezvous (port defaults to 29400); under srun the step's "
+                     "first host, where node 0 hosts the server")
+          ->envname("HSGD_RDZV_ENDPOINT");
   auto* rdzv_id_option =
       app.add_option(
              "--rdzv-id,--rdzv_id", f.rdzv_id,
@@ -298,8 +304,13 @@ std::optional<Flags> parse_flags(int argc, char** argv) {
   }
   if (f.program.empty())
     usage_error("no program given; expected hsgd-run [OPTIONS] -- PROGRAM ARGS...");
-  apply_slurm(f, nnodes_option->count() > 0, node_rank_option->count() > 0,
-              rdzv_id_option->count() > 0);
+  TorchEnvGiven given{.nnodes = nnodes_option->count() > 0,
+                      .nproc_per_node = nproc_option->count() > 0,
+                      .node_rank = node_rank_option->count() > 0,
+                      .rdzv_id = rdzv_id_option->count() > 0,
+                      .endpoint = endpoint_option->count() > 0};
+  apply_torch_env(f, given);
+  apply_slurm(f, given.nnodes, given.node_rank, given.rdzv_id);
   validate(f);
   return f;
 }

@@ -54,9 +54,10 @@ struct Flags {
   std::vector<std::string> program;  // argv of the worker program, program[0] resolved
 
   // Derived by parse_flags.
-  bool embedded = false;           // run an embedded server on 127.0.0.1 (--standalone)
-  bool host_slurm_server = false;  // node 0 of a Slurm step hosts the server at `store_at`
-  Endpoint store_at;               // parsed endpoint (unset when embedded)
+  bool embedded = false;     // run an embedded server on 127.0.0.1 (--standalone)
+  bool host_server = false;  // this node hosts the server at `store_at` (node 0 of a Slurm step or
+                             // of a job started through PET_* variables, see torch_env.h)
+  Endpoint store_at;         // parsed endpoint (unset when embedded)
   comm::TokenTable tokens;
   std::string token;  // this job's token ("" = none)
 };

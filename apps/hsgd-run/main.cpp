@@ -89,7 +89,7 @@ int run(int argc, char** argv) {
                                             .job_tokens = f.tokens.job_tokens});
     server->start();
     store_at = Endpoint{"127.0.0.1", server->port()};
-  } else if (f.host_slurm_server) {
+  } else if (f.host_server) {
     server = std::make_unique<hsgd::comm::RendezvousServer>(hsgd::comm::RendezvousServerOptions{
         .host = store_at.host, .port = store_at.port, .token = f.token});
     server->start();
@@ -130,7 +130,7 @@ int run(int argc, char** argv) {
                     store);
   SignalForwarder forwarder(agent);
   const int code = agent.run();
-  if (f.host_slurm_server) {
+  if (f.host_server) {
     // The other nodes may still be reading the last "done" keys: serve them until they left
     // (this process's own store is the one connection left), for a heartbeat timeout at most.
     const auto deadline = std::chrono::steady_clock::now() + seconds_to_ms(f.heartbeat);
