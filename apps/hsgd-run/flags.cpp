@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -11,6 +12,7 @@
 #include <filesystem>
 #include <iostream>
 #include <sstream>
+#include <vector>
 
 #include "apps/hsgd-run/torch_env.h"
 #include "comm/error.h"
@@ -176,6 +178,63 @@ void validate(Flags& f) {
   if (!f.log_dir.empty()) check_log_dir(f.log_dir);
 }
 
+// Edits (insertions, deletions, substitutions) that turn a into b.
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// An unknown "--flag": the nearest known flag when it is a likely typo, else where the flags are
+// listed; the '--' hint only for what looks like a program (a path).
+std::string unknown_flag_problem(const CLI::App& app, const std::string& arg) {
+  const std::string name = arg.substr(0, arg.find('='));
+  std::string best;
+  size_t best_distance = 3;  // more edits than this is not a typo
+  for (const CLI::Option* option : app.get_options()) {
+    for (const std::string& long_name : option->get_lnames()) {
+      const std::string known = "--" + long_name;
+      const size_t d = edit_distance(name, known);
+      if (d < best_distance || (known.starts_with(name) && name.size() >= 4 && best.empty())) {
+        best = known;
+        best_distance = std::min(d, best_distance);
+      }
+    }
+  }
+  if (!best.empty()) return "unknown flag '" + name + "'; did you mean " + best + "?";
+  std::error_code ec;
+  if (name.find('/') != std::string::npos || std::filesystem::exists(name, ec)) {
+    return "unknown flag '" + name +
+           "'; to run a program whose name starts with '-', put '--' before it";
+  }
+  return "unknown flag '" + name + "'";
+}
+
+// CLI11's "Could not convert: --flag = value" in the words of the other usage errors.
+std::string conversion_problem(const CLI::App& app, const std::string& message) {
+  const std::string prefix = "Could not convert: ";
+  const auto equals = message.find(" = ");
+  if (!message.starts_with(prefix) || equals == std::string::npos) return message;
+  const std::string flag = message.substr(prefix.size(), equals - prefix.size());
+  const std::string value = message.substr(equals + 3);
+  const CLI::Option* option = app.get_option_no_throw(flag);
+  const std::string type = option != nullptr ? option->get_type_name() : "";
+  const std::string expected = type == "INT"     ? "an integer"
+                               : type == "FLOAT" ? "a number of seconds"
+                                                 : "a value of type " + type;
+  return flag + " '" + value + "': expected " + expected + " (e.g. " + flag +
+         (type == "INT" ? " 4" : " 30") + ")";
+}
+
 }  // namespace
 
 Endpoint parse_endpoint(const std::string& text, const std::string& flag) {
@@ -290,6 +349,8 @@ std::optional<Flags> parse_flags(int argc, char** argv) {
   } catch (const CLI::CallForAllHelp&) {
     std::cout << app.help("", CLI::AppFormatMode::All);
     return std::nullopt;
+  } catch (const CLI::ConversionError& e) {
+    throw UsageError(conversion_problem(app, e.what()));
   } catch (const CLI::ParseError& e) {
     throw UsageError(e.what());
   }
@@ -299,8 +360,7 @@ std::optional<Flags> parse_flags(int argc, char** argv) {
   } else if (!f.program.empty() && f.program.front().starts_with("-")) {
     // prefix_command() stops at the first argument it does not know: without "--" that is a
     // misspelt flag, not a program.
-    usage_error("unknown flag '", f.program.front(),
-                "'; put '--' before a program whose name starts with '-'");
+    usage_error(unknown_flag_problem(app, f.program.front()));
   }
   if (f.program.empty())
     usage_error("no program given; expected hsgd-run [OPTIONS] -- PROGRAM ARGS...");

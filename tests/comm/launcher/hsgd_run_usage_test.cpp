@@ -44,6 +44,15 @@ TEST(HsgdRunUsageTest, EveryUsageErrorExits2NamingFlagAndValue) {
   const std::vector<Row> rows = {
       {"unknown flag before the program", {"--bogus", kWorker, "env"}, {"unknown flag '--bogus'"}},
       {"unknown flag with --", {"--nproc", "2", "--", kWorker}, {"unknown flag '--nproc'"}},
+      {"misspelt flag",
+       {"--max-restart", "2", "--", kWorker},
+       {"unknown flag '--max-restart'; did you mean --max-restarts?"}},
+      {"nproc four",
+       with({"--nproc-per-node", "four"}),
+       {"--nproc-per-node 'four': expected an integer"}},
+      {"rdzv timeout abc",
+       with({"--rdzv-timeout", "abc"}),
+       {"--rdzv-timeout 'abc': expected a number of seconds"}},
       {"no program", {"--nproc-per-node", "2"}, {"no program given"}},
       {"no program after --", {"--"}, {"no program given"}},
       {"program missing", {"--", (dir / "missing").string()}, {"program '", "missing'"}},
@@ -123,6 +132,27 @@ TEST(HsgdRunUsageTest, EveryUsageErrorExits2NamingFlagAndValue) {
   // And a valid command line still runs.
   auto ok = Command::start(with({kRun, "--nproc-per-node", "2"})).wait(seconds(90));
   EXPECT_EQ(ok.status.exit_code, 0) << ok.output;
+}
+
+// The hint about '--' belongs where a program was likely meant (a path), not after a misspelt or
+// unknown flag; CLI11's "Could not convert" does not reach the user.
+TEST(HsgdRunUsageTest, HintsFitTheMistake) {
+  const auto run = [](std::vector<std::string> args) {
+    args.insert(args.begin(), kRun);
+    return Command::start(args).wait(seconds(30));
+  };
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"--max-restart", "2", "--", kWorker}, {"--bogus", kWorker}}) {
+    const auto result = run(args);
+    EXPECT_EQ(result.status.exit_code, 2) << result.output;
+    EXPECT_EQ(result.output.find("put '--' before"), std::string::npos) << result.output;
+  }
+  const auto bogus = run({"--bogus", kWorker});
+  EXPECT_EQ(bogus.output.find("did you mean"), std::string::npos) << bogus.output;
+  const auto path = run({"-x/train", kWorker});
+  EXPECT_NE(path.output.find("put '--' before it"), std::string::npos) << path.output;
+  const auto four = run({"--nproc-per-node", "four", "--", kWorker});
+  EXPECT_EQ(four.output.find("Could not convert"), std::string::npos) << four.output;
 }
 
 }  // namespace
