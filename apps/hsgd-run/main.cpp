@@ -76,6 +76,13 @@ int run(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &blocked, nullptr);
   signal(SIGPIPE, SIG_IGN);  // a closed terminal must not kill the launcher (and its workers)
 
+  const unsigned cores = std::thread::hardware_concurrency();
+  if (cores > 0 && static_cast<unsigned>(f.nproc_per_node) > cores) {
+    std::cerr << "hsgd-run: warning: --nproc-per-node " << f.nproc_per_node << " on a machine with "
+              << cores << " cores: the " << f.nproc_per_node << " workers share " << cores
+              << " cores (one intra-op thread each), so each computes more slowly than alone\n";
+  }
+
   std::unique_ptr<hsgd::comm::RendezvousServer> server;
   Endpoint store_at = f.store_at;
   if (f.embedded) {
@@ -104,10 +111,17 @@ int run(int argc, char** argv) {
                                     .token = f.token,
                                     .connect_timeout = seconds_to_ms(f.rdzv_timeout),
                                     .timeout = std::chrono::seconds(60)});
-  } catch (const hsgd::Error& e) {
+  } catch (const hsgd::Timeout& e) {
     std::ostringstream msg;
     msg << "hsgd-run: cannot reach the rendezvous endpoint " << store_at.host << ":"
         << store_at.port << " within " << f.rdzv_timeout << " s (--rdzv-timeout): " << e.what();
+    throw hsgd::CommError(msg.str());
+  } catch (const hsgd::CommError& e) {
+    // The server answered and said no (a wrong token, another protocol version): retrying or
+    // waiting longer cannot help.
+    std::ostringstream msg;
+    msg << "hsgd-run: the rendezvous server at " << store_at.host << ":" << store_at.port
+        << " refused job '" << f.rdzv_id << "': " << e.what();
     throw hsgd::CommError(msg.str());
   }
 

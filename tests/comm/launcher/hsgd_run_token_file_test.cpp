@@ -81,6 +81,25 @@ TEST(HsgdRunTokenFileTest, PerJobLines_RunPresentsItsJobsToken) {
   EXPECT_NE(missing.output.find("token"), std::string::npos) << show(missing);
 }
 
+// A wrong token is a refusal by a server that answered, not a reachability problem: it is said
+// so at once, without waiting out --rdzv-timeout.
+TEST(HsgdRunTokenFileTest, WrongToken_IsARefusalNotUnreachable) {
+  const auto dir = unique_temp_dir("hsgd_run_token_wrong");
+  std::ofstream(dir / "server_tokens") << "right-token\n";
+  std::ofstream(dir / "run_tokens") << "wrong-token\n";
+  auto server = start_rendezvous(dir / "server_tokens");
+  ASSERT_GT(server.port, 0);
+  const auto start = std::chrono::steady_clock::now();
+  const auto result = run_job(server.port, dir / "run_tokens", "wrong-job", dir);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, seconds(20)) << show(result);
+  EXPECT_EQ(result.status.exit_code, 1) << show(result);
+  EXPECT_NE(result.output.find("the rendezvous server at 127.0.0.1:" + std::to_string(server.port) +
+                               " refused job 'wrong-job'"),
+            std::string::npos)
+      << show(result);
+  EXPECT_EQ(result.output.find("cannot reach"), std::string::npos) << show(result);
+}
+
 TEST(HsgdRunTokenFileTest, Standalone_EmbeddedServerUsesTheJobsToken) {
   const auto dir = unique_temp_dir("hsgd_run_token_standalone");
   std::ofstream(dir / "tokens") << "solo-job tok-solo\nanother tok-other\n";

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "command.h"
@@ -151,6 +152,16 @@ TEST(HsgdRunUsageTest, HintsFitTheMistake) {
   EXPECT_EQ(bogus.output.find("did you mean"), std::string::npos) << bogus.output;
   const auto path = run({"-x/train", kWorker});
   EXPECT_NE(path.output.find("put '--' before it"), std::string::npos) << path.output;
+  // More workers than cores runs, with a word about it.
+  const int many = static_cast<int>(std::thread::hardware_concurrency()) + 1;
+  const auto dir = unique_temp_dir("hsgd_run_oversubscribed");
+  const auto over =
+      run({"--nproc-per-node", std::to_string(many), "--", kWorker, "env", dir.string()});
+  EXPECT_EQ(over.status.exit_code, 0) << over.output;
+  EXPECT_NE(over.output.find("warning: --nproc-per-node " + std::to_string(many) +
+                             " on a machine with " + std::to_string(many - 1) + " cores"),
+            std::string::npos)
+      << over.output;
   const auto four = run({"--nproc-per-node", "four", "--", kWorker});
   EXPECT_EQ(four.output.find("Could not convert"), std::string::npos) << four.output;
 }
