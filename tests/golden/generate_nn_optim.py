@@ -228,14 +228,15 @@ def gen_adam():
 
 class TinyTokenModel(nn.Module):
     """Embedding(11,6) -> LayerNorm(6) -> Linear(6,8) -> GELU(tanh) -> Linear(8,5) -> SiLU ->
-    mean over the sequence -> Linear(5,3) -> BatchNorm1d(3)."""
+    mean over the sequence -> Linear(5,3, bias=False) -> BatchNorm1d(3). (A bias in front of
+    BatchNorm has a zero gradient up to rounding, which Adam would blow up to full steps.)"""
 
     def __init__(self):
         super().__init__()
         self.emb = nn.Embedding(11, 6)
         self.norm = nn.LayerNorm(6)
         self.blocks = nn.ModuleList([nn.Linear(6, 8), nn.Linear(8, 5)])
-        self.head = nn.Linear(5, 3)
+        self.head = nn.Linear(5, 3, bias=False)
         self.bn = nn.BatchNorm1d(3)
 
     def forward(self, idx):
