@@ -189,6 +189,8 @@ TEST(BatchNorm1dTest, RejectsBadInput_NamingIt) {
       {"(N,C) or (N,C,L)", "[2, 3, 4, 4]"});
   expect_invalid([&] { bn.forward(randn({2, 5}, gen)); }, {"5 channels", "num_features = 3"});
   expect_invalid([] { BatchNorm1d(0); }, {"num_features 0"});
+  // Training statistics need more than one value per channel, as torch.
+  EXPECT_THROW(bn.forward(randn({1, 3}, gen)), InvalidArgument);
 }
 
 // ---- Embedding ----
