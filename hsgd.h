@@ -59,6 +59,7 @@
 #include "models/mlp.h"
 #include "models/registry.h"
 #include "models/resnet.h"
+#include "optim/adam.h"
 #include "optim/lr_scheduler.h"
 #include "optim/post_local_sgd_optimizer.h"
 #include "optim/sgd.h"

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <sstream>
+#include <utility>
 
 #include "apps/common/parallel_training.h"
 #include "comm/error.h"
@@ -19,9 +21,25 @@ void add_training_flags(CLI::App& app, TrainingFlags& flags) {
   app.add_option("--batch-size", flags.batch_size, "Examples per batch and rank")
       ->capture_default_str();
   app.add_option("--lr", flags.lr, "Learning rate")->capture_default_str();
-  app.add_option("--momentum", flags.momentum, "SGD momentum")->capture_default_str();
-  app.add_option("--weight-decay", flags.weight_decay, "L2 weight decay")->capture_default_str();
-  app.add_flag("--nesterov", flags.nesterov, "Nesterov momentum");
+  app.add_option(
+         "--optimizer", flags.optimizer,
+         "sgd (torch.optim.SGD: --momentum, --nesterov, L2 --weight-decay) or adamw "
+         "(torch.optim.AdamW: --beta1, --beta2, --eps, decoupled --weight-decay; it usually "
+         "wants a far smaller --lr, around 1e-3)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"sgd", "adamw"}));
+  app.add_option("--momentum", flags.momentum, "SGD momentum (--optimizer sgd)")
+      ->capture_default_str();
+  app.add_option("--weight-decay", flags.weight_decay,
+                 "Weight decay: an L2 penalty with sgd, decoupled (p -= lr * wd * p) with adamw")
+      ->capture_default_str();
+  app.add_flag("--nesterov", flags.nesterov, "Nesterov momentum (--optimizer sgd)");
+  app.add_option("--beta1", flags.beta1, "AdamW's first-moment decay (--optimizer adamw)")
+      ->capture_default_str();
+  app.add_option("--beta2", flags.beta2, "AdamW's second-moment decay (--optimizer adamw)")
+      ->capture_default_str();
+  app.add_option("--eps", flags.eps, "AdamW's denominator term (--optimizer adamw)")
+      ->capture_default_str();
   app.add_option("--schedule", flags.schedule,
                  "Learning-rate schedule: cosine (annealed to 0 over the run, per step) or "
                  "constant")
@@ -89,6 +107,16 @@ void check_training_flags(const TrainingFlags& flags) {
                 flags.momentum, " must be a finite number >= 0");
   HSGD_CHECK_AS(BadFlag, std::isfinite(flags.weight_decay), "--weight-decay ", flags.weight_decay,
                 " must be a finite number");
+  HSGD_CHECK_AS(BadFlag, flags.optimizer == "sgd" || flags.optimizer == "adamw", "--optimizer '",
+                flags.optimizer, "' must be sgd or adamw");
+  HSGD_CHECK_AS(BadFlag, flags.optimizer == "sgd" || !flags.nesterov,
+                "--nesterov applies to --optimizer sgd only, got --optimizer ", flags.optimizer);
+  HSGD_CHECK_AS(BadFlag, flags.beta1 >= 0 && flags.beta1 < 1, "--beta1 ", flags.beta1,
+                " must be in [0, 1)");
+  HSGD_CHECK_AS(BadFlag, flags.beta2 >= 0 && flags.beta2 < 1, "--beta2 ", flags.beta2,
+                " must be in [0, 1)");
+  HSGD_CHECK_AS(BadFlag, std::isfinite(flags.eps) && flags.eps >= 0, "--eps ", flags.eps,
+                " must be a finite number >= 0");
 }
 
 optim::SGDOptions sgd_options(const TrainingFlags& flags) {
@@ -96,6 +124,33 @@ optim::SGDOptions sgd_options(const TrainingFlags& flags) {
           .momentum = flags.momentum,
           .weight_decay = flags.weight_decay,
           .nesterov = flags.nesterov};
+}
+
+optim::AdamWOptions adamw_options(const TrainingFlags& flags) {
+  return {.lr = flags.lr,
+          .betas = {flags.beta1, flags.beta2},
+          .eps = flags.eps,
+          .weight_decay = flags.weight_decay};
+}
+
+std::shared_ptr<Optimizer> make_optimizer(const TrainingFlags& flags, std::vector<Tensor> params) {
+  if (flags.optimizer == "adamw") {
+    return std::make_shared<optim::AdamW>(std::move(params), adamw_options(flags));
+  }
+  HSGD_CHECK_AS(BadFlag, flags.optimizer == "sgd", "--optimizer '", flags.optimizer,
+                "' must be sgd or adamw");
+  return std::make_shared<optim::SGD>(std::move(params), sgd_options(flags));
+}
+
+std::string describe_optimizer(const TrainingFlags& flags) {
+  std::ostringstream out;
+  if (flags.optimizer == "adamw") {
+    out << "AdamW betas " << flags.beta1 << "/" << flags.beta2 << ", eps " << flags.eps;
+  } else {
+    out << "SGD momentum " << flags.momentum << (flags.nesterov ? " nesterov" : "");
+  }
+  out << ", weight decay " << flags.weight_decay;
+  return out.str();
 }
 
 int64_t planned_steps(const TrainingFlags& flags, const data::DataLoader& loader) {

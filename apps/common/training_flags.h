@@ -1,5 +1,7 @@
 #pragma once
-// The training flags the bundled examples (train_mlp, train_resnet) share: SGD, schedule,
+// The training flags the bundled examples (train_mlp, train_resnet) share: the optimizer
+// (--optimizer sgd with --momentum/--nesterov, or adamw with --beta1/--beta2/--eps; both take
+// --lr and --weight-decay, L2 for SGD and decoupled for AdamW), schedule,
 // epochs, batch size, seed, step limit, training subset, progress, evaluation and metrics.
 // Each program sets its own defaults in the struct before add_training_flags, which shows them
 // in --help.
@@ -11,6 +13,7 @@
 //   // ... parse ...
 //   apps::check_training_flags(training);                   // after parsing
 //   auto sgd = std::make_shared<optim::SGD>(params, apps::sgd_options(training));
+//   std::shared_ptr<Optimizer> opt = apps::make_optimizer(training, params);   // per --optimizer
 //
 // Bad values throw InvalidArgument naming the flag (exit code 1 in the examples).
 
@@ -18,9 +21,11 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "framework/data/data_loader.h"
 #include "framework/train/optimizer.h"
+#include "optim/adam.h"
 #include "optim/lr_scheduler.h"
 #include "optim/sgd.h"
 
@@ -28,11 +33,13 @@ namespace hsgd::apps {
 
 struct TrainingFlags {
   int64_t epochs = 1;
-  int64_t batch_size = 64;  // per rank
-  double lr = 0.05;         // per rank, as with torch DDP
-  double momentum = 0.9;
-  double weight_decay = 0;
-  bool nesterov = false;
+  int64_t batch_size = 64;                        // per rank
+  double lr = 0.05;                               // per rank, as with torch DDP
+  std::string optimizer = "sgd";                  // sgd | adamw
+  double momentum = 0.9;                          // sgd
+  double weight_decay = 0;                        // sgd: L2 penalty; adamw: decoupled decay
+  bool nesterov = false;                          // sgd
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // adamw
   std::string schedule = "cosine";  // cosine (annealed to 0 over the run, per step) | constant
   uint64_t seed = 0;                // initialisation, shuffle and augmentation
   int threads = 0;  // intra-op threads (hsgd::set_num_threads); 0: HSGD_NUM_THREADS, else all cores
@@ -56,6 +63,14 @@ void check_training_flags(const TrainingFlags& flags);
 void apply_thread_flag(const TrainingFlags& flags);
 
 optim::SGDOptions sgd_options(const TrainingFlags& flags);
+optim::AdamWOptions adamw_options(const TrainingFlags& flags);
+
+// optim::SGD or optim::AdamW over params, as --optimizer says.
+std::shared_ptr<Optimizer> make_optimizer(const TrainingFlags& flags, std::vector<Tensor> params);
+
+// "SGD momentum 0.9 nesterov, weight decay 0.0001" / "AdamW betas 0.9/0.999, eps 1e-08, weight
+// decay 0.01", for the programs' first line.
+std::string describe_optimizer(const TrainingFlags& flags);
 
 // Steps the run trains in all: epochs * loader.num_batches(), capped by --max-steps. Throws
 // BadFlag naming --batch-size when an epoch holds no full batch.

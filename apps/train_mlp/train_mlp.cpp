@@ -6,6 +6,7 @@
 //
 //   train_mlp --epochs 1                # 784-512-256-10 on /usr/share/datasets/fashion-mnist
 //   train_mlp --synthetic --epochs 3    # no data files needed
+//   train_mlp --optimizer adamw --lr 1e-3 --weight-decay 0.01   # AdamW instead of SGD
 //   hsgd-run --nproc-per-node 4 -- train_mlp --mode ddp
 //   hsgd-run --nproc-per-node 4 -- train_mlp --mode local-sgd --period 4 --warmup-steps 50
 //   hsgd-run --nproc-per-node 4 -- train_mlp --mode hierarchical --hierarchy 2:2,4:4
@@ -64,7 +65,6 @@
 #include "framework/data/subset.h"
 #include "framework/data/synthetic_dataset.h"
 #include "models/mlp.h"
-#include "optim/sgd.h"
 
 namespace {
 
@@ -134,7 +134,7 @@ int run(const Flags& flags) {
   const bool distributed_run = world_size > 1 || flags.parallel.mode != "ddp";
 
   const std::shared_ptr<Optimizer> optimizer =
-      parallel.wrap(std::make_shared<optim::SGD>(model->parameters(), apps::sgd_options(training)));
+      parallel.wrap(apps::make_optimizer(training, model->parameters()));
   data::DataLoader loader(data.train, {.batch_size = training.batch_size,
                                        .shuffle = true,
                                        .seed = training.seed,
@@ -163,11 +163,12 @@ int run(const Flags& flags) {
   if (lead) {
     std::printf(
         "train_mlp: MLP %s, %s: %lld train / %lld test examples, batch %lld, lr %g, "
-        "momentum %g, %s lr, %d BLAS threads\n",
+        "%s, %s lr, %d BLAS threads\n",
         arch.c_str(), flags.synthetic ? "synthetic data" : flags.data_dir.c_str(),
         static_cast<long long>(data.train->size()), static_cast<long long>(data.test->size()),
-        static_cast<long long>(training.batch_size), training.lr, training.momentum,
-        training.schedule.c_str(), openblas_get_num_threads());
+        static_cast<long long>(training.batch_size), training.lr,
+        apps::describe_optimizer(training).c_str(), training.schedule.c_str(),
+        openblas_get_num_threads());
     if (distributed_run) {
       std::printf("train_mlp: %s, %lld batches per rank per epoch\n",
                   parallel.describe(world_size, flags.parallel).c_str(),

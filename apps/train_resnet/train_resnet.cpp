@@ -23,6 +23,8 @@
 //
 // Defaults: batch 128 per rank, lr 0.1, momentum 0.9, cosine schedule, weight decay 1e-4 (5e-4
 // for resnet18 unless --weight-decay is given).
+// --optimizer adamw trains with AdamW (--lr, decoupled --weight-decay, --beta1/--beta2/--eps)
+// instead of SGD; give it its own --lr (around 1e-3).
 //
 // Exit code 0 on success, 1 on a bad flag value or unreadable data (the message names it), 2 on
 // a --mode/--hierarchy setting the job cannot use.
@@ -47,7 +49,6 @@
 #include "framework/data/synthetic_dataset.h"
 #include "framework/data/transforms.h"
 #include "models/registry.h"
-#include "optim/sgd.h"
 
 namespace {
 
@@ -133,7 +134,7 @@ int run(Flags flags) {
       apps::make_parallel(model, world, flags.parallel, model->buffers());
   const bool distributed_run = world_size > 1 || flags.parallel.mode != "ddp";
   const std::shared_ptr<Optimizer> optimizer =
-      parallel.wrap(std::make_shared<optim::SGD>(model->parameters(), apps::sgd_options(training)));
+      parallel.wrap(apps::make_optimizer(training, model->parameters()));
   data::DataLoader loader(data.train, {.batch_size = training.batch_size,
                                        .shuffle = true,
                                        .seed = training.seed,
@@ -159,11 +160,11 @@ int run(Flags flags) {
     const Shape shape = data.train->example_shape();
     std::printf(
         "train_resnet: %s (%lld parameters, input %s), %s: %lld train / %lld test examples, "
-        "batch %lld, lr %g, momentum %g, weight decay %g, %s lr%s\n",
+        "batch %lld, lr %g, %s, %s lr%s\n",
         flags.model.c_str(), static_cast<long long>(num_params), shape_str(shape).c_str(),
         data.name.c_str(), static_cast<long long>(data.train->size()),
         static_cast<long long>(data.test->size()), static_cast<long long>(training.batch_size),
-        training.lr, training.momentum, training.weight_decay, training.schedule.c_str(),
+        training.lr, apps::describe_optimizer(training).c_str(), training.schedule.c_str(),
         data.augment ? ", crop + flip augmentation" : "");
     if (distributed_run) {
       std::printf("train_resnet: %s, batch %lld per rank, %lld batches per rank per epoch\n",

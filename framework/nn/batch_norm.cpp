@@ -33,4 +33,29 @@ Tensor BatchNorm2d::run(const Tensor& x, bool relu) {
   return y;
 }
 
+BatchNorm1d::BatchNorm1d(int64_t num_features, double eps, double momentum)
+    : Module("BatchNorm1d"), num_features_(num_features), eps_(eps), momentum_(momentum) {
+  HSGD_CHECK(num_features > 0, "BatchNorm1d: num_features ", num_features, " must be positive");
+  HSGD_CHECK(eps > 0, "BatchNorm1d: eps ", eps, " must be positive");
+  HSGD_CHECK(momentum >= 0 && momentum <= 1, "BatchNorm1d: momentum ", momentum,
+             " must be in [0, 1]");
+  weight_ = register_parameter("weight", ones({num_features}));
+  bias_ = register_parameter("bias", zeros({num_features}));
+  running_mean_ = register_buffer("running_mean", zeros({num_features}));
+  running_var_ = register_buffer("running_var", ones({num_features}));
+  num_batches_tracked_ = register_buffer("num_batches_tracked", zeros({}));
+}
+
+Tensor BatchNorm1d::forward(const Tensor& x) {
+  HSGD_CHECK(x.defined() && (x.dim() == 2 || x.dim() == 3),
+             "BatchNorm1d: input must be (N,C) or (N,C,L), got shape ",
+             x.defined() ? shape_str(x.shape()) : "undefined");
+  HSGD_CHECK(x.size(1) == num_features_, "BatchNorm1d: input has ", x.size(1), " channels (shape ",
+             shape_str(x.shape()), "), expected num_features = ", num_features_);
+  Tensor y =
+      batch_norm(x, weight_, bias_, running_mean_, running_var_, is_training(), momentum_, eps_);
+  if (is_training()) num_batches_tracked_.data()[0] += 1.0f;
+  return y;
+}
+
 }  // namespace hsgd::nn

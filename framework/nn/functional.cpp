@@ -5,8 +5,10 @@
 
 namespace hsgd::nn {
 
-Tensor cross_entropy(const Tensor& logits, const std::vector<int64_t>& targets) {
-  return hsgd::cross_entropy(logits, targets);
+Tensor cross_entropy(const Tensor& logits, const std::vector<int64_t>& targets,
+                     const CrossEntropyOptions& options) {
+  return hsgd::cross_entropy(logits, targets, options.weight, options.ignore_index,
+                             options.label_smoothing);
 }
 
 Tensor nll_loss(const Tensor& logp, const std::vector<int64_t>& targets) {

@@ -1,12 +1,16 @@
 #pragma once
-// Umbrella header for hsgd::nn: modules, layers and losses.
+// Umbrella header for hsgd::nn: modules, layers, losses, initialisation and gradient clipping.
 #include "framework/nn/activation.h"
 #include "framework/nn/batch_norm.h"
+#include "framework/nn/clip_grad.h"
 #include "framework/nn/conv.h"
 #include "framework/nn/dropout.h"
+#include "framework/nn/embedding.h"
 #include "framework/nn/functional.h"
 #include "framework/nn/init.h"
+#include "framework/nn/layer_norm.h"
 #include "framework/nn/linear.h"
 #include "framework/nn/module.h"
+#include "framework/nn/module_list.h"
 #include "framework/nn/pooling.h"
 #include "framework/nn/sequential.h"

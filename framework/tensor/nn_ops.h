@@ -1,5 +1,6 @@
 #pragma once
-// Differentiable neural-network ops: convolution, pooling, batch normalisation and dropout.
+// Differentiable neural-network ops: convolution, pooling, batch and layer normalisation,
+// dropout, GELU / SiLU and embedding lookup.
 // They follow torch.nn.functional (conv2d without groups/dilation, pooling with ceil_mode=False,
 // avg_pool2d with count_include_pad=True) and, like everything in ops.h, record autograd history
 // when grad mode is on and an input requires grad. Bad input (wrong rank, channel mismatch, a
@@ -18,6 +19,8 @@
 
 #include <array>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "framework/tensor/generator.h"
 #include "framework/tensor/tensor.h"
@@ -68,5 +71,28 @@ Tensor batch_norm_relu(const Tensor& x, const Tensor& weight, const Tensor& bias
 // generator state gives the same mask. In eval (or with p == 0) returns x itself.
 // p must be in [0, 1).
 Tensor dropout(const Tensor& x, double p, bool training, Generator& gen);
+
+// Layer normalisation over the trailing dimensions, as torch.nn.functional.layer_norm: x's last
+// dims must equal normalized_shape (InvalidArgument naming both shapes otherwise); each slice
+// x[..., :] of shape normalized_shape is normalised with its mean and BIASED variance,
+// y = (x - mean) / sqrt(var + eps) * weight + bias; weight and bias have shape normalized_shape
+// or are undefined (1 and 0). Gradients flow to x, weight and bias.
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
+                  const Tensor& bias = Tensor(), double eps = 1e-5);
+
+// x * Phi(x), Phi the standard normal CDF (approximate "none", exact with erf), or its tanh
+// approximation 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (approximate "tanh"), as
+// torch.nn.functional.gelu. Another approximate is InvalidArgument.
+Tensor gelu(const Tensor& x, const std::string& approximate = "none");
+
+// x * sigmoid(x) (torch.nn.functional.silu, a.k.a. swish).
+Tensor silu(const Tensor& x);
+
+// Rows of weight (V, D) picked by indices: the output has shape indices_shape + (D), as
+// torch.nn.functional.embedding. indices holds shape_numel(indices_shape) values in [0, V)
+// (InvalidArgument naming the position and value otherwise). The gradient of weight adds up the
+// output gradients of every position that picked a row (dense, V x D).
+Tensor embedding(const Tensor& weight, const std::vector<int64_t>& indices,
+                 const Shape& indices_shape);
 
 }  // namespace hsgd

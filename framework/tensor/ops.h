@@ -89,6 +89,14 @@ Tensor softmax(const Tensor& x, int64_t dim);
 Tensor nll_loss(const Tensor& logp, const std::vector<int64_t>& targets);
 // nll_loss(log_softmax(logits, 1), targets): logits (N,C).
 Tensor cross_entropy(const Tensor& logits, const std::vector<int64_t>& targets);
+// cross_entropy with torch's options and reduction 'mean' (torch.nn.functional.cross_entropy):
+// weight (C) rescales each class (undefined: all 1) and the loss is the WEIGHTED mean, divided by
+// the sum of the targets' weights; rows whose target equals ignore_index count for nothing
+// (neither numerator nor denominator; all rows ignored gives NaN, as torch); label_smoothing s
+// in [0, 1] mixes in the uniform distribution: (1 - s) * nll + s / C * the (weighted) mean over
+// rows of -sum_c weight[c] logp[i, c]. Other targets must be in [0, C).
+Tensor cross_entropy(const Tensor& logits, const std::vector<int64_t>& targets,
+                     const Tensor& weight, int64_t ignore_index, double label_smoothing);
 // Class indices held in a tensor (e.g. a batch of labels), for nll_loss / cross_entropy. Every
 // value must be a non-negative integer (InvalidArgument naming the index and value otherwise).
 std::vector<int64_t> to_indices(const Tensor& t);
