@@ -26,7 +26,9 @@ int main() {
   auto averager = std::make_shared<HierarchicalModelAverager>(
       std::vector<std::pair<int64_t, int>>{{2, kNodeGroup}, {16, kWholeGroup}}, 100, world);
   optim::PostLocalSGDOptimizer opt(
-      std::make_shared<optim::SGD>(model->parameters(), optim::SGDOptions{.lr = 0.05}), averager);
+      std::make_shared<optim::AdamW>(model->parameters(),
+                                     optim::AdamWOptions{.lr = 1e-3, .weight_decay = 1e-2}),
+      averager);
   auto train = std::make_shared<data::FashionMNIST>("/usr/share/datasets/fashion-mnist",
                                                     data::FashionMNIST::Split::kTrain);
   data::DataLoader loader(
@@ -36,7 +38,8 @@ int main() {
     opt.zero_grad();
     Tensor loss = nn::cross_entropy(ddp.forward(batch.inputs), batch.targets);
     loss.backward();
-    opt.step();  // the SGD step, then the averager
+    nn::utils::clip_grad_norm_(model->parameters(), /*max_norm=*/1.0);
+    opt.step();  // the AdamW step, then the averager
     if (world->rank() == 0 && averager->step() % 100 == 0) std::cout << loss.item() << std::endl;
   }
   world->shutdown();
