@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# shellcheck disable=SC2317  # slurm_cluster_stop runs from traps, it is reachable
+# shellcheck disable=SC2317,SC2015,SC2016  # functions run from traps; A && B || C on tests; sh -c
 # A real multi-node Slurm cluster on this machine, for tests and for trying sbatch scripts.
 #
 # Sourced by a test (bash, set -euo pipefail is fine):

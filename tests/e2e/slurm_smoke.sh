@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2015  # A && B || fail: fail when either test is false
 # Usage: slurm_smoke.sh SOURCE_DIR BUILD_DIR
 # hsgd under a real Slurm cluster of 4 nodes on this machine (tests/e2e/slurm_cluster.sh: one
 # slurmd per network and UTS namespace, each node with its own host name and address on a
@@ -64,7 +65,8 @@ check_deadline() {
   exit 124
 }
 
-work=$(mktemp -d /tmp/hsgd-slurm-smoke.XXXXXX)
+# Named like the cluster's directory, so that a later cluster removes it if this shell is killed.
+work=$(mktemp -d "/tmp/hsgd-slurm-$$.smoke.XXXXXX")
 chmod 755 "$work"
 slurm_cluster_start 4
 
@@ -221,7 +223,7 @@ check_job() {  # check_job WHAT NODES TPN
   # hsgd-run's node table (node 0's agent): node k's row lists the ranks that run on its host.
   if [ "$what" = hsgd_run_per_node ]; then
     local rows=0 first last ranks
-    while IFS=$'\t' read -r agent text; do
+    while IFS=$'\t' read -r _ text; do
       [[ $text =~ ^([0-9]+)\ +([^ ]+)\ +[0-9]+\ +([0-9]+)\ +([0-9]+)\.\.([0-9]+)$ ]] || continue
       h=${BASH_REMATCH[2]} first=${BASH_REMATCH[4]} last=${BASH_REMATCH[5]}
       ranks=$(seq -s ' ' "$first" "$last")
@@ -240,7 +242,7 @@ check_job() {  # check_job WHAT NODES TPN
   awk -v a="$acc" -v m="$min_accuracy" 'BEGIN { exit !(a >= m) }' ||
     fail "$what: final test accuracy $acc% < $min_accuracy%"
   # What each node of the job sent and received on its link during the job.
-  local tx rx before after bytes_report=""
+  local tx rx before bytes_report=""
   for h in "${!ranks_on[@]}"; do
     k=${h##*n}
     read -r tx rx <<<"$(slurm_cluster_link_bytes "$k")"
