@@ -7,7 +7,8 @@
 #   trap 'slurm_cluster_stop' EXIT
 #   slurm_cluster_prepare "my_test"   # exit 77, saying why, without root, namespaces or packages
 #   slurm_cluster_start 4             # SLURM_CONF exported; sbatch, srun, squeue, ... work
-#   ...                               # SC_NODES[k], SC_ADDRS[k], SC_NS[k]; slurm_cluster_link_bytes k
+#   ...                               # SC_NODES[k], SC_ADDRS[k], SC_NS[k]
+#   slurm_cluster_link_bytes 1        # "TX RX": bytes node 1 sent and received on its link
 #   slurm_cluster_stop                # idempotent; also what the EXIT trap runs
 # Run directly, it starts a cluster, runs COMMAND with SLURM_CONF set and stops the cluster:
 #   tests/e2e/slurm_cluster.sh --nodes 2 -- bash
@@ -27,8 +28,9 @@
 #     exec` would remount /sys and hide the cgroup tree slurmd needs: "Unable to initialize
 #     cgroup plugin".)
 # Each node declares the CPUs slurmd -C finds (all nodes share this machine's cores); proctrack
-# linuxproc, task/none; EnforcePartLimits=ALL, so that an impossible request fails at once instead
-# of waiting forever; the partition oversubscribes up to 4 jobs per CPU.
+# linuxproc, task/none; jobs up to 60 minutes; EnforcePartLimits=ALL, so that an impossible
+# request fails at once instead of waiting forever; the partition oversubscribes up to 4 jobs per
+# CPU.
 #
 # The nodes share this machine's file systems (/dev/shm, /tmp) and process table, like containers
 # on one host; only their network and host name are their own.
@@ -76,7 +78,9 @@ slurm_cluster_prepare() {
   fi
   # Nothing of an outer job or launcher may leak into the cluster's jobs.
   local var
-  while read -r var; do unset "$var"; done < <(compgen -e | grep -E '^(SLURM_|SBATCH_|SRUN_|SALLOC_)' || true)
+  while read -r var; do unset "$var"; done < <(
+    compgen -e | grep -E '^(SLURM_|SBATCH_|SRUN_|SALLOC_)' || true
+  )
   unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK MASTER_ADDR MASTER_PORT \
     HSGD_RUN_ID HSGD_NNODES HSGD_NODE_RANK HSGD_RDZV_ENDPOINT HSGD_RDZV_ID HSGD_NPROC_PER_NODE \
     HSGD_STANDALONE
@@ -236,7 +240,8 @@ slurm_cluster_start() {
     [ -z "$(ss -Htln "sport = :$ctld_port" 2>/dev/null)" ] && break
   done
   host=$(hostname -s)
-  cpus=$(slurmd -C 2>/dev/null | head -1 | grep -o 'CPUs=[0-9]*') || sc_fail_start "slurmd -C failed"
+  cpus=$(slurmd -C 2>/dev/null | head -1 | grep -o 'CPUs=[0-9]*') ||
+    sc_fail_start "slurmd -C failed"
   # Job ids decide hsgd's default rendezvous ports; random ones keep concurrent clusters apart
   # even where a port is shared (a job's tasks all run inside the namespaces, though).
   first_job=$((1000 * (1 + RANDOM % 900) + RANDOM % 900))
@@ -278,7 +283,7 @@ EOF
     for k in $(seq 0 $((n - 1))); do
       echo "NodeName=${SC_NODES[$k]} NodeAddr=${SC_ADDRS[$k]} $cpus State=UNKNOWN"
     done
-    echo "PartitionName=hsgd Nodes=ALL Default=YES MaxTime=5 State=UP OverSubscribe=FORCE:4"
+    echo "PartitionName=hsgd Nodes=ALL Default=YES MaxTime=60 State=UP OverSubscribe=FORCE:4"
   } >"$SC_DIR/slurm.conf"
   export SLURM_CONF=$SC_DIR/slurm.conf
 
@@ -335,7 +340,9 @@ slurm_cluster_stop() {
   # The daemons' own pid files, and the pids they were started as (the same processes).
   local pids=("${SC_PIDS[@]}")
   for pid in $(cat "$SC_DIR"/*.pid 2>/dev/null || true); do
-    case "$(cat "/proc/$pid/comm" 2>/dev/null)" in munged | slurmctld | slurmd) pids+=("$pid") ;; esac
+    case "$(cat "/proc/$pid/comm" 2>/dev/null)" in
+      munged | slurmctld | slurmd) pids+=("$pid") ;;
+    esac
   done
   [ ${#pids[@]} -gt 0 ] && sc_stop_pids "${pids[@]}"
   for pid in "${SC_PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done

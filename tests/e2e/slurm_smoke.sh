@@ -71,7 +71,7 @@ chmod 755 "$work"
 slurm_cluster_start 4
 
 out=$work/out
-fail() { cat "$out"; echo "slurm_smoke: FAILED: $1" >&2; exit 1; }
+fail() { cat "$out"; echo "slurm_smoke: FAILED: $*" >&2; exit 1; }
 expect() { grep -Eq -- "$1" "$out" || fail "$2 (no line matching '$1')"; }
 # Runs "$@" in the background and waits for it, checking the deadline.
 bounded() {
@@ -170,7 +170,8 @@ check_job() {  # check_job WHAT NODES TPN
   declare -A host_of=() ranks_on=()
   while IFS=$'\t' read -r r text; do
     [[ $text =~ ^placed:\ rank\ ([0-9]+)\ host\ ([^ ]+)\ slurmd\ ([^ ]*)$ ]] || continue
-    [ "${BASH_REMATCH[1]}" = "$r" ] || fail "$what: output of rank $r says it is rank ${BASH_REMATCH[1]}"
+    [ "${BASH_REMATCH[1]}" = "$r" ] ||
+      fail "$what: output of rank $r says it is rank ${BASH_REMATCH[1]}"
     [ "${BASH_REMATCH[2]}" = "${BASH_REMATCH[3]}" ] ||
       fail "$what: rank $r runs on host ${BASH_REMATCH[2]} but SLURMD_NODENAME=${BASH_REMATCH[3]}"
     [ -z "${host_of[$r]:-}" ] || fail "$what: rank $r started twice"
@@ -250,7 +251,8 @@ check_job() {  # check_job WHAT NODES TPN
     tx=$((tx - ${before% *}))
     rx=$((rx - ${before#* }))
     [ "$tx" -ge "$min_link_bytes" ] && [ "$rx" -ge "$min_link_bytes" ] ||
-      fail "$what: node $h sent $tx and received $rx bytes on its link, expected >= $min_link_bytes each"
+      fail "$what: node $h sent $tx and received $rx bytes on its link;" \
+        "expected >= $min_link_bytes each way"
     bytes_report+=" n$k $((tx / 1000000))/$((rx / 1000000))"
   done
   job_summary="ranks ok, node groups ok, accuracy $acc%, MB out/in per node:$bytes_report"
