@@ -28,7 +28,8 @@
 #     into and out of each of N nodes (>= 1.07 MB), while Slurm's own messages are kilobytes;
 #   - accuracy: rank 0's final test accuracy (of the averaged model) >= 65%. Chance is 10%; such
 #     a run reached 72-74% on 2026-12-04, so 65% passes any run that trained and fails one whose
-#     averaging mixed up the replicas or did not train (a bound, not a tuned value).
+#     averaging mixed up the replicas or did not train (a bound, not a tuned value). Without
+#     Fashion-MNIST the jobs train on --synthetic data, >= 90% (one process reaches 100%).
 # Skipped (77), saying why, without root, network namespaces or the Slurm packages (installed
 # with apt-get when missing). Everything stops by pid, also on failure and at the deadline
 # (HSGD_SLURM_SMOKE_DEADLINE seconds after the start, installation included, default 480,
@@ -135,8 +136,17 @@ echo "placed: rank \${RANK:-\$SLURM_PROCID} host \$(hostname) slurmd \$SLURMD_NO
 exec "$build/apps/train_mlp/train_mlp" "\$@"
 EOF
 chmod 755 "$work/placed.sh"
-min_accuracy=65
 min_link_bytes=1000000
+# Fashion-MNIST where it is installed (train_mlp's default --data-dir), else the synthetic set,
+# which any working run learns completely (100% in one process), so the bar is 90% there.
+if [ -d /usr/share/datasets/fashion-mnist ]; then
+  data=(--epochs 1 --train-subset 8192 --max-eval 2000 --mode hierarchical)
+  min_accuracy=65
+else
+  echo "slurm_smoke: no /usr/share/datasets/fashion-mnist: the sbatch jobs use --synthetic data"
+  data=(--synthetic --epochs 1 --mode hierarchical)
+  min_accuracy=90
+fi
 
 # Submits SCRIPT with SBATCH_OPTIONS and waits; fails unless it completed with exit code 0.
 run_batch() {  # run_batch SCRIPT SBATCH_OPTIONS... -- ARGS...
@@ -260,7 +270,6 @@ check_job() {  # check_job WHAT NODES TPN
 
 declare -A bytes_before=()
 export HSGD_APPS=$build/apps HSGD_PROGRAM=$work/placed.sh HSGD_LOG_LEVEL=debug SLURM_LABELIO=1
-data=(--epochs 1 --train-subset 8192 --max-eval 2000 --mode hierarchical)
 for layout in 2x2 4x1; do
   nodes=${layout%x*}
   tpn=${layout#*x}
