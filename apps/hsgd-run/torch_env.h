@@ -16,8 +16,9 @@
 // node without a rank hosts it when the endpoint's host is this machine's hostname.
 //
 // Usage (in parse_flags, after the command line is parsed):
-//   TorchEnvGiven given{.nnodes = nnodes_option->count() > 0, ...};
-//   apply_torch_env(flags, given);
+//   hsgd::run::Flags flags;
+//   hsgd::run::TorchEnvGiven given{.nnodes = false, .nproc_per_node = true};  // set by flags
+//   hsgd::run::apply_torch_env(flags, given);  // PET_NNODES, if set, now gave flags.nnodes
 
 #include "apps/hsgd-run/flags.h"
 
