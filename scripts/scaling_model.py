@@ -96,6 +96,20 @@ EXPERIMENTS = {
               ("overlap_16", "none", 98.66), ("all_three", "none", 101.79)]),
 }
 
+# "MB of averagings" of the level-options tables (same pages, same dates): the link's bytes in
+# both directions minus those of no_top (start-up, warm-up, evaluations): what the top level's
+# averagings sent. Deterministic (the bytes repeat exactly between runs).
+AVERAGING_MB = {
+    "mlp_nodes_options_1203": {"hierarchical": 120.4, "outer": 30.1, "overlap": 120.4,
+                               "overlap_16": 120.5, "bf16": 62.3, "all_three": 17.2},
+    "mlp_racks_options_1203": {"hierarchical": 180.7, "outer": 45.2, "overlap": 180.8,
+                               "overlap_16": 180.6, "bf16": 93.6, "all_three": 25.7},
+    "resnet20_nodes_options_1203": {"hierarchical": 28.6, "outer": 6.6, "overlap": 28.6,
+                                    "overlap_16": 28.6, "bf16": 15.4, "all_three": 4.4},
+    "resnet20_racks_options_1203": {"hierarchical": 42.7, "outer": 9.7, "overlap": 42.7,
+                                    "overlap_16": 42.8, "bf16": 23.0, "all_three": 6.5},
+}
+
 # Which rows calibrate what (never checked), the rest are checked.
 #  - mlp_nodes_1202 / none, modes ddp, local_sgd, hierarchical: solve for the step's computation
 #    c, the shared-memory allreduce time x of the model and the TCP CPU time y of the model
@@ -276,11 +290,11 @@ def ddp_step_comm(net, nbytes, compute, group="world"):
 
 
 def run_time(net, mode, nbytes, compute, steps):
-    """Seconds for `steps` steps of an emulated run (warm-up included) and bytes per direction on
-    the bottleneck link."""
+    """Seconds for `steps` steps of an emulated run (warm-up included), bytes per direction on
+    the slow link, and of those the top level's averagings."""
     ddp_comm, ddp_bytes = ddp_step_comm(net, nbytes, compute)
     if mode == "ddp":
-        return steps * (compute + ddp_comm), steps * ddp_bytes
+        return steps * (compute + ddp_comm), steps * ddp_bytes, 0.0
     m = EMULATED_MODES[mode]
     total = WARMUP * (compute + ddp_comm)
     sent = WARMUP * ddp_bytes
@@ -297,6 +311,7 @@ def run_time(net, mode, nbytes, compute, steps):
     step = compute + l1
     total += rest * step
     sent += rest * l1_bytes
+    top_sent = 0.0
     if m["top"]:
         count = rest // m["top"]
         overlap = m.get("overlap", 0)
@@ -305,7 +320,8 @@ def run_time(net, mode, nbytes, compute, steps):
             parts = net.allreduce(nbytes, "world", idle=compute, compressed=compressed)
             total += net.exposed(parts, overlap * step) if overlap else net.blocking(parts)
             sent += parts[3]
-    return total, sent
+            top_sent += parts[3]
+    return total, sent, top_sent
 
 
 def emulated_net(topology, link, tcp_cpu_rate, shm_time_per_byte):
@@ -359,7 +375,7 @@ def calibrate():
             # c such that the model gives the measured time: time is c * steps + comm, with the
             # comm independent of c for these modes on an unlimited link (overlap windows aside).
             net = emulated_net(e["topology"], "none", 1.0 / y, x)
-            t0, _ = run_time(net, mode, nb, 0.0, e["steps"])
+            t0, _, _ = run_time(net, mode, nb, 0.0, e["steps"])
             cs.append((s * e["epochs"] - t0) / e["steps"])
         comps[name] = sum(cs) / len(cs)
     return comps, x, y
@@ -392,7 +408,9 @@ def is_calibration_row(name, mode, link):
     return True
 
 
-def check(verbose=True):
+def check(verbose=True, scale=1.0):
+    """0 when every checked row is within TOLERANCE, else 1. scale multiplies the measured values
+    of the checked rows (a test shows the check fails on data that is off)."""
     comps, x, y = calibrate()
     if verbose:
         print("Calibration (docs/scaling.md):")
@@ -416,10 +434,13 @@ def check(verbose=True):
         c = comps[name]
         for mode, link, s in e["rows"]:
             net = emulated_net(e["topology"], link, 1.0 / y, x)
-            t, sent = run_time(net, mode, nb, c, e["steps"])
+            t, sent, _ = run_time(net, mode, nb, c, e["steps"])
             pred = t / e["epochs"]
             err = pred / s - 1
             calib = is_calibration_row(name, mode, link)
+            if not calib:
+                s *= scale
+                err = pred / s - 1
             role = "calibration" if calib else "checked"
             if not calib:
                 worst = max(worst, abs(err))
@@ -429,6 +450,26 @@ def check(verbose=True):
             if verbose:
                 print(f"{name:30s} {mode:18s} {link:8s} {s:9.2f} {pred:9.2f} {err * 100:+6.1f}%  "
                       f"{sent / MB:11.1f}  {role}")
+    if verbose:
+        print()
+        print("Bytes of the top level's averagings across the slow link, both directions "
+              "(measured: 'MB of averagings'):")
+        print(f"{'experiment':30s} {'mode':18s} {'measured':>9s} {'predicted':>9s} {'error':>7s}")
+    for name, rows in AVERAGING_MB.items():
+        e = EXPERIMENTS[name]
+        for mode, mb in rows.items():
+            net = emulated_net(e["topology"], "100mbit", 1.0 / y, x)
+            _, _, top = run_time(net, mode, model_bytes(e["model"]), comps[name], e["steps"])
+            pred = 2 * top / MB
+            mb *= scale
+            err = pred / mb - 1
+            worst = max(worst, abs(err))
+            miss = abs(err) > TOLERANCE
+            if miss:
+                failed.append((name, mode, "bytes", err))
+            if verbose:
+                print(f"{name:30s} {mode:18s} {mb:9.1f} {pred:9.1f} {err * 100:+6.1f}%"
+                      + ("  MISS" if miss else ""))
     if verbose:
         print()
         print(f"worst checked error {worst * 100:.1f}% (limit {TOLERANCE * 100:.0f}%); "
@@ -544,12 +585,16 @@ def main(argv=None):
                    help="node counts of --table (comma-separated)")
     p.add_argument("--two-level-max", type=int, default=64,
                    help="largest group (ranks) that uses the two-level allreduce (hsgd: 64)")
+    p.add_argument("--scale-measured", type=float, default=1.0, metavar="F",
+                   help="multiply the checked measurements by F (a test that --check can fail)")
     args = p.parse_args(argv)
+    if not args.scale_measured > 0:
+        p.error(f"--scale-measured: expected a factor > 0, got {args.scale_measured}")
     if not args.check and not args.table:
         p.error("give --check and/or --table")
     rc = 0
     if args.check:
-        rc = check()
+        rc = check(scale=args.scale_measured)
     if args.table:
         try:
             nodes = [int(v) for v in args.nodes.split(",")]
