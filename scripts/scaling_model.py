@@ -207,9 +207,9 @@ class Net:
         return 2 * (p - 1)  # ring
 
     def allreduce(self, nbytes, group, idle=0.0, compressed=False):
-        """(shm, tcp_cpu, wire, bytes per direction on a node's link, or between the racks) of an allreduce
-        of nbytes over `group`: 'node' (the workers of a node or, racks topology, of a rack) or
-        'world'. compressed: bf16 between node leaders (ring), float32 within the node."""
+        """(shm, tcp_cpu, wire, bytes per direction on a node's link or between the racks) of an
+        allreduce of nbytes over `group`: 'node' (the workers of a node or, racks topology, of a
+        rack) or 'world'. compressed: bf16 between node leaders (ring), float32 within the node."""
         N, w = self.nodes, self.per_node
         if self.topology == "racks":
             # 2 racks x 2 nodes x 1 worker; every group is flat Gloo over TCP.
