@@ -1,0 +1,610 @@
+#!/usr/bin/env python3
+"""An alpha-beta model of the time per training step of hsgd's modes (docs/scaling.md).
+
+Modes: DDP (gradients allreduced every step, bucketed, overlapping the backward pass), post-local
+SGD (gradients allreduced within the node every step, models averaged globally every H steps),
+hierarchical averaging (models averaged per level, each with its period) and the top level's
+options: outer (DiLoCo-style outer optimizer; it changes the period, not the bytes), overlap=K
+(the averaging is merged K steps later while training continues) and bf16 (half the bytes
+between the nodes, on a ring of node leaders).
+
+Communication follows hsgd (docs/communication.md): within a node an allreduce goes through
+shared memory; a group spanning N nodes with w >= 2 members on each and at most 64 ranks uses
+the two-level allreduce (reduce in the node, shard i of w allreduced over TCP by member i of
+every node, assemble in the node: each node's link carries 2 (N-1)/N x the buffer per direction
+for a ring); any other group is flat Gloo (halving-doubling up to 1 MiB, ring above).
+
+  scaling_model.py --check   predicted vs measured for the emulated-cluster runs; exit 1 when a
+                             checked row is off by more than 15%
+  scaling_model.py --table   predicted time per epoch, communication share and bytes per node
+                             for 8 ... 1,024 nodes at 1, 10 and 100 Gbit/s
+"""
+
+import argparse
+import math
+import sys
+
+MB = 1e6
+MiB = 1 << 20
+TOLERANCE = 0.15
+
+# ---------------------------------------------------------------------------------------------
+# Calibration inputs: measurements recorded in the docs (page, table, date). Seconds per epoch
+# are rank 0's training seconds (evaluations excluded) divided by the epochs.
+# ---------------------------------------------------------------------------------------------
+MLP_PARAMS = 535_818        # docs/emulated_cluster.md "What was measured" (784-512-256-10)
+RESNET20_PARAMS = 272_186   # docs/emulated_cluster.md "ResNet-20, shortened" (one input channel)
+RESNET18_PARAMS = 11_173_962  # docs/benchmarks.md "Model averaging" (ResNet-18, 10 classes)
+
+# Each experiment: its source, the run's shape, and the rows (mode, link, s/epoch).
+EXPERIMENTS = {
+    "mlp_nodes_1202": dict(
+        source="docs/emulated_cluster.md, 'What was measured' table (hierarchy_experiment.py), "
+               "measured 2026-12-02 (AVX-512 CPU)",
+        model="mlp", topology="nodes", steps=470, epochs=2,
+        rows=[("ddp", "100mbit", 44.1), ("local_sgd", "100mbit", 6.1),
+              ("post_local_sgd", "100mbit", 6.4), ("hierarchical", "100mbit", 6.9),
+              ("ddp", "1gbit", 5.5), ("local_sgd", "1gbit", 2.4),
+              ("post_local_sgd", "1gbit", 3.3), ("hierarchical", "1gbit", 3.5),
+              ("ddp", "none", 5.5), ("local_sgd", "none", 2.7),
+              ("post_local_sgd", "none", 3.0), ("hierarchical", "none", 3.1)]),
+    "mlp_racks_1202": dict(
+        source="docs/emulated_cluster.md, '2 racks x 2 nodes' table, measured 2026-12-02",
+        model="mlp", topology="racks", steps=470, epochs=2,
+        rows=[("ddp", "100mbit", 72.2), ("local_sgd", "100mbit", 8.6),
+              ("post_local_sgd", "100mbit", 12.3), ("hierarchical", "100mbit", 12.2),
+              ("hierarchical_2_16", "100mbit", 11.1)]),
+    "mlp_nodes_options_1203": dict(
+        source="docs/emulated_cluster.md, 'Level options' table, measured 2026-12-03 "
+               "(AVX2 CPU)",
+        model="mlp", topology="nodes", steps=470, epochs=2,
+        rows=[("ddp", "100mbit", 44.91), ("hierarchical", "100mbit", 7.23),
+              ("outer", "100mbit", 5.39), ("overlap", "100mbit", 6.12),
+              ("overlap_16", "100mbit", 4.87), ("bf16", "100mbit", 6.27),
+              ("all_three", "100mbit", 4.89), ("no_top", "100mbit", 4.94),
+              ("hierarchical", "none", 3.19), ("overlap", "none", 2.62),
+              ("overlap_16", "none", 2.80), ("all_three", "none", 2.86)]),
+    "mlp_racks_options_1203": dict(
+        source="docs/emulated_cluster.md, 'The same modes on 2 racks x 2 nodes' table, "
+               "measured 2026-12-03",
+        model="mlp", topology="racks", steps=470, epochs=2,
+        rows=[("ddp", "100mbit", 72.17), ("hierarchical", "100mbit", 12.26),
+              ("outer", "100mbit", 9.27), ("overlap", "100mbit", 9.90),
+              ("overlap_16", "100mbit", 8.22), ("bf16", "100mbit", 9.89),
+              ("all_three", "100mbit", 8.64), ("no_top", "100mbit", 8.84),
+              ("hierarchical", "none", 5.63), ("overlap", "none", 6.00),
+              ("overlap_16", "none", 5.99), ("all_three", "none", 5.86)]),
+    "resnet20_nodes_options_1203": dict(
+        source="docs/emulated_cluster.md, 'ResNet-20, shortened, on 2 nodes' table, "
+               "measured 2026-12-03",
+        model="resnet20", topology="nodes", steps=234, epochs=1,
+        rows=[("ddp", "100mbit", 102.72), ("hierarchical", "100mbit", 92.27),
+              ("outer", "100mbit", 87.71), ("overlap", "100mbit", 87.06),
+              ("overlap_16", "100mbit", 88.62), ("bf16", "100mbit", 90.40),
+              ("all_three", "100mbit", 88.57), ("no_top", "100mbit", 86.93),
+              ("hierarchical", "none", 91.66), ("overlap", "none", 92.20),
+              ("overlap_16", "none", 95.82), ("all_three", "none", 88.74)]),
+    "resnet20_racks_options_1203": dict(
+        source="docs/emulated_cluster.md, 'ResNet-20, shortened, on 2 racks x 2 nodes' table, "
+               "measured 2026-12-03 (load average up to 7.3: other work on the machine)",
+        model="resnet20", topology="racks", steps=234, epochs=1,
+        rows=[("ddp", "100mbit", 119.99), ("hierarchical", "100mbit", 99.80),
+              ("outer", "100mbit", 99.17), ("overlap", "100mbit", 100.53),
+              ("overlap_16", "100mbit", 99.09), ("bf16", "100mbit", 102.62),
+              ("all_three", "100mbit", 112.67), ("no_top", "100mbit", 103.00),
+              ("hierarchical", "none", 100.87), ("overlap", "none", 100.24),
+              ("overlap_16", "none", 98.66), ("all_three", "none", 101.79)]),
+}
+
+# "MB of averagings" of the level-options tables (same pages, same dates): the link's bytes in
+# both directions minus those of no_top (start-up, warm-up, evaluations): what the top level's
+# averagings sent. Deterministic (the bytes repeat exactly between runs).
+AVERAGING_MB = {
+    "mlp_nodes_options_1203": {"hierarchical": 120.4, "outer": 30.1, "overlap": 120.4,
+                               "overlap_16": 120.5, "bf16": 62.3, "all_three": 17.2},
+    "mlp_racks_options_1203": {"hierarchical": 180.7, "outer": 45.2, "overlap": 180.8,
+                               "overlap_16": 180.6, "bf16": 93.6, "all_three": 25.7},
+    "resnet20_nodes_options_1203": {"hierarchical": 28.6, "outer": 6.6, "overlap": 28.6,
+                                    "overlap_16": 28.6, "bf16": 15.4, "all_three": 4.4},
+    "resnet20_racks_options_1203": {"hierarchical": 42.7, "outer": 9.7, "overlap": 42.7,
+                                    "overlap_16": 42.8, "bf16": 23.0, "all_three": 6.5},
+}
+
+# Which rows calibrate what (never checked), the rest are checked.
+#  - mlp_nodes_1202 / none, modes ddp, local_sgd, hierarchical: solve for the step's computation
+#    c, the shared-memory allreduce time x of the model and the TCP CPU time y of the model
+#    (this VM: 4 workers and the kernel's TCP on 2 cores). post_local_sgd / none is checked.
+#  - every other experiment with 'none' rows: its computation c (other CPU, other model, other
+#    load) from the mean of its 'none' rows; x and y scale with the model's bytes.
+#  - mlp_racks_1202 has no 'none' rows: it uses mlp_nodes_1202's c (same day, same workers).
+# The 100mbit and 1gbit rows are checked.
+
+# Modes of the emulated runs: (top period, top options, level-1 kind, level-1 period). Every mode
+# starts with 20 DDP steps across the link (warm-up). "local": the top level averages models of
+# all 4; level 1 is "node" (models averaged in the node or rack), "grad" (post-local SGD:
+# gradients allreduced in the node or rack every step) or None.
+WARMUP = 20
+EMULATED_MODES = {
+    "ddp": None,
+    "local_sgd": dict(top=16, level1=None, l1_period=1),
+    "post_local_sgd": dict(top=16, level1="grad", l1_period=1),
+    "hierarchical": dict(top=16, level1="node", l1_period=1),
+    "hierarchical_2_16": dict(top=16, level1="node", l1_period=2),
+    "outer": dict(top=64, level1="node", l1_period=1),
+    "overlap": dict(top=16, level1="node", l1_period=1, overlap=8),
+    "overlap_16": dict(top=16, level1="node", l1_period=1, overlap=16),
+    "bf16": dict(top=16, level1="node", l1_period=1, bf16=True),
+    "all_three": dict(top=64, level1="node", l1_period=1, overlap=8, bf16=True),
+    "no_top": dict(top=None, level1="node", l1_period=1),
+}
+
+# The emulated link (scripts/emulated_cluster.sh): tbf at RATE on each end of the veth, burst
+# 10 ms at the rate (at least 32 KiB). tbf charges each TCP segment's frame (qdisc_pkt_len of a
+# GSO packet counts the headers of every segment): MSS 1448 B (MTU 1500, TCP timestamps) in a
+# 1514 B frame (Ethernet 14 + IP 20 + TCP 32 header bytes), and the peer's delayed ACK (one
+# 66 B frame per 2 segments) shares the direction when both directions carry data, as in an
+# allreduce. Payload per charged byte: 2 * 1448 / (2 * 1514 + 66).
+TBF_PAYLOAD_FRACTION = 2 * 1448 / (2 * 1514 + 66)
+RATES_BIT = {"100mbit": 100e6, "1gbit": 1e9, "none": math.inf}
+RACK_RATE_BIT = 1e9  # --rack-rate of the racks runs
+# No netem here: the emulated links have no propagation delay; the per-message cost is the
+# TCP path's software (hsgd-tcp at 4 B on 2 ranks: about 100 us per message, benchmarks.md).
+EMULATED_ALPHA = 100e-6
+
+# This machine's computation (docs/benchmarks.md, 'One-process training step', 2026-12-03, AVX2):
+# ResNet-20 (3x32x32), batch 32, 1 thread: 148.0 ms at 52.9 GFLOP/s (3 x forward multiply-adds
+# x 2). FLOPs per sample follow.
+MEASURED_FLOP_RATE = 52.9e9
+RESNET20_STEP_B32 = 0.148
+RESNET20_FLOP_PER_SAMPLE = MEASURED_FLOP_RATE * RESNET20_STEP_B32 / 32
+# Shared-memory allreduce of hsgd (docs/benchmarks.md, 'Allreduce', 2026-12-02): 4 ranks,
+# 16 MiB in 6,826 us; 4 B in 192 us on the oversubscribed VM, a few us on a quiet core.
+SHM_RATE = 16 * MiB / 6826e-6
+SHM_ALPHA = 5e-6
+
+
+def bucket_sizes(nbytes, first_cap=1 * MB, cap=25 * MB):
+    """DDP's buckets in the order their gradients are ready (ddp.h: first 1 MB, then 25 MB)."""
+    sizes = [min(nbytes, first_cap)]
+    rest = nbytes - sizes[0]
+    while rest > 0:
+        sizes.append(min(rest, cap))
+        rest -= sizes[-1]
+    return sizes
+
+
+class Net:
+    """What one collective costs. Times are (shm, tcp_cpu, wire): shared-memory copies, CPU of the
+    TCP path, time on the bottleneck link (incl. latency terms)."""
+
+    def __init__(self, topology, nodes, per_node, rate, alpha, shm_rate, shm_alpha, tcp_cpu_rate,
+                 burst=0.0, rack_rate=None, oversubscribed=False, two_level_max=64):
+        self.topology, self.nodes, self.per_node = topology, nodes, per_node
+        self.rate, self.alpha = rate, alpha  # payload bytes/s of a node's link, s per message
+        self.shm_rate, self.shm_alpha = shm_rate, shm_alpha
+        self.tcp_cpu_rate = tcp_cpu_rate  # bytes/s the hosts' TCP path moves (inf: not a limit)
+        self.burst = burst  # bytes the link sends at once after an idle period (tbf's bucket)
+        self.rack_rate = rack_rate
+        self.oversubscribed = oversubscribed  # comm CPU competes with computation
+        self.two_level_max = two_level_max
+
+    def shm(self, nbytes):
+        return self.shm_alpha + nbytes / self.shm_rate if self.per_node > 1 else 0.0
+
+    def wire(self, nbytes, rate, idle):
+        if nbytes <= 0:
+            return 0.0
+        credit = min(self.burst, idle * rate) if math.isfinite(rate) else 0.0
+        return max(nbytes - credit, 0.0) / rate
+
+    @staticmethod
+    def gloo_latency_msgs(p, nbytes):
+        """Messages in sequence of hsgd's kAuto Gloo allreduce of p ranks."""
+        if p <= 1:
+            return 0
+        if nbytes <= MiB:
+            return 2 * math.ceil(math.log2(p))  # halving-doubling
+        return 2 * (p - 1)  # ring
+
+    def allreduce(self, nbytes, group, idle=0.0, compressed=False):
+        """(shm, tcp_cpu, wire, bytes per direction on a node's link or between the racks) of an
+        allreduce of nbytes over `group`: 'node' (the workers of a node or, racks topology, of a
+        rack) or 'world'. compressed: bf16 between node leaders (ring), float32 within the node."""
+        N, w = self.nodes, self.per_node
+        if self.topology == "racks":
+            # 2 racks x 2 nodes x 1 worker; every group is flat Gloo over TCP.
+            p = 2 if group == "node" else 4
+            link_rate = self.rack_rate if group == "node" else self.rate
+            payload = nbytes / 2 if compressed else nbytes
+            per_edge = 2 * (p - 1) / p * payload  # a ring edge; the rack pair: 1 x the buffer
+            # 'node': each rank's rack link; 'world': ranks 0-1-2-3-0 cross the racks once per
+            # direction, each crossing one ring edge.
+            sent_total = p * per_edge * (2 if group == "node" else 1)
+            cpu = sent_total / self.tcp_cpu_rate
+            msgs = 2 * (p - 1) if (compressed or nbytes > MiB) else 2 * math.ceil(math.log2(p))
+            wire = self.wire(per_edge, link_rate, idle) + msgs * self.alpha
+            # bytes between the racks: a rack group sends none
+            return 0.0, cpu, wire, (0.0 if group == "node" else per_edge)
+        if group == "node":
+            return self.shm(nbytes), 0.0, 0.0, 0.0
+        if N == 1:
+            return self.shm(nbytes), 0.0, 0.0, 0.0
+        if compressed:
+            payload = nbytes / 2
+            per_node = 2 * (N - 1) / N * payload
+            msgs = 2 * (N - 1)
+            cpu = N * per_node / self.tcp_cpu_rate
+            shm = 2 * self.shm(nbytes) if w > 1 else 0.0
+            return shm, cpu, self.wire(per_node, self.rate, idle) + msgs * self.alpha, per_node
+        per_node = 2 * (N - 1) / N * nbytes
+        cpu = N * per_node / self.tcp_cpu_rate
+        if w >= 2 and N * w <= self.two_level_max:
+            # two levels: shm reduce, w shards over TCP in parallel, shm assemble
+            msgs = self.gloo_latency_msgs(N, nbytes / w)
+            shm = 2 * self.shm(nbytes)
+        else:
+            # flat Gloo over N*w ranks (contiguous per node: one ring edge leaves each node)
+            p = N * w
+            per_node = 2 * (p - 1) / p * nbytes
+            msgs = self.gloo_latency_msgs(p, nbytes)
+            shm = 0.0
+        return shm, cpu, self.wire(per_node, self.rate, idle) + msgs * self.alpha, per_node
+
+    def blocking(self, parts):
+        shm, cpu, wire = parts[0], parts[1], parts[2]
+        return shm + max(cpu, wire)
+
+    def exposed(self, parts, window):
+        """Time a step waits for a collective that had `window` seconds of computation to run
+        behind. An oversubscribed host cannot hide the collective's CPU."""
+        shm, cpu, wire = parts[0], parts[1], parts[2]
+        total = shm + max(cpu, wire)
+        if self.oversubscribed:
+            return max(shm + cpu, total - window)
+        return max(0.0, total - window)
+
+
+def ddp_step_comm(net, nbytes, compute, group="world"):
+    """Exposed time of DDP's bucketed allreduce. Buckets become ready during the backward pass
+    (2/3 of the step's computation) in proportion to their bytes; each allreduce starts when its
+    bucket is ready and the previous one is done; the step ends when the last is done."""
+    backward = 2.0 / 3.0 * compute
+    forward = compute - backward
+    t = 0.0
+    done = 0.0
+    first = True
+    shm_cpu = 0.0
+    for b in bucket_sizes(nbytes):
+        done += b
+        ready = backward * done / nbytes
+        # tbf's bucket refills during the forward pass before the first bucket
+        parts = net.allreduce(b, group, idle=(forward + ready) if first else 0.0)
+        first = False
+        start = max(t, ready)
+        t = start + net.blocking(parts)
+        shm_cpu += parts[0] + parts[1]
+    wait = max(0.0, t - backward)
+    if net.oversubscribed:
+        wait = max(wait, shm_cpu)
+    return wait, net.allreduce(nbytes, group)[3]
+
+
+def run_time(net, mode, nbytes, compute, steps):
+    """Seconds for `steps` steps of an emulated run (warm-up included), bytes per direction on
+    the slow link, and of those the top level's averagings."""
+    ddp_comm, ddp_bytes = ddp_step_comm(net, nbytes, compute)
+    if mode == "ddp":
+        return steps * (compute + ddp_comm), steps * ddp_bytes, 0.0
+    m = EMULATED_MODES[mode]
+    total = WARMUP * (compute + ddp_comm)
+    sent = WARMUP * ddp_bytes
+    rest = steps - WARMUP
+    # level 1 (node or rack)
+    if m["level1"] == "node":
+        l1_parts = net.allreduce(nbytes, "node", idle=compute)
+        l1 = net.blocking(l1_parts) / m["l1_period"]
+        l1_bytes = l1_parts[3] / m["l1_period"]
+    elif m["level1"] == "grad":
+        l1, l1_bytes = ddp_step_comm(net, nbytes, compute, group="node")
+    else:
+        l1, l1_bytes = 0.0, 0.0
+    step = compute + l1
+    total += rest * step
+    sent += rest * l1_bytes
+    top_sent = 0.0
+    if m["top"]:
+        count = rest // m["top"]
+        overlap = m.get("overlap", 0)
+        for i in range(count):
+            compressed = m.get("bf16", False) and i > 0  # the first one sets the anchor
+            parts = net.allreduce(nbytes, "world", idle=compute, compressed=compressed)
+            total += net.exposed(parts, overlap * step) if overlap else net.blocking(parts)
+            sent += parts[3]
+            top_sent += parts[3]
+    return total, sent, top_sent
+
+
+def emulated_net(topology, link, tcp_cpu_rate, shm_time_per_byte):
+    rate = RATES_BIT[link] / 8 * TBF_PAYLOAD_FRACTION
+    burst = max(0.010 * RATES_BIT[link] / 8, 32 * 1024) if math.isfinite(rate) else 0.0
+    burst *= TBF_PAYLOAD_FRACTION
+    if topology == "nodes":
+        return Net("nodes", 2, 2, rate, EMULATED_ALPHA, 1.0 / shm_time_per_byte, 0.0,
+                   tcp_cpu_rate, burst=burst, oversubscribed=True)
+    rack = RACK_RATE_BIT / 8 * TBF_PAYLOAD_FRACTION
+    net = Net("racks", 4, 1, rate, EMULATED_ALPHA, 1.0 / shm_time_per_byte, 0.0, tcp_cpu_rate,
+              burst=burst, rack_rate=rack, oversubscribed=True)
+    return net
+
+
+def model_bytes(model):
+    return 4 * {"mlp": MLP_PARAMS, "resnet20": RESNET20_PARAMS}[model]
+
+
+def calibrate():
+    """The three unknowns of mlp_nodes_1202 from three 'none' rows (a linear system in c, x =
+    shm allreduce seconds per byte, y = TCP CPU seconds per byte), then each other experiment's
+    computation c. Returns dict name -> c, and (x, y)."""
+    exp = EXPERIMENTS["mlp_nodes_1202"]
+    n = model_bytes("mlp")
+    steps = exp["steps"]
+    none = {m: s * exp["epochs"] for m, _, s in [(r[0], r[1], r[2]) for r in exp["rows"]]
+            if _ == "none"}
+    # Per step on 2 nodes x 2 (unlimited link, oversubscribed): a world allreduce costs
+    # 2 shm + TCP CPU of 2 nodes x 2 (N-1)/N x n bytes = 2 n x + 2 n y. DDP (the CPU is not
+    # hidden): c + 2nx + 2ny.
+    # local_sgd: c + (WARMUP + tops)/steps (2nx + 2ny)
+    # hierarchical: c + (steps - WARMUP)/steps n x + (WARMUP + tops)/steps (2nx + 2ny)
+    tops = (steps - WARMUP) // 16
+    k = (WARMUP + tops) / steps
+    rows = [
+        (1.0, 2 * n, 2 * n, none["ddp"] / steps),
+        (1.0, 2 * n * k, 2 * n * k, none["local_sgd"] / steps),
+        (1.0, 2 * n * k + n * (steps - WARMUP) / steps, 2 * n * k, none["hierarchical"] / steps),
+    ]
+    c, x, y = solve3(rows)
+    comps = {"mlp_nodes_1202": c, "mlp_racks_1202": c}
+    for name, e in EXPERIMENTS.items():
+        if name in comps:
+            continue
+        nb = model_bytes(e["model"])
+        cs = []
+        for mode, link, s in e["rows"]:
+            if link != "none":
+                continue
+            # c such that the model gives the measured time: time is c * steps + comm, with the
+            # comm independent of c for these modes on an unlimited link (overlap windows aside).
+            net = emulated_net(e["topology"], "none", 1.0 / y, x)
+            t0, _, _ = run_time(net, mode, nb, 0.0, e["steps"])
+            cs.append((s * e["epochs"] - t0) / e["steps"])
+        comps[name] = sum(cs) / len(cs)
+    return comps, x, y
+
+
+def solve3(rows):
+    a = [list(r[:3]) for r in rows]
+    b = [r[3] for r in rows]
+
+    def det(m):
+        return (m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1]) -
+                m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0]) +
+                m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0]))
+
+    d = det(a)
+    out = []
+    for col in range(3):
+        m = [row[:] for row in a]
+        for i in range(3):
+            m[i][col] = b[i]
+        out.append(det(m) / d)
+    return out
+
+
+def is_calibration_row(name, mode, link):
+    if link != "none":
+        return False
+    if name == "mlp_nodes_1202":
+        return mode in ("ddp", "local_sgd", "hierarchical")
+    return True
+
+
+def check(verbose=True, scale=1.0):
+    """0 when every checked row is within TOLERANCE, else 1. scale multiplies the measured values
+    of the checked rows (a test shows the check fails on data that is off)."""
+    comps, x, y = calibrate()
+    if verbose:
+        print("Calibration (docs/scaling.md):")
+        print(f"  tbf payload fraction {TBF_PAYLOAD_FRACTION:.3f}: 100mbit -> "
+              f"{100e6 / 8 * TBF_PAYLOAD_FRACTION / MB:.2f} MB/s, 1gbit -> "
+              f"{1e9 / 8 * TBF_PAYLOAD_FRACTION / MB:.1f} MB/s of payload per direction")
+        n = model_bytes("mlp")
+        print(f"  shared-memory allreduce of the MLP (2.14 MB, 2 ranks, oversubscribed): "
+              f"{n * x * 1e3:.2f} ms ({1 / x / 1e9:.2f} GB/s)")
+        print(f"  TCP CPU on this VM: {1 / y / MB:.0f} MB/s sent per machine (the MLP's 2-node "
+              f"allreduce: {2 * n * y * 1e3:.2f} ms)")
+        for name, c in comps.items():
+            print(f"  computation per step, {name}: {c * 1e3:.1f} ms")
+        print()
+        print(f"{'experiment':30s} {'mode':18s} {'link':8s} {'measured':>9s} {'predicted':>9s} "
+              f"{'error':>7s}  {'MB/dir pred':>11s}  role")
+    worst = 0.0
+    failed = []
+    for name, e in EXPERIMENTS.items():
+        nb = model_bytes(e["model"])
+        c = comps[name]
+        for mode, link, s in e["rows"]:
+            net = emulated_net(e["topology"], link, 1.0 / y, x)
+            t, sent, _ = run_time(net, mode, nb, c, e["steps"])
+            pred = t / e["epochs"]
+            err = pred / s - 1
+            calib = is_calibration_row(name, mode, link)
+            if not calib:
+                s *= scale
+                err = pred / s - 1
+            role = "calibration" if calib else "checked"
+            if not calib:
+                worst = max(worst, abs(err))
+                if abs(err) > TOLERANCE:
+                    failed.append((name, mode, link, err))
+                    role += "  MISS"
+            if verbose:
+                print(f"{name:30s} {mode:18s} {link:8s} {s:9.2f} {pred:9.2f} {err * 100:+6.1f}%  "
+                      f"{sent / MB:11.1f}  {role}")
+    if verbose:
+        print()
+        print("Bytes of the top level's averagings across the slow link, both directions "
+              "(measured: 'MB of averagings'):")
+        print(f"{'experiment':30s} {'mode':18s} {'measured':>9s} {'predicted':>9s} {'error':>7s}")
+    for name, rows in AVERAGING_MB.items():
+        e = EXPERIMENTS[name]
+        for mode, mb in rows.items():
+            net = emulated_net(e["topology"], "100mbit", 1.0 / y, x)
+            _, _, top = run_time(net, mode, model_bytes(e["model"]), comps[name], e["steps"])
+            pred = 2 * top / MB
+            mb *= scale
+            err = pred / mb - 1
+            worst = max(worst, abs(err))
+            miss = abs(err) > TOLERANCE
+            if miss:
+                failed.append((name, mode, "bytes", err))
+            if verbose:
+                print(f"{name:30s} {mode:18s} {mb:9.1f} {pred:9.1f} {err * 100:+6.1f}%"
+                      + ("  MISS" if miss else ""))
+    if verbose:
+        print()
+        print(f"worst checked error {worst * 100:.1f}% (limit {TOLERANCE * 100:.0f}%); "
+              f"{len(failed)} checked rows off by more")
+    return 1 if failed else 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Predictions at scale
+# ---------------------------------------------------------------------------------------------
+SAMPLES_PER_EPOCH = 1_281_167  # an ImageNet-1k-sized epoch for every model (weak scaling)
+MODELS = {
+    # name: (parameters, FLOPs per sample, per-worker batch)
+    "ResNet-20": (RESNET20_PARAMS, RESNET20_FLOP_PER_SAMPLE, 32),
+    # CIFAR-style ResNet-18 (32x32 input, 10 classes): 0.556 G multiply-adds forward
+    "ResNet-18": (RESNET18_PARAMS, 3 * 2 * 0.556e9, 32),
+    # a 1 B-parameter transformer on 2,048-token sequences: 6 x params x tokens
+    "1B": (1_000_000_000, 6 * 1e9 * 2048, 8),
+}
+WORKERS_PER_NODE = 8
+LATENCY = 25e-6  # per message between nodes (datacentre: 5-50 us with the software path)
+ACCEL_SPEEDUP = 100.0  # the assumed accelerator's step is 100x this machine's one-core step
+ACCEL_SHM_RATE = 100e9  # and its node's allreduce runs at 100 GB/s (NVLink-class)
+NODE_COUNTS = [8, 16, 32, 64, 128, 256, 512, 1024]
+LINK_GBIT = [1, 10, 100]
+TABLE_MODES = [
+    # label, description
+    ("ddp", "DDP"),
+    ("post_local", "post-local SGD, period 16"),
+    ("hier", "hierarchical 2:node,16:world"),
+    ("hier_ov", "hierarchical 2:node,16:world@overlap=8"),
+    ("hier_ov_bf16", "hierarchical 2:node,16:world@overlap=8,bf16"),
+    ("hier_all", "hierarchical 2:node,64:world@outer,overlap=8,bf16"),
+]
+
+
+def scale_step(mode, nodes, params, compute, gbit, shm_rate, two_level_max=64):
+    """Seconds per step (steady state, after warm-up) and its communication, and bytes per node
+    per direction per step across the node's link."""
+    net = Net("nodes", nodes, WORKERS_PER_NODE, gbit * 1e9 / 8, LATENCY, shm_rate, SHM_ALPHA,
+              math.inf, two_level_max=two_level_max)
+    n = 4 * params
+    if mode == "ddp":
+        comm, sent = ddp_step_comm(net, n, compute)
+        return compute + comm, comm, sent
+    if mode == "post_local":
+        l1, _ = ddp_step_comm(net, n, compute, group="node")
+        top = net.allreduce(n, "world")
+        comm = l1 + net.blocking(top) / 16
+        return compute + comm, comm, top[3] / 16
+    period, level1_period = (64, 2) if mode == "hier_all" else (16, 2)
+    overlap = 8 if mode in ("hier_ov", "hier_ov_bf16", "hier_all") else 0
+    bf16 = mode in ("hier_ov_bf16", "hier_all")
+    l1 = net.blocking(net.allreduce(n, "node")) / level1_period
+    top = net.allreduce(n, "world", compressed=bf16)
+    step = compute + l1
+    wait = net.exposed(top, overlap * step) if overlap else net.blocking(top)
+    comm = l1 + wait / period
+    return compute + comm, comm, top[3] / period
+
+
+def table(nodes_list=NODE_COUNTS, two_level_max=64, out=sys.stdout):
+    print("Weak scaling: per-worker batch fixed; "
+          f"{WORKERS_PER_NODE} workers per node; epoch = {SAMPLES_PER_EPOCH:,} samples; "
+          f"{LATENCY * 1e6:.0f} us per message between nodes; steady state (no warm-up).",
+          file=out)
+    print("Cells: seconds per epoch / communication share of the step / GB per node per "
+          "direction per epoch across the node's link.", file=out)
+    for setname, speedup, shm_rate in (
+            ("this machine's computation (one core per worker at "
+             f"{MEASURED_FLOP_RATE / 1e9:.1f} GFLOP/s; node allreduce in shared memory at "
+             f"{SHM_RATE / 1e9:.1f} GB/s)", 1.0, SHM_RATE),
+            (f"an assumed accelerator: each worker's step {ACCEL_SPEEDUP:.0f}x faster; node "
+             f"allreduce at {ACCEL_SHM_RATE / 1e9:.0f} GB/s", ACCEL_SPEEDUP, ACCEL_SHM_RATE)):
+        print(f"\n## Computation: {setname}", file=out)
+        for model, (params, flops, batch) in MODELS.items():
+            compute = batch * flops / MEASURED_FLOP_RATE / speedup
+            print(f"\n### {model}: {params / 1e6:,.2f} M parameters ({4 * params / MB:,.1f} MB), "
+                  f"batch {batch} per worker, computation {compute * 1e3:,.2f} ms per step",
+                  file=out)
+            header = "| nodes | Gbit/s | " + " | ".join(m for m, _ in TABLE_MODES) + " |"
+            print(header, file=out)
+            print("|---:|---:|" + "---|" * len(TABLE_MODES), file=out)
+            for gbit in LINK_GBIT:
+                for nodes in nodes_list:
+                    steps = SAMPLES_PER_EPOCH / (nodes * WORKERS_PER_NODE * batch)
+                    cells = []
+                    for mode, _ in TABLE_MODES:
+                        t, comm, sent = scale_step(mode, nodes, params, compute, gbit, shm_rate,
+                                                   two_level_max)
+                        cells.append(f"{fmt_s(steps * t)} / {100 * comm / t:.0f}% / "
+                                     f"{steps * sent / 1e9:.3g}")
+                    print(f"| {nodes} | {gbit} | " + " | ".join(cells) + " |", file=out)
+    print("\nModes: " + "; ".join(f"{m} = {d}" for m, d in TABLE_MODES) + ".", file=out)
+
+
+def fmt_s(s):
+    if s >= 1e5:
+        return f"{s:.3g}"
+    if s >= 100:
+        return f"{s:,.0f}"
+    if s >= 1:
+        return f"{s:.1f}"
+    return f"{s:.2f}"
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--check", action="store_true",
+                   help="predicted vs measured for the emulated runs; exit 1 beyond 15%%")
+    p.add_argument("--table", action="store_true", help="predictions for 8 ... 1,024 nodes")
+    p.add_argument("--nodes", default=",".join(map(str, NODE_COUNTS)),
+                   help="node counts of --table (comma-separated)")
+    p.add_argument("--two-level-max", type=int, default=64,
+                   help="largest group (ranks) that uses the two-level allreduce (hsgd: 64)")
+    p.add_argument("--scale-measured", type=float, default=1.0, metavar="F",
+                   help="multiply the checked measurements by F (a test that --check can fail)")
+    args = p.parse_args(argv)
+    if not args.scale_measured > 0:
+        p.error(f"--scale-measured: expected a factor > 0, got {args.scale_measured}")
+    if not args.check and not args.table:
+        p.error("give --check and/or --table")
+    rc = 0
+    if args.check:
+        rc = check(scale=args.scale_measured)
+    if args.table:
+        try:
+            nodes = [int(v) for v in args.nodes.split(",")]
+        except ValueError:
+            p.error(f"--nodes: expected comma-separated integers, got '{args.nodes}'")
+        if any(v < 1 for v in nodes):
+            p.error(f"--nodes: expected node counts >= 1, got '{args.nodes}'")
+        table(nodes, args.two_level_max)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
