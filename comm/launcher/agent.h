@@ -90,26 +90,47 @@ class LaunchAgent {
   // The root cause of the last failed attempt, if any (for tests and the final report).
   const std::optional<FailureRecord>& last_failure() const { return last_failure_; }
 
-  // Steps lost to restarts so far (see above); -1 when no worker reported a step.
-  int64_t steps_lost() const { return any_step_ ? steps_lost_ : -1; }
-
  private:
   enum class Outcome { kSucceeded, kFailed, kInterrupted };
-  struct Attempt;
+  struct Attempt;  // comm/launcher/detail/agent_attempt.h
 
+  // agent.cpp: one attempt, steps 1 and 2.
   Outcome run_attempt(int attempt);
+  void join_nodes(Attempt& a);  // step 1; throws RendezvousInterrupted on request_stop()
+  void spawn_workers(Attempt& a);
+  // At the end of an attempt: adds the steps lost before it (resumed step, last step).
+  void account_steps(Attempt& a);
+  std::string steps_lost_text() const;
+
+  // agent_monitor.cpp: steps 3-5, until success, failure or interrupt.
   Outcome monitor(Attempt& a);
+  // request_stop() was called: forward the signal, tell the other nodes, reap.
+  Outcome interrupt(Attempt& a);
+  // Feeds the local workers' progress to the hang detector, at most every monitor_interval;
+  // returns whether it did.
+  bool sample_progress(Attempt& a);
+  // Step 4's cause on this node: a local worker that failed (or the peer it waited for), or,
+  // after a progress sample, one that hung. Sets all_succeeded when every local worker exited 0.
+  std::optional<FailureRecord> find_local_failure(Attempt& a, bool sampled, bool& all_succeeded);
+  FailureRecord describe_worker_failure(Attempt& a, int local_rank);
+  // A hung local worker (hang_detector.h) as the root cause, if any.
+  std::optional<FailureRecord> find_hung_worker(Attempt& a);
+  // Step 3's causes elsewhere: the attempt's "failed" key, or a node silent for
+  // heartbeat_timeout. Returns the attempt's outcome when it ended.
+  std::optional<Outcome> check_other_nodes(Attempt& a);
+  // Step 5.
+  void mark_local_done(Attempt& a);
+  bool all_nodes_done(Attempt& a);
+  Outcome succeed(Attempt& a);
+  // Publishes `cause` (the attempt's first record wins and becomes last_failure_), then stops.
+  Outcome fail(Attempt& a, const FailureRecord& cause);
+  // Stops this node's workers after last_failure_ ended the attempt; returns what it means.
+  Outcome stop_after_failure(Attempt& a);
+  FailureRecord publish_failure(Attempt& a, FailureRecord record);
   // SIGTERM (or the forwarded signal), SIGKILL after grace_period, reap.
   void stop_workers(Attempt& a, int sig);
   void signal_workers(Attempt& a, int sig);
   void wait_and_reap(Attempt& a, int sig);
-  FailureRecord publish_failure(Attempt& a, FailureRecord record);
-  FailureRecord describe_worker_failure(Attempt& a, int local_rank);
-  // A hung local worker (hang_detector.h) as the root cause, if any.
-  std::optional<FailureRecord> find_hung_worker(Attempt& a);
-  // At the end of an attempt: adds the steps lost before it (resumed step, last step).
-  void account_steps(Attempt& a);
-  std::string steps_lost_text() const;
   bool stop_requested() const { return stop_signal_.load() != 0; }
 
   // Constant after construction.

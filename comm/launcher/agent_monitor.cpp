@@ -1,0 +1,261 @@
+// LaunchAgent, steps 3-5 of an attempt (agent.h): watching the workers and the other nodes until
+// the attempt succeeds, fails or is interrupted, and stopping the workers.
+
+#include <signal.h>
+
+#include <sstream>
+
+#include "comm/error.h"
+#include "comm/launcher/agent.h"
+#include "comm/launcher/detail/agent_attempt.h"
+#include "comm/log.h"
+
+namespace hsgd::comm::launcher {
+namespace {
+
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+// A worker that failed inside a collective blames a peer that was silent outside any collective
+// for at least this long (or stopped): long enough that a peer merely between two collectives of
+// a normal step is not blamed.
+constexpr milliseconds kSuspectSilence{2000};
+
+std::string signal_name(int sig) {
+  const char* abbrev = ::sigabbrev_np(sig);
+  return abbrev != nullptr ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
+}
+
+// Appends "; its last N line(s):" and the lines of rank's output; returns false (appending
+// nothing) when it printed nothing.
+bool append_last_lines(std::ostream& msg, OutputRouter& output, int rank) {
+  const auto lines = output.tail(rank);
+  if (lines.empty()) return false;
+  msg << "; its last " << lines.size() << " line(s):";
+  for (const auto& line : lines) msg << "\n    [rank " << rank << "] " << line;
+  return true;
+}
+
+}  // namespace
+
+LaunchAgent::Outcome LaunchAgent::monitor(Attempt& a) {
+  a.next_store_check = Clock::now();
+  a.next_progress_check = Clock::now();
+  while (true) {
+    a.output->pump(options_.monitor_interval, wake_fd_);
+    if (stop_requested()) return interrupt(a);
+    const bool sampled = sample_progress(a);
+    bool all_succeeded = false;
+    if (auto cause = find_local_failure(a, sampled, all_succeeded)) return fail(a, *cause);
+    if (all_succeeded && !a.local_done) mark_local_done(a);
+
+    // A failure elsewhere, or everyone done: ask the store, at most every monitor_interval.
+    if (Clock::now() < a.next_store_check) continue;
+    a.next_store_check = Clock::now() + options_.monitor_interval;
+    if (auto outcome = check_other_nodes(a)) return *outcome;
+    if (a.local_done && all_nodes_done(a)) return succeed(a);
+  }
+}
+
+LaunchAgent::Outcome LaunchAgent::interrupt(Attempt& a) {
+  // Forward the signal first: the store round trip below must not delay it.
+  const int sig = stop_signal_.load();
+  signal_workers(a, sig);
+  try {
+    publish_failure(
+        a, FailureRecord{.kind = FailureRecord::Kind::kInterrupted,
+                         .node_rank = a.nodes.node_rank,
+                         .signal = sig,
+                         .message = "hsgd-run on node " + std::to_string(a.nodes.node_rank) +
+                                    " received " + signal_name(sig)});
+  } catch (const Error& e) {
+    logger()->warn("hsgd-run: could not tell the other nodes to stop: {}", e.what());
+  }
+  wait_and_reap(a, sig);
+  return Outcome::kInterrupted;
+}
+
+bool LaunchAgent::sample_progress(Attempt& a) {
+  // Exited workers are not watched. A chatty worker wakes pump() far more often than
+  // monitor_interval: sample at that pace only.
+  if (Clock::now() < a.next_progress_check) return false;
+  a.next_progress_check = Clock::now() + options_.monitor_interval;
+  std::vector<pid_t> alive;
+  for (auto& w : a.workers) alive.push_back(w.poll() ? -1 : w.pid());
+  a.progress->observe(Clock::now(), alive);
+  return true;
+}
+
+std::optional<FailureRecord> LaunchAgent::find_local_failure(Attempt& a, bool sampled,
+                                                             bool& all_succeeded) {
+  all_succeeded = true;
+  for (int local = 0; local < static_cast<int>(a.workers.size()); ++local) {
+    const auto& status = a.workers[local].poll();
+    if (!status) {
+      all_succeeded = false;
+      continue;
+    }
+    if (status->success()) continue;
+    FailureRecord mine = describe_worker_failure(a, local);
+    // It failed in a collective while a peer here never arrived: the peer is the cause.
+    if (a.progress->read(local).collective_failures > 0) {
+      if (auto hang = a.progress->suspect(Clock::now(), local, kSuspectSilence)) {
+        return FailureRecord{
+            .kind = FailureRecord::Kind::kWorkerFailed,
+            .node_rank = a.nodes.node_rank,
+            .rank = a.nodes.rank_offset + hang->local_rank,
+            .message = hang->message +
+                       "; it is the rank that did not arrive in the collective that failed on "
+                       "rank " +
+                       std::to_string(mine.rank) + " [attempt " + std::to_string(a.index) +
+                       "]. Rank " + std::to_string(mine.rank) + "'s report: " + mine.message};
+      }
+    }
+    return mine;
+  }
+  if (!all_succeeded && sampled) return find_hung_worker(a);
+  return std::nullopt;
+}
+
+FailureRecord LaunchAgent::describe_worker_failure(Attempt& a, int local_rank) {
+  const int rank = a.nodes.rank_offset + local_rank;
+  // The worker has exited: its output ends soon, unless it left children holding the pipe.
+  a.output->drain(milliseconds(500), rank);
+  const ExitStatus status = *a.workers[local_rank].poll();
+  std::ostringstream msg;
+  msg << "rank " << rank << " (node " << a.nodes.node_rank << " '"
+      << a.nodes.nodes[a.nodes.node_rank].host << "', local rank " << local_rank << ", pid "
+      << a.workers[local_rank].pid() << ") failed with " << status.describe() << " in attempt "
+      << a.index;
+  if (!append_last_lines(msg, *a.output, rank)) msg << "; it printed nothing";
+  if (const std::string path = a.output->log_path(rank); !path.empty()) {
+    msg << "\n  full output: " << path;
+  }
+  return FailureRecord{.kind = FailureRecord::Kind::kWorkerFailed,
+                       .node_rank = a.nodes.node_rank,
+                       .rank = rank,
+                       .message = msg.str()};
+}
+
+std::optional<FailureRecord> LaunchAgent::find_hung_worker(Attempt& a) {
+  if (options_.worker_timeout.count() == 0) return std::nullopt;
+  auto hang = a.progress->find_hung(Clock::now(), options_.worker_timeout);
+  if (!hang) return std::nullopt;
+  const int rank = a.nodes.rank_offset + hang->local_rank;
+  std::ostringstream msg;
+  msg << hang->message << " [--worker-timeout "
+      << std::chrono::duration<double>(options_.worker_timeout).count() << " s, attempt " << a.index
+      << "]";
+  append_last_lines(msg, *a.output, rank);
+  return FailureRecord{.kind = FailureRecord::Kind::kWorkerFailed,
+                       .node_rank = a.nodes.node_rank,
+                       .rank = rank,
+                       .message = msg.str()};
+}
+
+std::optional<LaunchAgent::Outcome> LaunchAgent::check_other_nodes(Attempt& a) {
+  if (store_->check({a.failed_key()})) {
+    last_failure_ = FailureRecord::from_store(to_string(store_->get(a.failed_key())), a.index);
+    if (last_failure_->node_rank >= 0) {
+      logger()->warn("hsgd-run: node {} reported a failure; stopping the workers of node {}",
+                     last_failure_->node_rank, a.nodes.node_rank);
+    } else {
+      logger()->warn("hsgd-run: {}; stopping the workers of node {}", last_failure_->message,
+                     a.nodes.node_rank);
+    }
+    return stop_after_failure(a);
+  }
+  if (const int silent = a.heartbeat->tick(Clock::now()); silent >= 0) {
+    const NodeInfo& n = a.nodes.nodes[silent];
+    return fail(a, FailureRecord{.kind = FailureRecord::Kind::kWorkerFailed,
+                                 .node_rank = silent,
+                                 .message = "node " + std::to_string(silent) + " ('" + n.host +
+                                            "', hsgd-run pid " + std::to_string(n.pid) +
+                                            ") sent no heartbeat for " +
+                                            std::to_string(a.heartbeat->timeout().count()) +
+                                            " ms (--heartbeat-timeout): its hsgd-run died or "
+                                            "lost the rendezvous server"});
+  }
+  return std::nullopt;
+}
+
+void LaunchAgent::mark_local_done(Attempt& a) {
+  a.local_done = true;
+  store_->set(a.done_key(a.nodes.node_rank), to_bytes("ok"));
+  logger()->info("hsgd-run: all {} workers of node {} exited 0", a.workers.size(),
+                 a.nodes.node_rank);
+}
+
+bool LaunchAgent::all_nodes_done(Attempt& a) {
+  std::vector<std::string> done_keys;
+  for (int n = 0; n < options_.nnodes; ++n) done_keys.push_back(a.done_key(n));
+  return store_->check(done_keys);
+}
+
+LaunchAgent::Outcome LaunchAgent::succeed(Attempt& a) {
+  for (auto& w : a.workers) w.kill_and_reap();  // reaps; kills any leftover grandchildren
+  a.output->drain(milliseconds(500));
+  return Outcome::kSucceeded;
+}
+
+LaunchAgent::Outcome LaunchAgent::fail(Attempt& a, const FailureRecord& cause) {
+  last_failure_ = publish_failure(a, cause);
+  if (last_failure_->encode() != cause.encode()) {
+    logger()->warn("hsgd-run: {} (not the root cause: another node failed first)", cause.message);
+  }
+  return stop_after_failure(a);
+}
+
+LaunchAgent::Outcome LaunchAgent::stop_after_failure(Attempt& a) {
+  stop_workers(a, SIGTERM);
+  // Only a worker's failure may restart the job; an interrupt or a fatal error elsewhere ends it.
+  return last_failure_->restartable() ? Outcome::kFailed : Outcome::kInterrupted;
+}
+
+FailureRecord LaunchAgent::publish_failure(Attempt& a, FailureRecord record) {
+  // The first record of the attempt wins; later ones learn the root cause from the store.
+  auto result = store_->compare_set(a.failed_key(), {}, to_bytes(record.encode()));
+  if (result.swapped) return record;
+  return FailureRecord::from_store(to_string(result.current), a.index);
+}
+
+void LaunchAgent::stop_workers(Attempt& a, int sig) {
+  signal_workers(a, sig);
+  wait_and_reap(a, sig);
+}
+
+void LaunchAgent::signal_workers(Attempt& a, int sig) {
+  for (auto& w : a.workers) {
+    if (w.poll()) continue;
+    w.signal_group(sig);
+    // A stopped worker (SIGSTOP) would keep the signal pending until SIGKILL.
+    w.signal_group(SIGCONT);
+  }
+}
+
+void LaunchAgent::wait_and_reap(Attempt& a, int sig) {
+  const auto deadline = Clock::now() + options_.grace_period;
+  auto all_exited = [&] {
+    for (auto& w : a.workers) {
+      if (!w.poll()) return false;
+    }
+    return true;
+  };
+  // Keep forwarding output meanwhile: a worker blocked on a full pipe could not exit.
+  // A second stop request (Ctrl-C twice) skips the grace period.
+  while (!all_exited() && Clock::now() < deadline && stop_requests_.load() < 2) {
+    if (a.output) a.output->pump(milliseconds(20));
+  }
+  int killed = 0;
+  for (auto& w : a.workers) {
+    if (!w.poll()) ++killed;
+    w.kill_and_reap();
+  }
+  if (killed > 0) {
+    logger()->warn("hsgd-run: {} worker(s) of node {} ignored {} for {} ms; sent SIGKILL", killed,
+                   a.nodes.node_rank, signal_name(sig), options_.grace_period.count());
+  }
+  if (a.output) a.output->drain(milliseconds(200));
+}
+
+}  // namespace hsgd::comm::launcher
