@@ -71,7 +71,8 @@ int main(int argc, char** argv) {
   options.idle_job_ttl = std::chrono::seconds(job_ttl_s);
   try {
     if (!token_file.empty()) {
-      const auto tokens = hsgd::comm::read_token_file(token_file);
+      const auto tokens =
+          hsgd::comm::read_token_file(token_file, "--token-file '" + token_file + "'");
       options.token = tokens.server_token;
       options.job_tokens = tokens.job_tokens;
     }

@@ -57,10 +57,9 @@ template <typename... Args>
   throw UsageError(detail::str_cat(args...));
 }
 
-// Library messages start with "hsgd-run: " and may end with the failed check; keep the sentence.
+// Library messages may end with the failed check; keep the sentence.
 std::string sentence_of(const std::exception& e) {
   std::string message = e.what();
-  if (message.starts_with("hsgd-run: ")) message.erase(0, 10);
   if (const auto check = message.find(" [check '"); check != std::string::npos) {
     message.erase(check);
   }
@@ -170,8 +169,9 @@ void validate(Flags& f) {
   // One rule with hsgd-rendezvous (comm/rendezvous/rendezvous_server_tokens.h): this job's line,
   // else the server-wide token.
   try {
-    if (!f.token_file.empty()) f.tokens = comm::read_token_file(f.token_file);
-    f.token = f.tokens.token_for(f.rdzv_id, "--token-file '" + f.token_file + "'");
+    const std::string origin = "--token-file '" + f.token_file + "'";
+    if (!f.token_file.empty()) f.tokens = comm::read_token_file(f.token_file, origin);
+    f.token = f.tokens.token_for(f.rdzv_id, origin);
   } catch (const InvalidArgument& e) {
     throw UsageError(sentence_of(e));
   }
@@ -236,6 +236,18 @@ std::string conversion_problem(const CLI::App& app, const std::string& message) 
 }
 
 }  // namespace
+
+comm::launcher::LauncherNames flag_names() {
+  return {.agent = "hsgd-run",
+          .nnodes = "--nnodes",
+          .node_rank = "--node-rank",
+          .run_id = "--rdzv-id",
+          .endpoint = "--rdzv-endpoint",
+          .max_restarts = "--max-restarts",
+          .rdzv_timeout = "--rdzv-timeout",
+          .heartbeat_timeout = "--heartbeat-timeout",
+          .worker_timeout = "--worker-timeout"};
+}
 
 Endpoint parse_endpoint(const std::string& text, const std::string& flag) {
   Endpoint e;

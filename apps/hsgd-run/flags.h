@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/launcher/launcher_names.h"
 #include "comm/rendezvous/rendezvous_server_tokens.h"
 
 namespace hsgd::run {
@@ -63,6 +64,9 @@ struct Flags {
 };
 
 std::optional<Flags> parse_flags(int argc, char** argv);
+
+// How the launcher library names hsgd-run and its settings in logs and errors: by the flags.
+comm::launcher::LauncherNames flag_names();
 
 // "host:port", "host" (default port) or "[v6addr]:port"; UsageError naming `flag` otherwise.
 Endpoint parse_endpoint(const std::string& text, const std::string& flag = "--rdzv-endpoint");

@@ -15,7 +15,6 @@
 #include <optional>
 #include <sstream>
 #include <string>
-#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -113,15 +112,15 @@ int run(int argc, char** argv) {
                                     .timeout = std::chrono::seconds(60)});
   } catch (const hsgd::Timeout& e) {
     std::ostringstream msg;
-    msg << "hsgd-run: cannot reach the rendezvous endpoint " << store_at.host << ":"
-        << store_at.port << " within " << f.rdzv_timeout << " s (--rdzv-timeout): " << e.what();
+    msg << "cannot reach the rendezvous endpoint " << store_at.host << ":" << store_at.port
+        << " within " << f.rdzv_timeout << " s (--rdzv-timeout): " << e.what();
     throw hsgd::CommError(msg.str());
   } catch (const hsgd::CommError& e) {
     // The server answered and said no (a wrong token, another protocol version): retrying or
     // waiting longer cannot help.
     std::ostringstream msg;
-    msg << "hsgd-run: the rendezvous server at " << store_at.host << ":" << store_at.port
-        << " refused job '" << f.rdzv_id << "': " << e.what();
+    msg << "the rendezvous server at " << store_at.host << ":" << store_at.port << " refused job '"
+        << f.rdzv_id << "': " << e.what();
     throw hsgd::CommError(msg.str());
   }
 
@@ -140,7 +139,8 @@ int run(int argc, char** argv) {
                                  .token_file = f.token_file,
                                  .program = f.program,
                                  .output = {.log_dir = f.log_dir,
-                                            .tail_lines = static_cast<size_t>(f.tail_lines)}},
+                                            .tail_lines = static_cast<size_t>(f.tail_lines)},
+                                 .names = hsgd::run::flag_names()},
                     store);
   SignalForwarder forwarder(agent);
   const int code = agent.run();
@@ -165,10 +165,7 @@ int main(int argc, char** argv) {
     std::cerr << "hsgd-run: error: " << e.what() << " (see hsgd-run --help)" << std::endl;
     return 2;
   } catch (const std::exception& e) {
-    // Library messages already start with "hsgd-run: "; say it once.
-    std::string_view message = e.what();
-    if (message.starts_with("hsgd-run: ")) message.remove_prefix(10);
-    std::cerr << "hsgd-run: error: " << message << std::endl;
+    std::cerr << "hsgd-run: error: " << e.what() << std::endl;
     return 1;
   }
 }

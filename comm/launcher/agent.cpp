@@ -41,20 +41,22 @@ LaunchAgent::LaunchAgent(AgentOptions options, std::shared_ptr<Store> store)
       endpoint_(options_.master_addr + ":" + std::to_string(options_.master_port)),
       wake_fd_(make_eventfd()) {
   HSGD_CHECK(store_ != nullptr, "LaunchAgent: store must not be null");
-  HSGD_CHECK(options_.nnodes >= 1, "hsgd-run: --nnodes ", options_.nnodes, " must be >= 1");
-  HSGD_CHECK(options_.nproc_per_node >= 1, "hsgd-run: --nproc-per-node ", options_.nproc_per_node,
+  HSGD_CHECK(options_.nnodes >= 1, "AgentOptions::nnodes ", options_.nnodes, " must be >= 1");
+  HSGD_CHECK(options_.nproc_per_node >= 1, "AgentOptions::nproc_per_node ", options_.nproc_per_node,
              " must be >= 1");
   HSGD_CHECK(options_.node_rank >= -1 && options_.node_rank < options_.nnodes,
-             "hsgd-run: --node-rank ", options_.node_rank, " must be in [0, ", options_.nnodes,
-             ") for --nnodes ", options_.nnodes);
-  HSGD_CHECK(options_.max_restarts >= 0, "hsgd-run: --max-restarts ", options_.max_restarts,
+             "AgentOptions::node_rank ", options_.node_rank, " must be -1 or in [0, ",
+             options_.nnodes, ") for AgentOptions::nnodes ", options_.nnodes);
+  HSGD_CHECK(options_.max_restarts >= 0, "AgentOptions::max_restarts ", options_.max_restarts,
              " must be >= 0");
-  HSGD_CHECK(options_.rdzv_timeout.count() > 0, "hsgd-run: --rdzv-timeout must be positive");
-  HSGD_CHECK(options_.heartbeat_timeout >= milliseconds(200), "hsgd-run: --heartbeat-timeout ",
+  HSGD_CHECK(options_.rdzv_timeout.count() > 0, "AgentOptions::rdzv_timeout ",
+             options_.rdzv_timeout.count(), " ms must be positive");
+  HSGD_CHECK(options_.heartbeat_timeout >= milliseconds(200), "AgentOptions::heartbeat_timeout ",
              options_.heartbeat_timeout.count(), " ms must be at least 200 ms");
-  HSGD_CHECK(options_.worker_timeout.count() >= 0, "hsgd-run: --worker-timeout ",
+  HSGD_CHECK(options_.worker_timeout.count() >= 0, "AgentOptions::worker_timeout ",
              options_.worker_timeout.count(), " ms must not be negative");
-  HSGD_CHECK(!options_.program.empty(), "hsgd-run: no program given; expected '-- PROGRAM ARGS'");
+  HSGD_CHECK(!options_.program.empty(),
+             "AgentOptions::program is empty; expected the worker's argv");
 }
 
 LaunchAgent::~LaunchAgent() { ::close(wake_fd_); }
@@ -74,33 +76,33 @@ int LaunchAgent::run() {
     const char* path = std::getenv("PATH");
     return std::string(path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin");
   }());
+  const LauncherNames& names = options_.names;
   for (int attempt = 0; attempt <= options_.max_restarts; ++attempt) {
     const Outcome outcome = run_attempt(attempt);
     if (outcome == Outcome::kSucceeded) {
       logger()->info(
-          "hsgd-run: job '{}' finished: all workers of all nodes exited 0 after {} "
+          "{}: job '{}' finished: all workers of all nodes exited 0 after {} "
           "restart(s){}",
-          options_.run_id, attempt, steps_lost_text());
+          names.agent, options_.run_id, attempt, steps_lost_text());
       return 0;
     }
     if (outcome == Outcome::kInterrupted) {
       const int sig = stop_signal_.load();
       if (sig != 0) return 128 + sig;
-      logger()->error("hsgd-run: job '{}' stopped: {}", options_.run_id,
+      logger()->error("{}: job '{}' stopped: {}", names.agent, options_.run_id,
                       last_failure_ ? last_failure_->message : "interrupted");
       return 1;
     }
     if (last_failure_->restartable() && attempt < options_.max_restarts) {
-      logger()->error("hsgd-run: job '{}' attempt {} failed. Root cause: {}", options_.run_id,
-                      attempt, last_failure_->message);
-      logger()->warn("hsgd-run: restarting all nodes: attempt {} of {} (--max-restarts {})",
-                     attempt + 1, options_.max_restarts + 1, options_.max_restarts);
+      logger()->error("{}: job '{}' attempt {} failed. Root cause: {}", names.agent,
+                      options_.run_id, attempt, last_failure_->message);
+      logger()->warn("{}: restarting all nodes: attempt {} of {} ({} {})", names.agent, attempt + 1,
+                     options_.max_restarts + 1, names.max_restarts, options_.max_restarts);
       continue;
     }
-    logger()->error(
-        "hsgd-run: job '{}' failed after {} restart(s) (--max-restarts {}){}. Root "
-        "cause: {}",
-        options_.run_id, attempt, options_.max_restarts, steps_lost_text(), last_failure_->message);
+    logger()->error("{}: job '{}' failed after {} restart(s) ({} {}){}. Root cause: {}",
+                    names.agent, options_.run_id, attempt, names.max_restarts,
+                    options_.max_restarts, steps_lost_text(), last_failure_->message);
     return 1;
   }
   return 1;  // not reached: the last attempt returns above
@@ -133,11 +135,12 @@ void LaunchAgent::join_nodes(Attempt& a) {
                                              .endpoint = endpoint_,
                                              .key_prefix = a.prefix,
                                              .timeout = options_.rdzv_timeout,
-                                             .interrupted = [this] { return stop_requested(); }},
+                                             .interrupted = [this] { return stop_requested(); },
+                                             .names = options_.names},
                        self);
-  logger()->info("hsgd-run: job '{}' attempt {}: this is node {} of {}, world size {}\n{}",
-                 options_.run_id, a.index, a.nodes.node_rank, options_.nnodes, a.nodes.world_size,
-                 a.nodes.table());
+  logger()->info("{}: job '{}' attempt {}: this is node {} of {}, world size {}\n{}",
+                 options_.names.agent, options_.run_id, a.index, a.nodes.node_rank, options_.nnodes,
+                 a.nodes.world_size, a.nodes.table());
 }
 
 void LaunchAgent::spawn_workers(Attempt& a) {
@@ -183,11 +186,11 @@ void LaunchAgent::spawn_workers(Attempt& a) {
     }
     a.output->add(rank, a.workers.back().take_stdout_fd(), OutputRouter::Stream::kStdout);
     a.output->add(rank, a.workers.back().take_stderr_fd(), OutputRouter::Stream::kStderr);
-    logger()->debug("hsgd-run: started rank {} (local rank {}) as pid {}", rank, local,
-                    a.workers.back().pid());
+    logger()->debug("{}: started rank {} (local rank {}) as pid {}", options_.names.agent, rank,
+                    local, a.workers.back().pid());
   }
   if (!options_.output.log_dir.empty()) {
-    logger()->info("hsgd-run: worker output goes to {}/attempt_{}/rank_<N>.log",
+    logger()->info("{}: worker output goes to {}/attempt_{}/rank_<N>.log", options_.names.agent,
                    options_.output.log_dir, a.index);
   }
 }

@@ -47,6 +47,7 @@
 #include <vector>
 
 #include "comm/launcher/failure_record.h"
+#include "comm/launcher/launcher_names.h"
 #include "comm/launcher/node_rendezvous.h"
 #include "comm/launcher/output_router.h"
 #include "comm/store/store.h"
@@ -74,6 +75,7 @@ struct AgentOptions {
   std::string hostname{};              // for the node table; empty = gethostname()
   std::vector<std::string> program{};  // argv of the worker program
   OutputOptions output{};
+  LauncherNames names{};  // how logs and errors name the agent and these settings
 };
 
 class LaunchAgent {

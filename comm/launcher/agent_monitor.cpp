@@ -62,14 +62,15 @@ LaunchAgent::Outcome LaunchAgent::interrupt(Attempt& a) {
   const int sig = stop_signal_.load();
   signal_workers(a, sig);
   try {
-    publish_failure(
-        a, FailureRecord{.kind = FailureRecord::Kind::kInterrupted,
-                         .node_rank = a.nodes.node_rank,
-                         .signal = sig,
-                         .message = "hsgd-run on node " + std::to_string(a.nodes.node_rank) +
-                                    " received " + signal_name(sig)});
+    publish_failure(a, FailureRecord{.kind = FailureRecord::Kind::kInterrupted,
+                                     .node_rank = a.nodes.node_rank,
+                                     .signal = sig,
+                                     .message = options_.names.agent + " on node " +
+                                                std::to_string(a.nodes.node_rank) + " received " +
+                                                signal_name(sig)});
   } catch (const Error& e) {
-    logger()->warn("hsgd-run: could not tell the other nodes to stop: {}", e.what());
+    logger()->warn("{}: could not tell the other nodes to stop: {}", options_.names.agent,
+                   e.what());
   }
   wait_and_reap(a, sig);
   return Outcome::kInterrupted;
@@ -143,7 +144,7 @@ std::optional<FailureRecord> LaunchAgent::find_hung_worker(Attempt& a) {
   if (!hang) return std::nullopt;
   const int rank = a.nodes.rank_offset + hang->local_rank;
   std::ostringstream msg;
-  msg << hang->message << " [--worker-timeout "
+  msg << hang->message << " [" << options_.names.worker_timeout << " "
       << std::chrono::duration<double>(options_.worker_timeout).count() << " s, attempt " << a.index
       << "]";
   append_last_lines(msg, *a.output, rank);
@@ -157,24 +158,25 @@ std::optional<LaunchAgent::Outcome> LaunchAgent::check_other_nodes(Attempt& a) {
   if (store_->check({a.failed_key()})) {
     last_failure_ = FailureRecord::from_store(to_string(store_->get(a.failed_key())), a.index);
     if (last_failure_->node_rank >= 0) {
-      logger()->warn("hsgd-run: node {} reported a failure; stopping the workers of node {}",
-                     last_failure_->node_rank, a.nodes.node_rank);
+      logger()->warn("{}: node {} reported a failure; stopping the workers of node {}",
+                     options_.names.agent, last_failure_->node_rank, a.nodes.node_rank);
     } else {
-      logger()->warn("hsgd-run: {}; stopping the workers of node {}", last_failure_->message,
-                     a.nodes.node_rank);
+      logger()->warn("{}: {}; stopping the workers of node {}", options_.names.agent,
+                     last_failure_->message, a.nodes.node_rank);
     }
     return stop_after_failure(a);
   }
   if (const int silent = a.heartbeat->tick(Clock::now()); silent >= 0) {
     const NodeInfo& n = a.nodes.nodes[silent];
-    return fail(a, FailureRecord{.kind = FailureRecord::Kind::kWorkerFailed,
-                                 .node_rank = silent,
-                                 .message = "node " + std::to_string(silent) + " ('" + n.host +
-                                            "', hsgd-run pid " + std::to_string(n.pid) +
-                                            ") sent no heartbeat for " +
-                                            std::to_string(a.heartbeat->timeout().count()) +
-                                            " ms (--heartbeat-timeout): its hsgd-run died or "
-                                            "lost the rendezvous server"});
+    return fail(
+        a, FailureRecord{.kind = FailureRecord::Kind::kWorkerFailed,
+                         .node_rank = silent,
+                         .message = "node " + std::to_string(silent) + " ('" + n.host + "', " +
+                                    options_.names.agent + " pid " + std::to_string(n.pid) +
+                                    ") sent no heartbeat for " +
+                                    std::to_string(a.heartbeat->timeout().count()) + " ms (" +
+                                    options_.names.heartbeat_timeout + "): its " +
+                                    options_.names.agent + " died or lost the rendezvous server"});
   }
   return std::nullopt;
 }
@@ -182,7 +184,7 @@ std::optional<LaunchAgent::Outcome> LaunchAgent::check_other_nodes(Attempt& a) {
 void LaunchAgent::mark_local_done(Attempt& a) {
   a.local_done = true;
   store_->set(a.done_key(a.nodes.node_rank), to_bytes("ok"));
-  logger()->info("hsgd-run: all {} workers of node {} exited 0", a.workers.size(),
+  logger()->info("{}: all {} workers of node {} exited 0", options_.names.agent, a.workers.size(),
                  a.nodes.node_rank);
 }
 
@@ -201,7 +203,8 @@ LaunchAgent::Outcome LaunchAgent::succeed(Attempt& a) {
 LaunchAgent::Outcome LaunchAgent::fail(Attempt& a, const FailureRecord& cause) {
   last_failure_ = publish_failure(a, cause);
   if (last_failure_->encode() != cause.encode()) {
-    logger()->warn("hsgd-run: {} (not the root cause: another node failed first)", cause.message);
+    logger()->warn("{}: {} (not the root cause: another node failed first)", options_.names.agent,
+                   cause.message);
   }
   return stop_after_failure(a);
 }
@@ -252,8 +255,9 @@ void LaunchAgent::wait_and_reap(Attempt& a, int sig) {
     w.kill_and_reap();
   }
   if (killed > 0) {
-    logger()->warn("hsgd-run: {} worker(s) of node {} ignored {} for {} ms; sent SIGKILL", killed,
-                   a.nodes.node_rank, signal_name(sig), options_.grace_period.count());
+    logger()->warn("{}: {} worker(s) of node {} ignored {} for {} ms; sent SIGKILL",
+                   options_.names.agent, killed, a.nodes.node_rank, signal_name(sig),
+                   options_.grace_period.count());
   }
   if (a.output) a.output->drain(milliseconds(200));
 }

@@ -34,8 +34,8 @@ FailureRecord FailureRecord::decode(const std::string& text) {
     r.rank = std::stoi(rank);
     r.signal = std::stoi(sig);
   } catch (const std::exception&) {
-    HSGD_THROW(CommError, "hsgd-run: malformed failure record in the store: '",
-               printable_excerpt(text, 200), "'");
+    HSGD_THROW(CommError, "malformed failure record in the store: '", printable_excerpt(text, 200),
+               "'");
   }
   std::ostringstream rest;
   rest << in.rdbuf();

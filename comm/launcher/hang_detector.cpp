@@ -61,7 +61,7 @@ HangDetector::HangDetector(int slots, int rank_offset, std::string node)
     fd = ::mkstemp(path_.data());  // mode 0600
   }
   if (fd < 0) {
-    HSGD_THROW(Error, "hsgd-run: cannot create the progress file '", path_,
+    HSGD_THROW(Error, "HangDetector: cannot create the progress file '", path_,
                "': ", std::strerror(errno));
   }
   void* base = MAP_FAILED;
@@ -76,7 +76,8 @@ HangDetector::HangDetector(int slots, int rank_offset, std::string node)
     } else {
       ::unlink(path_.c_str());
     }
-    HSGD_THROW(Error, "hsgd-run: cannot map the progress file '", path_, "': ", std::strerror(err));
+    HSGD_THROW(Error, "HangDetector: cannot map the progress file '", path_,
+               "': ", std::strerror(err));
   }
   auto* header = static_cast<ProgressHeader*>(base);
   slots_ = reinterpret_cast<ProgressSlot*>(static_cast<char*>(base) + sizeof(ProgressHeader));

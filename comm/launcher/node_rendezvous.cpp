@@ -11,10 +11,10 @@ std::string node_key(const std::string& prefix, int slot) {
   return prefix + "rdzv/node/" + std::to_string(slot);
 }
 
-std::string describe(const NodeInfo& n) {
+std::string describe(const NodeInfo& n, const LauncherNames& names) {
   std::ostringstream out;
   out << n.host << " (pid " << n.pid << ", " << n.local_world_size << " workers";
-  if (n.requested_rank >= 0) out << ", --node-rank " << n.requested_rank;
+  if (n.requested_rank >= 0) out << ", " << names.node_rank << " " << n.requested_rank;
   out << ")";
   return out.str();
 }
@@ -61,7 +61,8 @@ std::string NodeAssignment::table() const {
   return out.str();
 }
 
-NodeAssignment assign_node_ranks(const std::vector<NodeInfo>& by_arrival, int self_slot) {
+NodeAssignment assign_node_ranks(const std::vector<NodeInfo>& by_arrival, int self_slot,
+                                 const LauncherNames& names) {
   const int nnodes = static_cast<int>(by_arrival.size());
   HSGD_CHECK(self_slot >= 0 && self_slot < nnodes, "assign_node_ranks: slot ", self_slot,
              " out of range for ", nnodes, " nodes");
@@ -69,14 +70,15 @@ NodeAssignment assign_node_ranks(const std::vector<NodeInfo>& by_arrival, int se
   std::vector<int> owner(nnodes, -1);  // node rank -> slot
   for (int slot = 0; slot < nnodes; ++slot) {
     const NodeInfo& n = by_arrival[slot];
-    HSGD_CHECK(n.local_world_size > 0, "node rendezvous: node ", describe(n),
+    HSGD_CHECK(n.local_world_size > 0, "node rendezvous: node ", describe(n, names),
                " has local world size ", n.local_world_size, ", expected > 0");
     const int want = n.requested_rank;
     if (want < 0) continue;
-    HSGD_CHECK(want < nnodes, "node rendezvous: node ", describe(n), " asked for --node-rank ",
-               want, ", expected a value in [0, ", nnodes, ") for --nnodes ", nnodes);
-    HSGD_CHECK(owner[want] < 0, "node rendezvous: nodes ", describe(by_arrival[owner[want]]),
-               " and ", describe(n), " both asked for --node-rank ", want);
+    HSGD_CHECK(want < nnodes, "node rendezvous: node ", describe(n, names), " asked for ",
+               names.node_rank, " ", want, ", expected a value in [0, ", nnodes, ") for ",
+               names.nnodes, " ", nnodes);
+    HSGD_CHECK(owner[want] < 0, "node rendezvous: nodes ", describe(by_arrival[owner[want]], names),
+               " and ", describe(n, names), " both asked for ", names.node_rank, " ", want);
     owner[want] = slot;
     rank_of[slot] = want;
   }
@@ -101,15 +103,17 @@ NodeAssignment assign_node_ranks(const std::vector<NodeInfo>& by_arrival, int se
 
 NodeAssignment rendezvous_nodes(Store& store, const NodeRendezvousOptions& options,
                                 const NodeInfo& self) {
-  HSGD_CHECK_GT(options.nnodes, 0, "node rendezvous: --nnodes must be positive");
+  HSGD_CHECK_GT(options.nnodes, 0,
+                "node rendezvous: NodeRendezvousOptions::nnodes must be positive");
   const std::string& prefix = options.key_prefix;
+  const LauncherNames& names = options.names;
 
   // 1. Order of arrival.
   const int64_t slot = store.add(prefix + "rdzv/arrivals", 1) - 1;
   HSGD_CHECK(slot < options.nnodes, "node rendezvous: job '", options.job_id, "' at ",
-             options.endpoint, " already has ", options.nnodes, " nodes (--nnodes ", options.nnodes,
-             "); this node (", describe(self), ") would be number ", slot + 1,
-             ". Is another job using the same --rdzv-id?");
+             options.endpoint, " already has ", options.nnodes, " nodes (", names.nnodes, " ",
+             options.nnodes, "); this node (", describe(self, names), ") would be number ",
+             slot + 1, ". Is another job using the same ", names.run_id, "?");
   // 2. Announce this node.
   store.set(node_key(prefix, static_cast<int>(slot)), to_bytes(self.encode()));
 
@@ -127,14 +131,15 @@ NodeAssignment rendezvous_nodes(Store& store, const NodeRendezvousOptions& optio
       for (const auto& key : keys) {
         if (!store.check({key})) continue;
         joined << (count++ == 0 ? "" : ", ")
-               << describe(NodeInfo::decode(to_string(store.get(key, options.poll_interval))));
+               << describe(NodeInfo::decode(to_string(store.get(key, options.poll_interval))),
+                           names);
       }
       HSGD_THROW(Timeout, "node rendezvous: job '", options.job_id, "' at ", options.endpoint,
                  " timed out after ", std::chrono::duration<double>(options.timeout).count(),
-                 " s (--rdzv-timeout): ", count, " of ", options.nnodes, " nodes joined [",
-                 joined.str(), "], ", options.nnodes - count,
-                 " missing. Start hsgd-run on the missing nodes with the "
-                 "same --rdzv-endpoint and --rdzv-id, or raise --rdzv-timeout.");
+                 " s (", names.rdzv_timeout, "): ", count, " of ", options.nnodes,
+                 " nodes joined [", joined.str(), "], ", options.nnodes - count, " missing. Start ",
+                 names.agent, " on the missing nodes with the same ", names.endpoint, " and ",
+                 names.run_id, ", or raise ", names.rdzv_timeout, ".");
     }
     std::this_thread::sleep_for(options.poll_interval);
   }
@@ -144,7 +149,7 @@ NodeAssignment rendezvous_nodes(Store& store, const NodeRendezvousOptions& optio
   for (const auto& value : store.multi_get(keys, options.poll_interval * 20)) {
     by_arrival.push_back(NodeInfo::decode(to_string(value)));
   }
-  return assign_node_ranks(by_arrival, static_cast<int>(slot));
+  return assign_node_ranks(by_arrival, static_cast<int>(slot), names);
 }
 
 }  // namespace hsgd::comm::launcher

@@ -5,7 +5,7 @@
 // Protocol, for one attempt (all keys under options.key_prefix, which the caller makes unique per
 // job and attempt):
 //   1. slot = add("rdzv/arrivals", 1) - 1 gives the order of arrival; a slot >= nnodes means
-//      more agents than --nnodes joined (typically a reused --rdzv-id) and fails.
+//      more agents than nnodes joined (typically a reused job id) and fails.
 //   2. set("rdzv/node/<slot>", this node's NodeInfo).
 //   3. Poll until "rdzv/node/0" .. "rdzv/node/<nnodes-1>" all exist, or the timeout passes: then
 //      hsgd::Timeout lists the nodes that joined and how many are missing.
@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "comm/error.h"
+#include "comm/launcher/launcher_names.h"
 #include "comm/store/store.h"
 
 namespace hsgd::comm::launcher {
@@ -34,8 +35,8 @@ namespace hsgd::comm::launcher {
 struct NodeInfo {
   std::string host{};
   int pid = 0;               // of the agent: tells apart several agents on one host
-  int local_world_size = 1;  // workers on this node (--nproc-per-node)
-  int requested_rank = -1;   // --node-rank, or -1 for "by order of arrival"
+  int local_world_size = 1;  // workers on this node (AgentOptions::nproc_per_node)
+  int requested_rank = -1;   // AgentOptions::node_rank, or -1 for "by order of arrival"
 
   std::string encode() const;
   static NodeInfo decode(const std::string& text);  // throws hsgd::CommError on garbage
@@ -66,15 +67,17 @@ struct NodeRendezvousOptions {
   std::chrono::milliseconds timeout = std::chrono::seconds(300);
   std::chrono::milliseconds poll_interval = std::chrono::milliseconds(50);
   std::function<bool()> interrupted{};  // polled while waiting; may be empty
+  LauncherNames names{};                // how messages name the settings
 };
 
 // Runs the protocol above. Throws hsgd::Timeout (nodes missing), hsgd::InvalidArgument (too many
-// nodes, conflicting or out-of-range --node-rank) or RendezvousInterrupted.
+// nodes, conflicting or out-of-range requested ranks) or RendezvousInterrupted.
 NodeAssignment rendezvous_nodes(Store& store, const NodeRendezvousOptions& options,
                                 const NodeInfo& self);
 
 // Deterministic rank assignment: nodes with a requested rank get it, the others take the free
 // ranks in increasing order, in order of arrival. `by_arrival[self_slot]` is the calling node.
-NodeAssignment assign_node_ranks(const std::vector<NodeInfo>& by_arrival, int self_slot);
+NodeAssignment assign_node_ranks(const std::vector<NodeInfo>& by_arrival, int self_slot,
+                                 const LauncherNames& names = {});
 
 }  // namespace hsgd::comm::launcher

@@ -28,7 +28,7 @@ OutputRouter::OutputRouter(OutputOptions options, int attempt)
   if (!attempt_dir_.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(attempt_dir_, ec);
-    HSGD_CHECK(!ec, "hsgd-run: cannot create log directory '", attempt_dir_, "': ", ec.message());
+    HSGD_CHECK(!ec, "cannot create log directory '", attempt_dir_, "': ", ec.message());
   }
 }
 
@@ -47,7 +47,7 @@ void OutputRouter::add(int rank, int fd, Stream stream) {
   if (!attempt_dir_.empty() && !log_fds_.contains(rank)) {
     const std::string path = log_path(rank);
     int file = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    HSGD_CHECK(file >= 0, "hsgd-run: cannot open log file '", path, "': ", std::strerror(errno));
+    HSGD_CHECK(file >= 0, "cannot open log file '", path, "': ", std::strerror(errno));
     log_fds_[rank] = file;
   }
 }

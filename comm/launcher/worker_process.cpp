@@ -76,10 +76,10 @@ std::string ExitStatus::describe() const {
 }
 
 std::string resolve_program(const std::string& program, const std::string& path_env) {
-  HSGD_CHECK(!program.empty(), "hsgd-run: no program given; expected '-- PROGRAM ARGS...'");
+  HSGD_CHECK(!program.empty(), "resolve_program: the program name is empty");
   if (program.find('/') != std::string::npos) {
     if (!is_executable_file(program)) {
-      HSGD_THROW(InvalidArgument, "hsgd-run: program '", program,
+      HSGD_THROW(InvalidArgument, "program '", program,
                  "' does not exist or is not an executable file");
     }
     return program;
@@ -90,8 +90,7 @@ std::string resolve_program(const std::string& program, const std::string& path_
     std::string candidate = (dir.empty() ? std::string(".") : dir) + "/" + program;
     if (is_executable_file(candidate)) return candidate;
   }
-  HSGD_THROW(InvalidArgument, "hsgd-run: program '", program, "' not found on PATH '", path_env,
-             "'");
+  HSGD_THROW(InvalidArgument, "program '", program, "' not found on PATH '", path_env, "'");
 }
 
 WorkerProcess WorkerProcess::spawn(const std::vector<std::string>& argv,
@@ -145,8 +144,7 @@ WorkerProcess WorkerProcess::spawn(const std::vector<std::string>& argv,
   ::close(exec_err[0]);
   if (n == static_cast<ssize_t>(sizeof(exec_errno))) {
     w.kill_and_reap();
-    HSGD_THROW(InvalidArgument, "hsgd-run: cannot execute '", path,
-               "': ", std::strerror(exec_errno));
+    HSGD_THROW(InvalidArgument, "cannot execute '", path, "': ", std::strerror(exec_errno));
   }
   return w;
 }

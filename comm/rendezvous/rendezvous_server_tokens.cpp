@@ -141,13 +141,13 @@ TokenTable parse_token_file(std::string_view text, const std::string& origin) {
   return table;
 }
 
-TokenTable read_token_file(const std::string& path) {
-  const std::string origin = "--token-file '" + path + "'";
+TokenTable read_token_file(const std::string& path, const std::string& origin) {
+  const std::string name = origin.empty() ? "token file '" + path + "'" : origin;
   std::ifstream in(path, std::ios::binary);
-  if (!in.good()) HSGD_THROW(InvalidArgument, "cannot read ", origin);
+  if (!in.good()) HSGD_THROW(InvalidArgument, "cannot read ", name);
   std::ostringstream text;
   text << in.rdbuf();
-  return parse_token_file(text.str(), origin);
+  return parse_token_file(text.str(), name);
 }
 
 }  // namespace hsgd::comm

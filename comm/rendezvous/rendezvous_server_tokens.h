@@ -62,7 +62,8 @@ struct TokenTable {
 // Parses the text of a token file; origin names it in errors ("--token-file '/x'").
 TokenTable parse_token_file(std::string_view text, const std::string& origin);
 
-// Reads and parses path; hsgd::InvalidArgument if it cannot be read or is malformed.
-TokenTable read_token_file(const std::string& path);
+// Reads and parses path; hsgd::InvalidArgument if it cannot be read or is malformed. origin names
+// the file in errors; empty: "token file '<path>'".
+TokenTable read_token_file(const std::string& path, const std::string& origin = {});
 
 }  // namespace hsgd::comm

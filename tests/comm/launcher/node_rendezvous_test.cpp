@@ -57,14 +57,16 @@ TEST(NodeRendezvousTest, AssignRanks_RejectsConflictsAndRangeErrors) {
     assign_node_ranks({node("a", 1, 1), node("b", 1, 1)}, 0);
     FAIL() << "expected InvalidArgument";
   } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("both asked for --node-rank 1"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("both asked for AgentOptions::node_rank 1"),
+              std::string::npos)
         << e.what();
   }
   try {
     assign_node_ranks({node("a", 1, 2), node("b", 1)}, 0);
     FAIL() << "expected InvalidArgument";
   } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("--node-rank 2"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("AgentOptions::node_rank 2"), std::string::npos)
+        << e.what();
   }
 }
 
