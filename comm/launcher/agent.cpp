@@ -8,9 +8,11 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "comm/error.h"
 #include "comm/launcher/detail/agent_attempt.h"
+#include "comm/launcher/heartbeat.h"
 #include "comm/launcher/worker_env.h"
 #include "comm/log.h"
 
@@ -19,6 +21,13 @@ namespace {
 
 using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
+
+// Where each agent records the attempt whose rendezvous it completed last (see agent.h).
+const std::string kCurrentAttemptKey = "hsgd-run/current-attempt";
+
+std::string attempt_prefix(int attempt) {
+  return "hsgd-run/attempt/" + std::to_string(attempt) + "/";
+}
 
 std::string this_host(const std::string& configured) {
   if (!configured.empty()) return configured;
@@ -77,8 +86,18 @@ int LaunchAgent::run() {
     return std::string(path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin");
   }());
   const LauncherNames& names = options_.names;
-  for (int attempt = 0; attempt <= options_.max_restarts; ++attempt) {
+  const int first = current_attempt();
+  if (first > 0) {
+    logger()->info("{}: job '{}' is in attempt {}: this node joins it", names.agent,
+                   options_.run_id, first);
+  }
+  for (int attempt = first; attempt <= options_.max_restarts; ++attempt) {
     const Outcome outcome = run_attempt(attempt);
+    if (outcome == Outcome::kMissed) {
+      logger()->warn("{}: job '{}' attempt {} ended without this node (root cause: {})",
+                     names.agent, options_.run_id, attempt, last_failure_->message);
+      continue;
+    }
     if (outcome == Outcome::kSucceeded) {
       logger()->info(
           "{}: job '{}' finished: all workers of all nodes exited 0 after {} "
@@ -105,17 +124,35 @@ int LaunchAgent::run() {
                     options_.max_restarts, steps_lost_text(), last_failure_->message);
     return 1;
   }
-  return 1;  // not reached: the last attempt returns above
+  // Only a missed last attempt gets here: the job has no attempt left to join.
+  logger()->error("{}: job '{}' failed: its last attempt {} ({} {}) ended without this node",
+                  names.agent, options_.run_id, options_.max_restarts, names.max_restarts,
+                  options_.max_restarts);
+  return 1;
+}
+
+int LaunchAgent::current_attempt() {
+  if (!store_->check({kCurrentAttemptKey})) return 0;
+  int attempt = 0;
+  try {
+    attempt = std::stoi(to_string(store_->get(kCurrentAttemptKey)));
+  } catch (const std::exception&) {
+    return 0;  // not written by an agent: start from the beginning
+  }
+  return std::clamp(attempt, 0, options_.max_restarts);
 }
 
 LaunchAgent::Outcome LaunchAgent::run_attempt(int attempt) {
   Attempt a;
   a.index = attempt;
-  a.prefix = "hsgd-run/attempt/" + std::to_string(attempt) + "/";
+  a.prefix = attempt_prefix(attempt);
   try {
     join_nodes(a);
   } catch (const RendezvousInterrupted&) {
     return Outcome::kInterrupted;
+  } catch (const RendezvousFull&) {
+    if (auto outcome = wait_out_full_attempt(a)) return *outcome;
+    throw;
   }
   spawn_workers(a);
   const Outcome outcome = monitor(a);
@@ -141,6 +178,80 @@ void LaunchAgent::join_nodes(Attempt& a) {
   logger()->info("{}: job '{}' attempt {}: this is node {} of {}, world size {}\n{}",
                  options_.names.agent, options_.run_id, a.index, a.nodes.node_rank, options_.nnodes,
                  a.nodes.world_size, a.nodes.table());
+  store_->set(kCurrentAttemptKey, to_bytes(std::to_string(a.index)));
+}
+
+std::optional<LaunchAgent::Outcome> LaunchAgent::wait_out_full_attempt(Attempt& a) {
+  const LauncherNames& names = options_.names;
+  std::vector<std::string> done_keys;
+  for (int n = 0; n < options_.nnodes; ++n) done_keys.push_back(a.done_key(n));
+  auto check_not_finished = [&] {
+    HSGD_CHECK(!store_->check(done_keys), "job '", options_.run_id, "' at ", endpoint_,
+               " already finished: all ", options_.nnodes, " nodes of its attempt ", a.index,
+               " are done. Is another job using the same ", names.run_id, "?");
+  };
+  check_not_finished();
+  // The nodes of the attempt, by node rank, to name a silent one (all there once it is full,
+  // unless one of them died between taking its place and announcing itself).
+  std::vector<NodeInfo> nodes;
+  std::vector<std::string> keys;
+  for (int slot = 0; slot < options_.nnodes; ++slot) {
+    keys.push_back(a.prefix + "rdzv/node/" + std::to_string(slot));
+  }
+  if (store_->check(keys)) {
+    std::vector<NodeInfo> by_arrival;
+    for (const auto& value : store_->multi_get(keys, options_.monitor_interval * 20)) {
+      by_arrival.push_back(NodeInfo::decode(to_string(value)));
+    }
+    nodes = assign_node_ranks(by_arrival, 0, names).nodes;
+  }
+  auto ended = [&]() -> std::optional<Outcome> {
+    if (!store_->check({a.failed_key()})) return std::nullopt;
+    last_failure_ = FailureRecord::from_store(to_string(store_->get(a.failed_key())), a.index);
+    return last_failure_->restartable() ? Outcome::kMissed : Outcome::kInterrupted;
+  };
+  if (auto outcome = ended()) return outcome;
+  logger()->warn(
+      "{}: job '{}' attempt {} already has its {} nodes; taking this node for one of them "
+      "started again: waiting up to {} ms ({}) for the attempt to fail or for a node to go "
+      "silent, then joining attempt {}",
+      names.agent, options_.run_id, a.index, options_.nnodes, options_.heartbeat_timeout.count(),
+      names.heartbeat_timeout, a.index + 1);
+
+  const auto interval = std::min<milliseconds>(milliseconds(1000), options_.heartbeat_timeout / 4);
+  Heartbeat watch(*store_, a.prefix, options_.nnodes, /*self=*/-1, interval,
+                  options_.heartbeat_timeout);
+  const auto deadline = Clock::now() + options_.heartbeat_timeout + 2 * interval;
+  while (Clock::now() < deadline) {
+    if (stop_requested()) return Outcome::kInterrupted;
+    if (auto outcome = ended()) return outcome;
+    // Nodes that are done stop beating once all are: not a failure.
+    check_not_finished();
+    if (const int silent = watch.tick(Clock::now()); silent >= 0) {
+      std::string who = "node " + std::to_string(silent);
+      if (!nodes.empty()) {
+        who += " ('" + nodes[silent].host + "', " + names.agent + " pid " +
+               std::to_string(nodes[silent].pid) + ")";
+      }
+      last_failure_ = publish_failure(
+          a, FailureRecord{.kind = FailureRecord::Kind::kWorkerFailed,
+                           .node_rank = silent,
+                           .message = who + " sent no heartbeat for " +
+                                      std::to_string(options_.heartbeat_timeout.count()) + " ms (" +
+                                      names.heartbeat_timeout + ") while " + names.agent + " pid " +
+                                      std::to_string(::getpid()) + " on '" +
+                                      this_host(options_.hostname) + "' waited to join attempt " +
+                                      std::to_string(a.index) + ": its " + names.agent +
+                                      " died, and was probably started again"});
+      return last_failure_->restartable() ? Outcome::kMissed : Outcome::kInterrupted;
+    }
+    std::this_thread::sleep_for(options_.monitor_interval);
+  }
+  logger()->error(
+      "{}: all {} nodes of job '{}' attempt {} kept beating for {} ms: this node is "
+      "not one of them",
+      names.agent, options_.nnodes, options_.run_id, a.index, options_.heartbeat_timeout.count());
+  return std::nullopt;
 }
 
 void LaunchAgent::spawn_workers(Attempt& a) {

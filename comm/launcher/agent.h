@@ -21,6 +21,17 @@
 //   5. when every local worker succeeded, sets "done/<node>" and waits for the other nodes' done
 //      keys (still watching "failed": a late failure elsewhere restarts this node too).
 // A restartable failure starts the next attempt on all nodes; after max_restarts the job fails.
+// The attempts are the job's, not the agent's: every node of attempt N runs its workers with
+// HSGD_RESTART_COUNT = N, and each agent records N in the store ("hsgd-run/current-attempt")
+// once attempt N's rendezvous completed. An agent that starts while its job is running (its
+// predecessor on this node was killed, kill -9 or machine lost, and it was started again with
+// the same command) begins at the recorded attempt. When that attempt already has all nnodes
+// nodes (the others have not left it yet), the agent does not join it: it waits until the
+// attempt fails (a failure record appears) or one of its nodes sends no heartbeat for
+// heartbeat_timeout (then it publishes that failure itself), and joins the next attempt with the
+// others; the restart counts against max_restarts as any other. If every node of that attempt
+// keeps beating for heartbeat_timeout, this agent is one node too many (another job uses the
+// same run_id) and run() throws RendezvousFull, as it does when the job already finished.
 // Steps lost to restarts: the highest step a local worker reported before a failure minus the
 // step the next attempt resumed from (its workers' first report), summed; printed at the end.
 //
@@ -93,12 +104,19 @@ class LaunchAgent {
   const std::optional<FailureRecord>& last_failure() const { return last_failure_; }
 
  private:
-  enum class Outcome { kSucceeded, kFailed, kInterrupted };
+  // kMissed: the attempt had all its nodes without this one and ended; join the next.
+  enum class Outcome { kSucceeded, kFailed, kInterrupted, kMissed };
   struct Attempt;  // comm/launcher/detail/agent_attempt.h
 
   // agent.cpp: one attempt, steps 1 and 2.
   Outcome run_attempt(int attempt);
   void join_nodes(Attempt& a);  // step 1; throws RendezvousInterrupted on request_stop()
+  // The attempt recorded in the store as the job's current one (0 when none is).
+  int current_attempt();
+  // Step 1 found the attempt full: waits (bounded by heartbeat_timeout) for it to fail and
+  // returns kMissed (kInterrupted when the job was stopped); std::nullopt when every node of it
+  // kept beating, i.e. this agent is not one of them.
+  std::optional<Outcome> wait_out_full_attempt(Attempt& a);
   void spawn_workers(Attempt& a);
   // At the end of an attempt: adds the steps lost before it (resumed step, last step).
   void account_steps(Attempt& a);

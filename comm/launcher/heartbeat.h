@@ -6,7 +6,8 @@
 // Each agent increments its own counter "<prefix>heartbeat/<node>" every `interval`, and reads
 // everyone's counters in the same round trip schedule. A node whose counter has not changed for
 // `timeout` (measured on the reader's steady clock, so clocks of different machines never need
-// to agree) is reported as silent.
+// to agree) is reported as silent. With self = -1 the Heartbeat only watches: it beats for no
+// node and reads every node's counter (an agent waiting to join, see agent.h).
 //
 // Usage:
 //   using namespace std::chrono_literals;

@@ -110,10 +110,11 @@ NodeAssignment rendezvous_nodes(Store& store, const NodeRendezvousOptions& optio
 
   // 1. Order of arrival.
   const int64_t slot = store.add(prefix + "rdzv/arrivals", 1) - 1;
-  HSGD_CHECK(slot < options.nnodes, "node rendezvous: job '", options.job_id, "' at ",
-             options.endpoint, " already has ", options.nnodes, " nodes (", names.nnodes, " ",
-             options.nnodes, "); this node (", describe(self, names), ") would be number ",
-             slot + 1, ". Is another job using the same ", names.run_id, "?");
+  HSGD_CHECK_AS(RendezvousFull, slot < options.nnodes, "node rendezvous: job '", options.job_id,
+                "' at ", options.endpoint, " already has ", options.nnodes, " nodes (",
+                names.nnodes, " ", options.nnodes, "); this node (", describe(self, names),
+                ") would be number ", slot + 1, ". Is another job using the same ", names.run_id,
+                "?");
   // 2. Announce this node.
   store.set(node_key(prefix, static_cast<int>(slot)), to_bytes(self.encode()));
 

@@ -5,7 +5,9 @@
 // Protocol, for one attempt (all keys under options.key_prefix, which the caller makes unique per
 // job and attempt):
 //   1. slot = add("rdzv/arrivals", 1) - 1 gives the order of arrival; a slot >= nnodes means
-//      more agents than nnodes joined (typically a reused job id) and fails.
+//      more agents than nnodes joined and fails with RendezvousFull: a reused job id, or an
+//      agent that comes back after the attempt was formed (LaunchAgent then waits for the
+//      attempt to end and joins the next one, see agent.h).
 //   2. set("rdzv/node/<slot>", this node's NodeInfo).
 //   3. Poll until "rdzv/node/0" .. "rdzv/node/<nnodes-1>" all exist, or the timeout passes: then
 //      hsgd::Timeout lists the nodes that joined and how many are missing.
@@ -59,6 +61,12 @@ class RendezvousInterrupted : public Error {
   using Error::Error;
 };
 
+// Thrown when all nnodes places of the rendezvous were taken before this node arrived.
+class RendezvousFull : public InvalidArgument {
+ public:
+  using InvalidArgument::InvalidArgument;
+};
+
 struct NodeRendezvousOptions {
   int nnodes = 1;
   std::string job_id{};      // for messages
@@ -70,8 +78,8 @@ struct NodeRendezvousOptions {
   LauncherNames names{};                // how messages name the settings
 };
 
-// Runs the protocol above. Throws hsgd::Timeout (nodes missing), hsgd::InvalidArgument (too many
-// nodes, conflicting or out-of-range requested ranks) or RendezvousInterrupted.
+// Runs the protocol above. Throws hsgd::Timeout (nodes missing), RendezvousFull (too many nodes),
+// hsgd::InvalidArgument (conflicting or out-of-range requested ranks) or RendezvousInterrupted.
 NodeAssignment rendezvous_nodes(Store& store, const NodeRendezvousOptions& options,
                                 const NodeInfo& self);
 

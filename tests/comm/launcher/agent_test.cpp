@@ -151,6 +151,36 @@ TEST(LaunchAgentTest, StopRequest_ForwardsSignalThenKillsAfterGrace) {
   }
 }
 
+// An agent that finds the job's current attempt full while all its nodes keep beating is one node
+// too many: it is refused and the running job goes on undisturbed.
+TEST(LaunchAgentTest, ExtraNode_RefusedWhileTheJobRunsAndAfterItFinished) {
+  const auto dir = hsgd::testing::unique_temp_dir("agent_extra_node");
+  auto store = std::make_shared<HashStore>();
+  auto options = shell_job("touch " + dir.string() + "/started; sleep 4", dir / "logs", 1);
+  options.heartbeat_timeout = milliseconds(800);
+  LaunchAgent running(options, store);
+  auto code = std::async(std::launch::async, [&] { return running.run(); });
+  for (int i = 0; i < 2000 && !fs::exists(dir / "started"); ++i) {
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  ASSERT_TRUE(fs::exists(dir / "started"));
+  auto extra_options = shell_job("touch " + dir.string() + "/extra_ran", dir / "extra_logs", 1);
+  extra_options.heartbeat_timeout = milliseconds(800);
+  LaunchAgent extra(extra_options, store);
+  EXPECT_THROW(extra.run(), RendezvousFull);
+  EXPECT_EQ(code.get(), 0);
+  EXPECT_FALSE(running.last_failure().has_value()) << running.last_failure()->message;
+  // Once the job finished, a late agent is told so.
+  LaunchAgent late(extra_options, store);
+  try {
+    late.run();
+    ADD_FAILURE() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("already finished"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(dir / "extra_ran"));
+}
+
 TEST(LaunchAgentTest, MissingProgram_FailsBeforeRendezvous) {
   auto options = shell_job("", "");
   options.program = {"hsgd-no-such-program"};

@@ -13,6 +13,8 @@
 //                                          FAIL_STEP (default 6) steps
 //   launcher_test_worker last-words DIR    print a line and a partial line, record that in DIR,
 //                                          sleep 60 s
+//   launcher_test_worker sleep-once DIR    attempt 0: record pid in DIR, print "ready", sleep
+//                                          60 s; later attempts: print "attempt N done", exit 0
 // Exit code 0 = checks passed; anything else = a failure hsgd-run must report.
 
 #include <signal.h>
@@ -191,6 +193,17 @@ int main(int argc, char** argv) {
       std::cout << "last words before the end" << std::endl;
       std::cout << "partial line at the end" << std::flush;
       write_file(dir + "/printed_rank" + std::to_string(env_int("RANK")), "both written\n");
+      sleep_seconds(60);
+      return 0;
+    }
+    if (mode == "sleep-once") {
+      const int rank = env_int("RANK"), restart = env_int("HSGD_RESTART_COUNT");
+      if (restart > 0) {
+        std::cout << "attempt " << restart << " done" << std::endl;
+        return 0;
+      }
+      write_file(dir + "/pid_rank" + std::to_string(rank), std::to_string(getpid()) + "\n");
+      std::cout << "ready" << std::endl;
       sleep_seconds(60);
       return 0;
     }
