@@ -93,10 +93,16 @@ TEST(LaunchAgentTest, AlwaysFails_ReturnsOneAfterMaxRestarts) {
 
 TEST(LaunchAgentTest, TwoNodes_FailureOnOneStopsBothWithOneRootCause) {
   const auto dir = hsgd::testing::unique_temp_dir("agent_two_nodes");
-  // Node rank 1's first worker (global rank 2) fails; everyone else would sleep for a minute.
-  const std::string script = "echo $$ > " + dir.string() +
+  // Node rank 1's first worker (global rank 2) fails, once the other ranks have recorded their
+  // pids (at most 5 s), so that every rank is known to have started; everyone else would sleep
+  // for a minute.
+  const std::string d = dir.string();
+  const std::string script = "echo $$ > " + d +
                              "/pid_$RANK; "
-                             "if [ $RANK = 2 ]; then sleep 0.2; echo bad rank >&2; exit 3; fi; "
+                             "if [ $RANK = 2 ]; then for i in $(seq 500); do [ -e " +
+                             d + "/pid_0 ] && [ -e " + d + "/pid_1 ] && [ -e " + d +
+                             "/pid_3 ] && break; sleep 0.01; done; "
+                             "echo bad rank >&2; exit 3; fi; "
                              "sleep 60";
   auto store = std::make_shared<HashStore>();
   std::vector<std::future<std::pair<int, std::optional<FailureRecord>>>> nodes;
