@@ -1,18 +1,14 @@
 #include "comm/process_group/process_group.h"
 
-#include <gloo/allgather.h>
-#include <gloo/barrier.h>
-#include <gloo/broadcast.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/device.h>
-#include <gloo/transport/unbound_buffer.h>
-#include <gloo/types.h>
 
 #include <algorithm>
 
 #include "comm/error.h"
 #include "comm/format_ranks.h"
 #include "comm/log.h"
+#include "comm/process_group/agreement.h"
 #include "comm/process_group/detail/collective_fingerprint.h"
 #include "comm/process_group/detail/collective_queue.h"
 #include "comm/process_group/detail/gloo_allreduce.h"
@@ -21,10 +17,11 @@
 #include "comm/store/gloo_store.h"
 #include "comm/store/store_barrier.h"
 
-// The parts of a group live in comm/detail: the collective queue and its worker thread
-// (collective_queue), the Gloo allreduce algorithms and their cache (gloo_allreduce), the
+// The parts of a group live in comm/process_group/detail: the collective queue and its worker
+// thread (collective_queue), the Gloo allreduce algorithms and their cache (gloo_allreduce), the
 // two-level allreduce across nodes (two_level_allreduce) and child group creation
-// (child_group). This file connects a group and queues its collectives.
+// (child_group). This file connects a group and reports its failures; the collectives are in
+// process_group_collectives.cpp.
 
 namespace hsgd::comm {
 
@@ -202,19 +199,11 @@ std::string ProcessGroup::diagnose_failure(const CollectiveFingerprint& fp, bool
       keys.push_back(base + std::to_string(r));
       reported.push_back(r);
     }
-    const std::vector<Bytes> values = options_.store->multi_get(keys, grace);
-    // The ranks of each distinct report, in the order of their lowest rank.
-    std::vector<std::pair<std::string, std::vector<int>>> doing;
-    for (size_t i = 0; i < values.size(); ++i) {
-      const std::string what = to_string(values[i]);
-      auto it =
-          std::find_if(doing.begin(), doing.end(), [&](const auto& d) { return d.first == what; });
-      if (it == doing.end()) {
-        doing.push_back({what, {reported[i]}});
-      } else {
-        it->second.push_back(reported[i]);
-      }
+    std::vector<std::string> reports;
+    for (const Bytes& value : options_.store->multi_get(keys, grace)) {
+      reports.push_back(to_string(value));
     }
+    const std::vector<RanksWithValue> doing = group_ranks_by_value(reports, reported);
     if (missing.empty() && doing.size() == 1) {
       return "every rank reached this collective and failed (a network failure, or a peer that "
              "exited)";
@@ -254,145 +243,6 @@ void ProcessGroup::shutdown(Duration timeout) {
   store_barrier(*options_.store, options_.key_prefix + "shutdown/", rank(), size(), timeout,
                 {.what = detail::str_cat("ProcessGroup::shutdown of group '", options_.name,
                                          "' (rank ", rank(), " of ", size(), ")")});
-}
-
-// ---- collectives ----
-
-template <typename T>
-std::shared_ptr<Work> ProcessGroup::allreduce_impl(std::span<T> data, ReduceOp op, const char* type,
-                                                   std::string_view label) {
-  CollectiveFingerprint fp{
-      .kind = "allreduce", .dtype = type, .count = data.size(), .args = to_string(op)};
-  fp.label = label;
-  return enqueue(std::move(fp), [this, data, op](uint32_t tag) {
-    if (size() == 1 || data.empty()) return;
-    const AllreduceAlgorithm algorithm = options_.allreduce_algorithm;
-    if (algorithm == AllreduceAlgorithm::kAuto && shm_ != nullptr) {
-      shm_->allreduce(data, op, std::chrono::steady_clock::now() + options_.timeout);
-    } else if (algorithm == AllreduceAlgorithm::kAuto && two_level_ != nullptr) {
-      two_level_->allreduce(data, op);
-    } else {
-      gloo_allreduce_->allreduce(data, op, algorithm, tag);
-    }
-  });
-}
-
-std::shared_ptr<Work> ProcessGroup::allreduce(std::span<float> data, ReduceOp op,
-                                              std::string_view label) {
-  return allreduce_impl(data, op, "float", label);
-}
-
-std::shared_ptr<Work> ProcessGroup::allreduce(std::span<double> data, ReduceOp op,
-                                              std::string_view label) {
-  return allreduce_impl(data, op, "double", label);
-}
-
-template <typename T>
-std::shared_ptr<Work> ProcessGroup::broadcast_impl(std::span<T> data, int root, const char* type,
-                                                   std::string_view label) {
-  HSGD_CHECK(root >= 0 && root < size(), "ProcessGroup '", name(), "': broadcast root ", root,
-             " must be a rank of the group, in [0, ", size(), ")");
-  CollectiveFingerprint fp{.kind = "broadcast",
-                           .dtype = type,
-                           .count = data.size(),
-                           .args = "root " + std::to_string(root)};
-  fp.label = label;
-  return enqueue(std::move(fp), [this, data, root](uint32_t tag) {
-    if (size() == 1 || data.empty()) return;
-    gloo::BroadcastOptions opts(context_);
-    opts.setOutput(data.data(), data.size());
-    opts.setRoot(root);
-    opts.setTag(tag);
-    opts.setTimeout(options_.timeout);
-    gloo::broadcast(opts);
-  });
-}
-
-std::shared_ptr<Work> ProcessGroup::broadcast(std::span<float> data, int root,
-                                              std::string_view label) {
-  return broadcast_impl(data, root, "float", label);
-}
-std::shared_ptr<Work> ProcessGroup::broadcast(std::span<double> data, int root,
-                                              std::string_view label) {
-  return broadcast_impl(data, root, "double", label);
-}
-std::shared_ptr<Work> ProcessGroup::broadcast(std::span<int64_t> data, int root,
-                                              std::string_view label) {
-  return broadcast_impl(data, root, "int64", label);
-}
-
-template <typename T>
-std::shared_ptr<Work> ProcessGroup::allgather_impl(std::span<const T> in, std::span<T> out,
-                                                   const char* type, std::string_view label) {
-  HSGD_CHECK(out.size() == in.size() * static_cast<size_t>(size()), "ProcessGroup '", name(),
-             "': allgather output has ", out.size(),
-             " elements; expected size() * input = ", size(), " * ", in.size());
-  CollectiveFingerprint fp{.kind = "allgather", .dtype = type, .count = in.size()};
-  fp.label = label;
-  return enqueue(std::move(fp), [this, in, out](uint32_t tag) {
-    if (size() == 1 || in.empty()) {
-      std::copy(in.begin(), in.end(), out.begin());
-      return;
-    }
-    gloo::AllgatherOptions opts(context_);
-    opts.setInput(const_cast<T*>(in.data()), in.size());  // Gloo only reads the input
-    opts.setOutput(out.data(), out.size());
-    opts.setTag(tag);
-    opts.setTimeout(options_.timeout);
-    gloo::allgather(opts);
-  });
-}
-
-std::shared_ptr<Work> ProcessGroup::allgather(std::span<const float> in, std::span<float> out,
-                                              std::string_view label) {
-  return allgather_impl(in, out, "float", label);
-}
-std::shared_ptr<Work> ProcessGroup::allgather(std::span<const int64_t> in, std::span<int64_t> out,
-                                              std::string_view label) {
-  return allgather_impl(in, out, "int64", label);
-}
-
-// Gloo's collectives use slot prefixes 0x01-0x08 (gloo/types.h); the ring exchange its own.
-constexpr uint8_t kRingExchangeSlotPrefix = 0x21;
-
-std::shared_ptr<Work> ProcessGroup::ring_exchange(std::span<const int64_t> send,
-                                                  std::span<int64_t> recv, std::string_view label) {
-  HSGD_CHECK(send.size() == recv.size(), "ProcessGroup '", name(), "': ring_exchange sends ",
-             send.size(), " elements but receives ", recv.size(), "; expected the same count");
-  CollectiveFingerprint fp{.kind = "ring exchange", .dtype = "int64", .count = send.size()};
-  fp.label = label;
-  return enqueue(std::move(fp), [this, send, recv](uint32_t tag) {
-    if (size() == 1 || send.empty()) {
-      std::copy(send.begin(), send.end(), recv.begin());
-      return;
-    }
-    const int right = (rank() + 1) % size();
-    const int left = (rank() + size() - 1) % size();
-    // Gloo only reads a buffer it sends.
-    auto out = context_->createUnboundBuffer(const_cast<int64_t*>(send.data()), send.size_bytes());
-    auto in = context_->createUnboundBuffer(recv.data(), recv.size_bytes());
-    const uint64_t slot = gloo::Slot::build(kRingExchangeSlotPrefix, tag);
-    in->recv(left, slot);  // posted first, so the left neighbour's message has a place to land
-    out->send(right, slot);
-    const bool received = in->waitRecv(options_.timeout);
-    const bool sent = out->waitSend(options_.timeout);
-    if (!received || !sent) {
-      HSGD_THROW(CommError, "ProcessGroup '", name(), "': ring exchange aborted (received ",
-                 received, ", sent ", sent, ")");
-    }
-  });
-}
-
-std::shared_ptr<Work> ProcessGroup::barrier(std::string_view label) {
-  CollectiveFingerprint fp{.kind = "barrier"};
-  fp.label = label;
-  return enqueue(std::move(fp), [this](uint32_t tag) {
-    if (size() == 1) return;
-    gloo::BarrierOptions opts(context_);
-    opts.setTag(tag);
-    opts.setTimeout(options_.timeout);
-    gloo::barrier(opts);
-  });
 }
 
 }  // namespace hsgd::comm

@@ -4,9 +4,10 @@
 // node (comm/process_group/shm_allreduce.h). Works on raw buffers; knows nothing of Tensor.
 //
 // CONTRACT: collectives are called in the same order on every rank of a group, with the same
-// sizes, types, ops and roots. Breaking it leads to an error, never to a silent hang or a crash:
-// every collective has the group's deadline (InitOptions::timeout, HSGD_TIMEOUT_MS, default
-// 300 s), and mismatched collectives use different Gloo tags (their fingerprints differ, see
+// sizes, types, ops and roots (allgather_bytes alone takes a different length on each rank).
+// Breaking it leads to an error, never to a silent hang or a crash: every collective has the
+// group's deadline (InitOptions::timeout, HSGD_TIMEOUT_MS, default 300 s), and mismatched
+// collectives use different Gloo tags (their fingerprints differ, see
 // comm/process_group/detail/collective_fingerprint.h), so they time out rather than exchange
 // messages of the wrong size. A failed collective is hsgd::Timeout (or hsgd::CommError) saying what
 // each rank of the group was doing, e.g. "rank 0 is in allreduce (272474 x float, sum) #24
@@ -161,6 +162,12 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
                                   std::string_view label = {});
   std::shared_ptr<Work> allgather(std::span<const int64_t> in, std::span<int64_t> out,
                                   std::string_view label = {});
+  // Variable lengths: out (resized to size()) receives every rank's in, out[r] rank r's; each
+  // rank may pass another length, "" included. Two Gloo allgathers (the lengths, then the bytes
+  // padded to the longest), one queued collective. For small values exchanged once (the
+  // descriptions of an agreement check, comm/process_group/agreement.h), not for bulk data.
+  std::shared_ptr<Work> allgather_bytes(std::string_view in, std::vector<std::string>& out,
+                                        std::string_view label = {});
 
   // Ring exchange: rank r sends `send` to rank (r + 1) % size() and receives into `recv` what
   // rank (r - 1 + size()) % size() sent; send.size() == recv.size(), the same on every rank. A

@@ -9,10 +9,10 @@
 // A model that differs between ranks would either abort inside Gloo (a message longer than the
 // receive buffer) or, when the totals happen to match, silently mix unrelated weights.
 //
-// Cost: one allgather of 3 int64 per rank (a digest of the names, shapes and order, the count
-// and the total size). Only when the digests differ, two more allgathers carry every rank's
-// description, so that the error names the first differing entry and the ranks with each
-// version of it.
+// Cost: an agreement check (comm/process_group/agreement.h) of the entries' description: one
+// allgather of 2 int64 per rank (a hash of the names, shapes and order, and its length). Only
+// when those differ, every rank's description travels, so that the error names the first
+// differing entry and the ranks with each version of it.
 //
 // Usage:
 //   auto entries = detail::describe_module(*model);       // parameters, then buffers

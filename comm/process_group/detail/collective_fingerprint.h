@@ -21,7 +21,6 @@
 
 #include <cstdint>
 #include <string>
-#include <vector>
 
 namespace hsgd::detail {
 
@@ -43,8 +42,5 @@ struct CollectiveFingerprint {
 // The Gloo tag of collective seq: the low 20 bits of seq (collectives of a group run one at a
 // time, so only neighbours must differ) and 12 bits of shape_hash.
 uint32_t gloo_tag(uint64_t seq, uint32_t shape_hash);
-
-// "rank 3", "ranks 1-3", "ranks 0, 2, 5-7": group ranks (sorted) as failure reports name them.
-std::string describe_rank_set(const std::vector<int>& ranks);
 
 }  // namespace hsgd::detail

@@ -4,9 +4,10 @@
 //
 // Why a collective at construction: an averager whose ranks disagree (a typo in one launch
 // script, a rank reading another config file) would otherwise either hang in new_subgroups or
-// allreduce with the wrong peers and silently train a different model. The check costs one
-// allgather of (3 + 10 * kShownLevels) int64 per rank, once. It covers the level options
-// (outer optimizer, overlap, compression, error feedback) bit for bit.
+// allreduce with the wrong peers and silently train a different model. The check is an
+// agreement check (comm/process_group/agreement.h) of describe(levels) and the warm-up: one
+// allgather of 2 int64 per rank, once. It covers the level options (outer optimizer, overlap,
+// compression, error feedback) bit for bit, since describe() prints numbers to the last bit.
 
 #include <cstdint>
 #include <string>

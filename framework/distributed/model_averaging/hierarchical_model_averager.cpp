@@ -3,6 +3,7 @@
 #include <string>
 
 #include "comm/error.h"
+#include "comm/format_ranks.h"
 #include "comm/log.h"
 #include "framework/distributed/model_averaging/config_check.h"
 
@@ -84,12 +85,12 @@ std::vector<std::vector<int>> groups_of(const LevelOptions& level, int pg_size,
   return groups;
 }
 
+// "[0, 1] [2, 3]".
 std::string format_groups(const std::vector<std::vector<int>>& groups) {
   std::string out;
   for (const auto& group : groups) {
-    out += out.empty() ? "[" : " [";
-    for (size_t i = 0; i < group.size(); ++i) out += (i ? ", " : "") + std::to_string(group[i]);
-    out += "]";
+    if (!out.empty()) out += ' ';
+    out += hsgd::detail::format_ranks(group);
   }
   return out;
 }

@@ -78,6 +78,8 @@ bool is_anchored(const LevelOptions& level);
 
 // "16:4" for a plain level; otherwise the options after '@', in the syntax of the examples'
 // --hierarchy flag: "16:4@outer=0.7/0.9/nesterov,overlap=2,bf16,ef" ("fp16=1024" gives a scale).
+// Exact: numbers have 6 significant digits, or more where 6 do not read back as the value, so
+// levels with equal descriptions are equal.
 std::string describe(const LevelOptions& level);
 
 // The first problem with the options of level `index` (other than period and group size, which

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "comm/error.h"
+#include "comm/format_ranks.h"
 #include "comm/process_group/detail/collective_fingerprint.h"
 #include "comm/process_group/process_group.h"
 #include "tests/support/error_message.h"
