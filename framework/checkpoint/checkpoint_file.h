@@ -19,15 +19,10 @@
 
 #include "checkpoint/checkpoint.pb.h"  // generated from framework/checkpoint/checkpoint.proto
 #include "comm/error.h"
+#include "framework/checkpoint/checkpoint_error.h"
 #include "framework/train/state_dict.h"
 
 namespace hsgd::checkpoint {
-
-// A checkpoint could not be written or read; the message names the file or directory.
-class CheckpointError : public Error {
- public:
-  using Error::Error;
-};
 
 inline constexpr uint32_t kFormatVersion = 1;
 inline constexpr const char* kRankKind = "hsgd-checkpoint-rank";

@@ -54,21 +54,15 @@
 // Thread-safety: one thread calls everything (the background writer is internal).
 
 #include <concepts>
-#include <condition_variable>
 #include <cstdint>
-#include <exception>
 #include <functional>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
-#include <utility>
 #include <vector>
 
 #include "comm/process_group/process_group.h"
-#include "framework/checkpoint/checkpoint_file.h"
+#include "framework/checkpoint/checkpoint_error.h"
 #include "framework/nn/module.h"
 #include "framework/tensor/generator.h"
 #include "framework/train/state_dict.h"
@@ -159,7 +153,7 @@ class Checkpointer {
 
   // The application's own entries (e.g. its best accuracy), saved with every later save() and
   // filled by load().
-  void set_entry(const std::string& key, std::string bytes) { entries_[key] = std::move(bytes); }
+  void set_entry(const std::string& key, std::string bytes);
   std::optional<std::string> entry(const std::string& key) const;
 
   // ---- saving ----
@@ -169,7 +163,7 @@ class Checkpointer {
   void save(int64_t step, SaveOptions options = {});
   // Blocks until the pending write is done; rethrows its error (once).
   void wait();
-  const SaveStats& last_save_stats() const { return stats_; }
+  const SaveStats& last_save_stats() const;
 
   // ---- loading ----
   // which: "auto" (the newest complete checkpoint in DIR, falling back as above; nullopt when
@@ -179,51 +173,15 @@ class Checkpointer {
 
   // Steps of the complete checkpoints in DIR (those with a manifest), ascending.
   std::vector<int64_t> complete_steps() const;
-  const std::string& dir() const { return options_.dir; }
-  const RunInfo& run() const { return run_; }
+  const std::string& dir() const;
+  const RunInfo& run() const;
 
  private:
-  struct Registered {
-    std::string name;
-    SaveFn save;
-    LoadFn load;
-    std::shared_ptr<nn::Module> module;  // add_module: snapshot straight from its tensors
-  };
-  // The result of trying one candidate checkpoint on this rank.
-  struct Candidate;
-
-  void add_registered(Registered registered);
-  StateEntries snapshot();
-  void write(int64_t step, StateEntries state, bool replicas_equal);
-  void writer_loop();
-  void write_manifest(int64_t step, bool replicas_equal);
-  void prune(int64_t newest_step) const;
-  Candidate try_candidate(const std::string& path) const;
-  void apply(const StateDict& state, const LoadedCheckpoint& loaded);
-  std::string report_key(int64_t step, int rank) const;
-
-  // Constant after construction.
-  const CheckpointOptions options_;
-  const std::shared_ptr<comm::ProcessGroup> pg_;
-  const RunInfo run_;
-
-  std::vector<Registered> registered_;
-  Tensor arena_;  // the snapshot's copies of module tensors (kept: reused by the next save)
-  std::map<std::string, std::string> entries_;
-  int64_t last_step_ = -1;
-  SaveStats stats_;
-  bool pending_ = false;       // a save() whose write wait() has not collected
-  SaveStats pending_stats_;    // written by the writer thread; copied to stats_ by wait()
-  uint32_t own_file_crc_ = 0;  // written by the writer thread
-
-  // The background writer: one thread, started by the first background save(), runs job_.
-  std::thread writer_;
-  std::mutex mu_;
-  std::condition_variable cv_;       // job_ set, busy_ cleared, or stop_ set
-  std::function<void()> job_;        // guarded by mu_: the write to run, or empty
-  bool busy_ = false;                // guarded by mu_: job_ is queued or running
-  bool stop_ = false;                // guarded by mu_: the destructor ends the thread
-  std::exception_ptr writer_error_;  // guarded by mu_ while busy_; the last write's error
+  // The registered objects, the snapshot arena, the writer thread
+  // (framework/checkpoint/detail/checkpointer_impl.h): the header stays free of the checkpoint
+  // format's generated code.
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace hsgd::checkpoint

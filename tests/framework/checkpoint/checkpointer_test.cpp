@@ -3,6 +3,12 @@
 
 #include "framework/checkpoint/checkpointer.h"
 
+// The header an application gets through hsgd.h keeps the checkpoint format's generated code
+// (and protobuf) out of it.
+#ifdef GOOGLE_PROTOBUF_VERSION
+#error "framework/checkpoint/checkpointer.h includes a protobuf header"
+#endif
+
 #include <gtest/gtest.h>
 #include <sys/mount.h>
 

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "comm/process_group/init.h"
+#include "framework/checkpoint/checkpoint_file.h"
 #include "framework/checkpoint/checkpointer.h"
 #include "framework/nn/functional.h"
 #include "models/mlp.h"
