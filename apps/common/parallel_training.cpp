@@ -152,8 +152,10 @@ Parallel make_parallel(const std::shared_ptr<nn::Module>& model,
     out.averager = std::make_shared<distributed::HierarchicalModelAverager>(
         levels, flags.warmup_steps, world, options);
   } catch (const InvalidArgument& e) {
+    // The averager names its API (group size 0, kWholeGroup); the flag spells it 'world'.
     throw BadFlag("--hierarchy '" + flags.hierarchy + "' with " + std::to_string(world_size) +
-                  " ranks: " + e.what());
+                  " ranks: " + e.what() + " (in --hierarchy, group size 'world' or 0 is the " +
+                  "whole group)");
   }
   return out;
 }

@@ -206,16 +206,17 @@ HierarchicalModelAverager::HierarchicalModelAverager(std::vector<LevelOptions> g
   if (levels.empty()) {
     error = str_cat(class_name_, ": every group size of ", detail::describe(given),
                     " is larger than the process group size ", n,
-                    "; give 0 (or 'world') as the last group size to mean the whole group");
+                    "; give group size 0 (kWholeGroup) to the last level to mean the whole "
+                    "group");
   } else if (levels.back().group_size == kNodeGroup) {
     error = str_cat(class_name_, ": the last level ", describe(levels.back()),
                     " averages within each node, but the last level must be the whole process "
                     "group of ",
-                    n, " ranks (give 0, or 'world' in --hierarchy, as a last level)", where);
+                    n, " ranks (give group size 0, kWholeGroup, to the last level)", where);
   } else if (levels.back().group_size != n) {
     error = str_cat(class_name_, ": last group size ", levels.back().group_size,
                     " must equal the process group size ", n,
-                    " (give 0, or 'world' in --hierarchy, to mean the whole group)");
+                    " (group size 0, kWholeGroup, means the whole group)");
   } else if (!nodes.empty()) {
     error = check_nesting(levels, n, nodes, where);
   } else {
