@@ -198,7 +198,6 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // (comm/process_group/node_layout.h).
   int node_rank() const { return options_.node_rank; }
   AllreduceAlgorithm allreduce_algorithm() const { return options_.allreduce_algorithm; }
-  bool shared_memory_enabled() const { return options_.shared_memory; }
   // Whether kAuto allreduces of this group run over shared memory (every member on one node).
   bool uses_shared_memory() const { return shm_ != nullptr; }
   // Whether kAuto allreduces run in two levels: shared memory within each node, TCP between

@@ -64,7 +64,6 @@ class CompressedAverage {
   int64_t start(std::span<float> buffer, std::span<float> residual);
   // Waits for the averaging started last; rethrows its error. No-op when none is in flight.
   void wait();
-  bool in_flight() const { return job_.valid(); }
 
   int nodes() const { return nodes_; }
   bool leader() const { return leader_; }
