@@ -14,8 +14,8 @@
 //             (apps/bench/checkpoint_bench_torch.py, /usr/bin/python3), with the same
 //             temporary file + fsync + rename + directory fsync protocol ("fsync"), and a plain
 //             torch.save(state, path) without fsync ("nosync")
-// Targets of issue 9: stall <= 2x memcpy; write within 1.5x of torch.save (with fsync: both
-// then wait for the disk). Tests never assert on these times.
+// Targets: stall <= 2x memcpy (training waits little more than a copy of its state); write within
+// 1.5x of torch.save with fsync (both then wait for the disk). Tests never assert on these times.
 //
 //   checkpoint_bench [--rounds 7] [--dir PARENT] [--models mlp,resnet20,resnet18] [--no-torch]
 

@@ -1,5 +1,6 @@
 // rendezvous_load: hsgd-rendezvous under hostile and idle load while a well-behaved client
-// measures its latency (issue 13, "Standing guards"). Prints a table.
+// measures its latency: the server's guards must keep a well-behaved client served while hostile
+// and idle clients hold connections. Prints a table.
 //
 //   rendezvous_load [--server PATH] [--idle 1000] [--slow 200] [--attack 200] [--seconds 20]
 //
