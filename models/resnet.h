@@ -19,7 +19,7 @@
 // drawn in registration order from Generator(seed): the same options give the same model on
 // every process. Input height and width are free (the pool adapts); 32x32 is the usual size.
 //
-// The variants of the issue, parameter counts checked against PyTorch in tests/models/resnet:
+// The variants offered, parameter counts checked against PyTorch in tests/models/resnet:
 //   resnet_cifar_options(20)  ResNet-20   blocks {3,3,3}    widths {16,32,64}          272,474
 //   resnet_cifar_options(32)  ResNet-32   blocks {5,5,5}                               466,906
 //   resnet_cifar_options(56)  ResNet-56   blocks {9,9,9}                               855,770

@@ -7,7 +7,7 @@ DDP, local SGD, post-local SGD and hierarchical model averaging, at several link
 writes under --out (--topology racks: 2 racks x 2 nodes x 1 worker, a fast link within a rack
 and a slow one between the racks, files racks_experiment*, bytes of the inter-rack link;
 --topology options: the 2 nodes again, with the level options of the top level of 1:2,16:4,
-issue 12's experiment, files level_options_experiment*, and the issue's targets checked;
+files level_options_experiment*, and the level options' targets checked (check_targets);
 --topology racks_options: the same modes on the racks, files racks_level_options_experiment*):
   hierarchy_experiment.csv          one row per evaluation: rate, mode, epoch, step,
                                     training seconds (evaluations excluded), test accuracy
@@ -86,9 +86,9 @@ RACK_MODES = {
          "--warmup-steps", str(WARMUP_STEPS)],
     ),
 }
-# --topology options (issue 12): the level options of the top level of 1:2,16:4 on 2 nodes. The
-# outer optimizer's values are the issue's example (DiLoCo's), not tuned here; overlap = half the
-# top period; bf16 with error feedback.
+# --topology options: the level options of the top level of 1:2,16:4 on 2 nodes. The outer
+# optimizer's values are DiLoCo's (lr 0.7, momentum 0.9, Nesterov), not tuned here; overlap =
+# half the top period; bf16 with error feedback.
 HIER = ["--mode", "hierarchical", "--subgroup-size", "1", "--warmup-steps", str(WARMUP_STEPS),
         "--hierarchy"]
 OUTER = "outer=0.7/0.9/nesterov"
@@ -374,7 +374,10 @@ def shortened(args):
 
 
 def check_targets(summary, rows, target):
-    """Prints the targets of issue 12 with the measured numbers: met or missed."""
+    """Prints the level options' targets with the measured numbers: met or missed. Overlap hides
+    the slow link (100mbit within 1.15x of unlimited per epoch), bf16 halves the bytes across it
+    (<= 0.55x) within 0.3 accuracy points, and the outer optimizer with a 4x longer period stays
+    within 0.3 points."""
     def get(rate, mode):
         return next((s for s in summary if s["rate"] == rate and s["mode"] == mode), None)
 

@@ -6,7 +6,8 @@
 //            AllreduceRingChunked, AllreduceHalvingDoubling), built once per size, run() in a loop
 //   torch  - PyTorch dist.all_reduce on gloo (apps/bench/allreduce_bench_torch.py,
 //   /usr/bin/python3)
-// All on 127.0.0.1, float32 sums, one process per rank. Medians of per-iteration times of rank 0.
+// All on 127.0.0.1, float32 sums, one process per rank. Medians (bench_util.h) of rank 0's
+// per-iteration times.
 // busbw = bytes / time * 2 (p - 1) / p (the nccl-tests convention).
 //
 //   allreduce_bench [--quick] [--ranks 2,4,8] [--no-torch]
@@ -16,8 +17,6 @@
 #include <gloo/allreduce_ring_chunked.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/tcp/device.h>
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -30,6 +29,7 @@
 #include <sstream>
 #include <thread>
 
+#include "apps/bench/bench_util.h"
 #include "comm/process_group/process_group.h"
 #include "comm/store/file_store.h"
 #include "comm/store/gloo_store.h"
@@ -42,11 +42,6 @@ namespace comm = hsgd::comm;
 struct Row {
   std::map<std::string, double> median_us;  // impl -> median time
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
 
 int iterations(size_t bytes, bool quick) {
   if (bytes <= 64 * 1024) return quick ? 50 : 200;
@@ -67,10 +62,10 @@ double time_median(int iters, Run&& run) {
   return median(times);
 }
 
-// One rank of one world size: measures every implementation at every size; rank 0 appends
-// "impl bytes median_us" lines to out.
-void run_rank(int rank, int world, const std::filesystem::path& dir,
-              const std::vector<size_t>& sizes, bool quick, const std::filesystem::path& out) {
+// One rank of one world size: measures every implementation at every size; returns, on rank 0,
+// one "impl bytes median_us" line per implementation and size.
+std::string run_rank(int rank, int world, const std::filesystem::path& dir,
+                     const std::vector<size_t>& sizes, bool quick) {
   auto store = std::make_shared<comm::FileStore>(dir);
   auto pg = comm::init_process_group(
       {.rank = rank, .world_size = world, .store = store, .timeout = std::chrono::seconds(120)});
@@ -97,8 +92,7 @@ void run_rank(int rank, int world, const std::filesystem::path& dir,
   auto gloo_store = comm::as_gloo_store(store, "raw/", std::chrono::seconds(120));
   context->connectFullMesh(*gloo_store, device);
 
-  std::ofstream results;
-  if (rank == 0) results.open(out, std::ios::app);
+  std::ostringstream results;
   for (size_t bytes : sizes) {
     const size_t n = std::max<size_t>(1, bytes / sizeof(float));
     const int iters = iterations(bytes, quick);
@@ -124,63 +118,36 @@ void run_rank(int rank, int world, const std::filesystem::path& dir,
     pg->barrier()->wait();
     if (rank == 0) {
       for (auto& [impl, us] : t) results << impl << " " << bytes << " " << us << "\n";
-      results.flush();
     }
   }
+  return results.str();
 }
 
-// Forks the ranks of one world size; kills them all if they outlive the deadline.
-bool run_world(int world, const std::vector<size_t>& sizes, bool quick,
-               const std::filesystem::path& out) {
+// Forks the ranks of one world size; returns bytes -> implementation -> median us.
+std::map<size_t, Row> run_world(int world, const std::vector<size_t>& sizes, bool quick) {
   const auto dir =
       std::filesystem::temp_directory_path() /
       ("hsgd_allreduce_bench_" + std::to_string(::getpid()) + "_" + std::to_string(world));
   std::filesystem::remove_all(dir);
-  std::fflush(stdout);
-  std::vector<pid_t> pids;
-  for (int rank = 0; rank < world; ++rank) {
-    pid_t pid = ::fork();
-    if (pid == 0) {
-      int code = 0;
-      try {
-        run_rank(rank, world, dir, sizes, quick, out);
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
-        code = 1;
-      }
-      std::fflush(stdout);
-      ::_exit(code);
-    }
-    pids.push_back(pid);
-  }
-  const auto deadline = Clock::now() + std::chrono::minutes(20);
-  bool ok = true;
-  size_t done = 0;
-  std::vector<bool> finished(pids.size(), false);
-  while (done < pids.size()) {
-    for (size_t i = 0; i < pids.size(); ++i) {
-      int status = 0;
-      if (!finished[i] && ::waitpid(pids[i], &status, WNOHANG) == pids[i]) {
-        finished[i] = true;
-        ++done;
-        ok = ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
-      }
-    }
-    if (Clock::now() > deadline) {
-      for (size_t i = 0; i < pids.size(); ++i) {
-        if (!finished[i]) ::kill(pids[i], SIGKILL), ::waitpid(pids[i], nullptr, 0);
-      }
-      std::fprintf(stderr, "world %d: killed after the deadline\n", world);
-      ok = false;
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::vector<std::string> out;
+  try {
+    out = run_forked_ranks(world, std::chrono::minutes(20), "world " + std::to_string(world),
+                           [&](int rank) { return run_rank(rank, world, dir, sizes, quick); });
+  } catch (...) {
+    std::filesystem::remove_all(dir);
+    throw;
   }
   std::filesystem::remove_all(dir);
-  return ok;
+  std::map<size_t, Row> rows;
+  std::istringstream in(out[0]);
+  std::string impl;
+  size_t bytes = 0;
+  double us = 0;
+  while (in >> impl >> bytes >> us) rows[bytes].median_us[impl] = us;
+  return rows;
 }
 
-// Runs the PyTorch script; returns bytes -> median us (empty on failure).
+// Runs the PyTorch script; returns bytes -> median us (empty, after printing why, on failure).
 std::map<size_t, double> run_torch(const std::string& script, int world,
                                    const std::vector<size_t>& sizes, bool quick) {
   std::string sizes_arg, iters_arg;
@@ -188,21 +155,16 @@ std::map<size_t, double> run_torch(const std::string& script, int world,
     sizes_arg += (sizes_arg.empty() ? "" : ",") + std::to_string(b);
     iters_arg += (iters_arg.empty() ? "" : ",") + std::to_string(iterations(b, quick));
   }
-  const std::string command = "timeout 1200 /usr/bin/python3 " + script + " --ranks " +
-                              std::to_string(world) + " --sizes " + sizes_arg + " --iters " +
-                              iters_arg + " 2>/dev/null";
   std::map<size_t, double> result;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) return result;
-  char line[512];
-  while (std::fgets(line, sizeof(line), pipe) != nullptr) {
-    unsigned long long bytes = 0;
-    double us = 0;
-    if (std::sscanf(line, "{\"bytes\": %llu, \"median_us\": %lf}", &bytes, &us) == 2) {
-      result[bytes] = us;
-    }
+  try {
+    const auto lines = run_python_results(
+        script, {"--ranks", std::to_string(world), "--sizes", sizes_arg, "--iters", iters_arg},
+        1200);
+    for (const auto& fields : lines) result[std::stoull(fields.at(0))] = std::stod(fields.at(1));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "allreduce_bench: PyTorch column skipped: %s\n", e.what());
+    result.clear();
   }
-  ::pclose(pipe);
   return result;
 }
 
@@ -242,20 +204,13 @@ int main(int argc, char** argv) {
               "bytes", "hsgd", "hsgd-tcp", "hsgd-ring", "ring", "chunked", "hd", "torch", "hsgd bw",
               "gloo bw", "hsgd/gloo", "tcp/gloo", "torch/hsgd");
   for (int world : worlds) {
-    const auto out = std::filesystem::temp_directory_path() /
-                     ("hsgd_allreduce_bench_" + std::to_string(::getpid()) + ".txt");
-    std::filesystem::remove(out);
-    if (!run_world(world, sizes, quick, out)) {
-      std::fprintf(stderr, "world %d failed\n", world);
+    std::map<size_t, Row> rows;
+    try {
+      rows = run_world(world, sizes, quick);
+    } catch (const hsgd::Error& e) {
+      std::fprintf(stderr, "world %d failed: %s\n", world, e.what());
       return 1;
     }
-    std::map<size_t, Row> rows;
-    std::ifstream in(out);
-    std::string impl;
-    size_t bytes = 0;
-    double us = 0;
-    while (in >> impl >> bytes >> us) rows[bytes].median_us[impl] = us;
-    std::filesystem::remove(out);
     const auto torch =
         no_torch ? std::map<size_t, double>{} : run_torch(torch_script, world, sizes, quick);
     for (auto& [b, row] : rows) {

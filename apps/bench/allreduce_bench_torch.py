@@ -2,10 +2,9 @@
 """PyTorch reference for allreduce_bench: dist.all_reduce on the gloo backend over 127.0.0.1.
 
 Run by allreduce_bench (with Debian's /usr/bin/python3, which has torch). Spawns --ranks
-processes; rank 0 prints one JSON line per message size: {"bytes": N, "median_us": T}.
+processes; rank 0 prints one line per message size: RESULT <bytes> <median us>.
 """
 import argparse
-import json
 import os
 import socket
 import statistics
@@ -35,8 +34,7 @@ def worker(rank, world, port, sizes, iters, warmup):
             dist.all_reduce(t)
             times.append(time.perf_counter() - start)
         if rank == 0:
-            print(json.dumps({"bytes": nbytes, "median_us": statistics.median(times) * 1e6}),
-                  flush=True)
+            print("RESULT %d %.4f" % (nbytes, statistics.median(times) * 1e6), flush=True)
     dist.destroy_process_group()
 
 

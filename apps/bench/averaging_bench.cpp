@@ -7,7 +7,6 @@
 //
 //   averaging_bench [--world 4] [--iters-small 100] [--iters-large 10] [--quick] [--no-torch]
 
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -22,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "apps/bench/forked_ranks.h"
+#include "apps/bench/bench_util.h"
 #include "comm/process_group/process_group.h"
 #include "comm/store/file_store.h"
 #include "framework/distributed/model_averaging/hierarchical_model_averager.h"
@@ -46,12 +45,6 @@ struct Timing {
   double rss_growth_kb = 0;     // max over ranks
 };
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 double rss_kb() {
   std::ifstream statm("/proc/self/statm");
   long size = 0, resident = 0;
@@ -59,10 +52,10 @@ double rss_kb() {
   return static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) / 1024.0;
 }
 
-// One rank: builds the tensors, times the calls, writes rank 0's result to result_file.
-void run_rank(int rank, int world, const fs::path& dir, const Workload& w, int warmup,
-              hsgd::comm::AllreduceAlgorithm algorithm, bool shared_memory,
-              const fs::path& result_file) {
+// One rank: builds the tensors, times the calls; returns "level0_ms level1_ms rss_growth_kb",
+// each the max over ranks.
+std::string run_rank(int rank, int world, const fs::path& dir, const Workload& w, int warmup,
+                     hsgd::comm::AllreduceAlgorithm algorithm, bool shared_memory) {
   hsgd::comm::InitOptions init;
   init.rank = rank;
   init.world_size = world;
@@ -92,10 +85,10 @@ void run_rank(int rank, int world, const fs::path& dir, const Workload& w, int w
   }
   std::vector<double> mine = {median(times[0]), median(times[1]), rss_kb() - rss_before};
   pg->allreduce(std::span<double>(mine), hsgd::comm::ReduceOp::kMax)->wait();
-  if (rank == 0) {
-    std::ofstream(result_file) << mine[0] << " " << mine[1] << " " << mine[2] << "\n";
-  }
   pg->barrier()->wait();
+  std::ostringstream out;
+  out << mine[0] << " " << mine[1] << " " << mine[2];
+  return out.str();
 }
 
 // Forks `world` ranks and waits for them (killing them by pid after the deadline).
@@ -105,13 +98,15 @@ bool run_hsgd(int world, const Workload& w, int warmup, hsgd::comm::AllreduceAlg
                        ("hsgd_averaging_bench_" + std::to_string(getpid()) + "_" + w.name);
   fs::remove_all(dir);
   fs::create_directories(dir);
-  const fs::path result_file = dir / "result.txt";
-  bool ok = run_forked_ranks(world, std::chrono::minutes(20), w.name, [&](int rank) {
-    run_rank(rank, world, dir, w, warmup, algorithm, shared_memory, result_file);
-  });
-  if (ok) {
-    std::ifstream in(result_file);
+  bool ok = false;
+  try {
+    const auto results = run_forked_ranks(world, std::chrono::minutes(20), w.name, [&](int rank) {
+      return run_rank(rank, world, dir, w, warmup, algorithm, shared_memory);
+    });
+    std::istringstream in(results[0]);
     ok = static_cast<bool>(in >> out.level_ms[0] >> out.level_ms[1] >> out.rss_growth_kb);
+  } catch (const hsgd::Error& e) {
+    std::cerr << e.what() << "\n";
   }
   fs::remove_all(dir);
   return ok;
@@ -129,20 +124,19 @@ bool run_torch(int world, const Workload& w, int warmup, const std::string& scri
       shapes << "\n";
     }
   }
-  std::ostringstream cmd;
-  cmd << "/usr/bin/python3 " << script << " --shapes " << (dir / "shapes.txt") << " --world "
-      << world << " --iters " << w.iters << " --warmup " << warmup << " --store " << (dir / "store")
-      << " 2>&1";
-  FILE* pipe = popen(cmd.str().c_str(), "r");
   bool ok = false;
-  if (pipe != nullptr) {
-    char line[4096];
-    while (fgets(line, sizeof line, pipe) != nullptr) {
-      if (std::sscanf(line, "RESULT %lf %lf", &out.level_ms[0], &out.level_ms[1]) == 2) {
-        ok = true;
-      }
-    }
-    ok = pclose(pipe) == 0 && ok;
+  try {
+    const auto results =
+        run_python_results(script,
+                           {"--shapes", (dir / "shapes.txt").string(), "--world",
+                            std::to_string(world), "--iters", std::to_string(w.iters), "--warmup",
+                            std::to_string(warmup), "--store", (dir / "store").string()},
+                           1200);
+    out.level_ms[0] = std::stod(results.back().at(0));
+    out.level_ms[1] = std::stod(results.back().at(1));
+    ok = true;
+  } catch (const std::exception& e) {
+    std::cerr << "averaging_bench: PyTorch column skipped: " << e.what() << "\n";
   }
   fs::remove_all(dir);
   return ok;

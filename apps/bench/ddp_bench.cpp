@@ -6,7 +6,6 @@
 //
 //   ddp_bench [--world 4] [--iters-mlp 30] [--iters-resnet 10] [--quick] [--no-torch]
 
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -22,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "apps/bench/forked_ranks.h"
+#include "apps/bench/bench_util.h"
 #include "comm/process_group/process_group.h"
 #include "comm/store/file_store.h"
 #include "framework/distributed/ddp.h"
@@ -43,14 +42,9 @@ struct Case {
   int iters = 0;
 };
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-void run_rank(int rank, int world, const fs::path& dir, const Case& c, int warmup,
-              bool shared_memory, const fs::path& result_file) {
+// One rank; returns the max over ranks of each rank's median step in ms.
+std::string run_rank(int rank, int world, const fs::path& dir, const Case& c, int warmup,
+                     bool shared_memory) {
   hsgd::comm::InitOptions init;
   init.rank = rank;
   init.world_size = world;
@@ -88,8 +82,8 @@ void run_rank(int rank, int world, const fs::path& dir, const Case& c, int warmu
   }
   std::vector<double> mine = {median(times)};
   pg->allreduce(std::span<double>(mine), hsgd::comm::ReduceOp::kMax)->wait();
-  if (rank == 0) std::ofstream(result_file) << mine[0] << "\n";
   pg->barrier()->wait();
+  return std::to_string(mine[0]);
 }
 
 // Forks the ranks, waits (killing them by pid after the deadline), reads rank 0's result.
@@ -98,11 +92,16 @@ bool run_hsgd(int world, const Case& c, int warmup, bool shared_memory, double& 
       fs::temp_directory_path() / ("hsgd_ddp_bench_" + std::to_string(getpid()) + "_" + c.name);
   fs::remove_all(dir);
   fs::create_directories(dir);
-  const fs::path result_file = dir / "result.txt";
-  bool ok = run_forked_ranks(world, std::chrono::minutes(20), c.name, [&](int rank) {
-    run_rank(rank, world, dir, c, warmup, shared_memory, result_file);
-  });
-  if (ok) ok = static_cast<bool>(std::ifstream(result_file) >> ms);
+  bool ok = false;
+  try {
+    const auto results = run_forked_ranks(world, std::chrono::minutes(20), c.name, [&](int rank) {
+      return run_rank(rank, world, dir, c, warmup, shared_memory);
+    });
+    ms = std::stod(results[0]);
+    ok = true;
+  } catch (const hsgd::Error& e) {
+    std::cerr << e.what() << "\n";
+  }
   fs::remove_all(dir);
   return ok;
 }
@@ -110,17 +109,17 @@ bool run_hsgd(int world, const Case& c, int warmup, bool shared_memory, double& 
 bool run_torch(int world, const Case& c, int warmup, const std::string& script, double& ms) {
   const fs::path store =
       fs::temp_directory_path() / ("hsgd_ddp_torch_" + std::to_string(getpid()) + "_store");
-  std::ostringstream cmd;
-  cmd << "/usr/bin/python3 " << script << " --model " << c.name << " --world " << world
-      << " --iters " << c.iters << " --warmup " << warmup << " --store " << store << " 2>&1";
-  FILE* pipe = popen(cmd.str().c_str(), "r");
   bool ok = false;
-  if (pipe != nullptr) {
-    char line[4096];
-    while (fgets(line, sizeof line, pipe) != nullptr) {
-      if (std::sscanf(line, "RESULT %lf", &ms) == 1) ok = true;
-    }
-    ok = pclose(pipe) == 0 && ok;
+  try {
+    const auto results = run_python_results(
+        script,
+        {"--model", c.name, "--world", std::to_string(world), "--iters", std::to_string(c.iters),
+         "--warmup", std::to_string(warmup), "--store", store.string()},
+        1200);
+    ms = std::stod(results.back().at(0));
+    ok = true;
+  } catch (const std::exception& e) {
+    std::cerr << "ddp_bench: PyTorch column skipped: " << e.what() << "\n";
   }
   fs::remove(store);
   return ok;

@@ -1,5 +1,6 @@
-// Micro-benchmark of the tensor ops (not a test; nothing asserts on time). Prints ms per call;
-// ops_bench_torch.py prints the same table for PyTorch. Single-threaded comparison:
+// Micro-benchmark of the tensor ops (not a test; nothing asserts on time). Prints the median
+// (bench_util.h) of 20 calls after one warm-up call, in ms; ops_bench_torch.py prints the same
+// table for PyTorch. Single-threaded comparison:
 //   OPENBLAS_NUM_THREADS=1 build/apps/bench/ops_bench
 //   OMP_NUM_THREADS=1 /usr/bin/python3 apps/bench/ops_bench_torch.py
 
@@ -8,18 +9,25 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <vector>
 
+#include "apps/bench/bench_util.h"
 #include "hsgd.h"
 
 namespace {
 
-// Mean wall time of f over reps calls, after one warm-up call.
+// Median wall time of one call of f over reps calls, after one warm-up call.
 double time_ms(const std::function<void()>& f, int reps = 20) {
   f();
-  const auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < reps; ++i) f();
-  const auto elapsed = std::chrono::steady_clock::now() - start;
-  return std::chrono::duration<double, std::milli>(elapsed).count() / reps;
+  std::vector<double> times;
+  for (int i = 0; i < reps; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    f();
+    times.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+            .count());
+  }
+  return median(times);
 }
 
 void row(const char* name, const std::function<void()>& f) {
@@ -30,7 +38,7 @@ void row(const char* name, const std::function<void()>& f) {
 
 int main() {
   using namespace hsgd;
-  std::printf("openblas core: %s, threads %d\n", openblas_get_corename(),
+  std::printf("openblas core: %s, threads %d; median ms per call of 20\n", openblas_get_corename(),
               openblas_get_num_threads());
   Generator gen(0);
   // MLP 784-512-256-10 on a batch of 128.

@@ -1,11 +1,12 @@
-# PyTorch counterpart of ops_bench.cpp (same shapes, same table).
-import time, torch
+# PyTorch counterpart of ops_bench.cpp (same shapes, same table: median ms per call of 20).
+import statistics, time, torch
 torch.manual_seed(0)
-print("torch", torch.__version__, "threads", torch.get_num_threads())
+print("torch", torch.__version__, "threads", torch.get_num_threads(), "; median ms per call of 20")
 def tm(f, reps=20):
-    f(); t0 = time.perf_counter()
-    for _ in range(reps): f()
-    return (time.perf_counter() - t0) / reps * 1e3
+    f(); times = []
+    for _ in range(reps):
+        t0 = time.perf_counter(); f(); times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3
 x = torch.randn(128, 784); w1 = torch.randn(512, 784, requires_grad=True); b1 = torch.randn(512, requires_grad=True)
 w2 = torch.randn(256, 512, requires_grad=True); b2 = torch.randn(256, requires_grad=True)
 w3 = torch.randn(10, 256, requires_grad=True); b3 = torch.randn(10, requires_grad=True)

@@ -6,7 +6,9 @@
 //
 // One run = every client thread connects (TcpStore: connect + handshake), sets "rank<i>", then
 // multi_get()s all N keys, which the server answers once the last key arrives. The time is from
-// releasing all threads together until the last one has every value. Each client is a thread of
+// releasing all threads together until the last one has every value. The table gives the median
+// (bench_util.h), min and max over --runs runs, and the median time by which the last client had
+// connected. Each client is a thread of
 // this process (blocking API), so N = 1024 means 1024 threads and 2048 sockets.
 
 #include <sys/resource.h>
@@ -23,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "apps/bench/bench_util.h"
 #include "comm/error.h"
 #include "comm/rendezvous/rendezvous_server.h"
 #include "comm/rendezvous/tcp_store.h"
@@ -121,18 +124,21 @@ int main(int argc, char** argv) {
         "%zu-byte values, median of %d runs\n",
         std::thread::hardware_concurrency(), server_threads, value_bytes, runs);
     std::printf("%8s %12s %12s %12s %20s\n", "clients", "median [s]", "min [s]", "max [s]",
-                "connected by [s]");
+                "median connected [s]");
     int job = 0;
     for (int n : clients) {
       std::vector<RunTimes> times;
       for (int r = 0; r < runs; ++r) {
         times.push_back(run_once(server.port(), n, "bench-" + std::to_string(job++), value_bytes));
       }
-      std::sort(times.begin(), times.end(),
-                [](const RunTimes& a, const RunTimes& b) { return a.total < b.total; });
-      const RunTimes& median = times[times.size() / 2];
-      std::printf("%8d %12.3f %12.3f %12.3f %20.3f\n", n, median.total, times.front().total,
-                  times.back().total, median.connected);
+      std::vector<double> total, connected;
+      for (const RunTimes& t : times) {
+        total.push_back(t.total);
+        connected.push_back(t.connected);
+      }
+      std::printf("%8d %12.3f %12.3f %12.3f %20.3f\n", n, median(total),
+                  *std::min_element(total.begin(), total.end()),
+                  *std::max_element(total.begin(), total.end()), median(connected));
       std::fflush(stdout);
     }
   } catch (const hsgd::Error& e) {

@@ -2,7 +2,7 @@
 // machine, at 1 and 2 threads and batch 32 and 128, and (--ops) the time of each op kind at
 // ResNet-20's shapes in both, to show which op dominates.
 //
-//   resnet_step_bench                                 # the table of issue 11: about 10 minutes
+//   resnet_step_bench                                 # the full table: about 10 minutes
 //   resnet_step_bench --models resnet20 --batches 32 --threads 1 --rounds 1
 //   resnet_step_bench --ops --no-torch
 //
@@ -18,367 +18,23 @@
 // forward's work), and "peak %" relates it to OpenBLAS sgemm on a 1536 x 1536 product measured
 // here at the same thread count.
 
-#include <cblas.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <CLI/CLI.hpp>
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
-#include <cstring>
-#include <fstream>
-#include <functional>
 #include <map>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "apps/bench/bench_util.h"
+#include "apps/bench/resnet_step_measure.h"
+#include "apps/bench/resnet_step_ops.h"
 #include "comm/error.h"
-#include "framework/nn/functional.h"
-#include "framework/parallel/parallel.h"
-#include "framework/tensor/nn_ops.h"
-#include "framework/tensor/ops.h"
-#include "models/registry.h"
-#include "optim/sgd.h"
 
 extern "C" char* openblas_get_corename(void);
 
 namespace {
 
-using namespace hsgd;
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-double median(std::vector<double> v) {
-  HSGD_CHECK(!v.empty(), "median of no values");
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-double best(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
-
-// ---- one measurement ----
-
-struct Config {
-  std::string model;
-  int64_t batch = 0;
-  int threads = 1;
-};
-
-std::string describe(const Config& c) {
-  return c.model + " batch " + std::to_string(c.batch) + " threads " + std::to_string(c.threads);
-}
-
-struct Measurement {
-  double step_ms = 0;  // median step
-  double peak_mb = 0;  // peak resident memory above the process's before the model was built
-};
-
-// Resident memory of this process: VmRSS or VmHWM (peak) from /proc/self/status, in MB.
-double status_mb(const char* field) {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(field, 0) == 0) return std::stod(line.substr(std::strlen(field) + 1)) / 1024.0;
-  }
-  return 0;
-}
-
-// Resets VmHWM to the current resident size (Linux >= 4.0); returns that size in MB.
-double reset_peak_mb() {
-  std::ofstream("/proc/self/clear_refs") << "5";
-  return status_mb("VmRSS:");
-}
-
-Shape input_shape(const std::string& model) {
-  return model == "mlp" ? Shape{1, 28, 28} : Shape{3, 32, 32};
-}
-
-// Multiply-adds x 2 of one forward pass of one sample.
-double forward_flops_per_sample(const std::string& model);
-
-// Runs in a forked child: build, warm up, time --steps steps.
-Measurement hsgd_measure(const Config& c, int warmup, int steps) {
-  set_num_threads(c.threads);
-  const double before = reset_peak_mb();
-  const Shape in = input_shape(c.model);
-  auto model = models::make_model(c.model, {.input_shape = in, .seed = 0});
-  optim::SGD opt(model->parameters(), {.lr = 0.1, .momentum = 0.9, .weight_decay = 1e-4});
-  Generator gen(1);
-  Shape x_shape = {c.batch};
-  x_shape.insert(x_shape.end(), in.begin(), in.end());
-  const Tensor x = randn(x_shape, gen);  // (B, C, H, W)
-  std::vector<int64_t> targets;
-  for (int64_t i = 0; i < c.batch; ++i) targets.push_back(static_cast<int64_t>(gen.next_below(10)));
-  std::vector<double> times;
-  for (int i = 0; i < warmup + steps; ++i) {
-    const auto t0 = Clock::now();
-    opt.zero_grad();
-    nn::cross_entropy(model->forward(x), targets).backward();
-    opt.step();
-    if (i >= warmup) times.push_back(1e3 * seconds_since(t0));
-  }
-  return {median(times), status_mb("VmHWM:") - before};
-}
-
-// Runs fn in a forked child and returns what it prints to the pipe; kills the child and throws
-// when it takes longer than timeout_s.
-std::string run_in_child(const std::function<std::string()>& fn, int timeout_s,
-                         const std::string& what) {
-  int fds[2];
-  HSGD_CHECK(pipe(fds) == 0, "pipe failed");
-  std::fflush(stdout);
-  const pid_t pid = fork();
-  HSGD_CHECK(pid >= 0, "fork failed");
-  if (pid == 0) {
-    close(fds[0]);
-    int code = 0;
-    std::string out;
-    try {
-      out = fn();
-    } catch (const std::exception& e) {
-      out = std::string("error ") + e.what();
-      code = 1;
-    }
-    (void)!write(fds[1], out.data(), out.size());
-    _exit(code);
-  }
-  close(fds[1]);
-  std::string out;
-  const auto deadline = Clock::now() + std::chrono::seconds(timeout_s);
-  char buf[4096];
-  for (;;) {
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    pollfd p{fds[0], POLLIN, 0};
-    if (left.count() <= 0 || poll(&p, 1, static_cast<int>(left.count())) == 0) {
-      kill(pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-      close(fds[0]);
-      HSGD_THROW(Error, what, ": no result after ", timeout_s, " s; killed");
-    }
-    const ssize_t n = read(fds[0], buf, sizeof buf);
-    if (n <= 0) break;
-    out.append(buf, static_cast<size_t>(n));
-  }
-  close(fds[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  HSGD_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, what, " failed: ", out);
-  return out;
-}
-
-Measurement parse_measurement(const std::string& text, const std::string& what) {
-  std::istringstream in(text);
-  Measurement m;
-  std::string key;
-  bool step = false, peak = false;
-  while (in >> key) {
-    if (key == "step_ms") step = static_cast<bool>(in >> m.step_ms);
-    if (key == "peak_mb") peak = static_cast<bool>(in >> m.peak_mb);
-  }
-  HSGD_CHECK(step && peak && m.step_ms > 0, what, ": no step_ms and peak_mb in '", text, "'");
-  return m;
-}
-
-Measurement hsgd_run(const Config& c, int warmup, int steps) {
-  const std::string what = "hsgd " + describe(c);
-  const std::string out = run_in_child(
-      [&] {
-        const Measurement m = hsgd_measure(c, warmup, steps);
-        std::ostringstream o;
-        o << "step_ms " << m.step_ms << " peak_mb " << m.peak_mb;
-        return o.str();
-      },
-      900, what);
-  return parse_measurement(out, what);
-}
-
-Measurement torch_run(const std::string& script, const Config& c, int warmup, int steps) {
-  // timeout(1) bounds the child: a benchmark must not hang either.
-  const std::string cmd = "timeout 900 /usr/bin/python3 '" + script + "' --model " + c.model +
-                          " --threads " + std::to_string(c.threads) + " --batch-size " +
-                          std::to_string(c.batch) + " --warmup " + std::to_string(warmup) +
-                          " --steps " + std::to_string(steps);
-  FILE* pipe = popen(cmd.c_str(), "r");
-  HSGD_CHECK(pipe != nullptr, "could not run '", cmd, "'");
-  std::string out;
-  char line[512];
-  while (std::fgets(line, sizeof line, pipe) != nullptr) out += line;
-  const int status = pclose(pipe);
-  HSGD_CHECK(status == 0, "'", cmd, "' failed (status ", status, "): ", out);
-  return parse_measurement(out, cmd);
-}
-
-// OpenBLAS sgemm on an n x n product at the current thread count, best of 3, in GFLOP/s.
-double sgemm_gflops(int threads) {
-  set_num_threads(threads);
-  constexpr int n = 1536;
-  std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
-  std::vector<double> t;
-  for (int r = 0; r < 4; ++r) {
-    const auto start = Clock::now();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n,
-                0.0f, c.data(), n);
-    if (r > 0) t.push_back(seconds_since(start));
-  }
-  return 2.0 * n * n * n / best(t) / 1e9;
-}
-
-// ---- per-op timing at ResNet-20's shapes (same list as resnet_step_bench_torch.py) ----
-
-struct OpSpec {
-  std::string kind;                         // conv, batch_norm, relu, add
-  int64_t cin, cout, k, stride, hw, count;  // non-conv ops use cin (channels), hw and count
-};
-
-const std::vector<OpSpec> kResNet20Ops = {
-    {"conv", 3, 16, 3, 1, 32, 1},       {"conv", 16, 16, 3, 1, 32, 6},
-    {"conv", 16, 32, 3, 2, 32, 1},      {"conv", 32, 32, 3, 1, 16, 5},
-    {"conv", 16, 32, 1, 2, 32, 1},      {"conv", 32, 64, 3, 2, 16, 1},
-    {"conv", 64, 64, 3, 1, 8, 5},       {"conv", 32, 64, 1, 2, 16, 1},
-    {"batch_norm", 16, 0, 0, 0, 32, 7}, {"batch_norm", 32, 0, 0, 0, 16, 7},
-    {"batch_norm", 64, 0, 0, 0, 8, 7},  {"relu", 16, 0, 0, 0, 32, 7},
-    {"relu", 32, 0, 0, 0, 16, 6},       {"relu", 64, 0, 0, 0, 8, 6},
-    {"add", 16, 0, 0, 0, 32, 3},        {"add", 32, 0, 0, 0, 16, 3},
-    {"add", 64, 0, 0, 0, 8, 3},
-};
-
-std::string op_name(const OpSpec& s) {
-  std::ostringstream out;
-  if (s.kind == "conv") {
-    out << "conv" << s.k << "x" << s.k << "_" << s.cin << "_" << s.cout << "_s" << s.stride << "_"
-        << s.hw << "px";
-  } else {
-    out << s.kind << "_" << s.cin << "_" << s.hw << "px";
-  }
-  return out.str();
-}
-
-struct OpTime {
-  double fwd_ms = 0, bwd_ms = 0;
-  int64_t count = 0;
-};
-
-double best_time(const std::function<void()>& fn, int reps) {
-  fn();
-  std::vector<double> t;
-  for (int r = 0; r < reps; ++r) {
-    const auto start = Clock::now();
-    fn();
-    t.push_back(seconds_since(start));
-  }
-  return best(t);
-}
-
-std::map<std::string, OpTime> hsgd_op_times(int64_t n, int reps) {
-  std::map<std::string, OpTime> out;
-  Generator gen(2);
-  for (const OpSpec& s : kResNet20Ops) {
-    Tensor x = randn({n, s.cin, s.hw, s.hw}, gen).set_requires_grad(true);  // (N,C,H,W)
-    std::function<Tensor()> f;
-    if (s.kind == "conv") {
-      Tensor w = randn({s.cout, s.cin, s.k, s.k}, gen).set_requires_grad(true);
-      const Size2 stride = {s.stride, s.stride}, pad = {s.k / 2, s.k / 2};
-      f = [x, w, stride, pad] { return conv2d(x, w, Tensor(), stride, pad); };
-    } else if (s.kind == "batch_norm") {
-      Tensor wt = ones({s.cin}).set_requires_grad(true), b = zeros({s.cin}).set_requires_grad(true);
-      Tensor rm = zeros({s.cin}), rv = ones({s.cin});
-      f = [x, wt, b, rm, rv] { return batch_norm(x, wt, b, rm, rv, true, 0.1, 1e-5); };
-    } else if (s.kind == "relu") {
-      f = [x] { return relu(x); };
-    } else {
-      Tensor x2 = randn(x.shape(), gen).set_requires_grad(true);
-      f = [x, x2] { return add(x, x2); };
-    }
-    const Tensor g = randn(f().shape(), gen);
-    const double fwd = best_time([&] { f(); }, reps);
-    const double both = best_time([&] { f().backward(g); }, reps);
-    out[op_name(s)] = {1e3 * fwd, 1e3 * (both - fwd), s.count};
-  }
-  return out;
-}
-
-// ---- flop counts ----
-
-double forward_flops_per_sample(const std::string& model) {
-  if (model == "mlp") return 2.0 * (784.0 * 512 + 512.0 * 256 + 256.0 * 10);
-  HSGD_CHECK(model == "resnet20", "GFLOP/s is counted for resnet20 and mlp only, not '", model,
-             "'");
-  double flops = 2.0 * 64 * 10;  // the classifier
-  for (const OpSpec& s : kResNet20Ops) {
-    if (s.kind != "conv") continue;
-    const double out_hw = static_cast<double>(s.hw / s.stride);
-    flops += 2.0 * s.cin * s.cout * s.k * s.k * out_hw * out_hw * static_cast<double>(s.count);
-  }
-  return flops;
-}
-
-// ---- the PyTorch op table ----
-
-std::map<std::string, OpTime> torch_op_times(const std::string& script, int64_t batch, int reps,
-                                             int threads) {
-  const std::string cmd = "timeout 900 /usr/bin/python3 '" + script + "' --threads " +
-                          std::to_string(threads) + " --ops-only --batch-size " +
-                          std::to_string(batch) + " --op-reps " + std::to_string(reps);
-  FILE* pipe = popen(cmd.c_str(), "r");
-  HSGD_CHECK(pipe != nullptr, "could not run '", cmd, "'");
-  std::map<std::string, OpTime> ops;
-  char line[512];
-  while (std::fgets(line, sizeof line, pipe) != nullptr) {
-    std::istringstream in(line);
-    std::string key, name;
-    OpTime t;
-    if (in >> key >> name >> t.fwd_ms >> t.bwd_ms >> t.count && key == "op") ops[name] = t;
-  }
-  const int status = pclose(pipe);
-  HSGD_CHECK(status == 0 && !ops.empty(), "'", cmd, "' failed (status ", status, ")");
-  return ops;
-}
-
-void print_op_table(const std::string& script, int64_t batch, int reps, bool no_torch,
-                    int threads) {
-  set_num_threads(threads);
-  const std::map<std::string, OpTime> ours = hsgd_op_times(batch, reps);
-  const std::map<std::string, OpTime> theirs =
-      no_torch ? std::map<std::string, OpTime>{} : torch_op_times(script, batch, reps, threads);
-  std::printf(
-      "\nper op at ResNet-20 shapes, batch %lld, %d thread%s, ms per call (x count = per "
-      "step; hsgd's backward includes accumulating the leaves' .grad, torch's "
-      "autograd.grad does not):\n",
-      static_cast<long long>(batch), threads, threads == 1 ? "" : "s");
-  std::printf("%-24s %5s %9s %9s %9s %9s %10s %10s %7s\n", "op", "count", "hsgd_fwd", "hsgd_bwd",
-              "torch_fwd", "torch_bwd", "hsgd_step", "torch_step", "time_x");
-  double total_ours = 0, total_torch = 0;
-  for (const OpSpec& s : kResNet20Ops) {
-    const std::string name = op_name(s);
-    const OpTime& o = ours.at(name);
-    const double per_step = (o.fwd_ms + o.bwd_ms) * static_cast<double>(o.count);
-    total_ours += per_step;
-    auto it = theirs.find(name);
-    if (it == theirs.end()) {
-      std::printf("%-24s %5lld %9.2f %9.2f %9s %9s %10.1f %10s %7s\n", name.c_str(),
-                  static_cast<long long>(o.count), o.fwd_ms, o.bwd_ms, "-", "-", per_step, "-",
-                  "-");
-      continue;
-    }
-    const OpTime& t = it->second;
-    const double torch_step = (t.fwd_ms + t.bwd_ms) * static_cast<double>(t.count);
-    total_torch += torch_step;
-    std::printf("%-24s %5lld %9.2f %9.2f %9.2f %9.2f %10.1f %10.1f %7.2f\n", name.c_str(),
-                static_cast<long long>(o.count), o.fwd_ms, o.bwd_ms, t.fwd_ms, t.bwd_ms, per_step,
-                torch_step, torch_step > 0 ? per_step / torch_step : 0.0);
-  }
-  std::printf("%-24s %5s %9s %9s %9s %9s %10.1f %10.1f %7.2f\n", "total", "", "", "", "", "",
-              total_ours, total_torch, total_torch > 0 ? total_ours / total_torch : 0.0);
-}
+using namespace resnet_bench;
 
 template <typename T>
 std::vector<T> parse_list(const std::string& text, const char* flag) {
@@ -446,7 +102,8 @@ int main(int argc, char** argv) {
         "warm-up)\n",
         openblas_get_corename(), rounds, steps, warmup);
     for (int t : thread_list) {
-      std::printf("sgemm 1536^3 at %d thread%s: %.1f GFLOP/s\n", t, t == 1 ? "" : "s", peak[t]);
+      std::printf("sgemm 1536^3 at %d thread%s: %.1f GFLOP/s (best of 3)\n", t, t == 1 ? "" : "s",
+                  peak[t]);
     }
 
     std::vector<Config> configs;
@@ -469,7 +126,8 @@ int main(int argc, char** argv) {
       for (const auto& m : v) x.push_back(m.*field);
       return median(x);
     };
-    std::printf("\n%-9s %5s %7s %9s %9s %8s %8s %7s %9s %9s\n", "model", "batch", "threads",
+    std::printf("\nmedian over %d rounds of each round's median step:\n", rounds);
+    std::printf("%-9s %5s %7s %9s %9s %8s %8s %7s %9s %9s\n", "model", "batch", "threads",
                 "hsgd_ms", "torch_ms", "time_x", "GFLOP/s", "peak%", "hsgd_MB", "torch_MB");
     std::map<std::string, double> ms;
     for (const Config& c : configs) {

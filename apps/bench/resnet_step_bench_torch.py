@@ -6,9 +6,10 @@
     /usr/bin/python3 apps/bench/resnet_step_bench_torch.py --ops-only --batch-size 32
 
 Prints machine-readable lines that resnet_step_bench parses:
-    step_ms <median step, ms>
-    peak_mb <peak resident memory above the process's before the model was built, MB>
-    op <name> <fwd ms> <bwd ms> <count>    (--ops-only: per call, one line per op kind and shape)
+    RESULT <median step, ms> <peak resident memory above the process's before the model was
+           built, MB>
+    RESULT <op name> <fwd ms> <bwd ms> <count>    (--ops-only: the best of --op-reps calls, one
+                                                   line per op kind and shape)
 """
 import argparse
 import os
@@ -144,11 +145,10 @@ def main():
     torch.set_num_threads(args.threads)
     if args.ops_only:
         for name, fwd, bwd, count in op_times(args):
-            print("op %s %.4f %.4f %d" % (name, 1e3 * fwd, 1e3 * bwd, count))
+            print("RESULT %s %.4f %.4f %d" % (name, 1e3 * fwd, 1e3 * bwd, count))
         return
     s, peak = step_time(args)
-    print("step_ms %.3f" % (1e3 * s))
-    print("peak_mb %.1f" % peak)
+    print("RESULT %.3f %.1f" % (1e3 * s, peak))
 
 
 if __name__ == "__main__":

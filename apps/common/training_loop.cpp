@@ -67,17 +67,17 @@ EvalResult train(const TrainingFlags& flags, const TrainingRun& run) {
     first_epoch = loader.epoch();
     if (loader.position() >= loader.num_batches()) ++first_epoch;
   }
-  TrainingMonitor monitor({.lead = lead,
-                           .log_every = flags.log_every,
-                           .eval_lines = flags.eval_every > 0,
-                           .metrics_out = flags.metrics_out,
-                           .total_steps = total_steps,
-                           .epochs = flags.epochs,
-                           .samples_per_step = loader.options().batch_size * world_size,
-                           .resumed_step = step,
-                           .averager = run.parallel->averager.get()});
-  monitor.print(format_row("%5s %7s %10s %9s %10s %9s %8s %9s\n", "epoch", "steps", "train_loss",
-                           "train_acc", "test_loss", "test_acc", "time_s", "images/s"));
+  TrainingReporter reporter({.lead = lead,
+                             .log_every = flags.log_every,
+                             .eval_lines = flags.eval_every > 0,
+                             .metrics_out = flags.metrics_out,
+                             .total_steps = total_steps,
+                             .epochs = flags.epochs,
+                             .samples_per_step = loader.options().batch_size * world_size,
+                             .resumed_step = step,
+                             .averager = run.parallel->averager.get()});
+  reporter.print(format_row("%5s %7s %10s %9s %10s %9s %8s %9s\n", "epoch", "steps", "train_loss",
+                            "train_acc", "test_loss", "test_acc", "time_s", "images/s"));
 
   EvalResult eval;
   // Rank 0's result for the average of the replicas, parameters and buffers (BatchNorm
@@ -125,14 +125,14 @@ EvalResult train(const TrainingFlags& flags, const TrainingRun& run) {
       ++steps;
       comm::report_progress(step);  // hsgd-run's hang detection and lost-step count
       run.checkpoints->after_step(step, loader.position() == loader.num_batches());
-      monitor.after_step(step, epoch + 1, loss_value, lr);
+      reporter.after_step(step, epoch + 1, loss_value, lr);
       if (flags.eval_every > 0 && steps % flags.eval_every == 0 && steps < loader.num_batches() &&
           step < total_steps) {
-        monitor.begin_eval();
+        reporter.begin_eval();
         evaluate_average(/*keep=*/false);
-        monitor.after_eval(step, epoch + 1, eval);
+        reporter.after_eval(step, epoch + 1, eval);
         world.barrier()->wait();
-        monitor.end_eval();
+        reporter.end_eval();
       }
     }
     // Sums over ranks: every rank ran the same number of steps on its shard.
@@ -141,16 +141,16 @@ EvalResult train(const TrainingFlags& flags, const TrainingRun& run) {
     const double denom = sums[2] > 0 ? sums[2] : 1.0;
     const double job_step_seconds = sums[3] / world_size;
     const bool last = epoch + 1 == flags.epochs || step >= total_steps;
-    monitor.begin_eval();
+    reporter.begin_eval();
     evaluate_average(/*keep=*/last);
-    monitor.after_eval(step, epoch + 1, eval);
+    reporter.after_eval(step, epoch + 1, eval);
     if (flags.eval_every > 0 && !last) world.barrier()->wait();
-    monitor.end_eval();
-    monitor.print(format_row("%5lld %7lld %10.4f %8.2f%% %10.4f %8.2f%% %8.2f %9.1f\n",
-                             static_cast<long long>(epoch + 1), static_cast<long long>(steps),
-                             sums[0] / denom, 100 * sums[1] / denom, eval.loss, 100 * eval.accuracy,
-                             seconds_since(start),
-                             job_step_seconds > 0 ? sums[2] / job_step_seconds : 0.0));
+    reporter.end_eval();
+    reporter.print(format_row("%5lld %7lld %10.4f %8.2f%% %10.4f %8.2f%% %8.2f %9.1f\n",
+                              static_cast<long long>(epoch + 1), static_cast<long long>(steps),
+                              sums[0] / denom, 100 * sums[1] / denom, eval.loss,
+                              100 * eval.accuracy, seconds_since(start),
+                              job_step_seconds > 0 ? sums[2] / job_step_seconds : 0.0));
   }
   run.checkpoints->finish();
   return eval;

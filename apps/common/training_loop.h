@@ -33,7 +33,7 @@
 #include "apps/common/checkpointing.h"
 #include "apps/common/parallel_training.h"
 #include "apps/common/training_flags.h"
-#include "apps/common/training_monitor.h"
+#include "apps/common/training_reporter.h"
 #include "comm/process_group/process_group.h"
 #include "framework/data/data_loader.h"
 #include "framework/data/dataset.h"

@@ -22,9 +22,9 @@
 
 namespace hsgd::golden {
 
-// The tolerance the issue fixes: |actual - expected| <= kRtol * |expected| + kAtol. kAtol only
-// matters for values within ~1e-2 of zero, where float32 rounding of sums of O(1) terms is
-// larger than 1e-4 relative.
+// The tolerance of every golden comparison: |actual - expected| <= kRtol * |expected| + kAtol.
+// kAtol only matters for values within ~1e-2 of zero, where float32 rounding of sums of O(1) terms
+// is larger than 1e-4 relative.
 inline constexpr double kRtol = 1e-4;
 inline constexpr double kAtol = 1e-6;
 

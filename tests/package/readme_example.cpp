@@ -1,7 +1,8 @@
 // The program shown in README.md ("A complete program"): DDP with the post-local SGD hook and a
 // HierarchicalModelAverager. Built by the package test against the exported build tree (so it
 // links), and compiled by check_doc_examples from the README itself; keep the two identical.
-// Run it under hsgd-run: hsgd-run --nproc-per-node 4 -- readme_example
+// Run it under hsgd-run: hsgd-run --nproc-per-node 4 -- readme_example. The ctest
+// package_readme_example runs it as one process (no launcher variables: a world of 1).
 #include "hsgd.h"
 using namespace hsgd;
 using namespace hsgd::distributed;

@@ -89,24 +89,25 @@ AllreduceAlgorithm choose_gloo_algorithm(AllreduceAlgorithm requested, size_t co
 
 namespace {
 
-// Gloo's TCP pair sets SO_SNDBUF to the size of the first message sent from a pinned buffer
-// (the halving-doubling and ring-chunked algorithms of the cache) and raises it only for larger
-// ones. That turns off Linux's send-buffer autotuning for the pair for good, so a small first
-// pinned message (DDP's last bucket: 20-40 KB) left the socket with a 20-40 KB send buffer, and
-// every later large allreduce (the ring, which sends from unbound buffers and never resizes)
-// went through it in dozens of hand-offs between the two ranks' Gloo threads. With the ranks
-// oversubscribing the cores each hand-off waits for a time slice: ResNet-20 DDP at 4 ranks on 2
-// cores took 830 ms a step, 390 ms with this (apps/bench/ddp_bench). So the first pinned
-// message of every pair is a kPinnedSendBytes exchange here, which fixes the send buffer at
-// min(2 x kPinnedSendBytes, 2 x net.core.wmem_max) before the first pinned message. It runs when
-// the first cached algorithm is built, not when the group connects: a group that never allreduces
-// through the cache (a group of node leaders that only runs ring_exchange, the ring allreduce,
-// broadcast or allgather, all from unbound buffers) never needs it, and its 1 MiB per pair of
-// ranks had been most of what separated bf16 averaging from half the bytes of float32 across a
-// slow link (issue 12). Cache misses happen at the same point on every rank, so the exchange
-// stays collective. Ranks go around the ring by distance (send to rank + d, receive from
-// rank - d) so that one send and one receive buffer are alive at a time. Waits are bounded by the
-// context's timeout.
+// Sizes the send buffer of every pair before the first pinned message, so that large allreduces
+// never go through a small socket buffer. Gloo's TCP pair sets SO_SNDBUF to the size of the first
+// message sent from a pinned buffer (the halving-doubling and ring-chunked algorithms of the
+// cache) and raises it only for larger ones, which turns off Linux's send-buffer autotuning for
+// the pair for good. A small first pinned message (DDP's last bucket: tens of KB) would leave
+// that small buffer for every later large allreduce (the ring, which sends from unbound buffers
+// and never resizes), and each of its many hand-offs between the two ranks' Gloo threads waits for
+// a time slice when ranks oversubscribe the cores (apps/bench/ddp_bench shows the cost). So the
+// first pinned message of every pair is a kPinnedSendBytes exchange here, which fixes the send
+// buffer at min(2 x kPinnedSendBytes, 2 x net.core.wmem_max).
+//
+// It runs when the first cached algorithm is built, not when the group connects: a group that
+// never allreduces through the cache (a group of node leaders that only runs ring_exchange, the
+// ring allreduce, broadcast or allgather, all from unbound buffers) never pays its 1 MiB per pair
+// of ranks, which across a slow link can cost more than the messages themselves (bf16 averaging
+// is there to send half the bytes of float32). Cache misses happen at the same
+// point on every rank, so the exchange stays collective. Ranks go around the ring by distance
+// (send to rank + d, receive from rank - d) so that one send and one receive buffer are alive at
+// a time. Waits are bounded by the context's timeout.
 void size_send_buffers(gloo::Context& context) {
   sizings_run.fetch_add(1, std::memory_order_relaxed);
   const int rank = context.rank, n = context.size;

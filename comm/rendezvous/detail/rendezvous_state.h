@@ -1,6 +1,8 @@
 #pragma once
 // RendezvousState: the keys and pending waits of a RendezvousServer, independent of sockets.
-// Internal to the server (comm/rendezvous_server.cpp); tested through it.
+// Internal to the server (comm/rendezvous/rendezvous_server.cpp); tested through it. Its sources:
+// rendezvous_state.cpp (requests, jobs), rendezvous_state_limits.cpp (limits, quotas) and
+// rendezvous_state_waiters.cpp (pending waits); rendezvous_state_job.h holds their entries.
 //
 // Keys live in one namespace per job id. A request that can be answered now is answered by the
 // return value of handle(); a get/wait/multi_get whose keys are missing registers a Waiter on

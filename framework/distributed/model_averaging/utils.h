@@ -1,8 +1,8 @@
 #pragma once
 // Parameter averaging over a process group: the one code path every averager uses.
 //
-// Semantics (DESIGN.md): tensors whose grad() is undefined are skipped (they did not take part
-// in the step, like torch's get_params_to_average); the rest are packed into one flat buffer
+// Semantics (docs/design.md): tensors whose grad() is undefined are skipped (they did not take
+// part in the step, like torch's get_params_to_average); the rest are packed into one flat buffer
 // (flat_buffer.h), divided by the group size, allreduced once (sum) and copied back. A rank
 // outside the group (a null group) does nothing. Note: torch's utils.average_parameters averages
 // every tensor it is given; hsgd's free function applies the grad filter itself so that no

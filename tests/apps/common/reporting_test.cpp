@@ -1,4 +1,4 @@
-// apps/common/metrics_log.h and progress.h: the JSON lines, their resume, and the plain
+// apps/common/metrics_log.h and progress_line.h: the JSON lines, their resume, and the plain
 // progress line that scripts grep.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -11,7 +11,7 @@
 #include <string>
 
 #include "apps/common/metrics_log.h"
-#include "apps/common/progress.h"
+#include "apps/common/progress_line.h"
 #include "comm/error.h"
 
 namespace hsgd::apps {
@@ -96,7 +96,7 @@ TEST(MetricsLogTest, UnwritablePathNamesIt) {
 TEST(ProgressTest, PlainLinesEveryLogEverySteps) {
   ::testing::internal::CaptureStdout();
   {
-    Progress progress(Progress::Style::kPlain, 5);
+    ProgressLine progress(ProgressLine::Style::kPlain, 5);
     for (int64_t step = 1; step <= 10; ++step) {
       progress.update({.step = step,
                        .total_steps = 10,
@@ -117,13 +117,13 @@ TEST(ProgressTest, PlainLinesEveryLogEverySteps) {
 
 TEST(ProgressTest, OffPrintsNothingAndDurationsFormat) {
   ::testing::internal::CaptureStdout();
-  Progress(Progress::Style::kOff, 1).update({.step = 1, .total_steps = 1});
+  ProgressLine(ProgressLine::Style::kOff, 1).update({.step = 1, .total_steps = 1});
   EXPECT_EQ(::testing::internal::GetCapturedStdout(), "");
-  EXPECT_EQ(Progress::detect(/*enabled=*/false, 10), Progress::Style::kOff);
-  EXPECT_EQ(Progress::detect(/*enabled=*/true, 0), Progress::Style::kOff);
-  EXPECT_EQ(Progress::format_duration(59.6), "1:00");
-  EXPECT_EQ(Progress::format_duration(3725), "1:02:05");
-  EXPECT_EQ(Progress::format_duration(-1), "?");
+  EXPECT_EQ(ProgressLine::detect(/*enabled=*/false, 10), ProgressLine::Style::kOff);
+  EXPECT_EQ(ProgressLine::detect(/*enabled=*/true, 0), ProgressLine::Style::kOff);
+  EXPECT_EQ(ProgressLine::format_duration(59.6), "1:00");
+  EXPECT_EQ(ProgressLine::format_duration(3725), "1:02:05");
+  EXPECT_EQ(ProgressLine::format_duration(-1), "?");
 }
 
 }  // namespace

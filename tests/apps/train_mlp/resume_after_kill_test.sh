@@ -72,7 +72,7 @@ lost=$((last - resumed))
 echo "killed at step $kill_step (rank 0's last step: $last), resumed from step $resumed: $lost steps lost"
 [ "$lost" -ge 0 ] || { echo "resumed from step $resumed, after the last step $last"; exit 1; }
 [ "$lost" -le $((2 * every)) ] || { echo "lost $lost steps, more than 2 x $every"; exit 1; }
-# hsgd-run's own count (issue 9): the highest step any worker reported before the failure minus
+# hsgd-run's own count of steps lost to restarts: the highest step any worker reported before the failure minus
 # the step the restarted attempt resumed from. Ranks may lead rank 0 (local SGD lets a rank run
 # ahead until the next averaging that needs the killed one: at most the top period, 4 here) and
 # rank 0 reports a step just before printing it: so ours <= hsgd-run's <= ours + 4 + 1.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Nodes with different numbers of workers (issue 15 item 6), under the real launcher: one
+# Nodes with different numbers of workers, under the real launcher: one
 # hsgd-rendezvous and two hsgd-run agents on loopback, node 0 with --nproc-per-node 3 and node 1
 # with 1, running train_mlp --mode local-sgd (post_localSGD_hook with its default intra-node
 # subgroup, periodic averaging) for a few steps on the synthetic data set. Checks that both

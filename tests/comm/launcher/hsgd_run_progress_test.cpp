@@ -2,10 +2,10 @@
 // the real launcher and launcher_test_worker's "steps" mode (an allreduce and a progress report per
 // step, a "checkpoint" every 4 steps, resume from it):
 // - a stopped (SIGSTOP) or looping worker is named within seconds with --worker-timeout 3 and
-//   the job restarts and finishes (issue 13 item 10);
+//   the job restarts and finishes;
 // - when a collective times out first, the root cause is the rank that did not arrive;
-// - the final line counts the steps lost to restarts (issue 9);
-// - SIGTERM of hsgd-run keeps the workers' last lines (issue 13 item 11).
+// - the final line counts the steps lost to restarts;
+// - SIGTERM of hsgd-run keeps the workers' last lines.
 
 #include <gtest/gtest.h>
 #include <signal.h>

@@ -1,8 +1,8 @@
 // hsgd-run and hsgd-rendezvous read one --token-file by one rule
 // (comm/rendezvous/rendezvous_server_tokens.h): a trailing tab, CRLF, comments or per-job lines
-// must mean the same token to both, and a job's own line is the token hsgd-run presents (issue 13,
-// items 5 and 6). All processes are real and started through Command, which kills them at the end
-// of the test at the latest.
+// must mean the same token to both, and a job's own line is the token hsgd-run presents. All
+// processes are real and started through Command, which kills them at the end of the test at the
+// latest.
 
 #include <gtest/gtest.h>
 

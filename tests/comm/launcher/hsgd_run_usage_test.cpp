@@ -1,5 +1,5 @@
 // Every usage error of hsgd-run exits 2 with a message naming the flag and the value, before any
-// network step (issue 13 item 7). Runs the real binary once per row. "Before any network step"
+// network step. Runs the real binary once per row. "Before any network step"
 // is checked twice: the endpoint of the multi-node rows is a port nobody listens on, so a
 // launcher that tried to connect would report "cannot reach" (exit 1) instead; and every row
 // must finish long before the 300 s --rdzv-timeout it would otherwise wait.

@@ -1,6 +1,6 @@
 // A failure record in the store that does not parse (written by anything that can reach the
 // job's keys) is a failure of that attempt: the agent stops the attempt's workers and restarts
-// if --max-restarts allows, and never throws out of run() (issue 13, item 5). In-process, over a
+// if --max-restarts allows, and never throws out of run(). In-process, over a
 // HashStore, with shell workers.
 
 #include <gtest/gtest.h>

@@ -107,7 +107,7 @@ TEST(OutputRouterTest, UnwritableLogDir_ThrowsNamingIt) {
   }
 }
 
-// Issue 13 item 11: when hsgd-run stops the workers their last lines arrive all at once; a
+// When hsgd-run stops the workers their last lines arrive all at once; a
 // non-blocking terminal pipe with a slow reader (EAGAIN) must not make the router drop them.
 TEST(OutputRouterTest, NonBlockingSlowTerminal_NoLineLost) {
   Pipe term, worker;

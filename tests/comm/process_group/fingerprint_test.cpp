@@ -75,8 +75,8 @@ TEST(CollectiveFingerprintTest, RankSetsAreCompact) {
   EXPECT_EQ(describe_rank_set({0, 2, 5, 6, 7}), "ranks 0, 2, 5-7");
 }
 
-// The case: one rank calls the averager while the others broadcast DDP's buffers.
-// Every rank times out, and every rank's message says what each rank is doing.
+// A mismatched call order seen in training: one rank calls the averager while the others broadcast
+// DDP's buffers. Every rank times out, and every rank's message says what each rank is doing.
 TEST(CollectiveFingerprintTest, DifferentCollectives_EveryRankReportsWhatEachRankIsDoing) {
   for (const bool shm : {true, false}) {
     WorldOptions options;

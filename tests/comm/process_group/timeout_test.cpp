@@ -1,6 +1,6 @@
 // A rank that never arrives: the others get hsgd::Timeout naming it, within twice the timeout,
-// instead of hanging. (The bound is the requirement; it is far above the nominal
-// 1.5 x timeout so that a loaded machine does not make it flaky.)
+// instead of hanging. (The bound is the contract the test holds the library to; it is far above the
+// nominal 1.5 x timeout so that a loaded machine does not make it flaky.)
 
 #include <gtest/gtest.h>
 

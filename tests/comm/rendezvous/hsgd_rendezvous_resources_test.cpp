@@ -1,4 +1,4 @@
-// The hsgd-rendezvous program under resource attacks (issue 13), observed from outside: its RSS
+// The hsgd-rendezvous program under resource attacks, observed from outside: its RSS
 // while clients announce frames they never send, its log and CPU while it has no file
 // descriptor left, and per-job tokens read from --token-file. The server is a child process so
 // that its RSS, CPU time and file-descriptor limit are its own; ChildProcess kills it by pid.

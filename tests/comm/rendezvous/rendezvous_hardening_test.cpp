@@ -1,4 +1,4 @@
-// RendezvousServer with its default options against clients that misbehave (issue 13): frames
+// RendezvousServer with its default options against clients that misbehave: frames
 // announced before the handshake, job ids that are too long or unprintable, per-job quotas on
 // keys, bytes and pending waits, and timeouts too large for the clock. Every refusal must reach
 // that client only, with a message naming the limit, while other clients keep being served.

@@ -1,4 +1,4 @@
-// The limits of RendezvousServer set small (issue 13): the pre-login byte budget, the connection
+// The limits of RendezvousServer set small: the pre-login byte budget, the connection
 // cap, per-job quotas, the job count, per-job tokens; and the pieces they are built from,
 // FrameDecoder and the token-file rule. The defaults are tested in rendezvous_hardening_test.cpp.
 

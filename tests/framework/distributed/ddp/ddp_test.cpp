@@ -362,7 +362,7 @@ TEST_P(PostLocalSGDHookTest, GlobalThenIntraNode) {
   });
 }
 
-// Issue 15 item 6: nodes running different numbers of ranks (hsgd-run --nproc-per-node 3 on
+// Nodes running different numbers of ranks (hsgd-run --nproc-per-node 3 on
 // one node, 1 on another): after the start each rank averages within its node's members.
 class PostLocalSGDHookUnevenTest : public ::testing::TestWithParam<std::vector<int>> {};
 

@@ -302,7 +302,7 @@ TEST(HierarchicalModelAverager, InvalidHierarchies_FailOnEveryRankWithoutHanging
   EXPECT_RANKS_OK(result);
 }
 
-// Issue 15 item 7: one hierarchy for every world size. kWholeGroup is the whole group; levels
+// One hierarchy for every world size. kWholeGroup is the whole group; levels
 // that do not fit are dropped. The kept levels average exactly as if they had been given.
 class WholeGroupTest : public ::testing::TestWithParam<int> {};
 

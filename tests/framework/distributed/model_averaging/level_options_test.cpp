@@ -1,4 +1,4 @@
-// Level options of the averagers (issue 12): outer optimizer, overlap, compression, their state
+// Level options of the averagers: outer optimizer, overlap, compression, their state
 // in state_dict and their validation, at 2, 3 and 4 ranks. Exact semantics are checked against
 // closed forms computed by hand and against reference_averager.h (every rank's state simulated
 // in one process from the rule written in averaging_level.h and averagers.h).

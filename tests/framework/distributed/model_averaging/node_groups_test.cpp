@@ -1,4 +1,4 @@
-// HierarchicalModelAverager with "node" levels (kNodeGroup, issue 15 item 6): a level whose
+// HierarchicalModelAverager with "node" levels (kNodeGroup): a level whose
 // groups are the ranks of each node as the launcher declared them, also when nodes run
 // different numbers of ranks (3 + 1, 2 + 1 + 1), where no contiguous equal groups fit. Each rank
 // is a separate process (run_world with emulated nodes).

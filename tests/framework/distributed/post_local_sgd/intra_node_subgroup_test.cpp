@@ -72,7 +72,7 @@ TEST(IntraNodeSubgroupTest, NodesOfLocalWorldSizeFromTheGroup_NotTheEnvironment)
   }
 }
 
-// Issue 15 item 6: hsgd-run with --nproc-per-node 3 on one node and 1 on another. Each rank's
+// hsgd-run with --nproc-per-node 3 on one node and 1 on another. Each rank's
 // intra-node group is its node's members (not LOCAL_WORLD_SIZE contiguous ranks, which do not
 // fit), and it allreduces within exactly them.
 class UnevenNodesTest : public ::testing::TestWithParam<std::vector<int>> {};

@@ -1,4 +1,4 @@
-// Issue 15, items 1 to 3, over separate processes:
+// Replica checks, collective labels and collectives on Tensors, over separate processes:
 // - a model that differs between ranks fails at DistributedDataParallel / averager construction
 //   (and at the averagers' first averaging) with hsgd::InvalidArgument on EVERY rank, naming the
 //   first differing tensor and the ranks with each shape, also when the total sizes are equal;
@@ -123,8 +123,8 @@ TEST(ReplicaCheck, AveragerComparesWhatItAveragesAtItsFirstAveraging) {
   EXPECT_RANKS_OK(result);
 }
 
-// The issue's scenario: the averager called on rank 0 only, while the others go on with DDP's
-// training forward (its buffer broadcast). Every rank names both library collectives.
+// A broken call order seen in training: the averager called on rank 0 only, while the others go on
+// with DDP's training forward (its buffer broadcast). Every rank names both library collectives.
 TEST(CollectiveLabels, AveragerOnOneRankOnly_NamesTheAveragerAndDdpBuffers) {
   hsgd::testing::WorldOptions options;
   options.timeout = std::chrono::milliseconds(4000);

@@ -1,12 +1,12 @@
-#include "apps/common/training_monitor.h"
+#include "apps/common/training_reporter.h"
 
 #include <cstdio>
 
 namespace hsgd::apps {
 
-TrainingMonitor::TrainingMonitor(MonitorOptions options)
+TrainingReporter::TrainingReporter(ReporterOptions options)
     : options_(std::move(options)),
-      progress_(Progress::detect(options_.lead, options_.log_every), options_.log_every),
+      progress_(ProgressLine::detect(options_.lead, options_.log_every), options_.log_every),
       start_(Clock::now()) {
   if (options_.lead && !options_.metrics_out.empty()) {
     metrics_ = std::make_unique<MetricsLog>(options_.metrics_out, options_.resumed_step);
@@ -15,16 +15,16 @@ TrainingMonitor::TrainingMonitor(MonitorOptions options)
   }
 }
 
-double TrainingMonitor::since(Clock::time_point t) const {
+double TrainingReporter::since(Clock::time_point t) const {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-double TrainingMonitor::train_seconds() const {
+double TrainingReporter::train_seconds() const {
   if (eval_start_) return train_s_at_eval_;
   return since(start_) - eval_seconds_;
 }
 
-MetricsRecord TrainingMonitor::record(int64_t step, int64_t epoch) const {
+MetricsRecord TrainingReporter::record(int64_t step, int64_t epoch) const {
   MetricsRecord r{.step = step,
                   .epoch = epoch,
                   .wall_s = wall_offset_ + since(start_),
@@ -34,7 +34,7 @@ MetricsRecord TrainingMonitor::record(int64_t step, int64_t epoch) const {
   return r;
 }
 
-void TrainingMonitor::after_step(int64_t step, int64_t epoch, double loss, double lr) {
+void TrainingReporter::after_step(int64_t step, int64_t epoch, double loss, double lr) {
   ++steps_this_run_;
   if (!options_.lead) return;
   loss_sum_ += loss;
@@ -70,12 +70,12 @@ void TrainingMonitor::after_step(int64_t step, int64_t epoch, double loss, doubl
   }
 }
 
-void TrainingMonitor::begin_eval() {
+void TrainingReporter::begin_eval() {
   train_s_at_eval_ = train_seconds();
   eval_start_ = Clock::now();
 }
 
-void TrainingMonitor::after_eval(int64_t step, int64_t epoch, const EvalResult& result) {
+void TrainingReporter::after_eval(int64_t step, int64_t epoch, const EvalResult& result) {
   if (!options_.lead) return;
   test_accuracy_ = result.accuracy;
   if (options_.eval_lines) {
@@ -94,13 +94,13 @@ void TrainingMonitor::after_eval(int64_t step, int64_t epoch, const EvalResult& 
   }
 }
 
-void TrainingMonitor::end_eval() {
+void TrainingReporter::end_eval() {
   if (!eval_start_) return;
   eval_seconds_ += since(*eval_start_);
   eval_start_.reset();
 }
 
-void TrainingMonitor::print(const std::string& text) {
+void TrainingReporter::print(const std::string& text) {
   if (options_.lead) progress_.print(text);
 }
 

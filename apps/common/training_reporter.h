@@ -1,21 +1,21 @@
 #pragma once
-// TrainingMonitor: what rank 0 reports while the bundled examples train -- the progress line
-// (progress.h), the --metrics-out records (metrics_log.h) and the "eval:" lines of --eval-every --
-// and the clocks behind them: wall time since the start and training time without evaluations.
-// On other ranks every call only keeps the clocks.
+// TrainingReporter: what rank 0 reports while the bundled examples train -- the progress line
+// (progress_line.h), the --metrics-out records (metrics_log.h) and the "eval:" lines of
+// --eval-every -- and the clocks behind them: wall time since the start and training time without
+// evaluations. On other ranks every call only keeps the clocks.
 //
 // Usage:
 //   #include "apps/common/training_loop.h"
-//   apps::TrainingMonitor monitor({.lead = rank == 0, .log_every = 50, .epochs = 3});
+//   apps::TrainingReporter reporter({.lead = rank == 0, .log_every = 50, .epochs = 3});
 //   const int64_t step = 1, epoch = 1;
 //   const double lr = 0.1;
-//   monitor.after_step(step, epoch, loss.item(), lr);        // after each step
-//   monitor.begin_eval();                                    // at each evaluation:
+//   reporter.after_step(step, epoch, loss.item(), lr);        // after each step
+//   reporter.begin_eval();                                    // at each evaluation:
 //   const apps::EvalResult result = apps::evaluate(*model, *dataset, 0);
-//   monitor.after_eval(step, epoch, result);
+//   reporter.after_eval(step, epoch, result);
 //   world->barrier()->wait();
-//   monitor.end_eval();
-//   monitor.print("other output\n");                        // erases the progress line first
+//   reporter.end_eval();
+//   reporter.print("other output\n");                        // erases the progress line first
 //
 // Records: one every log_every steps (mean loss and samples/s over the steps since the previous
 // record) and one at every evaluation (with test_loss and test_accuracy).
@@ -27,7 +27,7 @@
 #include <string>
 
 #include "apps/common/metrics_log.h"
-#include "apps/common/progress.h"
+#include "apps/common/progress_line.h"
 #include "framework/distributed/model_averaging/averagers.h"
 
 namespace hsgd::apps {
@@ -36,7 +36,7 @@ struct EvalResult {
   double loss = 0, accuracy = 0;  // accuracy: a fraction
 };
 
-struct MonitorOptions {
+struct ReporterOptions {
   bool lead = false;  // rank 0: the only one that prints and writes
   int64_t log_every = 0;
   bool eval_lines = false;  // print "eval: epoch E step S train_s T test_accuracy A%"
@@ -48,9 +48,9 @@ struct MonitorOptions {
   const distributed::ModelAverager* averager = nullptr;  // for level_stats(); may be null
 };
 
-class TrainingMonitor {
+class TrainingReporter {
  public:
-  explicit TrainingMonitor(MonitorOptions options);
+  explicit TrainingReporter(ReporterOptions options);
 
   // After the optimizer step that brought the run to `step` steps; lr is the one that step used.
   void after_step(int64_t step, int64_t epoch, double loss, double lr);
@@ -71,8 +71,8 @@ class TrainingMonitor {
   double since(Clock::time_point t) const;
   MetricsRecord record(int64_t step, int64_t epoch) const;
 
-  const MonitorOptions options_;
-  Progress progress_;
+  const ReporterOptions options_;
+  ProgressLine progress_;
   std::unique_ptr<MetricsLog> metrics_;
   double wall_offset_ = 0, train_offset_ = 0;  // from the metrics file of a resumed run
 

@@ -1,4 +1,4 @@
-#include "apps/common/progress.h"
+#include "apps/common/progress_line.h"
 
 #include <sys/ioctl.h>
 #include <unistd.h>
@@ -22,30 +22,30 @@ std::string format(const char* fmt, auto... args) {
 // The fields after the step and loss, shared by both styles.
 std::string details(const ProgressState& s, const char* sep) {
   std::string text = format("lr %.4g%s%.0f samples/s%sETA %s", s.lr, sep, s.samples_per_s, sep,
-                            Progress::format_duration(s.eta_s).c_str());
+                            ProgressLine::format_duration(s.eta_s).c_str());
   if (s.test_accuracy) text += format("%stest acc %.2f%%", sep, 100 * *s.test_accuracy);
   return text;
 }
 
 }  // namespace
 
-Progress::Style Progress::detect(bool enabled, int64_t log_every) {
+ProgressLine::Style ProgressLine::detect(bool enabled, int64_t log_every) {
   if (!enabled || log_every <= 0) return Style::kOff;
   return isatty(STDOUT_FILENO) ? Style::kLive : Style::kPlain;
 }
 
-Progress::Progress(Style style, int64_t log_every) : style_(style), log_every_(log_every) {}
+ProgressLine::ProgressLine(Style style, int64_t log_every) : style_(style), log_every_(log_every) {}
 
-Progress::~Progress() { clear(); }
+ProgressLine::~ProgressLine() { clear(); }
 
-std::string Progress::format_duration(double seconds) {
+std::string ProgressLine::format_duration(double seconds) {
   if (!(seconds >= 0) || !std::isfinite(seconds)) return "?";
   const auto s = static_cast<long long>(std::llround(seconds));
   if (s >= 3600) return format("%lld:%02lld:%02lld", s / 3600, s / 60 % 60, s % 60);
   return format("%lld:%02lld", s / 60, s % 60);
 }
 
-void Progress::update(const ProgressState& s) {
+void ProgressLine::update(const ProgressState& s) {
   if (style_ == Style::kOff) return;
   if (style_ == Style::kPlain) {
     if (s.step % log_every_ != 0) return;
@@ -74,14 +74,14 @@ void Progress::update(const ProgressState& s) {
   drawn_ = true;
 }
 
-void Progress::clear() {
+void ProgressLine::clear() {
   if (!drawn_) return;
   std::printf("\r\033[K");
   std::fflush(stdout);
   drawn_ = false;
 }
 
-void Progress::print(const std::string& text) {
+void ProgressLine::print(const std::string& text) {
   clear();
   std::fputs(text.c_str(), stdout);
   std::fflush(stdout);

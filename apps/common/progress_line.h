@@ -1,5 +1,5 @@
 #pragma once
-// Progress: rank 0's view of a training run on stdout, in one of three styles.
+// ProgressLine: rank 0's view of a training run on stdout, in one of three styles.
 //   kLive   (stdout is a terminal) one line redrawn in place with '\r' after every step, at most
 //           ten times a second:
 //             epoch 2/3 | step 41/96 | loss 0.5123 | lr 0.0473 | 1234 samples/s | ETA 0:12 |
@@ -14,7 +14,7 @@
 //
 // Usage:
 //   const int64_t log_every = 50;
-//   apps::Progress progress(apps::Progress::detect(rank == 0, log_every), log_every);
+//   apps::ProgressLine progress(apps::ProgressLine::detect(rank == 0, log_every), log_every);
 //   progress.update({.step = 41, .total_steps = 96, .epoch = 2, .epochs = 3, .loss = 0.51});
 
 #include <cstdint>
@@ -36,16 +36,16 @@ struct ProgressState {
   std::optional<double> test_accuracy = std::nullopt;  // fraction, of the last evaluation
 };
 
-class Progress {
+class ProgressLine {
  public:
   enum class Style { kLive, kPlain, kOff };
   // kOff unless enabled (rank 0) and log_every > 0; then kLive when stdout is a terminal.
   static Style detect(bool enabled, int64_t log_every);
 
-  Progress(Style style, int64_t log_every);
-  ~Progress();
-  Progress(const Progress&) = delete;
-  Progress& operator=(const Progress&) = delete;
+  ProgressLine(Style style, int64_t log_every);
+  ~ProgressLine();
+  ProgressLine(const ProgressLine&) = delete;
+  ProgressLine& operator=(const ProgressLine&) = delete;
 
   // After each step (see the file comment for what each style prints).
   void update(const ProgressState& state);

@@ -1,0 +1,44 @@
+#pragma once
+// What every benchmark under apps/bench/ shares: the median its tables report, a runner that forks
+// ranks (or one measurement) with a deadline, and the call of a PyTorch script whose results come
+// back as "RESULT ..." lines.
+//
+// Usage:
+//   const std::vector<std::string> out = run_forked_ranks(2, std::chrono::minutes(1), "demo",
+//       [](int rank) { return std::to_string(rank * 10); });
+//   const double m = median({std::stod(out[0]), std::stod(out[1])});  // 5
+//
+//   for (const auto& fields : run_python_results("apps/bench/ddp_bench_torch.py",
+//                                                 {"--model", "mlp", "--world", "2"}, 600)) {
+//     const double ms = std::stod(fields.at(0));
+//   }
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "comm/error.h"
+
+// The median of `values`: the middle value of an odd count, the mean of the two middle values of
+// an even count (Python's statistics.median, which the PyTorch scripts use). Throws
+// hsgd::InvalidArgument for an empty vector.
+double median(std::vector<double> values);
+
+// Runs body(rank) for rank 0..world-1, each in a forked child, and returns what each body
+// returned, by rank. Call it while this process has no other threads (fork copies only the
+// calling thread); create process groups inside body. A child whose body throws prints
+// "rank R: MESSAGE" to stderr and exits 1. Throws hsgd::Error naming `name` when a child fails or
+// dies, or when `timeout` passes; at the deadline every child still running is killed (SIGKILL,
+// by pid), so nothing is left running.
+std::vector<std::string> run_forked_ranks(int world, std::chrono::steady_clock::duration timeout,
+                                          const std::string& name,
+                                          const std::function<std::string(int rank)>& body);
+
+// Runs `timeout TIMEOUT_S /usr/bin/python3 SCRIPT ARGS...` (each argument quoted for the shell,
+// stderr merged into stdout) and returns the fields after "RESULT" of every line that starts with
+// "RESULT ", in order. Throws hsgd::Error naming the command, with its output, when it cannot be
+// started, exits non-zero (timeout(1) exits 124) or prints no RESULT line.
+std::vector<std::vector<std::string>> run_python_results(const std::string& script,
+                                                         const std::vector<std::string>& args,
+                                                         int timeout_s);
