@@ -3,6 +3,8 @@
 // links), and compiled by check_doc_examples from the README itself; keep the two identical.
 // Run it under hsgd-run: hsgd-run --nproc-per-node 4 -- readme_example. The ctest
 // package_readme_example runs it as one process (no launcher variables: a world of 1).
+#include <iostream>
+
 #include "hsgd.h"
 using namespace hsgd;
 using namespace hsgd::distributed;
