@@ -43,15 +43,19 @@ class Timeout : public CommError {
   using CommError::CommError;
 };
 
-namespace detail {
-
-// Concatenates any streamable values into one string.
+// Concatenates any streamable values into one string, as the check macros do for their
+// messages; every layer builds its messages with it.
+//
+// Usage:
+//   std::string m = hsgd::str_cat("rank ", 3, " of ", 8);  // "rank 3 of 8"
 template <typename... Args>
 std::string str_cat(Args&&... args) {
   std::ostringstream out;
   if constexpr (sizeof...(Args) > 0) (out << ... << std::forward<Args>(args));
   return out.str();
 }
+
+namespace detail {
 
 // Strips the directory part of __FILE__ for shorter messages.
 constexpr const char* base_name(const char* path) {
@@ -109,4 +113,4 @@ template <typename E, typename... Args>
 #define HSGD_CHECK_GE(a, b, ...) HSGD_CHECK_OP_(a, b, >=, __VA_ARGS__)
 
 // Unconditionally throws ErrorType with the given message parts.
-#define HSGD_THROW(ErrorType, ...) throw ErrorType(::hsgd::detail::str_cat(__VA_ARGS__))
+#define HSGD_THROW(ErrorType, ...) throw ErrorType(::hsgd::str_cat(__VA_ARGS__))

@@ -54,7 +54,7 @@ constexpr double kDay = 24 * 3600;
 
 template <typename... Args>
 [[noreturn]] void usage_error(const Args&... args) {
-  throw UsageError(detail::str_cat(args...));
+  throw UsageError(str_cat(args...));
 }
 
 // Library messages may end with the failed check; keep the sentence.

@@ -48,12 +48,12 @@ std::vector<std::string> gather_if_different(ProcessGroup& pg, std::string_view 
 void check_agreement(ProcessGroup& pg, std::string_view who, std::string_view what,
                      std::string_view description) {
   const std::vector<std::string> all =
-      gather_if_different(pg, description, hsgd::detail::str_cat(who, " agreement check"));
+      gather_if_different(pg, description, hsgd::str_cat(who, " agreement check"));
   if (all.empty()) return;
   std::string groups;
   for (const RanksWithValue& group : group_ranks_by_value(all)) {
-    groups += hsgd::detail::str_cat(" ranks ", hsgd::detail::format_ranks(group.ranks), " have ",
-                                    group.value, ";");
+    groups += hsgd::str_cat(" ranks ", hsgd::detail::format_ranks(group.ranks), " have ",
+                            group.value, ";");
   }
   HSGD_THROW(InvalidArgument, who, ": the ranks of group '", pg.name(), "' passed different ", what,
              ":", groups, " every rank must pass the same (this is rank ", pg.rank(), ")");

@@ -98,11 +98,11 @@ void ProcessGroup::connect() {
   // The value is this rank's node identity when the group may use shared memory.
   const bool try_shm = options_.shared_memory && size() > 1 && size() <= ShmAllreduce::kMaxRanks;
   const std::string arrived = options_.key_prefix + "arrived/";
-  store_barrier(*options_.store, arrived, rank(), size(), options_.timeout,
-                {.value = to_bytes(try_shm ? node_identity() : std::string("1")),
-                 .what = detail::str_cat("ProcessGroup '", options_.name, "' (rank ", rank(),
-                                         " of ", size(), ")"),
-                 .global_ranks = options_.ranks});
+  store_barrier(
+      *options_.store, arrived, rank(), size(), options_.timeout,
+      {.value = to_bytes(try_shm ? node_identity() : std::string("1")),
+       .what = str_cat("ProcessGroup '", options_.name, "' (rank ", rank(), " of ", size(), ")"),
+       .global_ranks = options_.ranks});
   if (size() == 1) return;  // no peers: collectives are local
 
   auto context = std::make_shared<gloo::rendezvous::Context>(rank(), size());
@@ -150,11 +150,11 @@ std::exception_ptr ProcessGroup::on_failure(const CollectiveFingerprint& fp,
                                             const std::exception& e) {
   const bool timed_out = looks_like_timeout(e.what());
   const std::string who = diagnose_failure(fp, timed_out);
-  const std::string message = detail::str_cat(
-      fp.describe(), " of group '", options_.name, "' (rank ", rank(), " of ", size(), ") ",
-      timed_out ? "timed out after " + std::to_string(options_.timeout.count()) + " ms"
-                : std::string("failed"),
-      ": ", who, ". Cause: ", e.what());
+  const std::string message =
+      str_cat(fp.describe(), " of group '", options_.name, "' (rank ", rank(), " of ", size(), ") ",
+              timed_out ? "timed out after " + std::to_string(options_.timeout.count()) + " ms"
+                        : std::string("failed"),
+              ": ", who, ". Cause: ", e.what());
   logger()->error("{}", message);
   return timed_out ? std::make_exception_ptr(Timeout(message))
                    : std::make_exception_ptr(CommError(message));
@@ -218,10 +218,10 @@ std::string ProcessGroup::diagnose_failure(const CollectiveFingerprint& fp, bool
     if (!missing.empty()) {
       std::vector<int> missing_global;
       for (int r : missing) missing_global.push_back(options_.ranks[static_cast<size_t>(r)]);
-      out += detail::str_cat(out.empty() ? "" : "; ", "ranks ", detail::format_ranks(missing),
-                             " (global ", detail::format_ranks(missing_global),
-                             ") did not arrive (no failure report from them within ", grace.count(),
-                             " ms: not in a collective of this group, or dead)");
+      out += str_cat(out.empty() ? "" : "; ", "ranks ", detail::format_ranks(missing), " (global ",
+                     detail::format_ranks(missing_global),
+                     ") did not arrive (no failure report from them within ", grace.count(),
+                     " ms: not in a collective of this group, or dead)");
     }
     return out;
   } catch (const std::exception& e) {
@@ -241,8 +241,8 @@ void ProcessGroup::shutdown(Duration timeout) {
     // peers, so the live ones do not exit under each other.
   }
   store_barrier(*options_.store, options_.key_prefix + "shutdown/", rank(), size(), timeout,
-                {.what = detail::str_cat("ProcessGroup::shutdown of group '", options_.name,
-                                         "' (rank ", rank(), " of ", size(), ")")});
+                {.what = str_cat("ProcessGroup::shutdown of group '", options_.name, "' (rank ",
+                                 rank(), " of ", size(), ")")});
 }
 
 }  // namespace hsgd::comm

@@ -221,8 +221,8 @@ std::unique_ptr<ShmAllreduce> ShmAllreduce::connect(Store& store, const std::str
   const std::string ok = key_prefix + "ok/";
   store_barrier(store, ok, rank, size, timeout,
                 {.value = to_bytes(why.empty() ? "1" : "0"),
-                 .what = detail::str_cat("shared-memory setup of group '", group_name, "' (rank ",
-                                         rank, " of ", size, ")")});
+                 .what = str_cat("shared-memory setup of group '", group_name, "' (rank ", rank,
+                                 " of ", size, ")")});
   const auto values = store.multi_get(store_barrier_keys(ok, size), timeout);
   std::vector<int> failed;
   for (int r = 0; r < size; ++r) {
@@ -292,14 +292,14 @@ std::string ShmAllreduce::check_same_call(size_t count, size_t element_bytes, Re
     const auto their_op = static_cast<ReduceOp>(other.op.load(std::memory_order_relaxed));
     if (their_count == count && their_bytes == element_bytes && their_op == op) continue;
     auto describe = [](uint64_t n, uint32_t bytes, ReduceOp o) {
-      return detail::str_cat(n, " x ", bytes == 4 ? "float" : "double", ", ", to_string(o));
+      return str_cat(n, " x ", bytes == 4 ? "float" : "double", ", ", to_string(o));
     };
-    return detail::str_cat("allreduce of group '", group_name_,
-                           "': the ranks called it with different arguments: rank ", r, " with (",
-                           describe(their_count, their_bytes, their_op), "), rank ", rank_,
-                           " with (", describe(count, static_cast<uint32_t>(element_bytes), op),
-                           "); every rank must pass the same size, type and op. No buffer was "
-                           "changed");
+    return str_cat("allreduce of group '", group_name_,
+                   "': the ranks called it with different arguments: rank ", r, " with (",
+                   describe(their_count, their_bytes, their_op), "), rank ", rank_, " with (",
+                   describe(count, static_cast<uint32_t>(element_bytes), op),
+                   "); every rank must pass the same size, type and op. No buffer was "
+                   "changed");
   }
   return "";
 }

@@ -43,8 +43,8 @@ std::vector<std::string_view> split_top_level(std::string_view text) {
 // each range's lower bound.
 std::vector<std::string> expand_ranges(std::string_view hostlist, std::string_view ranges) {
   const auto fail = [&](std::string_view part, const std::string& why) {
-    throw InvalidArgument(detail::str_cat("hostlist '", hostlist, "': '", part, "' ", why,
-                                          "; expected numbers or ranges like [01-03,07]"));
+    throw InvalidArgument(str_cat("hostlist '", hostlist, "': '", part, "' ", why,
+                                  "; expected numbers or ranges like [01-03,07]"));
   };
   std::vector<std::string> numbers;
   size_t begin = 0;
@@ -149,8 +149,8 @@ bool SlurmStep::uniform_tasks_per_node() const {
 std::vector<int> expand_tasks_per_node(std::string_view text) {
   const auto fail = [&](std::string_view part) {
     throw InvalidArgument(
-        detail::str_cat("tasks per node '", text, "': '", part,
-                        "' is not a positive count or COUNT(xREPEAT); expected e.g. 4 or 2(x3),1"));
+        str_cat("tasks per node '", text, "': '", part,
+                "' is not a positive count or COUNT(xREPEAT); expected e.g. 4 or 2(x3),1"));
   };
   std::vector<int> counts;
   for (std::string_view item : split_top_level(text)) {
@@ -166,8 +166,7 @@ std::vector<int> expand_tasks_per_node(std::string_view text) {
     const auto count = parse_uint(count_text);
     if (!count || *count < 1 || *count > (1 << 20)) fail(item);
     if (static_cast<size_t>(repeat) > kMaxExpanded - counts.size()) {
-      throw InvalidArgument(
-          detail::str_cat("tasks per node '", text, "' lists more than 1000000 nodes"));
+      throw InvalidArgument(str_cat("tasks per node '", text, "' lists more than 1000000 nodes"));
     }
     counts.insert(counts.end(), static_cast<size_t>(repeat), static_cast<int>(*count));
   }

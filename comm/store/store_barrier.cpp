@@ -38,10 +38,9 @@ void store_barrier(Store& store, const std::string& prefix, int rank, int size, 
       for (int r : missing) missing_global.push_back(options.global_ranks[static_cast<size_t>(r)]);
       global = " (global " + detail::format_ranks(missing_global) + ")";
     }
-    const std::string what =
-        !options.what.empty()
-            ? options.what
-            : detail::str_cat("store barrier '", prefix, "' (rank ", rank, " of ", size, ")");
+    const std::string what = !options.what.empty() ? options.what
+                                                   : str_cat("store barrier '", prefix, "' (rank ",
+                                                             rank, " of ", size, ")");
     HSGD_THROW(Timeout, what, ": ranks ", detail::format_ranks(missing), global,
                " did not arrive within ", timeout.count(), " ms");
   }

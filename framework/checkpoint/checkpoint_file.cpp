@@ -95,9 +95,9 @@ StateDict decode_state(const proto::RankState& state, const std::string& path) {
         }
         const std::string& data = v.tensor().data();
         if (data.size() != static_cast<size_t>(numel) * sizeof(float)) {
-          throw CheckpointError(detail::str_cat("checkpoint: '", path, "': entry '", entry.key(),
-                                                "' holds ", data.size(), " bytes, its shape needs ",
-                                                numel * 4));
+          throw CheckpointError(str_cat("checkpoint: '", path, "': entry '", entry.key(),
+                                        "' holds ", data.size(), " bytes, its shape needs ",
+                                        numel * 4));
         }
         Tensor t = zeros(shape);
         std::memcpy(t.data(), data.data(), data.size());
@@ -174,24 +174,22 @@ std::string read_envelope(const std::string& path, const std::string& kind, uint
   // A truncated file usually still parses up to its last complete field; the size and the
   // checksum below catch it.
   if (!envelope.ParseFromString(bytes) || envelope.kind() != kind) {
-    throw CheckpointError(detail::str_cat("checkpoint: '", path, "' is not a complete ", kind,
-                                          " file (", bytes.size(),
-                                          " bytes: truncated, or another kind of file)"));
+    throw CheckpointError(str_cat("checkpoint: '", path, "' is not a complete ", kind, " file (",
+                                  bytes.size(), " bytes: truncated, or another kind of file)"));
   }
   if (envelope.format_version() != kFormatVersion) {
-    throw CheckpointError(detail::str_cat("checkpoint: '", path, "' has format version ",
-                                          envelope.format_version(), ", this hsgd reads ",
-                                          kFormatVersion));
+    throw CheckpointError(str_cat("checkpoint: '", path, "' has format version ",
+                                  envelope.format_version(), ", this hsgd reads ", kFormatVersion));
   }
   if (envelope.payload().size() != envelope.payload_size()) {
-    throw CheckpointError(detail::str_cat("checkpoint: '", path,
-                                          "' is truncated: ", envelope.payload().size(), " of ",
-                                          envelope.payload_size(), " payload bytes"));
+    throw CheckpointError(str_cat("checkpoint: '", path,
+                                  "' is truncated: ", envelope.payload().size(), " of ",
+                                  envelope.payload_size(), " payload bytes"));
   }
   const uint32_t crc = crc32_of(envelope.payload());
   if (crc != envelope.crc32()) {
-    throw CheckpointError(detail::str_cat("checkpoint: '", path, "' is corrupt: checksum ", crc,
-                                          " of its payload, expected ", envelope.crc32()));
+    throw CheckpointError(str_cat("checkpoint: '", path, "' is corrupt: checksum ", crc,
+                                  " of its payload, expected ", envelope.crc32()));
   }
   if (crc32 != nullptr) *crc32 = crc;
   return std::move(*envelope.mutable_payload());

@@ -28,9 +28,9 @@ Checkpointer::Impl::Candidate Checkpointer::Impl::try_candidate(const std::strin
     }
     const int saved_world = out.manifest.run().world_size();
     if (saved_world != out.manifest.files_size() || saved_world < 1) {
-      throw CheckpointError(hsgd::detail::str_cat("checkpoint: '", manifest_path, "' lists ",
-                                                  out.manifest.files_size(),
-                                                  " files for world size ", saved_world));
+      throw CheckpointError(hsgd::str_cat("checkpoint: '", manifest_path, "' lists ",
+                                          out.manifest.files_size(), " files for world size ",
+                                          saved_world));
     }
     // The same world size: this rank's own file. Another: every saved rank's file.
     std::vector<StateDict> states;
@@ -43,12 +43,12 @@ Checkpointer::Impl::Candidate Checkpointer::Impl::try_candidate(const std::strin
       }
       const proto::FileInfo& info = out.manifest.files(r);
       if (crc != info.crc32()) {
-        throw CheckpointError(hsgd::detail::str_cat("checkpoint: '", file, "' has checksum ", crc,
-                                                    ", the manifest recorded ", info.crc32(),
-                                                    " (a file from another write)"));
+        throw CheckpointError(hsgd::str_cat("checkpoint: '", file, "' has checksum ", crc,
+                                            ", the manifest recorded ", info.crc32(),
+                                            " (a file from another write)"));
       }
       if (rank_state.rank() != r || rank_state.step() != out.manifest.step()) {
-        throw CheckpointError(hsgd::detail::str_cat(
+        throw CheckpointError(hsgd::str_cat(
             "checkpoint: '", file, "' holds rank ", rank_state.rank(), " of step ",
             rank_state.step(), ", expected rank ", r, " of step ", out.manifest.step()));
       }
@@ -103,9 +103,8 @@ std::optional<LoadedCheckpoint> Checkpointer::load(const std::string& which) {
       if (!candidate.error.empty()) skipped.push_back(candidate.error);
       if (!automatic) {
         throw CheckpointError(candidate.error.empty()
-                                  ? hsgd::detail::str_cat("checkpoint: '", path,
-                                                          "' is unusable on ", failures,
-                                                          " other rank(s)")
+                                  ? hsgd::str_cat("checkpoint: '", path, "' is unusable on ",
+                                                  failures, " other rank(s)")
                                   : candidate.error);
       }
       if (impl_->pg->rank() == 0) {

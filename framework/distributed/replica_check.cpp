@@ -9,7 +9,7 @@
 namespace hsgd::distributed::detail {
 namespace {
 
-using hsgd::detail::str_cat;
+using hsgd::str_cat;
 
 // " 'name'", or "" for an unnamed entry.
 std::string quoted(const std::string& name) {

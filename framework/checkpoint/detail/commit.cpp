@@ -57,7 +57,7 @@ void write_manifest(const CommitContext& ctx, int64_t step, bool replicas_equal,
       failure = "error " + report.error();
     }
     if (!failures.empty()) failures += "; ";
-    failures += hsgd::detail::str_cat("rank ", i + 1, ": ", failure);
+    failures += hsgd::str_cat("rank ", i + 1, ": ", failure);
   }
   if (!failures.empty()) {
     throw CheckpointError("checkpoint: '" + dir +

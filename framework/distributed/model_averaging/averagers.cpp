@@ -85,8 +85,8 @@ void ModelAverager::average_at_level(size_t level, const std::vector<Tensor>& pa
   if (group == nullptr) return;
   if (level_labels_.size() <= level) level_labels_.resize(stats_.size());
   if (level_labels_[level].empty()) {
-    level_labels_[level] = hsgd::detail::str_cat("averager ", stats_.at(level).period, ":",
-                                                 stats_.at(level).group_size);
+    level_labels_[level] =
+        hsgd::str_cat("averager ", stats_.at(level).period, ":", stats_.at(level).group_size);
   }
   const auto start = std::chrono::steady_clock::now();
   const int64_t bytes =
@@ -215,7 +215,7 @@ PeriodicModelAverager::PeriodicModelAverager(LevelOptions level, int64_t warmup_
     : ModelAverager(std::move(pg), std::move(options), "PeriodicModelAverager"),
       period_(level.period),
       warmup_steps_(warmup_steps) {
-  using hsgd::detail::str_cat;
+  using hsgd::str_cat;
   const int requested_size = level.group_size;
   if (level.group_size == 0) level.group_size = pg_->size();
   std::string error;

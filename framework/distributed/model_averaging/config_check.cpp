@@ -21,7 +21,7 @@ void check_config_on_all_ranks(comm::ProcessGroup& pg, const char* who,
   // describe() names every field of every level, numbers to the last bit, so equal descriptions
   // are equal configurations.
   comm::check_agreement(pg, who, "configurations (period:group_size@options and warm-up)",
-                        hsgd::detail::str_cat(describe(levels), " warm-up ", warmup_steps));
+                        hsgd::str_cat(describe(levels), " warm-up ", warmup_steps));
   if (!local_error.empty()) HSGD_THROW(InvalidArgument, local_error);
 }
 

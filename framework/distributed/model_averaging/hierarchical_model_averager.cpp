@@ -15,7 +15,7 @@ namespace {
 // offending entry (0-based index into period_group_size) and what was expected.
 std::string validate_given(const std::vector<LevelOptions>& levels, int64_t warmup_steps,
                            int pg_size) {
-  using hsgd::detail::str_cat;
+  using hsgd::str_cat;
   const char* who = "HierarchicalModelAverager";
   if (levels.empty()) {
     return str_cat(who, ": period_group_size must not be empty; give at least {period, ", pg_size,
@@ -100,7 +100,7 @@ std::string format_groups(const std::vector<std::vector<int>>& groups) {
 // kNodeGroup, the last pg_size).
 std::string check_nesting(const std::vector<LevelOptions>& levels, int pg_size,
                           const std::vector<std::vector<int>>& nodes, const std::string& where) {
-  using hsgd::detail::str_cat;
+  using hsgd::str_cat;
   const char* who = "HierarchicalModelAverager";
   for (const LevelOptions& level : levels) {
     if (level.group_size != kNodeGroup && pg_size % level.group_size != 0) {
@@ -179,7 +179,7 @@ HierarchicalModelAverager::HierarchicalModelAverager(std::vector<LevelOptions> g
                                                      ModelAveragerOptions options)
     : ModelAverager(std::move(pg), std::move(options), "HierarchicalModelAverager"),
       warmup_steps_(warmup_steps) {
-  using hsgd::detail::str_cat;
+  using hsgd::str_cat;
   const int n = pg_->size();
   // Validate locally, but throw only after the collective check so that no rank leaves the
   // others waiting: either all ranks agree (and all see the same error) or all throw. The ranks

@@ -88,7 +88,7 @@ std::string describe(const LevelOptions& level) {
 }
 
 std::string validate_options(const LevelOptions& level, size_t index, const char* who) {
-  using hsgd::detail::str_cat;
+  using hsgd::str_cat;
   const std::string at = str_cat(who, ": level ", index, " (", describe(level), "): ");
   if (level.overlap_steps < 0) {
     return str_cat(at, "overlap_steps must be >= 0, got ", level.overlap_steps);

@@ -154,8 +154,8 @@ TEST_P(StoreContractTest, MultiSetAndMultiGet_KeepKeyOrder) {
   std::vector<std::string> keys;
   std::vector<Bytes> values;
   for (int i = 0; i < 20; ++i) {
-    keys.push_back(hsgd::detail::str_cat("k", i));
-    values.push_back(to_bytes(hsgd::detail::str_cat("v", i * 7)));
+    keys.push_back(hsgd::str_cat("k", i));
+    values.push_back(to_bytes(hsgd::str_cat("v", i * 7)));
   }
   store_->multi_set(keys, values);
   const std::vector<std::string> reversed(keys.rbegin(), keys.rend());
@@ -184,7 +184,7 @@ TEST_P(StoreContractTest, OneStoreSharedByThreads) {
   for (int i = 0; i < 4; ++i) {
     threads.emplace_back([&, i] {
       for (int j = 0; j < 20; ++j) {
-        const std::string key = hsgd::detail::str_cat("t", i, "-", j);
+        const std::string key = hsgd::str_cat("t", i, "-", j);
         store_->set(key, to_bytes(key));
         EXPECT_EQ(to_string(store_->get(key, 5s)), key);
       }
