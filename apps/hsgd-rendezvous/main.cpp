@@ -68,6 +68,11 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
+  options.limit_names = {.max_keys_per_job = "--max-keys-per-job",
+                         .max_job_bytes = "--max-job-bytes",
+                         .max_waits_per_job = "--max-waits-per-job",
+                         .max_jobs = "--max-jobs",
+                         .max_connections = "--max-connections"};
   options.idle_job_ttl = std::chrono::seconds(job_ttl_s);
   try {
     if (!token_file.empty()) {

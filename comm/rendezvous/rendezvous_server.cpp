@@ -78,7 +78,8 @@ RendezvousServer::Impl::Impl(RendezvousServerOptions options)
                               .max_keys_per_job = options_.max_keys_per_job,
                               .max_job_bytes = options_.max_job_bytes,
                               .max_waits_per_job = options_.max_waits_per_job,
-                              .max_jobs = options_.max_jobs}),
+                              .max_jobs = options_.max_jobs,
+                              .names = options_.limit_names}),
       acceptor_(io_),
       accept_strand_(asio::make_strand(io_)),
       accept_backoff_(accept_strand_) {
@@ -175,9 +176,8 @@ void RendezvousServer::Impl::accept() {
       accept_paused_ = true;
       if (auto held_back = accept_log_.allow()) {
         logger()->warn(
-            "rendezvous: {} connections open, the limit (--max-connections): not accepting until "
-            "one closes{}",
-            connections_.size(), held_back_note(*held_back));
+            "rendezvous: {} connections open, the limit ({}): not accepting until one closes{}",
+            connections_.size(), options_.limit_names.max_connections, held_back_note(*held_back));
       }
       return;
     }

@@ -51,6 +51,17 @@
 
 namespace hsgd::comm {
 
+// How refusals and log lines name the server's limits: the RendezvousServerOptions fields by
+// default; hsgd-rendezvous passes its flags ("--max-jobs"), so that its users read the setting
+// they can change.
+struct RendezvousLimitNames {
+  std::string max_keys_per_job = "max_keys_per_job";
+  std::string max_job_bytes = "max_job_bytes";
+  std::string max_waits_per_job = "max_waits_per_job";
+  std::string max_jobs = "max_jobs";
+  std::string max_connections = "max_connections";
+};
+
 struct RendezvousServerOptions {
   std::string host = "127.0.0.1";  // address to bind: "127.0.0.1", "::1", "0.0.0.0", a name
   int port = 29400;                // 0 = let the kernel pick a free port (see port())
@@ -75,6 +86,7 @@ struct RendezvousServerOptions {
   // Open connections at most; 0 = from RLIMIT_NOFILE at start(): the soft limit minus a reserve
   // of soft/8 (between 16 and 256) for the process's other descriptors.
   size_t max_connections = 0;
+  RendezvousLimitNames limit_names = {};
   int threads = 1;  // I/O threads
   // A connection without a handshake by then is closed (port scanners, stuck clients), so that
   // stray connections cannot pile up file descriptors.

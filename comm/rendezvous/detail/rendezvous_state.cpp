@@ -36,11 +36,11 @@ RendezvousState::Outcome RendezvousState::handle(const std::string& job_id, prot
   if (!job_ptr) {
     if (jobs_.size() > limits_.max_jobs) {
       jobs_.erase(job_id);
-      return {
-          .response = invalid(
-              request, "the server holds the keys of " + std::to_string(limits_.max_jobs) +
-                           " jobs, its limit (--max-jobs); job '" + job_id + "' cannot be added"),
-          .waiter = {}};
+      return {.response = invalid(request, "the server holds the keys of " +
+                                               std::to_string(limits_.max_jobs) +
+                                               " jobs, its limit (" + limits_.names.max_jobs +
+                                               "); job '" + job_id + "' cannot be added"),
+              .waiter = {}};
     }
     job_ptr = std::make_unique<Job>();
   }
@@ -70,11 +70,13 @@ RendezvousState::Outcome RendezvousState::handle(const std::string& job_id, prot
   std::optional<std::string> refusal;
   if (job.num_waiters >= limits_.max_waits_per_job) {
     refusal = "job '" + job_id + "' has " + std::to_string(job.num_waiters) +
-              " pending waits, the server's limit per job (--max-waits-per-job)";
+              " pending waits, the server's limit per job (" + limits_.names.max_waits_per_job +
+              ")";
   } else if (job.bytes + charge > limits_.max_job_bytes) {
     refusal = "job '" + job_id + "' would hold " + std::to_string(job.bytes + charge) +
               " bytes of keys, values and pending waits; the server allows " +
-              std::to_string(limits_.max_job_bytes) + " bytes per job (--max-job-bytes)";
+              std::to_string(limits_.max_job_bytes) + " bytes per job (" +
+              limits_.names.max_job_bytes + ")";
   }
   if (refusal) {
     unregister(job, *waiter);

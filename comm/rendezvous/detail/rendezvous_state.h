@@ -33,6 +33,7 @@
 
 #include "comm/rendezvous/detail/asio.h"
 #include "comm/rendezvous/proto/rendezvous.pb.h"
+#include "comm/rendezvous/rendezvous_server.h"
 
 namespace hsgd::comm {
 
@@ -46,6 +47,7 @@ struct RendezvousLimits {
   size_t max_job_bytes = size_t{64} << 20;
   size_t max_waits_per_job = 10000;
   size_t max_jobs = 10000;
+  RendezvousLimitNames names = {};  // how refusals name the limits
 };
 
 class RendezvousState {

@@ -123,15 +123,15 @@ std::optional<proto::Response> RendezvousState::check_quota(const std::string& j
       keys > static_cast<int64_t>(job.values.size())) {
     return invalid(request, name + ": job '" + job_id + "' would hold " + std::to_string(keys) +
                                 " keys; the server allows " +
-                                std::to_string(limits_.max_keys_per_job) +
-                                " keys per job (--max-keys-per-job)");
+                                std::to_string(limits_.max_keys_per_job) + " keys per job (" +
+                                limits_.names.max_keys_per_job + ")");
   }
   if (bytes > static_cast<int64_t>(limits_.max_job_bytes) &&
       bytes > static_cast<int64_t>(job.bytes)) {
     return invalid(request, name + ": job '" + job_id + "' would hold " + std::to_string(bytes) +
                                 " bytes of keys, values and pending waits; the server allows " +
-                                std::to_string(limits_.max_job_bytes) +
-                                " bytes per job (--max-job-bytes)");
+                                std::to_string(limits_.max_job_bytes) + " bytes per job (" +
+                                limits_.names.max_job_bytes + ")");
   }
   return std::nullopt;
 }

@@ -1,10 +1,16 @@
 #include "command.h"
 
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <fstream>
+#include <sstream>
 #include <utility>
 
 #include "comm/launcher/worker_env.h"
@@ -100,5 +106,29 @@ bool Command::wait_for_output(const std::string& text, std::chrono::milliseconds
 }
 
 void Command::signal(int sig) { ::kill(process_.pid(), sig); }
+
+std::string show(const Command::Result& r) {
+  return "exit status: " + r.status.describe() + (r.timed_out ? " (timed out, killed)" : "") +
+         "\n--- output ---\n" + r.output;
+}
+
+std::string slurp(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+int unused_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
 
 }  // namespace hsgd::testing

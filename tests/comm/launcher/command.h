@@ -10,6 +10,7 @@
 //   EXPECT_EQ(result.status.exit_code, 0) << result.output;
 
 #include <chrono>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -57,5 +58,14 @@ class Command {
   int fds_[2] = {-1, -1};
   std::string output_;
 };
+
+// A finished command's exit status and output, for failure messages.
+std::string show(const Command::Result& result);
+
+// The whole content of a file ("" when it cannot be read).
+std::string slurp(const std::filesystem::path& path);
+
+// A loopback port nobody listens on (bound once by the kernel, then released).
+int unused_port();
 
 }  // namespace hsgd::testing

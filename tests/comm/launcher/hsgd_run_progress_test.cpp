@@ -28,11 +28,6 @@ using Clock = std::chrono::steady_clock;
 const std::string kRun = HSGD_RUN_PATH;
 const std::string kWorker = LAUNCHER_TEST_WORKER_PATH;
 
-std::string show(const Command::Result& r) {
-  return "exit status: " + r.status.describe() + (r.timed_out ? " (timed out, killed)" : "") +
-         "\n--- output ---\n" + r.output;
-}
-
 // 4 workers, 16 steps; rank 2 goes silent (`fault`) after step 10 of attempt 0. The collective
 // timeout stays at its default (300 s), far beyond the test's timeout: only the progress
 // heartbeat can find the hang in time.

@@ -25,11 +25,6 @@ const std::string kRun = HSGD_RUN_PATH;
 const std::string kRendezvous = HSGD_RENDEZVOUS_PATH;
 const std::string kWorker = LAUNCHER_TEST_WORKER_PATH;
 
-std::string show(const Command::Result& r) {
-  return "exit status: " + r.status.describe() + (r.timed_out ? " (timed out, killed)" : "") +
-         "\n--- output ---\n" + r.output;
-}
-
 struct Rendezvous {
   Command command;
   std::string endpoint;

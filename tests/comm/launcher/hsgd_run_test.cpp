@@ -32,13 +32,6 @@ const std::string kRendezvous = HSGD_RENDEZVOUS_PATH;
 const std::string kWorker = LAUNCHER_TEST_WORKER_PATH;
 constexpr auto kJobTimeout = seconds(90);
 
-std::string slurp(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 // A zombie counts as gone: an orphan's zombie waits for a reaper we do not control (in a
 // container, PID 1 may never reap it), but it runs nothing.
 bool process_exists(pid_t pid) {
@@ -74,12 +67,6 @@ std::vector<pid_t> wait_ready(Command& run, const fs::path& dir, int first, int 
   return pids;
 }
 
-// Output of a finished command, for failure messages.
-std::string show(const Command::Result& r) {
-  return "exit status: " + r.status.describe() + (r.timed_out ? " (timed out, killed)" : "") +
-         "\n--- output ---\n" + r.output;
-}
-
 // A started hsgd-rendezvous and the port it printed.
 struct Rendezvous {
   Command command;
@@ -94,19 +81,6 @@ Rendezvous start_rendezvous() {
   EXPECT_TRUE(std::regex_search(out, m, std::regex("listening on 127\\.0\\.0\\.1:(\\d+)"))) << out;
   int port = m.empty() ? 0 : std::stoi(m[1]);
   return Rendezvous{std::move(cmd), port};
-}
-
-// A loopback port nobody listens on (bound once by the kernel, then released).
-int unused_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
 }
 
 TEST(HsgdRunTest, Standalone_AllreduceOfRanksWith1_2_4Workers) {

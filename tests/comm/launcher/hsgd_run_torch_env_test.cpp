@@ -27,31 +27,6 @@ namespace fs = std::filesystem;
 const std::string kRun = HSGD_RUN_PATH;
 const std::string kWorker = LAUNCHER_TEST_WORKER_PATH;
 
-// A loopback port nobody listens on (bound once by the kernel, then released).
-int unused_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
-std::string slurp(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-std::string show(const Command::Result& r) {
-  return "exit status: " + r.status.describe() + (r.timed_out ? " (timed out, killed)" : "") +
-         "\n--- output ---\n" + r.output;
-}
-
 // Runs two "pods" with the given per-pod PET_* variables (plus PET_NODE_RANK) and the worker
 // program in `mode`; both must exit 0.
 void run_two_pods(const std::vector<std::string>& pet, const std::string& mode,

@@ -78,6 +78,25 @@ TEST(HsgdRendezvousAppTest, TokenFile_IsRequiredFromClients) {
   expect_clean_exit(child, SIGTERM);
 }
 
+// A refusal for a limit names the flag that sets it (the library names its option field).
+TEST(HsgdRendezvousAppTest, LimitRefusals_NameTheFlag) {
+  ChildProcess child({HSGD_RENDEZVOUS_BIN, "--port", "0", "--max-jobs", "1"});
+  const auto line = child.read_line(20s);
+  ASSERT_TRUE(line.has_value());
+  const int port = parse_port(*line, "127.0.0.1");
+  ASSERT_GT(port, 0) << *line;
+  TcpStore first({.port = port, .job_id = "first", .connect_timeout = 10s});
+  first.set("k", to_bytes("v"));
+  TcpStore second({.port = port, .job_id = "second", .connect_timeout = 10s});
+  try {
+    second.set("k", to_bytes("v"));
+    ADD_FAILURE() << "a second job was accepted with --max-jobs 1";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("its limit (--max-jobs)"), std::string::npos) << e.what();
+  }
+  expect_clean_exit(child, SIGTERM);
+}
+
 TEST(HsgdRendezvousAppTest, Ipv6Host_IsPrintedInBrackets) {
   ChildProcess child({HSGD_RENDEZVOUS_BIN, "--host", "::1", "--port", "0"});
   const auto line = child.read_line(20s);

@@ -90,6 +90,21 @@ TEST(ModuleTest, NamedModules_IncludeSelfAndNestedNames) {
   EXPECT_EQ(names(outer->named_parameters())[0], "0.0.weight");
 }
 
+// named_children() and children() are the direct submodules only, in registration order (as
+// torch's named_children()), not the nested ones named_modules() walks.
+TEST(ModuleTest, NamedChildren_DirectSubmodulesInRegistrationOrder) {
+  auto outer = std::make_shared<Sequential>();
+  outer->push_back(make_convnet());
+  outer->push_back(std::make_shared<ReLU>());
+  std::vector<std::string> got;
+  for (const auto& [name, m] : outer->named_children()) got.push_back(name + ":" + m->type_name());
+  EXPECT_EQ(got, (std::vector<std::string>{"0:Sequential", "1:ReLU"}));
+  ASSERT_EQ(outer->children().size(), 2u);
+  EXPECT_EQ(outer->children()[0], outer->named_children()[0].second);
+  EXPECT_EQ(outer->children()[0]->named_children().size(), 6u);
+  EXPECT_TRUE(outer->children()[1]->named_children().empty());
+}
+
 TEST(ModuleTest, Register_RejectsDuplicateAndDottedNames) {
   Module m("Custom");
   m.register_parameter("w", zeros({2}));
