@@ -2,7 +2,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 
 #include "comm/log.h"
@@ -19,6 +21,50 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// RunInfo::local_world_size when the run leaves it 0: the launcher's layout as the group keeps it,
+// else LOCAL_WORLD_SIZE (a group built by hand under a launcher), else 1 for a world of one and 0
+// (not declared) otherwise.
+int local_world_size(const comm::ProcessGroup& pg) {
+  if (pg.local_world_size() > 0) return pg.local_world_size();
+  if (const char* env = std::getenv("LOCAL_WORLD_SIZE")) {
+    char* end = nullptr;
+    const long value = std::strtol(env, &end, 10);
+    if (end != env && *end == '\0' && value > 0 && value <= pg.size()) {
+      return static_cast<int>(value);
+    }
+  }
+  return pg.size() == 1 ? 1 : 0;
+}
+
+// A module's entries: its state_dict() tensors (strict) and the states of its generators
+// (bytes, by the generator's dotted name). A generator without an entry is left as it is: only
+// a partial checkpoint may lack one (apply() checks). Nothing changes when an entry is bad.
+void load_module_state(nn::Module& module, const std::string& name, const StateDict& state) {
+  const std::vector<std::pair<std::string, Generator*>> generators = module.named_generators();
+  std::vector<std::pair<Generator*, Generator::State>> streams;
+  nn::NamedTensors tensors;
+  for (const auto& [key, value] : state.entries()) {
+    if (const Tensor* t = std::get_if<Tensor>(&value)) {
+      tensors.emplace_back(key, *t);
+      continue;
+    }
+    const std::string* bytes = std::get_if<std::string>(&value);
+    const auto gen = std::find_if(generators.begin(), generators.end(),
+                                  [&key](const auto& g) { return g.first == key; });
+    HSGD_CHECK(bytes != nullptr && gen != generators.end(), "checkpoint: module '", name,
+               "' entry '", key, "' holds a ", state_value_type(value),
+               ", expected a Tensor (or the bytes of one of its generators)");
+    try {
+      streams.emplace_back(gen->second, Generator::parse_state_bytes(*bytes));
+    } catch (const InvalidArgument& e) {
+      HSGD_THROW(InvalidArgument, "checkpoint: module '", name, "' generator '", key,
+                 "': ", e.what());
+    }
+  }
+  module.load_state_dict(tensors);
+  for (const auto& [gen, s] : streams) gen->set_state(s);
 }
 
 }  // namespace
@@ -38,6 +84,7 @@ Checkpointer::Impl::Impl(CheckpointOptions options_in, std::shared_ptr<comm::Pro
     : options(std::move(options_in)), pg(std::move(pg_in)), run([&] {
         RunInfo r = std::move(run_in);
         if (r.world_size == 0 && pg != nullptr) r.world_size = pg->size();
+        if (r.local_world_size == 0 && pg != nullptr) r.local_world_size = local_world_size(*pg);
         return r;
       }()) {
   HSGD_CHECK(pg != nullptr, "Checkpointer: process group is null");
@@ -46,6 +93,9 @@ Checkpointer::Impl::Impl(CheckpointOptions options_in, std::shared_ptr<comm::Pro
              " must be at least 1");
   HSGD_CHECK(run.world_size == pg->size(), "Checkpointer: run.world_size ", run.world_size,
              " differs from the process group's size ", pg->size());
+  HSGD_CHECK(run.local_world_size >= 0 && run.local_world_size <= run.world_size,
+             "Checkpointer: run.local_world_size ", run.local_world_size, " must be in [0, ",
+             run.world_size, "] (0: the process group's)");
   HSGD_CHECK(pg->size() == 1 || pg->store() != nullptr,
              "Checkpointer: the process group has no store to report written files through");
   make_dirs(options.dir);
@@ -87,20 +137,11 @@ void Checkpointer::Impl::add(Registered r) {
 void Checkpointer::add_module(const std::string& name, std::shared_ptr<nn::Module> module) {
   HSGD_CHECK(module != nullptr, "Checkpointer::add_module: '", name, "' is null");
   // No save function: snapshot() copies the module's tensors itself (one memcpy each).
-  impl_->add({.name = name,
-              .save = nullptr,
-              .load =
-                  [module, name](const StateDict& state) {
-                    nn::NamedTensors tensors;
-                    for (const auto& [key, value] : state.entries()) {
-                      const Tensor* t = std::get_if<Tensor>(&value);
-                      HSGD_CHECK(t != nullptr, "checkpoint: module '", name, "' entry '", key,
-                                 "' holds a ", state_value_type(value), ", expected a Tensor");
-                      tensors.emplace_back(key, *t);
-                    }
-                    module->load_state_dict(tensors);
-                  },
-              .module = module});
+  impl_->add(
+      {.name = name,
+       .save = nullptr,
+       .load = [module, name](const StateDict& state) { load_module_state(*module, name, state); },
+       .module = module});
 }
 
 void Checkpointer::add_generator(const std::string& name, Generator& generator) {
@@ -180,6 +221,9 @@ StateEntries Checkpointer::Impl::snapshot() {
         }
         offset += t.numel();
         state.emplace_back(prefix + key, std::move(copy));
+      }
+      for (const auto& [key, gen] : r.module->named_generators()) {
+        state.emplace_back(prefix + key, gen->state_bytes());
       }
       continue;
     }

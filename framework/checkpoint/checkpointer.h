@@ -8,7 +8,7 @@
 //                                 {.mode = "hierarchical", .hierarchy = "2:2,4:4",
 //                                  .model = "resnet20"});
 //   optim::StepLR scheduler(*optimizer, {.step_size = 30});
-//   ckpt.add_module("model", model);            // parameters and buffers, by dotted name
+//   ckpt.add_module("model", model);            // parameters, buffers and generators
 //   ckpt.add("optimizer", *optimizer);           // anything with state_dict()/load_state_dict()
 //   ckpt.add("scheduler", scheduler);            //   (optimizers, LR schedulers, averagers,
 //   ckpt.add("loader", loader);                  //    Trainer, PostLocalSGDState, DataLoader)
@@ -35,6 +35,17 @@
 // waits for the previous write and rethrows its error, a CheckpointError naming the directory
 // or file (disk full, unwritable directory). The training state is never touched by a save.
 //
+// What is saved is what is registered. add_module saves a module's parameters and buffers by
+// dotted name and the position of every generator it registered (Module::register_generator,
+// e.g. nn::Dropout's masks), so a resumed run draws the same random numbers as an uninterrupted
+// one. A DataLoader's shuffle and the bundled transforms (data/transforms.h) draw from (seed,
+// epoch, index) alone and need no saved stream. Not saved unless the program registers it
+// (add_generator): any other Generator the program draws from while training, and the
+// process-wide default generator (hsgd::manual_seed), which the bundled layers use only at
+// construction. data::CIFAR10's own augmentation stream (CIFAR10Options::augment) is not saved:
+// a resumed run draws other crops and flips than an uninterrupted one; data::RandomCropFlip has
+// the same augmentation and resumes exactly.
+//
 // load() is collective over the process group. It tries the newest complete checkpoint first;
 // every rank checks the checksums of the files it needs before anything is restored. When a
 // rank finds a file corrupt, truncated or missing, all ranks fall back to the previous complete
@@ -45,9 +56,11 @@
 // world size: tensors (parameters, momentum buffers, ...) are the average over the saved ranks
 // (equal replicas average to themselves), other values come from saved rank (rank % saved
 // world size), and a DataLoader recomputes its position from the global number of samples seen.
+// A checkpoint written by one rank holds one replica and also resumes on any world size.
 // A checkpoint whose manifest is marked partial (written by a tool, e.g. scripts/import_torch.py
 // with only the model) restores the registered objects it has state for and leaves the others as
-// they are; any other checkpoint must hold state for every registered object.
+// they are (a module's generators too), whatever mode and hierarchy it was written with; any
+// other checkpoint must hold state for every registered object and module generator.
 //
 // Registered objects must outlive the Checkpointer (the shared_ptr overloads keep them alive);
 // names must be the same on every rank, unique, and contain no '.'.
@@ -83,7 +96,10 @@ struct RunInfo {
   std::string mode = "";       // e.g. "ddp", "local-sgd", "hierarchical"
   std::string hierarchy = "";  // e.g. "2:2,4:4"; empty when there is none
   std::string model = "";      // e.g. "resnet20"
-  int local_world_size = 1;
+  // Ranks per node. 0: the process group's (ProcessGroup::local_world_size, the launcher's
+  // LOCAL_WORLD_SIZE), else the environment's LOCAL_WORLD_SIZE, else 1 in a world of one and 0
+  // (not declared) otherwise.
+  int local_world_size = 0;
   int world_size = 0;  // 0: the process group's size
 };
 

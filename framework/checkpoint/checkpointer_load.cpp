@@ -133,13 +133,17 @@ void Checkpointer::Impl::apply(const StateDict& state, const LoadedCheckpoint& l
   const std::string& path = loaded.path;
   HSGD_CHECK(saved.model == run.model, "checkpoint '", path, "' was written for model '",
              saved.model, "', this run builds '", run.model, "'");
+  // One saved rank is one replica: equal to itself.
   if (loaded.resized) {
-    HSGD_CHECK(loaded.replicas_equal, "checkpoint '", path, "' was written with world size ",
-               saved.world_size, ", this run has ", run.world_size,
+    HSGD_CHECK(loaded.replicas_equal || saved.world_size == 1, "checkpoint '", path,
+               "' was written with world size ", saved.world_size, ", this run has ",
+               run.world_size,
                "; only a checkpoint written while all replicas were equal (ddp, or local-sgd / "
                "hierarchical at a step where the whole world averaged) resumes on another "
                "world size");
-  } else {
+  } else if (!loaded.partial) {
+    // A partial checkpoint holds no averager or loader state, so nothing in it depends on the
+    // hierarchy (or the mode) it was written with.
     HSGD_CHECK(saved.hierarchy == run.hierarchy, "checkpoint '", path,
                "' was written with hierarchy ", shown(saved.hierarchy), ", this run has ",
                shown(run.hierarchy));
@@ -153,6 +157,13 @@ void Checkpointer::Impl::apply(const StateDict& state, const LoadedCheckpoint& l
     }
     HSGD_CHECK(sub.size() > 0, "checkpoint '", path, "' has no state for '", r.name,
                "' (written with mode '", saved.mode, "', this run uses '", run.mode, "')");
+    if (r.module != nullptr && !loaded.partial) {
+      // A resume that restarted a random stream from its seed would not be the run it resumes.
+      for (const auto& [key, gen] : r.module->named_generators()) {
+        HSGD_CHECK(sub.contains(key), "checkpoint '", path, "' has no state for the generator '",
+                   r.name, ".", key, "' (a random stream of the module, e.g. nn::Dropout's)");
+      }
+    }
     r.load(sub);
   }
   if (!left_alone.empty() && pg->rank() == 0) {

@@ -7,6 +7,7 @@ namespace hsgd::nn {
 
 Dropout::Dropout(double p, uint64_t seed) : Module("Dropout"), p_(p), gen_(seed) {
   HSGD_CHECK(p >= 0.0 && p < 1.0, "Dropout: probability p = ", p, " must be in [0, 1)");
+  register_generator("generator", gen_);
 }
 
 Tensor Dropout::forward(const Tensor& x) { return dropout(x, p_, is_training(), gen_); }

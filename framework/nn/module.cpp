@@ -29,7 +29,9 @@ void Module::check_new_name(const std::string& name, const char* what) const {
   const bool taken = find_tensor(parameters_, name).defined() ||
                      find_tensor(buffers_, name).defined() ||
                      std::any_of(children_.begin(), children_.end(),
-                                 [&](const auto& c) { return c.first == name; });
+                                 [&](const auto& c) { return c.first == name; }) ||
+                     std::any_of(generators_.begin(), generators_.end(),
+                                 [&](const auto& g) { return g.first == name; });
   HSGD_CHECK(!taken, type_name_, ": ", what, " name '", name, "' is already registered");
 }
 
@@ -46,6 +48,12 @@ Tensor Module::register_buffer(const std::string& name, Tensor t) {
   HSGD_CHECK(t.defined(), type_name_, ": buffer '", name, "' is an undefined tensor");
   buffers_.emplace_back(name, t);
   return t;
+}
+
+Generator& Module::register_generator(const std::string& name, Generator& gen) {
+  check_new_name(name, "generator");
+  generators_.emplace_back(name, &gen);
+  return gen;
 }
 
 void Module::register_module_impl(const std::string& name, std::shared_ptr<Module> module) {
@@ -98,6 +106,14 @@ std::vector<std::pair<std::string, Module*>> Module::named_modules() {
     for (auto& [sub, m] : child->named_modules()) {
       out.emplace_back(sub.empty() ? name : name + "." + sub, m);
     }
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, Generator*>> Module::named_generators() {
+  std::vector<std::pair<std::string, Generator*>> out = generators_;
+  for (const auto& [name, child] : children_) {
+    for (auto& [sub, gen] : child->named_generators()) out.emplace_back(name + "." + sub, gen);
   }
   return out;
 }

@@ -5,6 +5,9 @@
 // paths ("features.0.weight"), so named_parameters() is identical on every process that builds
 // the same model: DDP buckets and model averaging rely on that order.
 //
+// A module may also register the random streams it draws from (register_generator): not part of
+// state_dict(), but saved by a Checkpointer with the module's tensors.
+//
 // Modules are held by std::shared_ptr and are not copyable (parameters are shared handles, a
 // copy would silently alias them). Tensors returned by parameters()/state_dict() are handles to
 // the module's own tensors: writing into them (copy_, add_) changes the module.
@@ -61,6 +64,11 @@ class Module {
   Tensor register_parameter(const std::string& name, Tensor t);
   // Stores t as a buffer: part of state_dict() but not of parameters(); never requires grad.
   Tensor register_buffer(const std::string& name, Tensor t);
+  // Registers gen, a member of this module, as a random stream its forward draws from
+  // (nn::Dropout's masks). Not part of state_dict(): a torch module holds no such state, so
+  // state dicts keep torch's keys. Checkpointer::add_module saves and restores it with the
+  // module's tensors, so a resumed run draws what an uninterrupted one would.
+  Generator& register_generator(const std::string& name, Generator& gen);
   template <typename M>
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
     register_module_impl(name, module);
@@ -76,6 +84,9 @@ class Module {
     return children_;
   }
   std::vector<std::shared_ptr<Module>> children() const;
+  // Every registered generator by dotted name ("2.generator"), depth-first. The pointers are
+  // non-owning and valid while this module lives.
+  std::vector<std::pair<std::string, Generator*>> named_generators();
   // Every submodule at any depth with its dotted name, preceded by this module itself under "".
   // The pointers are non-owning and valid while this module lives.
   std::vector<std::pair<std::string, Module*>> named_modules();
@@ -116,6 +127,7 @@ class Module {
   bool training_ = true;
   NamedTensors parameters_;
   NamedTensors buffers_;
+  std::vector<std::pair<std::string, Generator*>> generators_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
 };
 

@@ -1,5 +1,6 @@
 #include "framework/tensor/generator.h"
 
+#include <bit>
 #include <cmath>
 #include <numbers>
 
@@ -93,6 +94,40 @@ void Generator::set_state(const State& state) {
   for (int i = 0; i < 4; ++i) state_[i] = state.words[i];
   has_spare_normal_ = state.has_spare_normal;
   spare_normal_ = state.spare_normal;
+}
+
+std::string Generator::state_bytes() const {
+  std::string out(kStateBytes, '\0');
+  const auto put = [&out](size_t at, uint64_t value) {
+    for (int b = 0; b < 8; ++b) out[at + b] = static_cast<char>((value >> (8 * b)) & 0xff);
+  };
+  for (int i = 0; i < 4; ++i) put(8 * i, state_[i]);
+  put(32, std::bit_cast<uint64_t>(spare_normal_));
+  out[40] = has_spare_normal_ ? 1 : 0;
+  return out;
+}
+
+Generator::State Generator::parse_state_bytes(std::string_view bytes) {
+  HSGD_CHECK(bytes.size() == kStateBytes, "Generator: a saved state has ", bytes.size(),
+             " bytes, expected ", kStateBytes);
+  const auto get = [bytes](size_t at) {
+    uint64_t value = 0;
+    for (int b = 0; b < 8; ++b) {
+      value |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[at + b])) << (8 * b);
+    }
+    return value;
+  };
+  State state{};
+  for (int i = 0; i < 4; ++i) state.words[i] = get(8 * i);
+  state.spare_normal = std::bit_cast<double>(get(32));
+  const int flag = static_cast<unsigned char>(bytes[40]);
+  HSGD_CHECK(flag <= 1, "Generator: a saved state has the spare-normal flag ", flag,
+             ", expected 0 or 1");
+  state.has_spare_normal = flag == 1;
+  HSGD_CHECK(
+      state.words[0] != 0 || state.words[1] != 0 || state.words[2] != 0 || state.words[3] != 0,
+      "Generator: a saved state has all-zero words, not a valid xoshiro256** state");
+  return state;
 }
 
 namespace detail {

@@ -9,6 +9,8 @@
 
 #include <cstdint>
 #include <mutex>
+#include <string>
+#include <string_view>
 
 namespace hsgd {
 
@@ -40,7 +42,16 @@ class Generator {
     double spare_normal;
   };
   State state() const;
+  // InvalidArgument for the all-zero words (not a xoshiro256** state).
   void set_state(const State& state);
+  // The state as kStateBytes bytes, the same on every machine (the four words, then the spare
+  // normal's bits, little-endian, then the flag as 0 or 1): what a checkpoint stores.
+  static constexpr size_t kStateBytes = 41;
+  std::string state_bytes() const;
+  // The State of state_bytes() output; InvalidArgument naming what is wrong (another size, a flag
+  // other than 0 or 1, all-zero words). The generator is unchanged on error.
+  static State parse_state_bytes(std::string_view bytes);
+  void set_state_bytes(std::string_view bytes) { set_state(parse_state_bytes(bytes)); }
 
  private:
   uint64_t state_[4] = {0, 0, 0, 0};
