@@ -12,7 +12,10 @@ it with load_state_dict(..., strict=True):
     first; it has no state);
   - models::ResNet: tests/golden_resnet/torch_resnet.py (torchvision's names).
 Tensors are float32; "num_batches_tracked" (float32 in hsgd) becomes int64 as in torch's
-BatchNorm. Every file is checked as the C++ reader checks it (envelope kind and version, payload
+BatchNorm. The model's random streams (entries holding bytes: the state of a generator a module
+registered, e.g. "<name>.generator" of nn::Dropout) are left out with a note: torch's modules
+hold no such state (torch.nn.Dropout draws from the global generator), so a torch model loads
+the state dict strictly without them. Every file is checked as the C++ reader checks it (envelope kind and version, payload
 size, crc32, the manifest's crc32 of the rank file, rank and step) before anything is written.
 In a run whose replicas differ (local SGD between averagings) each rank holds its own model:
 --rank picks one.
@@ -61,10 +64,14 @@ def export(checkpoint, output, rank=0, prefix="model", proto=ckpt.DEFAULT_PROTO)
     rank_state = ckpt.read_rank_state(pb, checkpoint, manifest, rank)
     path = os.path.join(checkpoint, ckpt.rank_file_name(rank))
     state = collections.OrderedDict()
+    skipped = []
     for entry in rank_state.entries:
         if not entry.key.startswith(prefix + "."):
             continue
         name = entry.key[len(prefix) + 1:]
+        if entry.value.WhichOneof("kind") == "blob":
+            skipped.append(name)  # a generator's state; torch modules hold none
+            continue
         if entry.value.WhichOneof("kind") != "tensor":
             raise ckpt.CheckpointError("'%s': entry '%s' holds a %s, a model entry must be a "
                                        "tensor" % (path, entry.key,
@@ -80,6 +87,9 @@ def export(checkpoint, output, rank=0, prefix="model", proto=ckpt.DEFAULT_PROTO)
         prefixes = sorted({e.key.split(".", 1)[0] for e in rank_state.entries})
         raise ckpt.CheckpointError("'%s' has no entries '%s.*' (it has: %s)" %
                                    (path, prefix, ", ".join(prefixes) or "none"))
+    if skipped:
+        print("export_torch.py: note: left out the state of %d random stream(s) (%s), which "
+              "torch modules do not hold" % (len(skipped), ", ".join(skipped)), file=sys.stderr)
     torch.save(state, output)
     return checkpoint, state
 

@@ -15,9 +15,11 @@ train_resnet's --model ("resnet20", "resnet18", ...), train_mlp's "mlp <sizes>" 
 What happens to the rest of the run's state: the checkpoint holds the model only and its
 manifest is marked partial, so Checkpointer::load restores the model and leaves every other
 registered object as it is: the optimizer starts fresh (no momentum, the --lr of the command
-line), the LR schedule, the data loader and any averager start from step 0. It is also marked
-replicas_equal (there is one replica), so it resumes on any number of workers: every worker
-starts from these weights. The step written (default 0) is the step the run continues from.
+line), the LR schedule, the data loader and any averager start from step 0, and a module's random
+streams (nn::Dropout's generator; torch holds none) start from their seeds. Being partial, it
+starts a run of any --mode and --hierarchy; being one rank (one replica; also marked
+replicas_equal), it starts a run on any number of workers: every worker starts from these
+weights. The step written (default 0) is the step the run continues from.
 
     import_torch.py resnet20.pt imported --model resnet20
     train_resnet --model resnet20 --checkpoint-dir runs/ft --resume imported/step_0 ...
@@ -148,7 +150,8 @@ def main():
     parser.add_argument("--prefix", default="model", help="registered name of the model")
     parser.add_argument("--key", default=None, help="take the state dict under this key")
     parser.add_argument("--hierarchy", default="",
-                        help="recorded hierarchy (only a run on one process compares it)")
+                        help="recorded hierarchy, for information (a partial checkpoint "
+                        "constrains no run's hierarchy)")
     parser.add_argument("--proto", default=ckpt.DEFAULT_PROTO, help="checkpoint.proto")
     args = parser.parse_args()
     try:

@@ -15,7 +15,11 @@
 // of a black pixel. The draws come from a Generator(seed) owned by the data set, consumed in
 // get_batch call order: the same seed and the same sequence of get_batch calls give the same
 // batches on every machine. get_batch may be called from several threads (the draws are
-// serialised), but the batches then depend on the thread interleaving.
+// serialised), but the batches then depend on the thread interleaving. This stream is in no
+// checkpoint (with DataLoader prefetch it runs ahead of training, so no saved position would
+// be the trained one): a resumed run draws other crops and flips. For augmentation that resumes
+// exactly, leave augment off and give the DataLoader data::RandomCropFlip (transforms.h), whose
+// draws depend on (seed, epoch, index) alone, as train_resnet does.
 //
 // Usage:
 //   data::CIFAR10 train(dir, data::CIFAR10::Split::kTrain, {.augment = true, .seed = 1});

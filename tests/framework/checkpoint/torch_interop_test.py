@@ -10,10 +10,17 @@ Cases:
                    flipped byte in the rank file makes the export fail naming the file.
   export_resnet20  the same for train_resnet --model resnet20 --max-steps 2 (eval mode: BatchNorm
                    with the trained running statistics) and tests/golden_resnet/torch_resnet.py.
+  export_generator_state
+                   an entry holding a module generator's bytes is left out of the export (the
+                   torch model loads it strictly), another non-tensor entry is refused.
   import_mlp       a torch MLP 784-64-32-10 -> import_torch.py -> hsgd's logits equal torch's;
                    train_mlp --resume it at --lr 0 for one epoch (the partial checkpoint loads
                    the model, the optimizer starts fresh) -> its checkpoint exported again equals
                    the torch weights exactly, names and order included.
+  import_mlp_hierarchical
+                   the imported MLP resumes train_mlp --mode hierarchical --hierarchy 2:2,8:world
+                   alone and under hsgd-run with 2 workers at --lr 0: every rank's exported
+                   model equals the torch weights exactly.
   import_resnet20  the same with ResNet-20 whose BatchNorm statistics are randomised; after one
                    train_resnet step at --lr 0 the parameters are exactly the torch ones and
                    num_batches_tracked advanced by one (the imported buffers were loaded).
@@ -221,6 +228,83 @@ def case_import_mlp(env):
               (name, float((state[name] - t).abs().max())))
 
 
+def case_import_mlp_hierarchical(env):
+    """The imported (partial, one-rank) checkpoint starts a hierarchical run alone and on 2
+    workers under hsgd-run: neither the hierarchy nor the world size it was written with (none,
+    1) constrains it. At --lr 0 every rank's final model equals the torch weights exactly."""
+    torch.manual_seed(7)
+    model = TorchMLP([784, 64, 32, 10])
+    x = torch.randn(8, 784, generator=torch.Generator().manual_seed(8))
+    checkpoint = import_and_compare(env, model, "mlp 784-64-32-10", x)
+    original = model.state_dict()
+    train = [env.app("train_mlp"), "--synthetic", "--epochs", "1", "--hidden", "64,32",
+             "--batch-size", "256", "--lr", "0", "--mode", "hierarchical", "--hierarchy",
+             "2:2,8:world", "--resume", checkpoint]
+    runs = [("alone", [], 1),
+            ("2 workers", [os.path.join(env.build, "apps", "hsgd-run", "hsgd-run"),
+                           "--nproc-per-node", "2", "--"], 2)]
+    for what, launcher, world in runs:
+        root = env.path("hierarchical_%d" % world)
+        out = run(launcher + train + ["--checkpoint-dir", root])
+        expect_resumed(out, checkpoint)
+        for rank in range(world):
+            out_pt = env.path("hierarchical_%d_rank%d.pt" % (world, rank))
+            run(env.script("export_torch.py") + [root, out_pt, "--rank", str(rank)])
+            state = torch.load(out_pt)
+            check(list(state) == list(original), "%s, rank %d: names %s, expected %s" %
+                  (what, rank, list(state), list(original)))
+            for name, t in original.items():
+                check(torch.equal(state[name], t), "%s, rank %d: %s is not the imported "
+                      "weight (max diff %g)" % (what, rank, name,
+                                                float((state[name] - t).abs().max())))
+        print("import mlp, hierarchical run %s: every rank starts from the torch weights" % what)
+
+
+def case_export_generator_state(env):
+    """A model entry holding bytes (a module's generator, e.g. nn::Dropout's "2.generator") is
+    left out of the export, so the torch model still loads it strictly; an entry of another
+    non-tensor kind is still refused naming it."""
+    sys.path.insert(0, os.path.join(env.source, "scripts"))
+    import hsgd_checkpoint as ckpt
+    torch.manual_seed(9)
+    model = TorchMLP([784, 16, 10])
+    torch.save(model.state_dict(), env.path("torch.pt"))
+    root = env.path("with_generator")
+    run(env.script("import_torch.py") + [env.path("torch.pt"), root, "--model", "mlp"])
+    checkpoint = os.path.join(root, "step_0")
+    pb = ckpt.load_proto_module(os.path.join(env.source, "framework", "checkpoint",
+                                             "checkpoint.proto"))
+
+    def add_entry(key, **value):
+        manifest = ckpt.read_manifest(pb, checkpoint)
+        state = ckpt.read_rank_state(pb, checkpoint, manifest, 0)
+        entry = state.entries.add()
+        entry.key = key
+        for kind, v in value.items():
+            setattr(entry.value, kind, v)
+        size, crc = ckpt.write_envelope(pb, os.path.join(checkpoint, "rank_0"), ckpt.RANK_KIND,
+                                        state.SerializeToString())
+        manifest.files[0].size, manifest.files[0].crc32 = size, crc
+        ckpt.write_envelope(pb, os.path.join(checkpoint, "manifest"), ckpt.MANIFEST_KIND,
+                            manifest.SerializeToString())
+
+    add_entry("model.1.generator", blob=bytes(range(41)))
+    p = subprocess.run(env.script("export_torch.py") + [checkpoint, env.path("out.pt")],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+    check(p.returncode == 0, "export with a generator entry failed: %s" % p.stdout)
+    check("1.generator" in p.stdout, "no note naming the left-out generator: %s" % p.stdout)
+    state = torch.load(env.path("out.pt"))
+    TorchMLP([784, 16, 10]).load_state_dict(state, strict=True)
+    check(all(torch.equal(state[k], v) for k, v in model.state_dict().items()),
+          "the exported tensors are not the imported ones")
+    add_entry("model.count", integer=3)
+    p = subprocess.run(env.script("export_torch.py") + [checkpoint, env.path("bad.pt")],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+    check(p.returncode == 1 and "model.count" in p.stdout,
+          "an integer model entry: expected exit 1 naming it, got %d: %s" %
+          (p.returncode, p.stdout))
+
+
 def case_import_resnet20(env):
     import torch_resnet
     torch.manual_seed(5)
@@ -249,7 +333,9 @@ def case_import_resnet20(env):
 
 
 CASES = {"export_mlp": case_export_mlp, "export_resnet20": case_export_resnet20,
-         "import_mlp": case_import_mlp, "import_resnet20": case_import_resnet20}
+         "export_generator_state": case_export_generator_state,
+         "import_mlp": case_import_mlp, "import_mlp_hierarchical": case_import_mlp_hierarchical,
+         "import_resnet20": case_import_resnet20}
 
 
 def main():
