@@ -115,6 +115,29 @@ TEST(ModuleTest, Register_RejectsDuplicateAndDottedNames) {
   expect_invalid([&] { m.register_parameter("u", Tensor()); }, {"'u'", "undefined"});
 }
 
+// Generators share the names of parameters, buffers and submodules, are listed by dotted name
+// depth-first, and stay out of state_dict().
+TEST(ModuleTest, RegisterGenerator_CheckedNamesDottedListNotInStateDict) {
+  Generator gen(1);
+  Module m("Custom");
+  m.register_parameter("w", zeros({2}));
+  expect_invalid([&] { m.register_generator("w", gen); }, {"generator", "'w'", "already"});
+  expect_invalid([&] { m.register_generator("a.b", gen); }, {"'a.b'", "'.'"});
+  EXPECT_EQ(&m.register_generator("rng", gen), &gen);
+  expect_invalid([&] { m.register_buffer("rng", zeros({2})); }, {"'rng'", "already"});
+
+  auto outer = std::make_shared<Sequential>();
+  outer->push_back(std::make_shared<Linear>(3, 3));
+  outer->push_back(std::make_shared<Dropout>(0.5, 1));
+  auto inner = std::make_shared<Sequential>();
+  inner->push_back(std::make_shared<Dropout>(0.2, 2));
+  outer->push_back(inner);
+  std::vector<std::string> got;
+  for (const auto& [name, g] : outer->named_generators()) got.push_back(name);
+  EXPECT_EQ(got, (std::vector<std::string>{"1.generator", "2.0.generator"}));
+  EXPECT_EQ(names(outer->state_dict()), (std::vector<std::string>{"0.weight", "0.bias"}));
+}
+
 TEST(ModuleTest, TrainEval_PropagatesToChildren) {
   auto net = make_convnet();
   EXPECT_TRUE((*net)[1]->is_training());
