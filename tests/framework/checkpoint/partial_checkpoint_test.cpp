@@ -15,6 +15,7 @@
 #include "models/mlp.h"
 #include "optim/sgd.h"
 #include "tests/support/multiprocess.h"
+#include "tests/support/world.h"
 
 namespace hsgd::checkpoint {
 namespace {
@@ -98,6 +99,47 @@ TEST(PartialCheckpointTest, WithoutTheMarkAMissingObjectIsRefusedByName) {
     EXPECT_NE(std::string(e.what()).find("has no state for 'optimizer'"), std::string::npos)
         << e.what();
   }
+}
+
+// Written with no hierarchy by one rank: a partial checkpoint starts a hierarchical run of one
+// process (the same world size, so the hierarchy was compared before) and of 2 ranks; without
+// the mark the same files are refused by their hierarchy.
+TEST(PartialCheckpointTest, StartsARunOfAnyHierarchyAndWorldSize) {
+  const fs::path dir = testing::unique_temp_dir("ckpt-partial-hierarchy");
+  write_model_only(dir / "partial", 0, /*partial=*/true);
+  write_model_only(dir / "complete", 0, /*partial=*/false);
+  const RunInfo hierarchical{.mode = "hierarchical", .hierarchy = "2:2,8:world", .model = "mlp"};
+  {
+    auto model = mlp(2);
+    Checkpointer ckpt({.dir = (dir / "alone").string()}, world_of_one(), hierarchical);
+    ckpt.add_module("model", model);
+    const std::optional<LoadedCheckpoint> loaded =
+        ckpt.load(step_dir((dir / "partial").string(), 0));
+    ASSERT_TRUE(loaded.has_value());
+    EXPECT_EQ(model->state_dict()[0].second.to_vector(),
+              mlp(1)->state_dict()[0].second.to_vector());
+    try {
+      ckpt.load(step_dir((dir / "complete").string(), 0));
+      FAIL() << "a complete checkpoint of another hierarchy was accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("hierarchy (none), this run has 2:2,8:world"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  const auto result =
+      testing::run_world(2, [&](int, const std::shared_ptr<comm::ProcessGroup>& world) {
+        auto model = mlp(2);
+        Checkpointer ckpt({.dir = (dir / "two").string()}, world, hierarchical);
+        ckpt.add_module("model", model);
+        const std::optional<LoadedCheckpoint> loaded =
+            ckpt.load(step_dir((dir / "partial").string(), 0));
+        ASSERT_TRUE(loaded.has_value());
+        EXPECT_TRUE(loaded->resized);
+        EXPECT_EQ(model->state_dict()[0].second.to_vector(),
+                  mlp(1)->state_dict()[0].second.to_vector());
+      });
+  EXPECT_RANKS_OK(result);
 }
 
 TEST(PartialCheckpointTest, AnObjectItHoldsMustStillMatch) {
