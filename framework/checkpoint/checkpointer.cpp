@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
@@ -23,15 +24,15 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// RunInfo::local_world_size when the run leaves it 0: the launcher's layout as the group keeps it,
-// else LOCAL_WORLD_SIZE (a group built by hand under a launcher), else 1 for a world of one and 0
-// (not declared) otherwise.
+// RunInfo::local_world_size when the run leaves it 0: the launcher's layout as the group keeps it
+// (the job's nodes, also for a subgroup), else LOCAL_WORLD_SIZE (a group built by hand under a
+// launcher), else 1 for a world of one and 0 (not declared) otherwise.
 int local_world_size(const comm::ProcessGroup& pg) {
   if (pg.local_world_size() > 0) return pg.local_world_size();
   if (const char* env = std::getenv("LOCAL_WORLD_SIZE")) {
     char* end = nullptr;
     const long value = std::strtol(env, &end, 10);
-    if (end != env && *end == '\0' && value > 0 && value <= pg.size()) {
+    if (end != env && *end == '\0' && value > 0 && value <= INT32_MAX) {
       return static_cast<int>(value);
     }
   }
@@ -93,9 +94,8 @@ Checkpointer::Impl::Impl(CheckpointOptions options_in, std::shared_ptr<comm::Pro
              " must be at least 1");
   HSGD_CHECK(run.world_size == pg->size(), "Checkpointer: run.world_size ", run.world_size,
              " differs from the process group's size ", pg->size());
-  HSGD_CHECK(run.local_world_size >= 0 && run.local_world_size <= run.world_size,
-             "Checkpointer: run.local_world_size ", run.local_world_size, " must be in [0, ",
-             run.world_size, "] (0: the process group's)");
+  HSGD_CHECK(run.local_world_size >= 0, "Checkpointer: run.local_world_size ", run.local_world_size,
+             " must be at least 0 (0: the process group's)");
   HSGD_CHECK(pg->size() == 1 || pg->store() != nullptr,
              "Checkpointer: the process group has no store to report written files through");
   make_dirs(options.dir);

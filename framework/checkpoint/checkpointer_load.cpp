@@ -138,9 +138,9 @@ void Checkpointer::Impl::apply(const StateDict& state, const LoadedCheckpoint& l
     HSGD_CHECK(loaded.replicas_equal || saved.world_size == 1, "checkpoint '", path,
                "' was written with world size ", saved.world_size, ", this run has ",
                run.world_size,
-               "; only a checkpoint written while all replicas were equal (ddp, or local-sgd / "
-               "hierarchical at a step where the whole world averaged) resumes on another "
-               "world size");
+               "; only a checkpoint written by one rank or while all replicas were equal (ddp, "
+               "or local-sgd / hierarchical at a step where the whole world averaged) resumes "
+               "on another world size");
   } else if (!loaded.partial) {
     // A partial checkpoint holds no averager or loader state, so nothing in it depends on the
     // hierarchy (or the mode) it was written with.
