@@ -134,6 +134,8 @@ InitOptions InitOptions::from_env() {
   options.socket_ifname = env_string("HSGD_SOCKET_IFNAME", "");
   options.job_id = env_string("HSGD_JOB_ID", options.job_id);
   options.timeout = Duration(env_int("HSGD_TIMEOUT_MS", options.timeout.count(), 1, kMaxTimeoutMs));
+  options.mismatch_check =
+      Duration(env_int("HSGD_MISMATCH_CHECK_MS", options.mismatch_check.count(), 0, kMaxTimeoutMs));
   if (const char* shm = env("HSGD_SHM")) {
     const std::string value = shm;
     HSGD_CHECK(value == "0" || value == "1", "environment variable HSGD_SHM='", value,
@@ -235,6 +237,7 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
   pg.resources = server;
   pg.allreduce_algorithm = options.allreduce_algorithm;
   pg.shared_memory = options.shared_memory;
+  pg.mismatch_check = options.mismatch_check;
   pg.local_world_size = options.local_world_size;
   pg.node_rank = options.node_rank;
   return std::make_shared<ProcessGroup>(std::move(pg));

@@ -50,20 +50,24 @@ struct InitOptions {
   // Allreduce over shared memory in groups whose members all run on one node (HSGD_SHM=0
   // turns it off, e.g. to measure Gloo's TCP path); see comm/process_group/shm_allreduce.h.
   bool shared_memory = true;
+  // A collective that has waited this long checks through the store whether the other ranks are
+  // in another collective, and fails within seconds if so (ProcessGroup::Options::mismatch_check,
+  // HSGD_MISMATCH_CHECK_MS; 0 turns the check off).
+  Duration mismatch_check = std::chrono::seconds(2);
 
   // Reads RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT,
   // HSGD_RDZV_TOKEN, HSGD_SOCKET_IFNAME, HSGD_RUN_ID, HSGD_RESTART_COUNT, HSGD_JOB_ID,
-  // HSGD_TIMEOUT_MS and HSGD_SHM (0 or 1). Without RANK, a task started by srun takes its place
-  // from Slurm (see comm/process_group/slurm_env.h): rank SLURM_PROCID, world SLURM_NTASKS, local
-  // rank SLURM_LOCALID, local world its node's entry of SLURM_STEP_TASKS_PER_NODE, node rank
-  // SLURM_NODEID; unless MASTER_ADDR / MASTER_PORT are set, the rendezvous is on the first host
-  // of SLURM_STEP_NODELIST at slurm_rendezvous_port(SLURM_JOB_ID, SLURM_STEP_ID), hosted by
-  // rank 0. It then also exports LOCAL_WORLD_SIZE and GROUP_RANK (when unset), which the
-  // intra-node group of the post-local hook and shared memory's node identity read, so a job
-  // under srun gets the node layout it would get under hsgd-run; call it before starting threads.
-  // Without RANK or a Slurm step (a batch script's own SLURM_PROCID does not count): a world of
-  // one. Throws hsgd::InvalidArgument naming the variable and its value when a value is not a
-  // number, out of range or inconsistent.
+  // HSGD_TIMEOUT_MS, HSGD_MISMATCH_CHECK_MS and HSGD_SHM (0 or 1). Without RANK, a task started by
+  // srun takes its place from Slurm (see comm/process_group/slurm_env.h): rank SLURM_PROCID, world
+  // SLURM_NTASKS, local rank SLURM_LOCALID, local world its node's entry of
+  // SLURM_STEP_TASKS_PER_NODE, node rank SLURM_NODEID; unless MASTER_ADDR / MASTER_PORT are set,
+  // the rendezvous is on the first host of SLURM_STEP_NODELIST at
+  // slurm_rendezvous_port(SLURM_JOB_ID, SLURM_STEP_ID), hosted by rank 0. It then also exports
+  // LOCAL_WORLD_SIZE and GROUP_RANK (when unset), which the intra-node group of the post-local hook
+  // and shared memory's node identity read, so a job under srun gets the node layout it would get
+  // under hsgd-run; call it before starting threads. Without RANK or a Slurm step (a batch script's
+  // own SLURM_PROCID does not count): a world of one. Throws hsgd::InvalidArgument naming the
+  // variable and its value when a value is not a number, out of range or inconsistent.
   static InitOptions from_env();
 };
 

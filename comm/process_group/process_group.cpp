@@ -11,6 +11,8 @@
 #include "comm/process_group/agreement.h"
 #include "comm/process_group/detail/collective_fingerprint.h"
 #include "comm/process_group/detail/collective_queue.h"
+#include "comm/process_group/detail/collective_watchdog.h"
+#include "comm/process_group/detail/gloo_abort.h"
 #include "comm/process_group/detail/gloo_allreduce.h"
 #include "comm/process_group/detail/two_level_allreduce.h"
 #include "comm/process_group/shm_allreduce.h"
@@ -76,18 +78,33 @@ ProcessGroup::ProcessGroup(Options options) : options_(std::move(options)) {
              "': a Gloo device is required for ", size(), " ranks");
   HSGD_CHECK(options_.local_world_size >= 0, "ProcessGroup '", options_.name,
              "': local_world_size ", options_.local_world_size, " must be >= 0 (0: not declared)");
+  HSGD_CHECK(options_.mismatch_check.count() >= 0, "ProcessGroup '", options_.name,
+             "': mismatch_check ", options_.mismatch_check.count(),
+             " ms must be >= 0 (0: no check)");
   HSGD_CHECK(options_.node_rank >= -1, "ProcessGroup '", options_.name, "': node_rank ",
              options_.node_rank, " must be >= 0, or -1 (not declared)");
   connect();
+  if (size() > 1 && options_.mismatch_check.count() > 0) {
+    watchdog_ = std::make_unique<hsgd::detail::CollectiveWatchdog>(
+        hsgd::detail::CollectiveWatchdog::Config{.store = options_.store,
+                                                 .key_prefix = options_.key_prefix,
+                                                 .rank = rank(),
+                                                 .size = size(),
+                                                 .threshold = options_.mismatch_check,
+                                                 .group_name = options_.name},
+        [this](const hsgd::detail::MismatchReport& report) { abort_on_mismatch(report); });
+  }
   queue_ = std::make_unique<hsgd::detail::CollectiveQueue>(
       options_.name, options_.timeout,
       [this](const CollectiveFingerprint& fp, const std::exception& e) {
         return on_failure(fp, e);
-      });
+      },
+      watchdog_.get());
 }
 
 ProcessGroup::~ProcessGroup() {
   queue_.reset();  // runs the collectives still queued, then stops the worker
+  watchdog_.reset();
   // Algorithms hold buffers registered with the context's pairs: destroy them first.
   gloo_allreduce_.reset();
 }
@@ -146,8 +163,28 @@ std::shared_ptr<Work> ProcessGroup::enqueue(CollectiveFingerprint fp,
   });
 }
 
+// Runs on the watchdog thread while the worker waits in the collective: every wait of this
+// group's transport ends at once (the Gloo sockets are shut down, the shared-memory barrier
+// aborts), so the worker reports the mismatch through on_failure. The group is broken anyway.
+void ProcessGroup::abort_on_mismatch(const hsgd::detail::MismatchReport& report) {
+  logger()->error("group '{}' (rank {} of {}): {}", options_.name, rank(), size(), report.message);
+  if (shm_ != nullptr) shm_->abort();
+  if (context_ != nullptr) hsgd::detail::abort_gloo_connections(*context_);
+}
+
 std::exception_ptr ProcessGroup::on_failure(const CollectiveFingerprint& fp,
                                             const std::exception& e) {
+  // Found by this rank's watchdog, or by a peer's, which then shut the connections down.
+  std::shared_ptr<const hsgd::detail::MismatchReport> mismatch =
+      watchdog_ != nullptr ? watchdog_->found() : nullptr;
+  if (mismatch == nullptr && size() > 1) {
+    mismatch = hsgd::detail::stored_mismatch(*options_.store, options_.key_prefix, rank());
+  }
+  if (mismatch != nullptr) {
+    const std::string message = str_cat(fp.describe(), " of group '", options_.name, "' (rank ",
+                                        rank(), " of ", size(), ") failed: ", mismatch->message);
+    return std::make_exception_ptr(CollectiveMismatch(message, mismatch->same_ranks));
+  }
   const bool timed_out = looks_like_timeout(e.what());
   const std::string who = diagnose_failure(fp, timed_out);
   const std::string message =
@@ -230,6 +267,9 @@ std::string ProcessGroup::diagnose_failure(const CollectiveFingerprint& fp, bool
 }
 
 void ProcessGroup::shutdown(Duration timeout) {
+  // Members still waiting in a collective from this seq on wait for a rank that left: their
+  // watchdogs read this key and fail at once.
+  const uint64_t left_at = queue_->next_seq();
   auto last = enqueue({.kind = "shutdown drain"}, [](uint32_t) {});
   queue_->close();
   try {
@@ -239,6 +279,10 @@ void ProcessGroup::shutdown(Duration timeout) {
   } catch (const Error&) {
     // A broken group: its earlier failure was reported to whoever waited on it. Still meet the
     // peers, so the live ones do not exit under each other.
+  }
+  if (size() > 1) {
+    options_.store->set(hsgd::detail::CollectiveWatchdog::left_key(options_.key_prefix, rank()),
+                        to_bytes(std::to_string(left_at)));
   }
   store_barrier(*options_.store, options_.key_prefix + "shutdown/", rank(), size(), timeout,
                 {.what = str_cat("ProcessGroup::shutdown of group '", options_.name, "' (rank ",

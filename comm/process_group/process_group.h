@@ -21,6 +21,17 @@
 // connections may hold half a message): later collectives fail at once with hsgd::CommError
 // quoting the first failure. Create a new group (or restart the job) to recover.
 //
+// Ranks in different collectives are found within seconds rather than at the timeout: a
+// collective that has waited longer than Options::mismatch_check (HSGD_MISMATCH_CHECK_MS,
+// default 2 s) publishes its fingerprint through the store and compares it with the other
+// members' (comm/process_group/detail/collective_watchdog.h). A mismatch (another member waits
+// in another collective, or left the group before reaching this one) fails the collective on
+// every rank that waits with CollectiveMismatch, e.g. "the ranks of group 'world' are in
+// different collectives: barrier #7 'Checkpointer::save(step 10)' was called on rank 0 only;
+// ranks 1-3 are in allreduce (272 x float, sum) #7 'DDP bucket 0'. ...". Collectives that
+// complete within the threshold cost nothing more. A member that is in no collective (still
+// computing) is not a mismatch: that case still ends at the group's timeout.
+//
 // Groups are made by init_process_group() (the world) and new_group() / new_subgroups() /
 // new_subgroups_by_enumeration() (declared at the end of this header). Each group has its own
 // key prefix in the store and its own Gloo context; all groups of one process tree share one
@@ -42,6 +53,7 @@
 #include <string_view>
 #include <vector>
 
+#include "comm/error.h"
 #include "comm/process_group/work.h"
 #include "comm/store/store.h"
 
@@ -58,7 +70,9 @@ class ProcessGroup;
 
 // Comm-internal parts of ProcessGroup, each in comm/detail/<name>.h.
 namespace hsgd::detail {
-class CollectiveQueue;         // the FIFO of collectives and the worker thread
+class CollectiveQueue;     // the FIFO of collectives and the worker thread
+class CollectiveWatchdog;  // finds ranks in different collectives within seconds
+struct MismatchReport;
 struct CollectiveFingerprint;  // what a collective is, for tags and failure reports
 class GlooAllreduce;           // Gloo algorithm choice and cache
 class TwoLevelAllreduce;       // shared memory within nodes, TCP between them
@@ -71,6 +85,19 @@ namespace hsgd::comm {
 class ShmAllreduce;
 enum class ReduceOp { kSum, kAvg, kMin, kMax };
 const char* to_string(ReduceOp op);
+
+// The error of a collective when the members of its group were found in different collectives
+// (see the header comment). what() names what each rank is in, the root cause first.
+class CollectiveMismatch : public CommError {
+ public:
+  CollectiveMismatch(const std::string& message, std::vector<int> same_ranks)
+      : CommError(message), same_ranks_(std::move(same_ranks)) {}
+  // The members (group ranks) that were in the same collective as this rank, this one included.
+  const std::vector<int>& same_ranks() const { return same_ranks_; }
+
+ private:
+  std::vector<int> same_ranks_;
+};
 
 // Which algorithm allreduce uses (like NCCL_ALGO). kAuto uses shared memory when every member
 // of the group runs on this node (Options::shared_memory), else picks a Gloo algorithm by size;
@@ -118,6 +145,10 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
     // The node this process runs on as its launcher declared it (InitOptions::node_rank,
     // GROUP_RANK); -1 = not declared. A property of the process, so subgroups inherit it.
     int node_rank = -1;
+    // A collective that has waited this long publishes its fingerprint and checks that the other
+    // members are not in another collective (see the header comment); 0 turns the check off.
+    // Subgroups inherit it.
+    Duration mismatch_check = std::chrono::seconds(2);
   };
 
   // Connects to every other member (blocks until all arrived). Throws hsgd::Timeout naming the
@@ -179,6 +210,12 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
 
   // Completes once every rank of the group has called barrier().
   std::shared_ptr<Work> barrier(std::string_view label = {});
+  // A barrier that meets only a named_barrier of the same name: the name is part of the
+  // fingerprint, so a rank that reaches this point in another named_barrier (or any other
+  // collective) is reported as a mismatch after Options::mismatch_check, naming both. For
+  // collective calls that must happen at the same place on every rank
+  // ("Checkpointer::save(step 10)", "AveragedReplicas at train.cpp:42").
+  std::shared_ptr<Work> named_barrier(std::string_view name);
 
   // Call before the process exits (like torch's destroy_process_group). Waits for the queued
   // collectives, then meets the other members through the store (not through Gloo). A rank that
@@ -214,6 +251,8 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // The error that breaks the group after the collective fp failed with e.
   std::exception_ptr on_failure(const hsgd::detail::CollectiveFingerprint& fp,
                                 const std::exception& e);
+  // The watchdog found members in different collectives: fail the collective running now.
+  void abort_on_mismatch(const hsgd::detail::MismatchReport& report);
   // After a failure: what each member was doing (see process_group.cpp).
   std::string diagnose_failure(const hsgd::detail::CollectiveFingerprint& fp, bool timed_out);
   template <typename T>
@@ -239,6 +278,8 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // in the same order, so the same child gets the same id (and key prefix) on every rank.
   std::atomic<int64_t> next_child_id_{0};
 
+  // Set when size() > 1 and options_.mismatch_check > 0; outlives queue_.
+  std::unique_ptr<hsgd::detail::CollectiveWatchdog> watchdog_;
   // Runs the collectives; gloo_allreduce_ is used only by the task it runs. Created last in the
   // constructor (it starts the worker thread), destroyed first.
   std::unique_ptr<hsgd::detail::CollectiveQueue> queue_;

@@ -261,6 +261,10 @@ char* ShmAllreduce::slot(int half, int rank) const {
 char* ShmAllreduce::result(int half) const { return slot(half, size_); }
 
 void ShmAllreduce::check_peers(uint32_t target_round, Clock::time_point deadline) {
+  if (aborted_.load(std::memory_order_relaxed)) {
+    HSGD_THROW(CommError, "shared-memory allreduce of group '", group_name_,
+               "' aborted: the members are in different collectives");
+  }
   std::vector<int> behind;
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;

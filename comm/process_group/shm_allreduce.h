@@ -22,6 +22,7 @@
 //
 // Not thread-safe: a ProcessGroup runs its collectives one at a time.
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -70,6 +71,11 @@ class ShmAllreduce {
   void allreduce(std::span<double> data, ReduceOp op,
                  std::chrono::steady_clock::time_point deadline);
 
+  // Makes the allreduce running now (and every later one) fail with hsgd::CommError within the
+  // 100 ms wait slice, instead of waiting for its deadline: the group found that its members
+  // are in different collectives. Thread-safe; the channel is unusable afterwards.
+  void abort() { aborted_.store(true, std::memory_order_relaxed); }
+
   int rank() const { return rank_; }
   int size() const { return size_; }
   // Bytes of one rank's slot (one chunk); a buffer is processed in chunks of this size.
@@ -98,6 +104,7 @@ class ShmAllreduce {
   Header* header_;
   uint32_t rounds_ = 0;  // barriers this rank passed
   uint64_t chunks_ = 0;  // chunks processed, picks the half of the segment
+  std::atomic<bool> aborted_{false};
 };
 
 }  // namespace hsgd::comm

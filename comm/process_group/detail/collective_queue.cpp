@@ -8,8 +8,12 @@ namespace hsgd::detail {
 using comm::Duration;
 using comm::Work;
 
-CollectiveQueue::CollectiveQueue(std::string group_name, Duration timeout, OnFailure on_failure)
-    : group_name_(std::move(group_name)), timeout_(timeout), on_failure_(std::move(on_failure)) {
+CollectiveQueue::CollectiveQueue(std::string group_name, Duration timeout, OnFailure on_failure,
+                                 CollectiveWatchdog* watchdog)
+    : group_name_(std::move(group_name)),
+      timeout_(timeout),
+      on_failure_(std::move(on_failure)),
+      watchdog_(watchdog) {
   worker_ = std::thread([this] { worker_loop(); });
 }
 
@@ -42,6 +46,11 @@ std::shared_ptr<Work> CollectiveQueue::enqueue(CollectiveFingerprint fp, Run run
   }
   wake_.notify_one();
   return work;
+}
+
+uint64_t CollectiveQueue::next_seq() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return next_seq_;
 }
 
 void CollectiveQueue::close() {
@@ -97,9 +106,18 @@ void CollectiveQueue::run_task(Task& task) {
                           "' was not run: the group is broken since ", broken_what_, " failed"))));
     return;
   }
+  // Tells the watchdog (if any) for as long as the task runs.
+  struct Watched {
+    CollectiveWatchdog* watchdog;
+    ~Watched() {
+      if (watchdog != nullptr) watchdog->end();
+    }
+  };
   try {
     comm::CollectiveProgress
         progress;  // seen by hsgd-run's hang detection (comm/launcher/worker_liveness.h)
+    if (watchdog_ != nullptr) watchdog_->begin(task.fp);
+    Watched watched{watchdog_};
     task.run(gloo_tag(task.fp.seq, task.fp.shape_hash()));
     task.work->finish(nullptr);
     return;

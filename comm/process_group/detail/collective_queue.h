@@ -29,6 +29,7 @@
 #include <thread>
 
 #include "comm/process_group/detail/collective_fingerprint.h"
+#include "comm/process_group/detail/collective_watchdog.h"
 #include "comm/process_group/work.h"
 #include "comm/store/store.h"
 
@@ -43,8 +44,11 @@ class CollectiveQueue {
       std::function<std::exception_ptr(const CollectiveFingerprint& fp, const std::exception& e)>;
 
   // group_name names the group in messages; timeout is the group's deadline for one collective
-  // (a wait shorter than that never runs a task inline). Starts the worker thread.
-  CollectiveQueue(std::string group_name, comm::Duration timeout, OnFailure on_failure);
+  // (a wait shorter than that never runs a task inline). watchdog, if not null, is told when
+  // each task begins and ends (collective_watchdog.h) and must outlive the queue. Starts the
+  // worker thread.
+  CollectiveQueue(std::string group_name, comm::Duration timeout, OnFailure on_failure,
+                  CollectiveWatchdog* watchdog = nullptr);
   // Runs the tasks still queued (each bounded by its own deadline), then joins the worker.
   ~CollectiveQueue();
   CollectiveQueue(const CollectiveQueue&) = delete;
@@ -55,6 +59,9 @@ class CollectiveQueue {
   // group passes one that keeps the group alive and calls help()). After close(), returns a
   // Work that already failed with hsgd::CommError.
   std::shared_ptr<comm::Work> enqueue(CollectiveFingerprint fp, Run run, comm::Work::Helper helper);
+
+  // The sequence number the next queued task gets.
+  uint64_t next_seq() const;
 
   // Refuses the tasks queued from now on (ProcessGroup::shutdown); queued ones still run.
   void close();
@@ -81,13 +88,14 @@ class CollectiveQueue {
   const std::string group_name_;
   const comm::Duration timeout_;
   const OnFailure on_failure_;
+  CollectiveWatchdog* const watchdog_;
 
   // Guarded by exec_mu_ (used by whichever thread runs a task).
   std::exception_ptr broken_;  // first failure; later tasks fail fast
   std::string broken_what_;
 
   std::mutex exec_mu_;  // held while a task is popped and run
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable wake_;
   std::deque<Task> queue_;  // guarded by mu_
   uint64_t next_seq_ = 0;   // guarded by mu_

@@ -1,0 +1,187 @@
+// Ranks in different collectives are found within seconds (ProcessGroup::Options::
+// mismatch_check, comm/process_group/detail/collective_watchdog.h), not at the group's timeout:
+// every rank fails with CollectiveMismatch naming what each rank is in, the root cause first.
+// The groups here have a 120 s timeout, so an error that arrives within 30 s can only come from
+// the mismatch check (the default threshold is 2 s; the bound is loose for a loaded machine).
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/error.h"
+#include "comm/process_group/process_group.h"
+#include "tests/support/error_message.h"
+#include "tests/support/world.h"
+
+namespace hsgd::comm {
+namespace {
+
+using hsgd::testing::error_message;
+using hsgd::testing::run_world;
+using hsgd::testing::WorldOptions;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using Clock = std::chrono::steady_clock;
+
+constexpr auto kLongTimeout = std::chrono::seconds(120);
+constexpr double kMuchSoonerSeconds = 30.0;
+
+WorldOptions long_timeout(bool shm) {
+  WorldOptions options;
+  options.timeout = kLongTimeout;
+  options.deadline = std::chrono::seconds(100);  // a rank left waiting is killed before ctest's
+  options.shared_memory = shm;
+  return options;
+}
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// What the others see of rank `rank`'s message: each rank stores it, rank 0 compares.
+void expect_same_message_everywhere(ProcessGroup& pg, const std::string& message) {
+  auto store = pg.store();
+  store->set("message/" + std::to_string(pg.rank()), to_bytes(message));
+  if (pg.rank() != 0) return;
+  for (int r = 1; r < pg.size(); ++r) {
+    const std::string theirs =
+        to_string(store->get("message/" + std::to_string(r), std::chrono::seconds(60)));
+    // The part after "failed: " is the report, the same on every rank.
+    const auto report = [](const std::string& m) { return m.substr(m.find("failed: ")); };
+    EXPECT_EQ(report(theirs), report(message)) << "rank " << r;
+  }
+}
+
+// The example: rank 0 reports a metric alone while the others broadcast DDP's buffers.
+TEST(CollectiveMismatchTest, OneRankInAnotherCollective_EveryRankFailsWithinSeconds) {
+  for (const bool shm : {true, false}) {
+    auto result = run_world(4, long_timeout(shm), [&](int rank, const auto& pg) {
+      std::vector<float> x(16, 1.0f);
+      pg->allreduce(std::span<float>(x))->wait();  // #0 matches everywhere
+      std::vector<float> metric(1, 1.0f);
+      std::vector<float> buffers(98, 1.0f);
+      const auto start = Clock::now();
+      std::vector<int> same;
+      const std::string message = error_message<CollectiveMismatch>([&] {
+        try {
+          if (rank == 0) {
+            pg->allreduce(std::span<float>(metric), ReduceOp::kSum, "rank0 only metric")->wait();
+          } else {
+            pg->broadcast(std::span<float>(buffers), 0, "DDP buffers")->wait();
+          }
+        } catch (const CollectiveMismatch& e) {
+          same = e.same_ranks();
+          throw;
+        }
+      });
+      EXPECT_LT(seconds_since(start), kMuchSoonerSeconds) << "rank " << rank << " shm " << shm;
+      EXPECT_THAT(message, HasSubstr("allreduce (1 x float, sum) #1 'rank0 only metric' was "
+                                     "called on rank 0 only; ranks 1-3 are in broadcast (98 x "
+                                     "float, root 0) #1 'DDP buffers'"))
+          << "rank " << rank << " shm " << shm;
+      if (rank == 0) {
+        EXPECT_THAT(same, ElementsAre(0));
+      } else {
+        EXPECT_THAT(same, ElementsAre(1, 2, 3)) << "rank " << rank;
+      }
+      expect_same_message_everywhere(*pg, message);
+      // The group is broken: later collectives fail at once.
+      EXPECT_THROW(pg->allreduce(std::span<float>(x))->wait(), CommError);
+    });
+    EXPECT_RANKS_OK(result);
+  }
+}
+
+// Two against two: the root cause is the set with the lowest rank, on every rank and every run.
+TEST(CollectiveMismatchTest, EvenSplit_TheRootCauseIsTheSameInEveryRun) {
+  for (int run = 0; run < 2; ++run) {
+    auto result = run_world(4, long_timeout(false), [&](int rank, const auto& pg) {
+      const std::string message = error_message<CollectiveMismatch>(
+          [&] { pg->named_barrier(rank < 2 ? "evaluate" : "train step")->wait(); });
+      EXPECT_THAT(message, HasSubstr("barrier #0 'evaluate' was called on ranks 0, 1 only; "
+                                     "ranks 2, 3 are in barrier #0 'train step'"))
+          << "rank " << rank << " run " << run;
+      expect_same_message_everywhere(*pg, message);
+    });
+    EXPECT_RANKS_OK(result);
+  }
+}
+
+// Different sequence numbers: rank 1 issued one collective more (an empty broadcast completes
+// locally), so its barrier is #1 while the others' is #0. (A cached Gloo allreduce of one shape
+// would simply match across sequence numbers; a barrier's tag carries its number.)
+TEST(CollectiveMismatchTest, DifferentSequenceNumbers_AreAMismatch) {
+  auto result = run_world(3, long_timeout(false), [&](int rank, const auto& pg) {
+    std::vector<float> empty;
+    if (rank == 1) pg->broadcast(std::span<float>(empty), 1, "extra")->wait();
+    const auto start = Clock::now();
+    const std::string message =
+        error_message<CollectiveMismatch>([&] { pg->barrier("sync")->wait(); });
+    EXPECT_LT(seconds_since(start), kMuchSoonerSeconds) << "rank " << rank;
+    EXPECT_THAT(message, HasSubstr("barrier #1 'sync' was called on rank 1 only; ranks 0, 2 are "
+                                   "in barrier #0 'sync'"))
+        << "rank " << rank;
+  });
+  EXPECT_RANKS_OK(result);
+}
+
+// The others have left the group (shutdown) while rank 0 still calls a collective.
+TEST(CollectiveMismatchTest, OthersLeftTheGroup_FailsWithinSeconds) {
+  auto result = run_world(3, long_timeout(true), [&](int rank, const auto& pg) {
+    std::vector<float> x(4, 1.0f);
+    pg->allreduce(std::span<float>(x))->wait();
+    if (rank != 0) {
+      pg->shutdown(std::chrono::seconds(60));
+      return;
+    }
+    const auto start = Clock::now();
+    const std::string message =
+        error_message<CollectiveMismatch>([&] { pg->barrier("final metrics")->wait(); });
+    EXPECT_LT(seconds_since(start), kMuchSoonerSeconds);
+    EXPECT_THAT(message, HasSubstr("barrier #1 'final metrics' was called on rank 0 only; ranks "
+                                   "1, 2 have left the group (ProcessGroup::shutdown)"));
+    pg->shutdown(std::chrono::seconds(60));  // a broken group still meets the others
+  });
+  EXPECT_RANKS_OK(result);
+}
+
+// A slow rank is not a mismatch: the others wait past the threshold, then all complete.
+TEST(CollectiveMismatchTest, SlowRank_IsNotAMismatch) {
+  auto result = run_world(3, long_timeout(false), [&](int rank, const auto& pg) {
+    for (int i = 0; i < 2; ++i) {
+      if (rank == 2) std::this_thread::sleep_for(std::chrono::milliseconds(5000));
+      std::vector<float> x(8, static_cast<float>(rank));
+      pg->allreduce(std::span<float>(x), ReduceOp::kSum, "slow")->wait();
+      EXPECT_EQ(x[0], 3.0f) << "rank " << rank << " round " << i;
+    }
+  });
+  EXPECT_RANKS_OK(result);
+}
+
+// Subgroups are checked on their own (their own store prefix): a mismatch in one pair of ranks
+// is found while the other pair's subgroup works.
+TEST(CollectiveMismatchTest, Subgroup_MismatchIsFoundInThatSubgroup) {
+  auto result = run_world(4, long_timeout(false), [&](int rank, const auto& pg) {
+    auto [pair, all_pairs] = new_subgroups(pg, 2);
+    std::vector<float> x(4, 1.0f);
+    if (rank < 2) {
+      pair->allreduce(std::span<float>(x))->wait();
+      EXPECT_EQ(x[0], 2.0f);
+      return;
+    }
+    const std::string message = error_message<CollectiveMismatch>(
+        [&] { pair->named_barrier(rank == 2 ? "save" : "load")->wait(); });
+    EXPECT_THAT(message, HasSubstr("the ranks of group 'world/"));
+    EXPECT_THAT(message, HasSubstr("barrier #0 'save' was called on rank 0 only; rank 1 is in "
+                                   "barrier #0 'load'"))
+        << "rank " << rank;
+  });
+  EXPECT_RANKS_OK(result);
+}
+
+}  // namespace
+}  // namespace hsgd::comm
