@@ -10,6 +10,7 @@
 
 #include "comm/log.h"
 #include "framework/checkpoint/detail/checkpointer_impl.h"
+#include "framework/checkpoint/detail/collective_call.h"
 #include "framework/checkpoint/detail/commit.h"
 #include "framework/tensor/grad_mode.h"
 
@@ -243,6 +244,7 @@ void Checkpointer::save(int64_t step, SaveOptions options) {
   Impl& impl = *impl_;
   HSGD_CHECK(step >= 0 && step > impl.last_step, "Checkpointer::save: step ", step,
              " must be non-negative and above the last saved step ", impl.last_step);
+  detail::meet_in_call(*impl.pg, hsgd::str_cat("Checkpointer::save(step ", step, ")"));
   wait();
   const auto start = Clock::now();
   StateEntries state = impl.snapshot();

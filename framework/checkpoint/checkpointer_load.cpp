@@ -4,6 +4,7 @@
 #include "comm/log.h"
 #include "framework/checkpoint/checkpointer.h"
 #include "framework/checkpoint/detail/checkpointer_impl.h"
+#include "framework/checkpoint/detail/collective_call.h"
 #include "framework/checkpoint/detail/commit.h"
 #include "framework/checkpoint/detail/resharding.h"
 
@@ -62,6 +63,7 @@ Checkpointer::Impl::Candidate Checkpointer::Impl::try_candidate(const std::strin
 }
 
 std::optional<LoadedCheckpoint> Checkpointer::load(const std::string& which) {
+  detail::meet_in_call(*impl_->pg, "Checkpointer::load");
   wait();
   const bool automatic = which == "auto";
   std::vector<std::string> candidates;  // rank 0's list decides; newest first
