@@ -1,6 +1,10 @@
 #include "framework/distributed/averaged_replicas.h"
 
+#include <filesystem>
+#include <string>
+
 #include "comm/error.h"
+#include "comm/format_ranks.h"
 #include "comm/log.h"
 #include "framework/distributed/flat_buffer.h"
 #include "framework/distributed/tensor_collectives.h"
@@ -20,26 +24,46 @@ const nn::Module& non_null(const std::shared_ptr<nn::Module>& model) {
   return *model;
 }
 
+// The barrier named after the place of construction: a guard built on some ranks only, or at
+// different places, is reported here rather than matched with an unrelated later guard.
+void meet_at(comm::ProcessGroup& pg, const std::source_location& where) {
+  const std::string place =
+      str_cat(std::filesystem::path(where.file_name()).filename().string(), ":", where.line());
+  const std::string name = "AveragedReplicas at " + place;
+  try {
+    pg.named_barrier(name)->wait(pg.work_timeout());
+  } catch (const comm::CollectiveMismatch& e) {
+    throw comm::CollectiveMismatch(
+        str_cat("AveragedReplicas constructed at ", place, " on ",
+                hsgd::detail::describe_rank_set(e.same_ranks()),
+                " only; every rank must construct it at the same place: ", e.what()),
+        e.same_ranks());
+  }
+}
+
 }  // namespace
 
 AveragedReplicas::AveragedReplicas(const std::shared_ptr<comm::ProcessGroup>& pg,
-                                   const nn::Module& model)
-    : AveragedReplicas(pg, module_state(model), detail::describe_module(model)) {}
+                                   const nn::Module& model, std::source_location where)
+    : AveragedReplicas(pg, module_state(model), detail::describe_module(model), where) {}
 
 AveragedReplicas::AveragedReplicas(const std::shared_ptr<comm::ProcessGroup>& pg,
-                                   const std::shared_ptr<nn::Module>& model)
-    : AveragedReplicas(pg, non_null(model)) {}
+                                   const std::shared_ptr<nn::Module>& model,
+                                   std::source_location where)
+    : AveragedReplicas(pg, non_null(model), where) {}
 
 AveragedReplicas::AveragedReplicas(const std::shared_ptr<comm::ProcessGroup>& pg,
-                                   std::vector<Tensor> tensors)
-    : AveragedReplicas(pg, tensors, detail::describe_tensors(tensors, "tensor")) {}
+                                   std::vector<Tensor> tensors, std::source_location where)
+    : AveragedReplicas(pg, tensors, detail::describe_tensors(tensors, "tensor"), where) {}
 
 AveragedReplicas::AveragedReplicas(const std::shared_ptr<comm::ProcessGroup>& pg,
                                    std::vector<Tensor> tensors,
-                                   const std::vector<detail::TensorEntry>& entries)
+                                   const std::vector<detail::TensorEntry>& entries,
+                                   std::source_location where)
     : tensors_(std::move(tensors)) {
   HSGD_CHECK(pg != nullptr, "AveragedReplicas: process group is null");
   if (pg->size() == 1) return;
+  meet_at(*pg, where);
   detail::check_same_tensors(*pg, "AveragedReplicas", entries, "the model");
   saved_.resize(static_cast<size_t>(flat_numel(tensors_)));
   flatten_into(tensors_, saved_);

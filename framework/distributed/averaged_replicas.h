@@ -9,9 +9,15 @@
 // first backward too) and buffers (BatchNorm running statistics).
 //
 // Contract:
-// - Construction is collective over pg (every rank constructs one at the same point): a check
-//   that every rank holds the same tensors (replica_check.h, one small allgather), then one
-//   allreduce (kAvg) of all of them. The destructor is local (no communication) and never
+// - Construction is collective over pg (every rank constructs one at the same point): a barrier
+//   named after the place in the code where it is constructed ("AveragedReplicas at
+//   train.cpp:42", from std::source_location), a check that every rank holds the same tensors
+//   (replica_check.h, one small allgather), then one allreduce (kAvg) of all of them. A guard
+//   built on some ranks only (inside `if (rank == 0)`) thus fails at its construction within
+//   seconds (the group's mismatch check, comm/process_group/process_group.h) with
+//   comm::CollectiveMismatch naming that place, instead of meeting the other ranks' next guard
+//   built elsewhere. So every rank must construct it at the same line (not on two branches of
+//   an if). The destructor is local (no communication) and never
 //   throws.
 // - keep(): the average stays when the guard ends (e.g. after the last epoch, so that every
 //   rank saves the same model).
@@ -27,6 +33,7 @@
 //   }  // every rank has its own replica back
 
 #include <memory>
+#include <source_location>
 #include <vector>
 
 #include "comm/process_group/process_group.h"
@@ -39,12 +46,16 @@ namespace hsgd::distributed {
 class AveragedReplicas {
  public:
   // The model's named_parameters() then named_buffers().
-  AveragedReplicas(const std::shared_ptr<comm::ProcessGroup>& pg, const nn::Module& model);
+  // where: the caller's place, which names the barrier (leave the default).
+  AveragedReplicas(const std::shared_ptr<comm::ProcessGroup>& pg, const nn::Module& model,
+                   std::source_location where = std::source_location::current());
   AveragedReplicas(const std::shared_ptr<comm::ProcessGroup>& pg,
-                   const std::shared_ptr<nn::Module>& model);
+                   const std::shared_ptr<nn::Module>& model,
+                   std::source_location where = std::source_location::current());
   // Any tensors, e.g. a model's state as a flat list; the same shapes in the same order on every
   // rank.
-  AveragedReplicas(const std::shared_ptr<comm::ProcessGroup>& pg, std::vector<Tensor> tensors);
+  AveragedReplicas(const std::shared_ptr<comm::ProcessGroup>& pg, std::vector<Tensor> tensors,
+                   std::source_location where = std::source_location::current());
   ~AveragedReplicas();
   AveragedReplicas(const AveragedReplicas&) = delete;
   AveragedReplicas& operator=(const AveragedReplicas&) = delete;
@@ -55,7 +66,7 @@ class AveragedReplicas {
  private:
   // entries describe tensors for the check across ranks.
   AveragedReplicas(const std::shared_ptr<comm::ProcessGroup>& pg, std::vector<Tensor> tensors,
-                   const std::vector<detail::TensorEntry>& entries);
+                   const std::vector<detail::TensorEntry>& entries, std::source_location where);
 
   const std::vector<Tensor> tensors_;
   std::vector<float> saved_;  // (sum of numel,) the local values, packed in order
