@@ -168,7 +168,12 @@ std::shared_ptr<Work> ProcessGroup::enqueue(CollectiveFingerprint fp,
 // aborts), so the worker reports the mismatch through on_failure. The group is broken anyway.
 void ProcessGroup::abort_on_mismatch(const hsgd::detail::MismatchReport& report) {
   logger()->error("group '{}' (rank {} of {}): {}", options_.name, rank(), size(), report.message);
+  abort_transport();
+}
+
+void ProcessGroup::abort_transport() {
   if (shm_ != nullptr) shm_->abort();
+  if (two_level_ != nullptr) two_level_->abort();
   if (context_ != nullptr) hsgd::detail::abort_gloo_connections(*context_);
 }
 
@@ -284,9 +289,34 @@ void ProcessGroup::shutdown(Duration timeout) {
     options_.store->set(hsgd::detail::CollectiveWatchdog::left_key(options_.key_prefix, rank()),
                         to_bytes(std::to_string(left_at)));
   }
-  store_barrier(*options_.store, options_.key_prefix + "shutdown/", rank(), size(), timeout,
-                {.what = str_cat("ProcessGroup::shutdown of group '", options_.name, "' (rank ",
-                                 rank(), " of ", size(), ")")});
+  const std::string what = str_cat("ProcessGroup::shutdown of group '", options_.name, "' (rank ",
+                                   rank(), " of ", size(), ")");
+  // Waits in slices of the mismatch threshold: a member that waits in a collective this rank
+  // will never join stores a mismatch report (its watchdog read the key above); then this rank
+  // fails within seconds too instead of at the timeout.
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const Duration slice = options_.mismatch_check.count() > 0 && size() > 1
+                             ? std::max<Duration>(options_.mismatch_check, Duration(100))
+                             : timeout;
+  while (true) {
+    const auto left =
+        std::chrono::duration_cast<Duration>(deadline - std::chrono::steady_clock::now());
+    try {
+      store_barrier(*options_.store, options_.key_prefix + "shutdown/", rank(), size(),
+                    std::max<Duration>(std::min(slice, left), Duration(1)), {.what = what});
+      return;
+    } catch (const Timeout&) {
+      if (std::chrono::steady_clock::now() >= deadline) throw;
+    }
+    if (auto mismatch =
+            hsgd::detail::stored_mismatch(*options_.store, options_.key_prefix, rank())) {
+      throw CollectiveMismatch(str_cat(what,
+                                       ": another member waits in a collective this rank "
+                                       "left: ",
+                                       mismatch->message),
+                               mismatch->same_ranks);
+    }
+  }
 }
 
 }  // namespace hsgd::comm

@@ -253,6 +253,10 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
                                 const std::exception& e);
   // The watchdog found members in different collectives: fail the collective running now.
   void abort_on_mismatch(const hsgd::detail::MismatchReport& report);
+  // Makes every wait of this group's transports (Gloo, shared memory, two levels) fail at once;
+  // the group is unusable afterwards.
+  void abort_transport();
+  friend class hsgd::detail::TwoLevelAllreduce;  // aborts its cross-node group
   // After a failure: what each member was doing (see process_group.cpp).
   std::string diagnose_failure(const hsgd::detail::CollectiveFingerprint& fp, bool timed_out);
   template <typename T>

@@ -103,6 +103,11 @@ void TwoLevelAllreduce::allreduce_impl(std::span<T> data, ReduceOp op) {
   }
 }
 
+void TwoLevelAllreduce::abort() {
+  local_->abort();
+  if (cross_ != nullptr) cross_->abort_transport();
+}
+
 void TwoLevelAllreduce::allreduce(std::span<float> data, ReduceOp op) { allreduce_impl(data, op); }
 
 void TwoLevelAllreduce::allreduce(std::span<double> data, ReduceOp op) { allreduce_impl(data, op); }

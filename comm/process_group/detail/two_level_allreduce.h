@@ -42,6 +42,9 @@ class TwoLevelAllreduce {
   // Same calls in the same order on every member (the group's contract).
   void allreduce(std::span<float> data, comm::ReduceOp op);
   void allreduce(std::span<double> data, comm::ReduceOp op);
+  // Makes the allreduce running now fail at once (the group found its members in different
+  // collectives); unusable afterwards. Thread-safe.
+  void abort();
 
  private:
   TwoLevelAllreduce(std::unique_ptr<comm::ShmAllreduce> local,
