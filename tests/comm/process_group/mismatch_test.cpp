@@ -7,14 +7,18 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "comm/error.h"
 #include "comm/process_group/process_group.h"
+#include "comm/store/file_store.h"
 #include "tests/support/error_message.h"
+#include "tests/support/multiprocess.h"
 #include "tests/support/world.h"
 
 namespace hsgd::comm {
@@ -187,6 +191,44 @@ TEST(CollectiveMismatchTest, Subgroup_MismatchIsFoundInThatSubgroup) {
         << "rank " << rank;
   });
   EXPECT_RANKS_OK(result);
+}
+
+// A FileStore that counts the watchdog's writes (keys with "waiting/").
+class CountingStore : public FileStore {
+ public:
+  using FileStore::FileStore;
+  void set(const std::string& key, const Bytes& value) override {
+    if (key.find("waiting/") != std::string::npos) ++published;
+    FileStore::set(key, value);
+  }
+  std::atomic<int> published{0};
+};
+
+// The fast path costs no store traffic: collectives that complete within the threshold publish
+// nothing; one that waits past it (a rank sleeps 4 s) publishes once, and still completes.
+TEST(CollectiveMismatchTest, FastCollectivesWriteNothingToTheStore) {
+  const auto dir = hsgd::testing::unique_temp_dir("fast_path");
+  auto result = hsgd::testing::run_ranks(3, std::chrono::seconds(90), [&](int rank) {
+    auto store = std::make_shared<CountingStore>(dir);
+    auto pg = init_process_group({.rank = rank,
+                                  .world_size = 3,
+                                  .store = store,
+                                  .timeout = std::chrono::seconds(60),
+                                  .shared_memory = false});
+    std::vector<float> x(64, 1.0f);
+    for (int i = 0; i < 200; ++i) {
+      pg->allreduce(std::span<float>(x), ReduceOp::kMax)->wait();
+      if (i % 10 == 0) pg->barrier()->wait();
+    }
+    EXPECT_EQ(store->published.load(), 0) << "rank " << rank;
+    if (rank == 2) std::this_thread::sleep_for(std::chrono::seconds(4));
+    pg->allreduce(std::span<float>(x), ReduceOp::kSum, "after a slow rank")->wait();
+    EXPECT_EQ(x[0], 3.0f) << "rank " << rank;
+    if (rank == 0) EXPECT_EQ(store->published.load(), 1);  // waited ~4 s past a 2 s threshold
+    pg->shutdown(std::chrono::seconds(30));
+  });
+  EXPECT_RANKS_OK(result);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
