@@ -245,8 +245,9 @@ class TcpStore::Client {
     Clock::time_point next_attempt;
     Duration backoff = kFirstOutageBackoff;
     int attempts = 0;
-    std::string lost_with;   // what ended the last connection
-    std::string last_error;  // of the last attempt
+    bool final_attempt = false;  // the one made at the bound
+    std::string lost_with;       // what ended the last connection
+    std::string last_error;      // of the last attempt
   };
 
   // An idle connection the server has not closed, or a new one.
@@ -264,8 +265,10 @@ class TcpStore::Client {
     return reconnect(context, /*wait=*/!NoServerWait::active());
   }
 
+  // A connection that just completed a round trip: the server is there.
   void release(Connection connection) {
     std::lock_guard lock(mu_);
+    end_outage_locked();
     if (idle_.size() < kMaxIdleConnections) idle_.push_back(std::move(connection));
   }
 
@@ -343,17 +346,18 @@ class TcpStore::Client {
   // The error of an outage longer than reconnect_timeout.
   [[noreturn]] void throw_unreachable_locked(const std::string& context) const {
     const ServerOutage o = describe_locked();
-    HSGD_THROW(CommError, "TcpStore ", context, ": the rendezvous server at ", endpoint_,
-               " is unreachable since ", utc_text(o.since), " (for ", seconds_text(o.duration),
-               ", longer than ", options_.reconnect_timeout_name, " ",
-               seconds_text(reconnect_timeout_),
+    // What matters first: hsgd-run prints this as its last word.
+    HSGD_THROW(CommError, "the rendezvous server at ", endpoint_, " is unreachable since ",
+               utc_text(o.since), " (for ", seconds_text(o.duration), ", longer than ",
+               options_.reconnect_timeout_name, " ", seconds_text(reconnect_timeout_),
                "); the connection ended with: ", outage_->lost_with, ". Tried: ", o.attempts,
                " connection attempts with backoff (0.1 s doubling to 2 s); the last one failed "
                "with: ",
                o.last_error, ". Start the rendezvous server again at ", endpoint_,
                " (the same port and tokens): its clients re-publish what they wrote to it. Or "
                "raise ",
-               options_.reconnect_timeout_name, " to ride out longer outages.");
+               options_.reconnect_timeout_name, " to ride out longer outages. [TcpStore ", context,
+               "]");
   }
 
   // A new connection during (or at the start of) an outage: one attempt when one is due,
@@ -368,7 +372,9 @@ class TcpStore::Client {
         if (outage_) {
           const Duration away = elapsed_since(outage_->since);
           const bool expired = away >= reconnect_timeout_;
-          if (expired && outage_->attempts > 0) throw_unreachable_locked(context);
+          // At the bound one last attempt is made (the backoff may have skipped past it).
+          if (expired && outage_->final_attempt) throw_unreachable_locked(context);
+          if (expired) outage_->final_attempt = true;
           const auto now = Clock::now();
           if (!expired && now < outage_->next_attempt) {
             if (!wait) throw_unavailable_locked(context);
@@ -401,7 +407,7 @@ class TcpStore::Client {
         o.last_error = failure.what;
         o.next_attempt = Clock::now() + jitter(o.backoff);
         o.backoff = std::min(2 * o.backoff, kMaxOutageBackoff);
-        if (elapsed_since(o.since) >= reconnect_timeout_) throw_unreachable_locked(context);
+        if (o.final_attempt) throw_unreachable_locked(context);
         if (!wait) throw_unavailable_locked(context);
       }
     }
@@ -420,6 +426,10 @@ class TcpStore::Client {
 
   void end_outage() {
     std::lock_guard lock(mu_);
+    end_outage_locked();
+  }
+
+  void end_outage_locked() {
     if (!outage_) return;
     if (outage_->attempts > 0) {
       logger()->info("TcpStore {}: reached the rendezvous server again after {} ({} attempts)",
@@ -535,6 +545,7 @@ class TcpStore::Client {
 
   // Keeps what a successful write left on the server, for re-publishing.
   void record(const proto::Request& request, const proto::Response& response) {
+    if (!options_.republish) return;
     bool wrote = false;
     {
       std::lock_guard lock(journal_mu_);
@@ -605,7 +616,7 @@ class TcpStore::Client {
     }
     if (!lost) return;
     try {
-      release(reconnect(endpoint_ + ": re-publish", /*wait=*/false));
+      release(reconnect(endpoint_ + " (idle)", /*wait=*/false));
     } catch (const Error&) {
       // Still away (or past the bound): the operations report it.
     }

@@ -62,6 +62,9 @@ struct TcpStoreOptions {
   std::optional<Duration> reconnect_timeout = std::nullopt;
   // How messages name that setting (hsgd-run: "--rdzv-timeout").
   std::string reconnect_timeout_name = "TcpStoreOptions::reconnect_timeout";
+  // Keep what this client writes and re-publish it to a restarted server (see above). Off: no
+  // journal and no background thread (a load generator with thousands of clients).
+  bool republish = true;
 };
 
 class TcpStore : public Store {

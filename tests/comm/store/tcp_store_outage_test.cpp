@@ -101,6 +101,22 @@ TEST_F(TcpStoreOutageTest, BlockingGetDuringOutage_IsAnsweredByTheNewServer) {
   EXPECT_EQ(got, "v");
 }
 
+// The bound counts from the start of each outage: two short ones, together longer than the
+// bound, are both ridden out, and the second re-publishes what was written after the first.
+TEST_F(TcpStoreOutageTest, TwoShortOutages_EachWithinTheBound) {
+  auto store = connect(/*reconnect_timeout=*/3s);
+  store->set("first", to_bytes("1"));
+  for (int outage = 0; outage < 2; ++outage) {
+    stop_server();
+    std::this_thread::sleep_for(2s);
+    start_server();
+    EXPECT_EQ(to_string(store->get("first", 10s)), "1") << "outage " << outage;
+    store->set("after/" + std::to_string(outage), to_bytes("x"));
+  }
+  auto reader = connect();
+  EXPECT_TRUE(reader->check({"first", "after/0", "after/1"}));
+}
+
 TEST_F(TcpStoreOutageTest, NoServerWait_ThrowsServerUnavailableAtOnce_WithoutEffect) {
   auto store = connect();
   store->set("k", to_bytes("1"));
@@ -143,7 +159,7 @@ TEST_F(TcpStoreOutageTest, OutageLongerThanTheBound_SaysSinceWhenWhatWasTriedAnd
   EXPECT_GE(took, 1500ms) << what;
   EXPECT_LT(took, 10s) << what;
   const std::string endpoint = "127.0.0.1:" + std::to_string(port_);
-  for (const std::string part :
+  for (const std::string& part :
        {"the rendezvous server at " + endpoint + " is unreachable since ", std::string(" UTC ("),
         std::string("TcpStoreOptions::reconnect_timeout 1.5 s"),
         std::string("connection attempts with backoff"), std::string("Connection refused"),
