@@ -137,7 +137,11 @@ class TcpStore::Client {
     bool sent_before = false;
     int lost = 0;
     for (;;) {
-      Connection connection = acquire(context);
+      // A get/wait/multi_get does not wait for the server longer than its own timeout.
+      std::optional<Clock::time_point> give_up;
+      if (blocking_timeout)
+        give_up = started + std::clamp(*blocking_timeout, Duration(0), kMaxDuration);
+      Connection connection = acquire(context, give_up);
       Duration budget = options_.timeout;
       if (blocking_timeout) {
         // Sent again after a lost connection: what is left of the caller's timeout.
@@ -251,7 +255,8 @@ class TcpStore::Client {
   };
 
   // An idle connection the server has not closed, or a new one.
-  Connection acquire(const std::string& context) {
+  Connection acquire(const std::string& context,
+                     std::optional<Clock::time_point> give_up = std::nullopt) {
     {
       std::lock_guard lock(mu_);
       while (!idle_.empty()) {
@@ -262,7 +267,7 @@ class TcpStore::Client {
       }
     }
     logger()->debug("TcpStore {}: opening a connection", context);
-    return reconnect(context, /*wait=*/!NoServerWait::active());
+    return reconnect(context, /*wait=*/!NoServerWait::active(), give_up);
   }
 
   // A connection that just completed a round trip: the server is there.
@@ -364,11 +369,20 @@ class TcpStore::Client {
   // waiting for it with backoff when `wait`; re-publishes when the server is a new instance.
   // Throws ServerUnavailable (not waiting, server away) or CommError (outage past its bound,
   // or the server refused the handshake).
-  Connection reconnect(const std::string& context, bool wait) {
+  // A waiting caller gives up at give_up (hsgd::Timeout), if that comes before the bound.
+  Connection reconnect(const std::string& context, bool wait,
+                       std::optional<Clock::time_point> give_up = std::nullopt) {
     for (;;) {
       Duration attempt_budget = wait ? kLongAttempt : kQuickAttempt;
       {
         std::unique_lock lock(mu_);
+        if (outage_ && outage_->attempts > 0 && give_up && Clock::now() >= *give_up) {
+          const ServerOutage o = describe_locked();
+          HSGD_THROW(Timeout, "TcpStore ", context,
+                     ": timed out waiting for the rendezvous server, unreachable since ",
+                     utc_text(o.since), " (", o.attempts,
+                     " connection attempts; last error: ", o.last_error, ")");
+        }
         if (outage_) {
           const Duration away = elapsed_since(outage_->since);
           const bool expired = away >= reconnect_timeout_;
@@ -378,7 +392,8 @@ class TcpStore::Client {
           const auto now = Clock::now();
           if (!expired && now < outage_->next_attempt) {
             if (!wait) throw_unavailable_locked(context);
-            const auto until = std::min(outage_->next_attempt, outage_->since + reconnect_timeout_);
+            auto until = std::min(outage_->next_attempt, outage_->since + reconnect_timeout_);
+            if (give_up) until = std::min(until, *give_up);
             lock.unlock();
             std::this_thread::sleep_until(until);
             continue;

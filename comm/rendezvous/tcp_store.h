@@ -13,7 +13,8 @@
 // - Losing the server (connection refused, reset or closed: the server was killed or
 //   restarted) starts an outage: the client reconnects with backoff (0.1 s doubling to 2 s,
 //   with jitter) for at most reconnect_timeout from the moment it lost the server. Operations
-//   meanwhile wait for it, or throw ServerUnavailable at once inside a NoServerWait scope
+//   meanwhile wait for it (get, wait and multi_get no longer than their own timeout, then
+//   hsgd::Timeout), or throw ServerUnavailable at once inside a NoServerWait scope
 //   (comm/store/store_outage.h). Past the bound they throw hsgd::CommError saying since when
 //   the server at host:port is unreachable, what was tried and what to do.
 // - An operation whose connection was lost is sent again once the server is back, except add()

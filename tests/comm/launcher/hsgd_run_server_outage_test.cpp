@@ -13,6 +13,7 @@
 #include <regex>
 #include <string>
 
+#include "comm/rendezvous/tcp_store.h"
 #include "command.h"
 #include "tests/support/multiprocess.h"
 
@@ -131,6 +132,76 @@ TEST(HsgdRunServerOutageTest, ServerKilledAndStartedAgain_JobEndsWithoutRestartO
   EXPECT_EQ(last_step(r0.output), kSteps) << show(r0);
   EXPECT_EQ(count(r0.output, "[rank 0] resumed from step 0"), 1u) << show(r0);
   EXPECT_NE(r0.output.find("0 steps lost to restarts"), std::string::npos) << show(r0);
+
+  // The new server knows the job's members and generation: nobody wrote them after the
+  // restart, the agents re-published them.
+  comm::TcpStore store({.port = port, .job_id = "outage", .connect_timeout = seconds(10)});
+  EXPECT_EQ(comm::to_string(store.get("hsgd-run/current-attempt", seconds(5))), "0");
+  EXPECT_EQ(store.add("hsgd-run/attempt/0/rdzv/arrivals", 0), 2);
+  EXPECT_TRUE(store.check({"hsgd-run/attempt/0/rdzv/node/0", "hsgd-run/attempt/0/rdzv/node/1"}));
+}
+
+// A worker fails while the server is away: the failure waits for the server, then the job
+// restarts as usual and finishes.
+TEST(HsgdRunServerOutageTest, WorkerFailsWhileServerIsAway_JobRestartsOnceItIsBack) {
+  const int port = unused_port();
+  auto server = start_server(port);
+  const auto dir = unique_temp_dir("hsgd_run_server_outage_fail");
+  constexpr int kShortRun = 300;
+  constexpr int kFailStep = 60;  // rank 2 exits 9 after this step in attempt 0
+  auto start = [&](int node_rank) {
+    return Command::start({kRun,
+                           "--nnodes",
+                           "2",
+                           "--node-rank",
+                           std::to_string(node_rank),
+                           "--nproc-per-node",
+                           "2",
+                           "--max-restarts",
+                           "1",
+                           "--heartbeat-timeout",
+                           "3",
+                           "--grace-period",
+                           "2",
+                           "--rdzv-endpoint",
+                           "127.0.0.1:" + std::to_string(port),
+                           "--rdzv-id",
+                           "outage-fail",
+                           "--rdzv-timeout",
+                           "60",
+                           "--",
+                           kWorker,
+                           "steps",
+                           dir.string(),
+                           std::to_string(kShortRun),
+                           "exit",
+                           std::to_string(kFailStep)});
+  };
+  auto node0 = start(0);
+  auto node1 = start(1);
+  ASSERT_TRUE(node0.wait_for_output("[rank 0] step 5\n", seconds(90))) << node0.output();
+  kill_server(server);
+  ASSERT_TRUE(node1.wait_for_output("rank 2 goes silent after step " + std::to_string(kFailStep),
+                                    seconds(30)))
+      << node1.output();
+  keep_reading(node1, seconds(8));
+  // Nothing can be published meanwhile: no node has restarted yet.
+  EXPECT_EQ(node0.output().find("restarting all nodes"), std::string::npos) << node0.output();
+  EXPECT_EQ(node1.output().find("restarting all nodes"), std::string::npos) << node1.output();
+
+  auto again = start_server(port);
+  const auto r0 = node0.wait(seconds(120));
+  const auto r1 = node1.wait(seconds(120));
+  for (const auto* r : {&r0, &r1}) {
+    EXPECT_FALSE(r->timed_out) << show(*r);
+    EXPECT_EQ(r->status.exit_code, 0) << show(*r);
+    EXPECT_NE(r->output.find("restarting all nodes: attempt 1 of 2"), std::string::npos)
+        << show(*r);
+    EXPECT_NE(r->output.find("finished: all workers of all nodes exited 0 after 1 restart(s)"),
+              std::string::npos)
+        << show(*r);
+  }
+  EXPECT_EQ(last_step(r0.output), kShortRun) << show(r0);
 }
 
 TEST(HsgdRunServerOutageTest, ServerAwayLongerThanTheBound_SaysSinceWhenWhatWasTriedAndWhatToDo) {

@@ -117,6 +117,23 @@ TEST_F(TcpStoreOutageTest, TwoShortOutages_EachWithinTheBound) {
   EXPECT_TRUE(reader->check({"first", "after/0", "after/1"}));
 }
 
+// A get() with a short timeout waits for the server no longer than that timeout.
+TEST_F(TcpStoreOutageTest, BlockingGetDuringOutage_KeepsItsOwnTimeout) {
+  auto store = connect(/*reconnect_timeout=*/60s);
+  store->set("k", to_bytes("1"));
+  stop_server();
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    store->get("missing", 1s);
+    FAIL() << "get must time out";
+  } catch (const Timeout& e) {
+    EXPECT_NE(std::string(e.what()).find("unreachable since"), std::string::npos) << e.what();
+  }
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(took, 1s);
+  EXPECT_LT(took, 10s);
+}
+
 TEST_F(TcpStoreOutageTest, NoServerWait_ThrowsServerUnavailableAtOnce_WithoutEffect) {
   auto store = connect();
   store->set("k", to_bytes("1"));
