@@ -518,6 +518,7 @@ class TcpStore::Client {
     }
     flush();
     known_instance_ = instance;
+    if (count == 0) return;
     logger()->info(
         "TcpStore {}: the rendezvous server is a new instance (restarted): re-published the {} "
         "key(s) this client wrote to job '{}'",

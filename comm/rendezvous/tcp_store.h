@@ -26,10 +26,12 @@
 //   with compare_set, and the sum of its add() deltas per key, minus deleted keys). When it
 //   reaches a server that is a new instance (the handshake says so), it writes all of it there
 //   before any other operation of this client proceeds: counters by adding its own deltas, so
-//   that the sum over a job's clients is rebuilt. Once it wrote anything, a background thread
-//   looks at its idle connections every 250 ms, so that a client which is not using the store
-//   (a worker training) re-publishes within moments of the server coming back too. Tokens
-//   are not re-published: a restarted server is given them again (its token file).
+//   that the sum over a job's clients is rebuilt. A key this client wrote and another client
+//   deleted comes back then (nothing tells it of the delete). Once it wrote anything, a
+//   background thread looks at its idle connections every 250 ms, so that a client which is
+//   not using the store (a worker training) re-publishes within moments of the server coming
+//   back too. Tokens are not re-published: a restarted server is given them again (its token
+//   file). TcpStoreOptions::republish = false turns this off.
 // - Errors name host:port, the operation and the keys. Keys longer than the server's limit, or
 //   frames larger than its limit, are rejected locally with hsgd::InvalidArgument.
 // - Thread-safe. Concurrent operations from several threads use separate connections from a
