@@ -4,7 +4,6 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
-#include <map>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -13,6 +12,7 @@
 
 #include "comm/error.h"
 #include "comm/log.h"
+#include "comm/rendezvous/detail/tcp_store_journal.h"
 #include "comm/rendezvous/frame.h"
 #include "comm/rendezvous/proto/rendezvous.pb.h"
 #include "comm/rendezvous/rendezvous_socket.h"
@@ -233,13 +233,6 @@ class TcpStore::Client {
   struct Connection {
     std::unique_ptr<Socket> socket;
     uint64_t instance = 0;  // of the server it reached (0: an older server that does not say)
-  };
-
-  // What this client wrote to one key, to write it again to a new server.
-  struct Written {
-    bool counter = false;  // add() deltas (contribution), else a value
-    std::string value;
-    int64_t contribution = 0;
   };
 
   // The server was lost while the client reconnects, for messages and the bound.
@@ -480,49 +473,14 @@ class TcpStore::Client {
     if (instance == 0 || instance == known_instance_.load()) return;
     std::unique_lock lock(republish_mu_);
     if (instance == known_instance_.load()) return;
-    std::vector<std::pair<std::string, Written>> entries;
-    {
-      std::lock_guard journal_lock(journal_mu_);
-      entries.assign(journal_.begin(), journal_.end());
-    }
-    size_t count = 0;
-    proto::Request batch;
-    batch.set_op(proto::OP_MULTI_SET);
-    size_t batch_bytes = 0;
-    auto flush = [&] {
-      if (batch.keys_size() == 0) return;
-      send_republished(socket, batch, deadline);
-      batch.clear_keys();
-      batch.clear_values();
-      batch_bytes = 0;
-    };
-    for (const auto& [key, written] : entries) {
-      if (written.counter) {
-        if (written.contribution == 0) continue;
-        proto::Request add;
-        add.set_op(proto::OP_ADD);
-        add.add_keys(key);
-        add.set_delta(written.contribution);
-        send_republished(socket, add, deadline);
-      } else {
-        const size_t bytes = key.size() + written.value.size() + 16;
-        if (static_cast<uint64_t>(batch.keys_size()) >= max_keys_per_request_ ||
-            batch_bytes + bytes + 1024 > max_frame_bytes_) {
-          flush();
-        }
-        batch.add_keys(key);
-        batch.add_values(written.value);
-        batch_bytes += bytes;
-      }
-      ++count;
-    }
-    flush();
+    auto replay = journal_.replay(max_keys_per_request_, max_frame_bytes_);
+    for (auto& request : replay.requests) send_republished(socket, request, deadline);
     known_instance_ = instance;
-    if (count == 0) return;
+    if (replay.keys == 0) return;
     logger()->info(
         "TcpStore {}: the rendezvous server is a new instance (restarted): re-published the {} "
         "key(s) this client wrote to job '{}'",
-        endpoint_, count, options_.job_id);
+        endpoint_, replay.keys, options_.job_id);
   }
 
   void send_republished(Socket& socket, proto::Request& request, Clock::time_point deadline) {
@@ -561,43 +519,7 @@ class TcpStore::Client {
 
   // Keeps what a successful write left on the server, for re-publishing.
   void record(const proto::Request& request, const proto::Response& response) {
-    if (!options_.republish) return;
-    bool wrote = false;
-    {
-      std::lock_guard lock(journal_mu_);
-      switch (request.op()) {
-        case proto::OP_SET:
-        case proto::OP_MULTI_SET:
-          for (int i = 0; i < request.keys_size(); ++i) {
-            journal_[request.keys(i)] = Written{.value = request.values(i)};
-          }
-          wrote = true;
-          break;
-        case proto::OP_ADD: {
-          Written& w = journal_[request.keys(0)];
-          if (!w.counter && !w.value.empty()) {
-            w.value = std::to_string(response.number());  // a value this client set, then added to
-          } else {
-            w.counter = true;
-            w.contribution += request.delta();
-          }
-          wrote = true;
-          break;
-        }
-        case proto::OP_COMPARE_SET:
-          if (response.flag()) {
-            journal_[request.keys(0)] = Written{.value = request.values(1)};
-            wrote = true;
-          }
-          break;
-        case proto::OP_DELETE_KEY:
-          journal_.erase(request.keys(0));
-          break;
-        default:
-          break;
-      }
-    }
-    if (wrote) start_watcher();
+    if (options_.republish && journal_.record(request, response)) start_watcher();
   }
 
   // The background thread of a client that wrote: notices a lost server without an operation
@@ -664,8 +586,7 @@ class TcpStore::Client {
   std::shared_mutex republish_mu_;
   std::atomic<uint64_t> known_instance_ = 0;  // written under republish_mu_
 
-  std::mutex journal_mu_;
-  std::map<std::string, Written> journal_;  // guarded by journal_mu_
+  TcpStoreJournal journal_;
 
   std::mutex watch_mu_;
   std::condition_variable watch_cv_;
