@@ -69,7 +69,9 @@ RunTimes run_once(int port, int n, const std::string& job, size_t value_bytes) {
         hsgd::comm::TcpStore store({.port = port,
                                     .job_id = job,
                                     .connect_timeout = std::chrono::seconds(60),
-                                    .timeout = std::chrono::seconds(60)});
+                                    .timeout = std::chrono::seconds(60),
+                                    // Measures the server: no journal thread per client.
+                                    .republish = false});
         connected[i] = Clock::now();
         store.set(keys[i], Bytes(value_bytes, static_cast<uint8_t>(i)));
         auto values = store.multi_get(keys, std::chrono::seconds(120));

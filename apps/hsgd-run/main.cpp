@@ -109,7 +109,8 @@ int run(int argc, char** argv) {
                                     .job_id = f.rdzv_id,
                                     .token = f.token,
                                     .connect_timeout = seconds_to_ms(f.rdzv_timeout),
-                                    .timeout = std::chrono::seconds(60)});
+                                    .timeout = std::chrono::seconds(60),
+                                    .reconnect_timeout_name = "--rdzv-timeout"});
   } catch (const hsgd::Timeout& e) {
     std::ostringstream msg;
     msg << "cannot reach the rendezvous endpoint " << store_at.host << ":" << store_at.port

@@ -9,6 +9,7 @@
 #include "comm/launcher/agent.h"
 #include "comm/launcher/detail/agent_attempt.h"
 #include "comm/log.h"
+#include "comm/store/store_outage.h"
 
 namespace hsgd::comm::launcher {
 namespace {
@@ -41,19 +42,28 @@ bool append_last_lines(std::ostream& msg, OutputRouter& output, int rank) {
 LaunchAgent::Outcome LaunchAgent::monitor(Attempt& a) {
   a.next_store_check = Clock::now();
   a.next_progress_check = Clock::now();
+  // While the rendezvous server is away the store does not wait for it: the workers keep
+  // training, output and signals keep flowing, and what needs the store is tried again next
+  // round (a failure is published once the server is back). Past the store's reconnect bound
+  // it throws CommError and run() ends (comm/store/store_outage.h).
+  const NoServerWait no_wait;
   while (true) {
     a.output->pump(options_.monitor_interval, wake_fd_);
     if (stop_requested()) return interrupt(a);
-    const bool sampled = sample_progress(a);
-    bool all_succeeded = false;
-    if (auto cause = find_local_failure(a, sampled, all_succeeded)) return fail(a, *cause);
-    if (all_succeeded && !a.local_done) mark_local_done(a);
+    try {
+      const bool sampled = sample_progress(a);
+      bool all_succeeded = false;
+      if (auto cause = find_local_failure(a, sampled, all_succeeded)) return fail(a, *cause);
+      if (all_succeeded && !a.local_done) mark_local_done(a);
 
-    // A failure elsewhere, or everyone done: ask the store, at most every monitor_interval.
-    if (Clock::now() < a.next_store_check) continue;
-    a.next_store_check = Clock::now() + options_.monitor_interval;
-    if (auto outcome = check_other_nodes(a)) return *outcome;
-    if (a.local_done && all_nodes_done(a)) return succeed(a);
+      // A failure elsewhere, or everyone done: ask the store, at most every monitor_interval.
+      if (Clock::now() < a.next_store_check) continue;
+      a.next_store_check = Clock::now() + options_.monitor_interval;
+      if (auto outcome = check_other_nodes(a)) return *outcome;
+      if (a.local_done && all_nodes_done(a)) return succeed(a);
+    } catch (const ServerUnavailable&) {
+      // Logged by the store when it lost the server and when it reaches it again.
+    }
   }
 }
 
@@ -182,8 +192,8 @@ std::optional<LaunchAgent::Outcome> LaunchAgent::check_other_nodes(Attempt& a) {
 }
 
 void LaunchAgent::mark_local_done(Attempt& a) {
-  a.local_done = true;
   store_->set(a.done_key(a.nodes.node_rank), to_bytes("ok"));
+  a.local_done = true;
   logger()->info("{}: all {} workers of node {} exited 0", options_.names.agent, a.workers.size(),
                  a.nodes.node_rank);
 }

@@ -1,5 +1,8 @@
 #include "comm/launcher/heartbeat.h"
 
+#include <algorithm>
+#include <string>
+
 #include "comm/error.h"
 
 namespace hsgd::comm::launcher {
@@ -13,7 +16,8 @@ Heartbeat::Heartbeat(Store& store, std::string prefix, int nnodes, int self,
       interval_(interval),
       timeout_(timeout),
       last_value_(static_cast<size_t>(nnodes)),
-      last_change_(static_cast<size_t>(nnodes), Clock::now()) {
+      last_change_(static_cast<size_t>(nnodes), Clock::now()),
+      last_read_(Clock::now()) {
   HSGD_CHECK(self >= -1 && self < nnodes, "Heartbeat: node ", self, " out of range for ", nnodes,
              " nodes (-1: watch only)");
   HSGD_CHECK(interval.count() > 0 && timeout > interval, "Heartbeat: timeout ", timeout.count(),
@@ -21,8 +25,8 @@ Heartbeat::Heartbeat(Store& store, std::string prefix, int nnodes, int self,
 }
 
 void Heartbeat::beat(Clock::time_point now) {
-  if (self_ >= 0) store_.add(key(self_), 1);
   next_tick_ = now + interval_;
+  if (self_ >= 0) store_.set(key(self_), to_bytes(std::to_string(++beats_)));
 }
 
 int Heartbeat::tick(Clock::time_point now) {
@@ -47,6 +51,11 @@ int Heartbeat::tick(Clock::time_point now) {
       if (store_.check({keys[i]})) values[i] = to_string(store_.get(keys[i], interval_));
     }
   }
+  // This agent could not look for a while: whatever it missed, nobody is blamed for it.
+  if (now - last_read_ > 2 * interval_) {
+    std::fill(last_change_.begin(), last_change_.end(), now);
+  }
+  last_read_ = now;
   for (size_t i = 0; i < nodes.size(); ++i) {
     const size_t n = static_cast<size_t>(nodes[i]);
     std::string value = std::move(values[i]);

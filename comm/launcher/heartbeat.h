@@ -3,11 +3,18 @@
 // while the workers of the job are running, instead of waiting for the workers' collective
 // timeout.
 //
-// Each agent increments its own counter "<prefix>heartbeat/<node>" every `interval`, and reads
-// everyone's counters in the same round trip schedule. A node whose counter has not changed for
-// `timeout` (measured on the reader's steady clock, so clocks of different machines never need
-// to agree) is reported as silent. With self = -1 the Heartbeat only watches: it beats for no
-// node and reads every node's counter (an agent waiting to join, see agent.h).
+// Each agent writes its own counter "<prefix>heartbeat/<node>" every `interval` (set, with a
+// count kept here: writing it again is harmless), and reads everyone's counters in the same
+// round trip schedule. A node whose counter has not changed for `timeout` (measured on the
+// reader's steady clock, so clocks of different machines never need to agree) is reported as
+// silent. Silence is only counted while this agent could look: after a gap in its own reads
+// longer than two intervals (the rendezvous server was away, so nobody could beat), every node
+// gets a full `timeout` again from the first read after it. With self = -1 the Heartbeat only
+// watches: it beats for no node and reads every node's counter (an agent waiting to join, see
+// agent.h).
+//
+// Store errors propagate (hsgd::comm::ServerUnavailable while the server is away, inside a
+// NoServerWait scope); the next tick() tries again.
 //
 // Usage:
 //   using namespace std::chrono_literals;
@@ -34,7 +41,7 @@ class Heartbeat {
   Heartbeat(Store& store, std::string prefix, int nnodes, int self,
             std::chrono::milliseconds interval, std::chrono::milliseconds timeout);
 
-  // Increments this node's counter now.
+  // Writes this node's next count now.
   void beat(Clock::time_point now);
 
   // At most once per interval: beats and reads every counter. Returns the rank of a node whose
@@ -57,6 +64,8 @@ class Heartbeat {
   std::vector<std::string> last_value_;
   std::vector<Clock::time_point> last_change_;
   Clock::time_point next_tick_{};
+  Clock::time_point last_read_{};  // of the last tick that read every counter
+  uint64_t beats_ = 0;             // this node's count
 };
 
 }  // namespace hsgd::comm::launcher

@@ -4,6 +4,8 @@
 #include <sstream>
 #include <thread>
 
+#include "comm/store/store_outage.h"
+
 namespace hsgd::comm::launcher {
 namespace {
 
@@ -122,7 +124,17 @@ NodeAssignment rendezvous_nodes(Store& store, const NodeRendezvousOptions& optio
   std::vector<std::string> keys;
   for (int i = 0; i < options.nnodes; ++i) keys.push_back(node_key(prefix, i));
   const auto deadline = std::chrono::steady_clock::now() + options.timeout;
-  while (!store.check(keys)) {
+  // The store does not wait for a rendezvous server that is away: this loop does, still
+  // noticing an interrupt, until the deadline (or the store's own reconnect bound) passes.
+  auto all_joined = [&] {
+    try {
+      const NoServerWait no_wait;
+      return store.check(keys);
+    } catch (const ServerUnavailable&) {
+      return false;
+    }
+  };
+  while (!all_joined()) {
     if (options.interrupted && options.interrupted()) {
       throw RendezvousInterrupted("node rendezvous: interrupted while waiting for nodes");
     }

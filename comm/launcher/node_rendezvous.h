@@ -10,7 +10,9 @@
 //      attempt to end and joins the next one, see agent.h).
 //   2. set("rdzv/node/<slot>", this node's NodeInfo).
 //   3. Poll until "rdzv/node/0" .. "rdzv/node/<nnodes-1>" all exist, or the timeout passes: then
-//      hsgd::Timeout lists the nodes that joined and how many are missing.
+//      hsgd::Timeout lists the nodes that joined and how many are missing. While the rendezvous
+//      server is away (comm/store/store_outage.h) the poll goes on: a node that joins then
+//      waits for the server, and the nodes' records are re-published by their stores.
 //   4. Read every NodeInfo and run assign_node_ranks(): the same input gives every agent the same
 //      table without further messages.
 //

@@ -87,6 +87,11 @@ Socket::~Socket() {
   if (fd_ >= 0) ::close(fd_);
 }
 
+bool Socket::peer_closed() const {
+  pollfd p{.fd = fd_, .events = POLLIN | POLLRDHUP, .revents = 0};
+  return ::poll(&p, 1, 0) != 0;  // ready, error or hang-up (or a poll failure: drop it too)
+}
+
 void Socket::write_all(const std::string& data, SocketClock::time_point deadline) {
   size_t done = 0;
   while (done < data.size()) {

@@ -30,6 +30,10 @@ class Socket {
   Socket(const Socket&) = delete;
   Socket& operator=(const Socket&) = delete;
 
+  // True when the server closed the connection or it failed (it is readable or in error while
+  // no reply is pending: the server never sends unasked). Never blocks.
+  bool peer_closed() const;
+
   void write_all(const std::string& data, SocketClock::time_point deadline);
   // Reads one frame (header + body) into message; a frame above max_bytes is a failure.
   void read_frame(google::protobuf::MessageLite& message, size_t max_bytes,

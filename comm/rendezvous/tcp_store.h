@@ -8,11 +8,30 @@
 //   host:port.
 // - Every operation has a deadline: blocking operations (get, wait, multi_get) are timed by the
 //   server, which answers TIMEOUT at the deadline, and the client gives up a few seconds later
-//   if the server went silent; the others are bounded by options.timeout. Nothing blocks
-//   forever.
-// - After an I/O failure or a client-side deadline that connection is closed and the next
-//   operation reconnects (within connect_timeout); the failed operation is not retried, since
-//   add() is not idempotent.
+//   if the server went silent (hsgd::Timeout); the others are bounded by options.timeout.
+//   Nothing blocks forever.
+// - Losing the server (connection refused, reset or closed: the server was killed or
+//   restarted) starts an outage: the client reconnects with backoff (0.1 s doubling to 2 s,
+//   with jitter) for at most reconnect_timeout from the moment it lost the server. Operations
+//   meanwhile wait for it (get, wait and multi_get no longer than their own timeout, then
+//   hsgd::Timeout), or throw ServerUnavailable at once inside a NoServerWait scope
+//   (comm/store/store_outage.h). Past the bound they throw hsgd::CommError saying since when
+//   the server at host:port is unreachable, what was tried and what to do.
+// - An operation whose connection was lost is sent again once the server is back, except add()
+//   when it may have been applied: it is sent again only when the server it reaches is a new
+//   one (restarted: it never saw the first), else hsgd::CommError says it may or may not have
+//   been applied. A compare_set sent again that finds its own desired value reports swapped;
+//   a delete_key sent again may report that the key did not exist.
+// - Re-publishing: the client keeps what it wrote (the last value of each key it set or won
+//   with compare_set, and the sum of its add() deltas per key, minus deleted keys). When it
+//   reaches a server that is a new instance (the handshake says so), it writes all of it there
+//   before any other operation of this client proceeds: counters by adding its own deltas, so
+//   that the sum over a job's clients is rebuilt. A key this client wrote and another client
+//   deleted comes back then (nothing tells it of the delete). Once it wrote anything, a
+//   background thread looks at its idle connections every 250 ms, so that a client which is
+//   not using the store (a worker training) re-publishes within moments of the server coming
+//   back too. Tokens are not re-published: a restarted server is given them again (its token
+//   file). TcpStoreOptions::republish = false turns this off.
 // - Errors name host:port, the operation and the keys. Keys longer than the server's limit, or
 //   frames larger than its limit, are rejected locally with hsgd::InvalidArgument.
 // - Thread-safe. Concurrent operations from several threads use separate connections from a
@@ -25,10 +44,12 @@
 //   auto peer = store.get("rank1", std::chrono::seconds(30));
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "comm/store/store.h"
+#include "comm/store/store_outage.h"
 
 namespace hsgd::comm {
 
@@ -39,6 +60,14 @@ struct TcpStoreOptions {
   std::string token = {};          // must match the server's token, if it has one
   Duration connect_timeout = std::chrono::seconds(60);
   Duration timeout = kDefaultTimeout;  // deadline of the non-blocking operations
+  // How long after losing the server the client keeps trying to reach it again (see above);
+  // unset: connect_timeout.
+  std::optional<Duration> reconnect_timeout = std::nullopt;
+  // How messages name that setting (hsgd-run: "--rdzv-timeout").
+  std::string reconnect_timeout_name = "TcpStoreOptions::reconnect_timeout";
+  // Keep what this client writes and re-publish it to a restarted server (see above). Off: no
+  // journal and no background thread (a load generator with thousands of clients).
+  bool republish = true;
 };
 
 class TcpStore : public Store {
@@ -64,8 +93,8 @@ class TcpStore : public Store {
   void multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values) override;
 
   // Round trip to the server; returns true when it answered within options.timeout, false on
-  // any failure (never throws for a dead server; a reconnect gets at most
-  // min(connect_timeout, timeout)).
+  // any failure (never throws for a dead server, and never waits for one: at most one
+  // connection attempt of a second).
   bool ping();
 
   // "host:port" as used in error messages.

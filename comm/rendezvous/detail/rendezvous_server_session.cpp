@@ -69,6 +69,7 @@ RendezvousSession::Step RendezvousSession::on_hello(std::string_view body) {
   reply.set_max_frame_bytes(options_.max_frame_bytes);
   reply.set_max_key_bytes(options_.max_key_bytes);
   reply.set_max_keys_per_request(options_.max_keys_per_request);
+  reply.set_instance(state_.instance());
   step.hello_reply = std::move(reply);
   return step;
 }

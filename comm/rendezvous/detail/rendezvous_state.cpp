@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <chrono>
+#include <random>
 #include <utility>
 
 #include "comm/rendezvous/detail/rendezvous_state_job.h"
@@ -23,7 +24,19 @@ bool is_blocking(proto::Op op) {
 
 }  // namespace
 
-RendezvousState::RendezvousState(RendezvousLimits limits) : limits_(limits) {}
+namespace {
+
+uint64_t new_instance() {
+  std::random_device device;
+  uint64_t id = 0;
+  while (id == 0) id = (uint64_t{device()} << 32) ^ device();
+  return id;
+}
+
+}  // namespace
+
+RendezvousState::RendezvousState(RendezvousLimits limits)
+    : limits_(limits), instance_(new_instance()) {}
 
 RendezvousState::~RendezvousState() { clear(); }
 

@@ -85,6 +85,10 @@ class RendezvousState {
   // Number of waiters still pending, over all jobs. For tests.
   size_t num_waiters() const;
 
+  // Random and never 0, chosen at construction: tells a reconnecting client whether the keys it
+  // wrote are still here (the same state) or were lost with a server that was restarted.
+  uint64_t instance() const { return instance_; }
+
  private:
   struct Job;
 
@@ -110,6 +114,7 @@ class RendezvousState {
 
   // Constant after construction.
   const RendezvousLimits limits_;
+  const uint64_t instance_;
 
   mutable std::mutex mu_;
   // Guarded by mu_.

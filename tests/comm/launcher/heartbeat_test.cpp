@@ -37,6 +37,34 @@ TEST(HeartbeatTest, SilentNode_IsReportedAfterTimeoutOnly) {
   EXPECT_LE(t - last_beat, milliseconds(1200));
 }
 
+// While the rendezvous server is away nobody can beat or read. The watcher's first read after
+// the gap must not blame a node that has not beaten again yet; a node that stays silent is
+// reported a full timeout after the gap.
+TEST(HeartbeatTest, GapInOwnReads_RestartsTheSilenceClock) {
+  HashStore store;
+  Heartbeat a(store, "p/", 2, 0, milliseconds(100), milliseconds(1000));
+  Heartbeat b(store, "p/", 2, 1, milliseconds(100), milliseconds(1000));
+  auto t = Clock::now();
+  a.beat(t);
+  b.beat(t);
+  for (int i = 1; i <= 5; ++i) {
+    t += milliseconds(100);
+    ASSERT_EQ(a.tick(t), -1);
+    ASSERT_EQ(b.tick(t), -1);
+  }
+  t += milliseconds(5000);  // the outage: no tick from anybody
+  EXPECT_EQ(a.tick(t), -1) << "node 1 blamed for the time node 0 could not look";
+  const auto back = t;
+  int silent = -1;
+  while (silent < 0 && t - back < milliseconds(5000)) {
+    t += milliseconds(100);
+    silent = a.tick(t);
+  }
+  EXPECT_EQ(silent, 1) << "a node that stays silent after the gap must still be reported";
+  EXPECT_GT(t - back, milliseconds(1000));
+  EXPECT_LE(t - back, milliseconds(1200));
+}
+
 TEST(HeartbeatTest, SingleNode_NeverSilent) {
   HashStore store;
   Heartbeat a(store, "p/", 1, 0, milliseconds(100), milliseconds(200));

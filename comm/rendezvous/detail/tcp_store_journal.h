@@ -1,0 +1,50 @@
+#pragma once
+// TcpStoreJournal: what one TcpStore client wrote to its server, so that it can write it again
+// to a server that was restarted (comm/rendezvous/tcp_store.h, "Re-publishing"). Internal to
+// TcpStore; tested through it.
+//
+// Kept per key: the last value the client set (set, multi_set, a compare_set it won), or the
+// sum of its add() deltas (its share of a counter; a key it set and then added to keeps the
+// value the add returned). delete_key forgets the key. replay() turns it into requests: values
+// in multi_set batches within the server's limits, counters as one add each, so that the
+// counters of a job's clients sum up again on the new server.
+//
+// Thread-safe (one mutex).
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "comm/rendezvous/proto/rendezvous.pb.h"
+
+namespace hsgd::comm {
+
+class TcpStoreJournal {
+ public:
+  // Records what the successful request (answered by response) left on the server. Returns
+  // whether the journal holds anything new to re-publish.
+  bool record(const proto::Request& request, const proto::Response& response);
+
+  // The requests that write the journal to an empty server; `keys` is how many keys they
+  // carry. Batches stay within max_keys_per_request keys and max_frame_bytes bytes.
+  struct Replay {
+    std::vector<proto::Request> requests;
+    size_t keys = 0;
+  };
+  Replay replay(uint64_t max_keys_per_request, uint64_t max_frame_bytes) const;
+
+ private:
+  struct Written {
+    bool counter = false;  // add() deltas (contribution), else a value
+    std::string value;
+    int64_t contribution = 0;
+  };
+
+  mutable std::mutex mu_;
+  std::map<std::string, Written> written_;  // guarded by mu_
+};
+
+}  // namespace hsgd::comm
