@@ -252,6 +252,16 @@ HierarchicalModelAverager::HierarchicalModelAverager(std::vector<LevelOptions> g
         "(larger than it, or after a level that already covers it) and were dropped; averaging "
         "with {}",
         pg_->name(), n, detail::describe(dropped), detail::describe(levels));
+    for (const LevelOptions& level : dropped) {
+      if (is_plain(level)) continue;
+      // A dropped level takes its options with it: name them, the top level kept does not get
+      // them (it may be plain: an outer optimizer asked for would then never run).
+      const std::string text = describe(level);
+      comm::logger()->warn(
+          "HierarchicalModelAverager (group '{}' of {} ranks): the options {} of the dropped "
+          "level {} are not applied; the top level kept is {}",
+          pg_->name(), n, text.substr(text.find('@') + 1), text, describe(levels.back()));
+    }
   }
   if (levels.back().period == 1) {
     comm::logger()->warn(
