@@ -5,7 +5,7 @@
 //
 // Usage:
 //   check_golden("sgd_mlp_plain", make_mlp(), [](nn::Sequential& net) {
-//     return std::make_unique<SGD>(net.parameters(), SGDOptions{.lr = 0.1});
+//     return std::make_unique<optim::SGD>(net.parameters(), optim::SGDOptions{.lr = 0.1});
 //   });
 
 #include <functional>
@@ -16,7 +16,7 @@
 #include "framework/train/optimizer.h"
 #include "tests/golden/golden.h"
 
-namespace hsgd::optim::testing {
+namespace hsgd::testing {
 
 // generate.py's mlp(): Linear(6,8)-ReLU-Linear(8,5)-ReLU-Linear(5,3).
 inline std::shared_ptr<nn::Sequential> make_mlp() {
@@ -70,4 +70,4 @@ inline void check_golden(const std::string& file, const std::shared_ptr<nn::Sequ
   expect_final(*net, f);
 }
 
-}  // namespace hsgd::optim::testing
+}  // namespace hsgd::testing
