@@ -153,6 +153,13 @@ std::vector<LevelOptions> make_level_options(const std::vector<std::pair<int64_t
                     "' gives the top level options after '@' and --outer-lr/--outer-momentum/"
                     "--overlap-steps/--compression... give them too; give them in one place");
     }
+    if (flags.outer_lr == 0 && (flags.outer_momentum != 0 || flags.outer_nesterov)) {
+      // Without this the level would read as outer lr 0, a value nobody gave.
+      throw BadFlag(
+          std::string(flags.outer_momentum != 0 ? "--outer-momentum" : "--outer-nesterov") +
+          " needs --outer-lr (the outer SGD's learning rate; --outer-lr 0, the default, "
+          "means no outer optimizer, so the momentum would do nothing)");
+    }
     LevelOptions& top = levels.back();
     if (flags.outer_lr != 0 || flags.outer_momentum != 0 || flags.outer_nesterov) {
       top.outer = OuterOptimizer{

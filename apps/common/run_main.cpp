@@ -6,6 +6,8 @@
 
 #include "apps/common/parallel_training.h"
 #include "comm/error.h"
+#include "comm/launcher/exit_codes.h"
+#include "framework/checkpoint/checkpoint_error.h"
 
 namespace hsgd::apps {
 
@@ -26,6 +28,11 @@ int run_main(CLI::App& app, int argc, char** argv, const char* program,
   } catch (const BadFlag& e) {
     std::fprintf(stderr, "%s: error: %s\n", program, e.what());
     return 2;
+  } catch (const checkpoint::CheckpointError& e) {
+    std::fprintf(stderr, "%s: error: %s\n", program, e.what());
+    // A full disk stays full: a restart would spend itself failing at the same checkpoint.
+    return e.kind() == checkpoint::CheckpointError::Kind::kNoSpace ? comm::launcher::kExitWillRepeat
+                                                                   : 1;
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr,
                  "%s: error: out of memory (std::bad_alloc); a flag asked for more than "

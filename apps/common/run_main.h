@@ -11,7 +11,10 @@
 //
 // Exit codes: 0 on success (and for --help); 2 on a usage error (CLI11's parse errors, e.g. an
 // unknown flag or --batch-size 0, and apps::BadFlag), 1 on a runtime error (hsgd::Error,
-// std::bad_alloc, any other std::exception). Every error is printed to stderr as
+// std::bad_alloc, any other std::exception), except for a checkpoint that found its disk full
+// (checkpoint::CheckpointError of kind kNoSpace): comm::launcher::kExitWillRepeat (78), so that
+// hsgd-run does not spend its restarts on a failure every attempt would repeat. Every error is
+// printed to stderr as
 // "<program>: error: <message>", and nothing escapes main (no abort, no CLI11-specific codes).
 // stdout is line-buffered, so a killed program loses no printed line, even into a pipe.
 

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <span>
 
 #include "comm/launcher/worker_liveness.h"
@@ -11,6 +12,7 @@
 #include "framework/distributed/averaged_replicas.h"
 #include "framework/nn/functional.h"
 #include "framework/tensor/grad_mode.h"
+#include "framework/tensor/ops.h"
 
 namespace hsgd::apps {
 namespace {
@@ -105,6 +107,12 @@ EvalResult train(const TrainingFlags& flags, const TrainingRun& run) {
       const double lr = optimizer.param_groups().front().lr.value_or(flags.lr);
       optimizer.zero_grad();
       const Tensor logits = run.parallel->forward(*run.model, batch.inputs);
+      // A bad label names its sample's index in the data set too, which only the loader knows.
+      check_class_targets(
+          "cross_entropy", batch.targets, logits.size(1), std::nullopt,
+          std::span<const int64_t>(loader.indices())
+              .subspan(static_cast<size_t>((loader.position() - 1) * loader.options().batch_size),
+                       batch.targets.size()));
       Tensor loss = nn::cross_entropy(logits, batch.targets);
       loss.backward();
       optimizer.step();

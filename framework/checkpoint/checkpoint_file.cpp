@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
+#include <utility>
 
 #include "framework/checkpoint/file_pieces.h"
 
@@ -17,7 +19,9 @@ namespace hsgd::checkpoint {
 namespace {
 
 [[noreturn]] void fail_errno(const std::string& what, const std::string& path, int error) {
-  throw CheckpointError("checkpoint: cannot " + what + " '" + path + "': " + std::strerror(error));
+  throw CheckpointError(
+      is_no_space(error) ? CheckpointError::Kind::kNoSpace : CheckpointError::Kind::kOther,
+      "checkpoint: cannot " + what + " '" + path + "': " + std::strerror(error));
 }
 
 }  // namespace
@@ -121,20 +125,32 @@ void write_atomically(const std::string& path, const FilePieces& bytes) {
   const std::string dir = final_path.parent_path().string();
   const std::string tmp =
       dir + "/." + final_path.filename().string() + ".tmp." + std::to_string(::getpid());
+  // A file that cannot fit fails before anything is created. (Free space is only a bound: the
+  // file system's own blocks, or another writer, can still run it out; ENOSPC below.)
+  const std::optional<uint64_t> free = bytes_free_at(dir);
+  if (free && *free < bytes.size()) {
+    throw no_space_error(path, bytes.size(),
+                         std::string(std::strerror(ENOSPC)) + ", found before writing");
+  }
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail_errno("create", tmp, errno);
+  int fd_to_close = fd;
   try {
     bytes.write_all(fd, tmp);
     if (::fsync(fd) != 0) fail_errno("fsync", tmp, errno);
+    if (::close(std::exchange(fd_to_close, -1)) != 0) fail_errno("close", tmp, errno);
+  } catch (const CheckpointError& e) {
+    if (fd_to_close >= 0) ::close(fd_to_close);
+    ::unlink(tmp.c_str());
+    // Measured once the partial file is gone: what the file system holds without it.
+    if (e.kind() == CheckpointError::Kind::kNoSpace) {
+      throw no_space_error(path, bytes.size(), e.what());
+    }
+    throw;
   } catch (...) {
-    ::close(fd);
+    if (fd_to_close >= 0) ::close(fd_to_close);
     ::unlink(tmp.c_str());
     throw;
-  }
-  if (::close(fd) != 0) {
-    const int error = errno;
-    ::unlink(tmp.c_str());
-    fail_errno("close", tmp, error);
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     const int error = errno;
@@ -208,8 +224,10 @@ void make_dirs(const std::string& dir) {
   std::error_code error;
   std::filesystem::create_directories(dir, error);
   if (error) {
-    throw CheckpointError("checkpoint: cannot create the directory '" + dir +
-                          "': " + error.message());
+    throw CheckpointError(
+        is_no_space(error.value()) ? CheckpointError::Kind::kNoSpace
+                                   : CheckpointError::Kind::kOther,
+        "checkpoint: cannot create the directory '" + dir + "': " + error.message());
   }
 }
 

@@ -33,7 +33,9 @@
 // save() does not stall training: it copies the registered state in memory (the snapshot) and
 // returns; a background thread encodes and writes the files. The next save() (or wait()) first
 // waits for the previous write and rethrows its error, a CheckpointError naming the directory
-// or file (disk full, unwritable directory). The training state is never touched by a save.
+// or file (unwritable directory; disk full: kind kNoSpace, with the bytes needed and free). A
+// write that fails leaves no step directory behind. The training state is never touched by a
+// save.
 //
 // What is saved is what is registered. add_module saves a module's parameters and buffers by
 // dotted name and the position of every generator it registered (Module::register_generator,

@@ -189,7 +189,10 @@ void FilePieces::write_all(int fd, const std::string& path) const {
     const ssize_t n = ::writev(fd, v.data() + next, count);
     if (n < 0) {
       if (errno == EINTR) continue;
-      throw CheckpointError("checkpoint: cannot write '" + path + "': " + std::strerror(errno));
+      const int error = errno;
+      throw CheckpointError(
+          is_no_space(error) ? CheckpointError::Kind::kNoSpace : CheckpointError::Kind::kOther,
+          "checkpoint: cannot write '" + path + "': " + std::strerror(error));
     }
     // Skip what was written; a short write leaves a partly written iovec to resume.
     size_t left = static_cast<size_t>(n);

@@ -24,14 +24,10 @@
 
 namespace hsgd::nn {
 
-class BatchNorm2d : public Module {
+// What BatchNorm1d and BatchNorm2d share: the checked options, the parameters and buffers in
+// torch's order, and the normalisation of an input whose shape the subclass checked.
+class BatchNormBase : public Module {
  public:
-  explicit BatchNorm2d(int64_t num_features, double eps = 1e-5, double momentum = 0.1);
-
-  Tensor forward(const Tensor& x) override;
-  // relu(forward(x)), computed in one pass (batch_norm_relu): a fusion for models, same results.
-  Tensor forward_relu(const Tensor& x);
-
   int64_t num_features() const { return num_features_; }
   Tensor weight() const { return weight_; }
   Tensor bias() const { return bias_; }
@@ -39,9 +35,15 @@ class BatchNorm2d : public Module {
   Tensor running_var() const { return running_var_; }
   Tensor num_batches_tracked() const { return num_batches_tracked_; }
 
- private:
-  Tensor run(const Tensor& x, bool relu);
+ protected:
+  // name ("BatchNorm2d") names the module and starts every error message. InvalidArgument for
+  // num_features <= 0, eps <= 0 or a momentum outside [0, 1].
+  BatchNormBase(const char* name, int64_t num_features, double eps, double momentum);
+  // x (N,C,...), its rank checked by the subclass: checks C == num_features (naming the shape),
+  // normalises (with a fused relu when relu) and counts the batch in training mode.
+  Tensor normalize(const Tensor& x, bool relu);
 
+ private:
   int64_t num_features_;
   double eps_;
   double momentum_;
@@ -49,27 +51,25 @@ class BatchNorm2d : public Module {
   Tensor running_mean_, running_var_, num_batches_tracked_;  // (C), (C), 0-d
 };
 
-class BatchNorm1d : public Module {
+class BatchNorm2d : public BatchNormBase {
+ public:
+  explicit BatchNorm2d(int64_t num_features, double eps = 1e-5, double momentum = 0.1);
+
+  Tensor forward(const Tensor& x) override;
+  // relu(forward(x)), computed in one pass (batch_norm_relu): a fusion for models, same results.
+  Tensor forward_relu(const Tensor& x);
+
+ private:
+  void check_input(const Tensor& x) const;
+};
+
+class BatchNorm1d : public BatchNormBase {
  public:
   explicit BatchNorm1d(int64_t num_features, double eps = 1e-5, double momentum = 0.1);
 
   // x (N,C) or (N,C,L) -> the same shape. InvalidArgument naming the shape for another rank or
   // a channel count other than num_features.
   Tensor forward(const Tensor& x) override;
-
-  int64_t num_features() const { return num_features_; }
-  Tensor weight() const { return weight_; }
-  Tensor bias() const { return bias_; }
-  Tensor running_mean() const { return running_mean_; }
-  Tensor running_var() const { return running_var_; }
-  Tensor num_batches_tracked() const { return num_batches_tracked_; }
-
- private:
-  int64_t num_features_;
-  double eps_;
-  double momentum_;
-  Tensor weight_, bias_;                                     // (C)
-  Tensor running_mean_, running_var_, num_batches_tracked_;  // (C), (C), 0-d
 };
 
 }  // namespace hsgd::nn

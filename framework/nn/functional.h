@@ -27,7 +27,9 @@ struct CrossEntropyOptions {
 
 // Mean over the batch of -log softmax(logits)[i, targets[i]], with the options above. logits
 // (N,C); targets has N values, each in [0, C) or equal to ignore_index (InvalidArgument naming
-// the bad target, size, weight shape or smoothing otherwise). With the default options and no
+// the bad target, size, weight shape or smoothing otherwise; a bad target as
+// hsgd::check_class_targets says: its sample's index in the batch, its value, the number of
+// classes). With the default options and no
 // target equal to -100 the result is bit for bit hsgd::cross_entropy(logits, targets).
 //
 // Usage: Tensor l = nn::cross_entropy(x, y, {.ignore_index = 0, .label_smoothing = 0.1});

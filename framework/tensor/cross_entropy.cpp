@@ -1,5 +1,6 @@
 // cross_entropy with class weights, ignore_index and label smoothing (torch's mean reduction).
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -80,15 +81,8 @@ Tensor cross_entropy(const Tensor& logits, const std::vector<int64_t>& targets,
   HSGD_CHECK(!weight.defined() || weight.shape() == Shape{c}, "cross_entropy: weight has shape ",
              weight.defined() ? shape_str(weight.shape()) : std::string(),
              ", expected one weight per class: [", c, "]");
-  bool ignores = false;
-  for (int64_t i = 0; i < n; ++i) {
-    if (targets[i] == ignore_index) {
-      ignores = true;
-      continue;
-    }
-    HSGD_CHECK(targets[i] >= 0 && targets[i] < c, "cross_entropy: target ", i, " is ", targets[i],
-               ", expected a class index in [0, ", c, ") or ignore_index ", ignore_index);
-  }
+  check_class_targets("cross_entropy", targets, c, ignore_index);
+  const bool ignores = std::find(targets.begin(), targets.end(), ignore_index) != targets.end();
   // The plain case stays on the original path (same values, bit for bit, as before options).
   if (!weight.defined() && !ignores && label_smoothing == 0) return cross_entropy(logits, targets);
   return weighted_smoothed_nll(log_softmax(logits, 1), targets, weight, ignore_index,

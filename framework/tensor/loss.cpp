@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
 
 #include "comm/error.h"
 #include "framework/autograd/node.h"
@@ -93,10 +94,7 @@ Tensor nll_loss(const Tensor& logp, const std::vector<int64_t>& targets) {
   HSGD_CHECK(static_cast<int64_t>(targets.size()) == n, "nll_loss: got ", targets.size(),
              " targets for a batch of ", n, " (input shape ", shape_str(logp.shape()), ")");
   HSGD_CHECK(n > 0, "nll_loss: the batch is empty");
-  for (int64_t i = 0; i < n; ++i) {
-    HSGD_CHECK(targets[i] >= 0 && targets[i] < c, "nll_loss: target ", i, " is ", targets[i],
-               ", expected a class index in [0, ", c, ")");
-  }
+  check_class_targets("nll_loss", targets, c);
   const Tensor lc = logp.detach().contiguous();
   double total = 0;
   for (int64_t i = 0; i < n; ++i) total += lc.data()[i * c + targets[i]];
@@ -113,9 +111,30 @@ Tensor nll_loss(const Tensor& logp, const std::vector<int64_t>& targets) {
   return out;
 }
 
+void check_class_targets(const char* op, const std::vector<int64_t>& targets, int64_t num_classes,
+                         std::optional<int64_t> ignore_index,
+                         std::span<const int64_t> dataset_indices) {
+  const auto n = static_cast<int64_t>(targets.size());
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t t = targets[static_cast<size_t>(i)];
+    if ((t >= 0 && t < num_classes) || (ignore_index && t == *ignore_index)) continue;
+    const std::string where =
+        static_cast<int64_t>(dataset_indices.size()) == n
+            ? str_cat(" (dataset index ", dataset_indices[static_cast<size_t>(i)], ")")
+            : std::string();
+    const std::string or_ignored =
+        ignore_index ? str_cat(" or ignore_index ", *ignore_index) : std::string();
+    HSGD_THROW(InvalidArgument, op, ": sample ", i, " of the batch of ", n, where, " has target ",
+               t, ", expected a class index in [0, ", num_classes, ")", or_ignored,
+               " (the input has ", num_classes, " classes)");
+  }
+}
+
 Tensor cross_entropy(const Tensor& logits, const std::vector<int64_t>& targets) {
   HSGD_CHECK(logits.defined() && logits.dim() == 2, "cross_entropy: logits must be (N,C), got ",
              logits.defined() ? shape_str(logits.shape()) : std::string("undefined"));
+  // Checked here so that a bad label names the function the caller called, not nll_loss.
+  check_class_targets("cross_entropy", targets, logits.size(1));
   return nll_loss(log_softmax(logits, 1), targets);
 }
 

@@ -13,6 +13,8 @@
 //   loss.backward();
 
 #include <cstdint>
+#include <optional>
+#include <span>
 #include <vector>
 
 #include "framework/tensor/tensor.h"
@@ -97,6 +99,15 @@ Tensor cross_entropy(const Tensor& logits, const std::vector<int64_t>& targets);
 // rows of -sum_c weight[c] logp[i, c]. Other targets must be in [0, C).
 Tensor cross_entropy(const Tensor& logits, const std::vector<int64_t>& targets,
                      const Tensor& weight, int64_t ignore_index, double label_smoothing);
+// The check of the losses above: every target is in [0, num_classes) or equals ignore_index
+// (none when nullopt). Otherwise InvalidArgument naming op, the sample's index in the batch, its
+// target, the number of classes and, when dataset_indices holds one entry per target (a data
+// loader's indices of the batch), the sample's index in the data set:
+// "cross_entropy: sample 3 of the batch of 64 (dataset index 4711) has target 12, expected a class
+// index in [0, 10) (the input has 10 classes)".
+void check_class_targets(const char* op, const std::vector<int64_t>& targets, int64_t num_classes,
+                         std::optional<int64_t> ignore_index = std::nullopt,
+                         std::span<const int64_t> dataset_indices = {});
 // Class indices held in a tensor (e.g. a batch of labels), for nll_loss / cross_entropy. Every
 // value must be a non-negative integer (InvalidArgument naming the index and value otherwise).
 std::vector<int64_t> to_indices(const Tensor& t);

@@ -17,58 +17,17 @@
 #include "framework/tensor/nn_ops.h"
 #include "framework/tensor/ops.h"
 #include "tests/golden/golden.h"
+#include "tests/optim/golden_training.h"
 
 namespace hsgd::optim {
 namespace {
 
 using golden::expect_close;
-
-// generate.py's mlp(): Linear(6,8)-ReLU-Linear(8,5)-ReLU-Linear(5,3).
-std::shared_ptr<nn::Sequential> make_mlp() {
-  auto net = std::make_shared<nn::Sequential>();
-  net->push_back(std::make_shared<nn::Linear>(6, 8));
-  net->push_back(std::make_shared<nn::ReLU>());
-  net->push_back(std::make_shared<nn::Linear>(8, 5));
-  net->push_back(std::make_shared<nn::ReLU>());
-  net->push_back(std::make_shared<nn::Linear>(5, 3));
-  return net;
-}
-
-nn::NamedTensors prefixed(const golden::File& f, const std::string& prefix) {
-  nn::NamedTensors out;
-  for (const std::string& key : f.keys()) {
-    if (key.rfind(prefix, 0) == 0) out.emplace_back(key.substr(prefix.size()), f.tensor(key));
-  }
-  return out;
-}
-
-void run_steps(nn::Module& net, Optimizer& opt, const golden::File& f, int first, int last) {
-  for (int step = first; step < last; ++step) {
-    const std::string s = std::to_string(step);
-    opt.zero_grad();
-    Tensor loss = nn::cross_entropy(net.forward(f.tensor("x" + s)), f.targets("t" + s));
-    loss.backward();
-    opt.step();
-    expect_close(loss, f.tensor("loss" + s), "loss at step " + s);
-  }
-}
-
-void expect_final(nn::Module& net, const golden::File& f) {
-  for (const auto& [name, expected] : prefixed(f, "final.")) {
-    expect_close(nn::find_tensor(net.state_dict(), name), expected, "final " + name);
-  }
-}
-
-using MakeOptimizer = std::function<std::unique_ptr<Optimizer>(nn::Sequential&)>;
-
-void check_golden(const std::string& file, const MakeOptimizer& make) {
-  golden::File f(file);
-  auto net = make_mlp();
-  net->load_state_dict(prefixed(f, "init."));
-  std::unique_ptr<Optimizer> opt = make(*net);
-  run_steps(*net, *opt, f, 0, 10);
-  expect_final(*net, f);
-}
+using testing::check_golden;
+using testing::expect_final;
+using testing::make_mlp;
+using testing::prefixed;
+using testing::run_steps;
 
 // Layer 0 in one group with its own lr, weight decay and betas; layers 2 and 4 with amsgrad and
 // their own eps (generate_nn_optim.py's groups()).
@@ -83,13 +42,13 @@ std::vector<ParamGroup> mlp_groups(nn::Sequential& net) {
 }
 
 TEST(AdamTest, ProducesPyTorchValues_Defaults) {
-  check_golden("adam_mlp", [](nn::Sequential& net) {
+  check_golden("adam_mlp", make_mlp(), [](nn::Sequential& net) {
     return std::make_unique<Adam>(net.parameters(), AdamOptions{.lr = 1e-2});
   });
 }
 
 TEST(AdamTest, ProducesPyTorchValues_WeightDecayAmsgradBetasEps) {
-  check_golden("adam_mlp_wd_amsgrad", [](nn::Sequential& net) {
+  check_golden("adam_mlp_wd_amsgrad", make_mlp(), [](nn::Sequential& net) {
     return std::make_unique<Adam>(
         net.parameters(),
         AdamOptions{
@@ -98,19 +57,19 @@ TEST(AdamTest, ProducesPyTorchValues_WeightDecayAmsgradBetasEps) {
 }
 
 TEST(AdamWTest, ProducesPyTorchValues_DecoupledWeightDecay) {
-  check_golden("adamw_mlp", [](nn::Sequential& net) {
+  check_golden("adamw_mlp", make_mlp(), [](nn::Sequential& net) {
     return std::make_unique<AdamW>(net.parameters(), AdamWOptions{.lr = 1e-2, .weight_decay = 0.1});
   });
 }
 
 TEST(AdamWTest, ProducesPyTorchValues_AmsgradDefaultWeightDecay) {
-  check_golden("adamw_mlp_amsgrad", [](nn::Sequential& net) {
+  check_golden("adamw_mlp_amsgrad", make_mlp(), [](nn::Sequential& net) {
     return std::make_unique<AdamW>(net.parameters(), AdamWOptions{.lr = 2e-2, .amsgrad = true});
   });
 }
 
 TEST(AdamWTest, ProducesPyTorchValues_ParamGroups) {
-  check_golden("adamw_mlp_groups", [](nn::Sequential& net) {
+  check_golden("adamw_mlp_groups", make_mlp(), [](nn::Sequential& net) {
     return std::make_unique<AdamW>(mlp_groups(net), AdamWOptions{.lr = 1e-2, .weight_decay = 0.05});
   });
 }

@@ -11,22 +11,17 @@
 #include "framework/tensor/generator.h"
 #include "framework/tensor/ops.h"
 #include "tests/golden/golden.h"
+#include "tests/optim/golden_training.h"
 
 namespace hsgd::optim {
 namespace {
 
 using golden::expect_close;
-
-// generate.py's mlp(): Linear(6,8)-ReLU-Linear(8,5)-ReLU-Linear(5,3).
-std::shared_ptr<nn::Sequential> make_mlp() {
-  auto net = std::make_shared<nn::Sequential>();
-  net->push_back(std::make_shared<nn::Linear>(6, 8));
-  net->push_back(std::make_shared<nn::ReLU>());
-  net->push_back(std::make_shared<nn::Linear>(8, 5));
-  net->push_back(std::make_shared<nn::ReLU>());
-  net->push_back(std::make_shared<nn::Linear>(5, 3));
-  return net;
-}
+using testing::check_golden;
+using testing::expect_final;
+using testing::make_mlp;
+using testing::prefixed;
+using testing::run_steps;
 
 // generate.py's convnet().
 std::shared_ptr<nn::Sequential> make_convnet() {
@@ -39,41 +34,6 @@ std::shared_ptr<nn::Sequential> make_convnet() {
   net->push_back(std::make_shared<nn::Flatten>());
   net->push_back(std::make_shared<nn::Linear>(36, 3));
   return net;
-}
-
-nn::NamedTensors prefixed(const golden::File& f, const std::string& prefix) {
-  nn::NamedTensors out;
-  for (const std::string& key : f.keys()) {
-    if (key.rfind(prefix, 0) == 0) out.emplace_back(key.substr(prefix.size()), f.tensor(key));
-  }
-  return out;
-}
-
-// Loads "init.*", runs steps from `first` to `last` (exclusive) as generate.py did.
-void run_steps(nn::Module& net, Optimizer& opt, const golden::File& f, int first, int last) {
-  for (int step = first; step < last; ++step) {
-    const std::string s = std::to_string(step);
-    opt.zero_grad();
-    Tensor loss = nn::cross_entropy(net.forward(f.tensor("x" + s)), f.targets("t" + s));
-    loss.backward();
-    opt.step();
-    expect_close(loss, f.tensor("loss" + s), "loss at step " + s);
-  }
-}
-
-void expect_final(nn::Module& net, const golden::File& f) {
-  for (const auto& [name, expected] : prefixed(f, "final.")) {
-    expect_close(nn::find_tensor(net.state_dict(), name), expected, "final " + name);
-  }
-}
-
-void check_golden(const std::string& file, std::shared_ptr<nn::Sequential> net,
-                  const std::function<std::unique_ptr<Optimizer>(nn::Sequential&)>& make) {
-  golden::File f(file);
-  net->load_state_dict(prefixed(f, "init."));
-  std::unique_ptr<Optimizer> opt = make(*net);
-  run_steps(*net, *opt, f, 0, 10);
-  expect_final(*net, f);
 }
 
 TEST(SGDTest, ProducesPyTorchValues_MLPWithNesterovAndWeightDecay) {

@@ -23,10 +23,39 @@ void send_report(comm::ProcessGroup& pg, int64_t step, const proto::WriteReport&
   pg.store()->set(report_key(pg, step, pg.rank()), comm::to_bytes(report.SerializeAsString()));
 }
 
+// Rank 0: every other rank's report of step (waiting up to options.timeout), their keys deleted.
+std::vector<proto::WriteReport> collect_reports(const CommitContext& ctx, int64_t step) {
+  comm::ProcessGroup& pg = ctx.pg;
+  std::vector<std::string> keys;
+  for (int r = 1; r < pg.size(); ++r) keys.push_back(report_key(pg, step, r));
+  std::vector<proto::WriteReport> reports(keys.size());
+  if (keys.empty()) return reports;
+  pg.store()->wait(keys, ctx.options.timeout);
+  const std::vector<comm::Bytes> bytes = pg.store()->multi_get(keys, ctx.options.timeout);
+  for (const std::string& key : keys) pg.store()->delete_key(key);
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    if (!reports[i].ParseFromString(comm::to_string(bytes[i]))) {
+      reports[i].Clear();
+      reports[i].set_error("its report does not parse");
+    }
+  }
+  return reports;
+}
+
+// Rank 0, once no rank writes into dir any more (every report is in): removes the step's
+// directory, so that a checkpoint that failed leaves nothing half-made behind.
+void remove_step_dir(const std::string& dir) {
+  std::error_code error;
+  fs::remove_all(dir, error);
+  if (error) {
+    comm::logger()->warn("checkpoint: could not remove the incomplete checkpoint '{}': {}", dir,
+                         error.message());
+  }
+}
+
 // Rank 0: the manifest of step, from its own file and every other rank's report.
 void write_manifest(const CommitContext& ctx, int64_t step, bool replicas_equal,
                     const proto::FileInfo& own_file) {
-  comm::ProcessGroup& pg = ctx.pg;
   const std::string dir = step_dir(ctx.options.dir, step);
   proto::Manifest manifest;
   manifest.set_step(step);
@@ -36,34 +65,33 @@ void write_manifest(const CommitContext& ctx, int64_t step, bool replicas_equal,
                                 std::chrono::system_clock::now().time_since_epoch())
                                 .count());
   *manifest.add_files() = own_file;
-  std::vector<std::string> keys;
-  for (int r = 1; r < pg.size(); ++r) keys.push_back(report_key(pg, step, r));
-  std::vector<comm::Bytes> reports;
-  if (!keys.empty()) {
-    pg.store()->wait(keys, ctx.options.timeout);
-    reports = pg.store()->multi_get(keys, ctx.options.timeout);
-    for (const std::string& key : keys) pg.store()->delete_key(key);
-  }
+  const std::vector<proto::WriteReport> reports = collect_reports(ctx, step);
   std::string failures;
+  const proto::WriteReport* no_space = nullptr;  // the first rank whose disk was full
   for (size_t i = 0; i < reports.size(); ++i) {
-    proto::WriteReport report;
-    std::string failure;
-    if (!report.ParseFromString(comm::to_string(reports[i]))) {
-      failure = "its report does not parse";
-    } else if (report.has_file()) {
-      *manifest.add_files() = report.file();
+    if (reports[i].has_file()) {
+      *manifest.add_files() = reports[i].file();
       continue;
-    } else {
-      failure = "error " + report.error();
     }
+    if (reports[i].no_space() && no_space == nullptr) no_space = &reports[i];
     if (!failures.empty()) failures += "; ";
-    failures += hsgd::str_cat("rank ", i + 1, ": ", failure);
+    failures += hsgd::str_cat("rank ", i + 1, ": error ", reports[i].error());
   }
   if (!failures.empty()) {
-    throw CheckpointError("checkpoint: '" + dir +
-                          "' is incomplete (no manifest written): " + failures);
+    remove_step_dir(dir);
+    const std::string message =
+        "checkpoint: '" + dir +
+        "' is incomplete (no manifest written, the directory removed): " + failures;
+    if (no_space == nullptr) throw CheckpointError(message);
+    throw CheckpointError(CheckpointError::Kind::kNoSpace, message, no_space->bytes_needed(),
+                          no_space->bytes_free());
   }
-  write_envelope(dir + "/" + kManifestName, kManifestKind, manifest.SerializeAsString());
+  try {
+    write_envelope(dir + "/" + kManifestName, kManifestKind, manifest.SerializeAsString());
+  } catch (const CheckpointError&) {
+    remove_step_dir(dir);
+    throw;
+  }
   prune(ctx.options.dir, ctx.options.keep_last, step);
 }
 
@@ -87,8 +115,28 @@ void commit_step(const CommitContext& ctx, int64_t step, StateEntries state, boo
     info->set_size(file.size);
     info->set_crc32(file.crc32);
   } catch (const std::exception& e) {
+    // The file itself left nothing behind (checkpoint_file.h); the directory goes on rank 0,
+    // after every rank reported, so that no rank still writes into it.
     report.set_error(e.what());
-    if (rank != 0) send_report(pg, step, report);
+    const auto* error = dynamic_cast<const CheckpointError*>(&e);
+    if (error != nullptr && error->kind() == CheckpointError::Kind::kNoSpace) {
+      report.set_no_space(true);
+      report.set_bytes_needed(error->bytes_needed());
+      report.set_bytes_free(error->bytes_free());
+    }
+    if (rank != 0) {
+      send_report(pg, step, report);
+    } else {
+      try {
+        collect_reports(ctx, step);
+        remove_step_dir(dir);
+      } catch (const std::exception& late) {  // a report that does not come: leave the debris
+        comm::logger()->warn(
+            "checkpoint: '{}' is left incomplete: waiting for the other ranks' reports failed: "
+            "{}",
+            dir, late.what());
+      }
+    }
     throw;
   }
   stats->write_seconds = std::chrono::duration<double>(Clock::now() - start).count();

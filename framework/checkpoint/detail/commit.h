@@ -4,7 +4,10 @@
 // group's store as a serialized proto::WriteReport (the file's proto::FileInfo, or why it could
 // not be written). Rank 0 writes the manifest, which lists every rank's FileInfo, only when every
 // rank reported its file written; a checkpoint counts only when its manifest exists, so a crash
-// at any moment leaves the whole checkpoint or none.
+// at any moment leaves the whole checkpoint or none. A failure that is seen leaves nothing: the
+// files are written atomically (checkpoint_file.h), and rank 0 removes DIR/step_<step> once every
+// rank has reported (so that no rank still writes into it) when any file, or the manifest, could
+// not be written.
 //
 // Usage:
 //   CheckpointOptions options{.dir = "ckpt"};
@@ -36,8 +39,9 @@ struct CommitContext {
 // rank's report, writes the manifest and deletes what keep_last no longer keeps. Sets
 // stats->bytes and stats->write_seconds. Throws CheckpointError when this rank's file could not
 // be written, or on rank 0 when another rank's could not ("checkpoint: 'DIR/step_8' is
-// incomplete (no manifest written): rank 1: error ..."); hsgd::Timeout when a report does not
-// arrive in time.
+// incomplete (no manifest written, the directory removed): rank 1: error ..."), of kind kNoSpace
+// when a file system had no room (on rank 0 also when another rank's had none);
+// hsgd::Timeout when a report does not arrive in time.
 void commit_step(const CommitContext& ctx, int64_t step, StateEntries state, bool replicas_equal,
                  SaveStats* stats);
 

@@ -101,6 +101,15 @@ void ModelAverager::average_at_level(size_t level, const std::vector<Tensor>& pa
 
 void ModelAverager::add_level(const LevelOptions& options,
                               std::shared_ptr<comm::ProcessGroup> group) {
+  if (options.overlap_steps > options.period && pg_->rank() == 0) {
+    // The schedule (averagers.h) merges a pending averaging before the level's next one.
+    comm::logger()->warn(
+        "{} level {} ({}): overlap_steps {} exceeds the period {}, but an averaging is merged "
+        "before the level's next one starts, so it overlaps at most {} steps (give overlap_steps "
+        "<= {})",
+        class_name_, levels_.size(), describe(options), options.overlap_steps, options.period,
+        options.period, options.period);
+  }
   levels_.push_back(std::make_unique<detail::AveragingLevel>(levels_.size(), options, group));
   level_options_.push_back(options);
   // A node level's groups differ in size (3 + 1 ranks): count this rank's.

@@ -27,6 +27,17 @@ AveragingLevel::AveragingLevel(size_t index, LevelOptions options,
     compressed_ = std::make_unique<CompressedAverage>(group_, options_.compression,
                                                       options_.compression_scale);
   }
+  // Compression rounds only what crosses a node: a group on one node (a group of one rank
+  // included) averages in float32, so the option does nothing there. Said once per group.
+  if (group_ != nullptr && options_.compression != Compression::kNone && group_->rank() == 0 &&
+      (compressed_ == nullptr || compressed_->nodes() == 1)) {
+    comm::logger()->warn(
+        "model averaging level {} ({}): the {} ranks of group '{}' are on one node, so "
+        "compression {}{} does nothing there: values are rounded only between nodes, and this "
+        "group averages in float32",
+        index_, describe(options_), group_->size(), group_->name(), to_string(options_.compression),
+        options_.error_feedback ? " with error feedback" : "");
+  }
 }
 
 AveragingLevel::~AveragingLevel() {
@@ -66,7 +77,8 @@ int64_t AveragingLevel::start(int64_t step, std::span<const float> x, int64_t n_
     for (size_t i = 0; i < n; ++i) mean_[i] = x[i] / g;
     p.work = group_->allreduce(std::span<float>(mean_), comm::ReduceOp::kSum);
     bytes = static_cast<int64_t>(n * sizeof(float));
-  } else if (options_.compression == Compression::kNone) {
+  } else if (compressed_ == nullptr) {
+    // kNone, or a compressed level whose group is one rank (nothing crosses a node).
     for (size_t i = 0; i < n; ++i) mean_[i] = (anchor_[i] - x[i]) / g;
     p.work = group_->allreduce(std::span<float>(mean_), comm::ReduceOp::kSum);
     bytes = static_cast<int64_t>(n * sizeof(float));

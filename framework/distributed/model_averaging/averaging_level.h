@@ -12,7 +12,8 @@
 //   - the level's first averaging when it keeps an anchor and has none yet (no previous
 //     averaging): payload x / g, float32 (exactly plain averaging); on completion A := R.
 //   - plain level (only overlap): payload x / g, float32 allreduce (sum).
-//   - anchored level, kNone: payload (A - x) / g, float32 allreduce (sum).
+//   - anchored level, kNone (or 16-bit with a group of one rank, where nothing crosses a node):
+//     payload (A - x) / g, float32 allreduce (sum).
 //   - anchored level, 16-bit: payload p = A - x; D = its group mean with float32 sums within
 //     each node and 16-bit values between nodes, rounded at the points and with the error
 //     feedback (residual e, kept by each node's leader) that compressed_average.h states.

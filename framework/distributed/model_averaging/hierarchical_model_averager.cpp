@@ -213,6 +213,20 @@ HierarchicalModelAverager::HierarchicalModelAverager(std::vector<LevelOptions> g
                     " averages within each node, but the last level must be the whole process "
                     "group of ",
                     n, " ranks (give group size 0, kWholeGroup, to the last level)", where);
+  } else if (levels.back().group_size != n && !dropped.empty()) {
+    // The last entry given did not fit and was dropped: name it, not the level that is left.
+    std::string entries;
+    for (size_t i = 0; i < given.size(); ++i) {
+      if (given[i].group_size <= n) continue;
+      entries += str_cat(entries.empty() ? "" : ", ", "entry ", i, " (", describe(given[i]), ")");
+    }
+    error = str_cat(
+        class_name_, ": ", entries, " of ", detail::describe(given),
+        dropped.size() == 1 ? " does" : " do", " not fit in the process group of ", n,
+        " ranks (group size larger than ", n, ") and", dropped.size() == 1 ? " was" : " were",
+        " dropped, which leaves the last level ", describe(levels.back()), " whose group size ",
+        levels.back().group_size, " must equal the process group size ", n,
+        "; give the last entry group size ", n, " or 0 (kWholeGroup, the whole group)");
   } else if (levels.back().group_size != n) {
     error = str_cat(class_name_, ": last group size ", levels.back().group_size,
                     " must equal the process group size ", n,
@@ -238,6 +252,16 @@ HierarchicalModelAverager::HierarchicalModelAverager(std::vector<LevelOptions> g
         "(larger than it, or after a level that already covers it) and were dropped; averaging "
         "with {}",
         pg_->name(), n, detail::describe(dropped), detail::describe(levels));
+    for (const LevelOptions& level : dropped) {
+      if (is_plain(level)) continue;
+      // A dropped level takes its options with it: name them, the top level kept does not get
+      // them (it may be plain: an outer optimizer asked for would then never run).
+      const std::string text = describe(level);
+      comm::logger()->warn(
+          "HierarchicalModelAverager (group '{}' of {} ranks): the options {} of the dropped "
+          "level {} are not applied; the top level kept is {}",
+          pg_->name(), n, text.substr(text.find('@') + 1), text, describe(levels.back()));
+    }
   }
   if (levels.back().period == 1) {
     comm::logger()->warn(

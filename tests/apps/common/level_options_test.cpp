@@ -122,6 +122,11 @@ TEST(LevelOptionsFlags, BadItems_NameTheFlagAndItem) {
       "option 'bf16' must follow '@'");
   expect_bad([] { levels_of("2:2,4:4@bf16", LevelFlags{.outer_lr = 0.5}); },
              "give them in one place");
+  // An outer momentum without an outer lr names the flag missing, not an "outer lr 0".
+  expect_bad([] { levels_of("2:2,4:4", LevelFlags{.outer_momentum = 0.9}); },
+             "--outer-momentum needs --outer-lr");
+  expect_bad([] { levels_of("2:2,4:4", LevelFlags{.outer_nesterov = true}); },
+             "--outer-nesterov needs --outer-lr");
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 #include <sys/mount.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -300,8 +301,19 @@ class TmpfsMount {
   int error_ = 0;
 };
 
-// Disk full: the write fails with an error naming the file and the system's reason; the
-// training state is untouched and training goes on; no incomplete checkpoint counts.
+// The step directories under dir ("step_1", ...), complete or not.
+std::vector<std::string> step_dirs(const fs::path& dir) {
+  std::vector<std::string> out;
+  std::error_code error;
+  for (const auto& e : fs::directory_iterator(dir, error)) {
+    if (e.path().filename().string().rfind("step_", 0) == 0) out.push_back(e.path().string());
+  }
+  return out;
+}
+
+// Disk full: the write fails with a kNoSpace error naming the file, the bytes it needs and the
+// bytes free; nothing of the checkpoint is left (no empty step_1/); the training state is
+// untouched and training goes on; no incomplete checkpoint counts.
 TEST(CheckpointerTest, DiskFullIsAClearErrorAndLeavesTrainingAlone) {
   const fs::path dir = unique_temp_dir("ckpt-full") / "mnt";
   TmpfsMount tmpfs(dir, "size=64k", 0);
@@ -324,7 +336,17 @@ TEST(CheckpointerTest, DiskFullIsAClearErrorAndLeavesTrainingAlone) {
     const std::string what = e.what();
     EXPECT_NE(what.find((dir / "ckpt" / "step_1").string()), std::string::npos) << what;
     EXPECT_NE(what.find("No space left on device"), std::string::npos) << what;
+    EXPECT_EQ(e.kind(), CheckpointError::Kind::kNoSpace) << what;
+    // The file holds at least the parameters; the tmpfs has less than its 64 KiB free.
+    EXPECT_GE(e.bytes_needed(), (64u * 1000 + 1000 * 4) * sizeof(float)) << what;
+    EXPECT_LE(e.bytes_free(), 64u * 1024) << what;
+    EXPECT_LT(e.bytes_free(), e.bytes_needed()) << what;
+    EXPECT_NE(what.find(hsgd::str_cat("needs ", e.bytes_needed(), " bytes")), std::string::npos)
+        << what;
+    EXPECT_NE(what.find(hsgd::str_cat("has ", e.bytes_free(), " bytes free")), std::string::npos)
+        << what;
   }
+  EXPECT_EQ(step_dirs(dir / "ckpt"), std::vector<std::string>{}) << "a half-made checkpoint";
   expect_same_parameters(*twin.model, *run.model);
   EXPECT_TRUE(ckpt.complete_steps().empty());
   EXPECT_FALSE(ckpt.load().has_value());
@@ -345,6 +367,71 @@ TEST(CheckpointerTest, ReadOnlyDirectoryIsNamedAtConstruction) {
 }
 
 // ---- several ranks (forked processes) ----
+
+// A disk full for every rank: each rank's save fails with kNoSpace (rank 0's after the other
+// reports are in), and no step directory is left.
+TEST(CheckpointerMultiRankTest, DiskFullFailsEveryRankAndLeavesNoStepDirectory) {
+  const fs::path dir = unique_temp_dir("ckpt-full-ranks") / "mnt";
+  TmpfsMount tmpfs(dir, "size=64k", 0);
+  if (!tmpfs.mounted()) GTEST_SKIP() << "cannot mount a tmpfs here: " << tmpfs.error();
+  constexpr int kWorld = 2;
+  auto result =
+      testing::run_world(kWorld, [&](int rank, const std::shared_ptr<comm::ProcessGroup>& pg) {
+        (void)rank;
+        auto model = std::make_shared<models::MLP>(models::MLPOptions{.sizes = {64, 1000, 4}});
+        Checkpointer ckpt({.dir = (dir / "ckpt").string()}, pg, {.model = "mlp"});
+        ckpt.add_module("model", model);
+        ckpt.save(1);
+        try {
+          ckpt.wait();
+          ADD_FAILURE() << "writing past a full disk did not throw";
+        } catch (const CheckpointError& e) {
+          EXPECT_EQ(e.kind(), CheckpointError::Kind::kNoSpace) << e.what();
+          EXPECT_LT(e.bytes_free(), e.bytes_needed()) << e.what();
+        }
+      });
+  ASSERT_RANKS_OK(result);
+  EXPECT_EQ(step_dirs(dir / "ckpt"), std::vector<std::string>{}) << "a half-made checkpoint";
+}
+
+// One rank cannot write its file (its temporary name is taken by a directory): that rank's error
+// names its file, rank 0's names the rank and says the checkpoint was removed, and the files the
+// other ranks wrote are gone with it (no half-made step_2/; step_1 stays the newest complete).
+TEST(CheckpointerMultiRankTest, OneRankFailing_RemovesTheWholeStepDirectory) {
+  const fs::path dir = unique_temp_dir("ckpt-one-fails");
+  constexpr int kWorld = 3;
+  auto result = testing::run_world(kWorld, [&](int rank,
+                                               const std::shared_ptr<comm::ProcessGroup>& pg) {
+    auto model = std::make_shared<models::MLP>(models::MLPOptions{.sizes = {16, 12, 4}});
+    Checkpointer ckpt({.dir = dir.string()}, pg, {.model = "mlp"});
+    ckpt.add_module("model", model);
+    ckpt.save(1);
+    ckpt.wait();
+    if (rank == 1) {
+      fs::create_directories(dir / "step_2" / (".rank_1.tmp." + std::to_string(::getpid())) / "x");
+    }
+    pg->barrier()->wait();
+    ckpt.save(2);
+    try {
+      ckpt.wait();
+      EXPECT_EQ(rank, 2) << "rank " << rank << ": no error";
+    } catch (const CheckpointError& e) {
+      const std::string what = e.what();
+      EXPECT_EQ(e.kind(), CheckpointError::Kind::kOther) << what;
+      if (rank == 0) {
+        EXPECT_NE(what.find("is incomplete (no manifest written, the directory removed): "
+                            "rank 1: error"),
+                  std::string::npos)
+            << what;
+      } else {
+        EXPECT_EQ(rank, 1) << what;
+        EXPECT_NE(what.find("rank_1"), std::string::npos) << what;
+      }
+    }
+  });
+  ASSERT_RANKS_OK(result);
+  EXPECT_EQ(step_dirs(dir), std::vector<std::string>{(dir / "step_1").string()});
+}
 
 // Each rank trains its own replica (different data shard); a checkpoint restores each rank's own
 // state; a corrupt file of one rank makes every rank fall back to the previous checkpoint.

@@ -6,28 +6,15 @@
 
 #include "framework/nn/nn.h"
 #include "framework/tensor/ops.h"
+#include "tests/framework/nn/layer_golden.h"
 #include "tests/golden/golden.h"
 
 namespace hsgd::nn {
 namespace {
 
 using golden::expect_close;
-
-Tensor leaf(const golden::File& f, const std::string& key) {
-  Tensor t = f.tensor(key);
-  t.set_requires_grad(true);
-  return t;
-}
-
-// Runs out = module(x), backward of sum(out * gout), compares out and grad of x.
-Tensor check_forward_backward(Module& module, const golden::File& f, const std::string& what) {
-  Tensor x = leaf(f, "x");
-  Tensor out = module.forward(x);
-  expect_close(out, f.tensor("out"), what + " out");
-  sum(mul(out, f.tensor("gout"))).backward();
-  expect_close(x.grad(), f.tensor("grad_x"), what + " grad_x");
-  return x;
-}
+using testing::check_forward_backward;
+using testing::leaf;
 
 TEST(LayersGoldenTest, ProducesPyTorchValues_Linear) {
   golden::File f("linear");

@@ -94,12 +94,29 @@ TEST(CrossEntropyOptionsTest, GradientsMatchNumerical) {
 
 TEST(CrossEntropyOptionsTest, RejectsBadInput_NamingIt) {
   const Tensor logits = zeros({2, 3});
-  expect_invalid([&] { nn::cross_entropy(logits, {0, 3}); }, {"target 1 is 3", "[0, 3)"});
+  // The default options take the plain path, which checks in cross_entropy's name, not
+  // nll_loss's: the message names the function called, the sample and the number of classes.
+  expect_invalid(
+      [&] {
+        nn::cross_entropy(logits, {0, 3});
+      },
+      {"cross_entropy: sample 1 of the batch of 2 has target 3", "expected a class index in [0, 3)",
+       "(the input has 3 classes)"});
+  expect_invalid(
+      [&] {
+        hsgd::cross_entropy(logits, {7, 0});
+      },
+      {"cross_entropy: sample 0 of the batch of 2 has target 7"});
+  expect_invalid(
+      [&] {
+        nn::nll_loss(logits, {0, -2});
+      },
+      {"nll_loss: sample 1 of the batch of 2 has target -2"});
   expect_invalid(
       [&] {
         nn::cross_entropy(logits, {0, -1}, {.ignore_index = 2});
       },
-      {"target 1 is -1", "ignore_index 2"});
+      {"cross_entropy: sample 1 of the batch of 2 has target -1", "or ignore_index 2"});
   expect_invalid(
       [&] {
         nn::cross_entropy(logits, {0, 1}, {.weight = ones({2})});
@@ -111,6 +128,24 @@ TEST(CrossEntropyOptionsTest, RejectsBadInput_NamingIt) {
       },
       {"label_smoothing 1.5", "[0, 1]"});
   expect_invalid([&] { nn::cross_entropy(logits, {0}); }, {"1 targets", "batch of 2"});
+}
+
+TEST(CrossEntropyOptionsTest, BadTarget_NamesItsDatasetIndexWhenGiven) {
+  const std::vector<int64_t> dataset_indices{40, 41, 4711, 43};
+  expect_invalid(
+      [&] {
+        check_class_targets("cross_entropy", {0, 1, 10, 2}, 10, std::nullopt, dataset_indices);
+      },
+      {"cross_entropy: sample 2 of the batch of 4 (dataset index 4711) has target 10", "[0, 10)",
+       "10 classes"});
+  // Indices that do not match the batch are not quoted (they would name the wrong sample).
+  try {
+    check_class_targets("cross_entropy", {0, 10}, 10, std::nullopt, dataset_indices);
+    ADD_FAILURE() << "no exception for target 10 of 10 classes";
+  } catch (const InvalidArgument& e) {
+    EXPECT_EQ(std::string(e.what()).find("dataset index"), std::string::npos) << e.what();
+  }
+  check_class_targets("cross_entropy", {0, -100, 9}, 10, -100, dataset_indices);  // no throw
 }
 
 // ---- init ----

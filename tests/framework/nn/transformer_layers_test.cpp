@@ -11,6 +11,7 @@
 #include "framework/nn/nn.h"
 #include "framework/tensor/nn_ops.h"
 #include "framework/tensor/ops.h"
+#include "tests/framework/nn/layer_golden.h"
 #include "tests/golden/golden.h"
 #include "tests/support/gradcheck.h"
 
@@ -18,21 +19,8 @@ namespace hsgd::nn {
 namespace {
 
 using golden::expect_close;
-
-Tensor leaf(const golden::File& f, const std::string& key) {
-  Tensor t = f.tensor(key);
-  t.set_requires_grad(true);
-  return t;
-}
-
-// out = module(x); backward of sum(out * gout); compares out and grad of x.
-void check_forward_backward(Module& module, const golden::File& f, const std::string& what) {
-  Tensor x = leaf(f, "x");
-  Tensor out = module.forward(x);
-  expect_close(out, f.tensor("out"), what + " out");
-  sum(mul(out, f.tensor("gout"))).backward();
-  expect_close(x.grad(), f.tensor("grad_x"), what + " grad_x");
-}
+using testing::check_forward_backward;
+using testing::leaf;
 
 // Expects InvalidArgument whose message contains every fragment.
 template <typename Fn>

@@ -279,6 +279,14 @@ TEST(HierarchicalModelAverager, InvalidHierarchies_FailOnEveryRankWithoutHanging
                    "non-nesting sizes");
     expect_invalid(hier({{2, 2}}), "last group size 2 must equal the process group size 4",
                    "last size");
+    // 8:8 does not fit 4 ranks and is dropped: the message names it.
+    expect_invalid(hier({{2, 2}, {8, 8}}),
+                   "entry 1 (8:8) of {2:2, 8:8} does not fit in the process group of 4 ranks "
+                   "(group size larger than 4) and was dropped",
+                   "last entry dropped");
+    expect_invalid(hier({{1, 1}, {2, 2}, {8, 8}, {16, 16}}),
+                   "entry 2 (8:8), entry 3 (16:16) of {1:1, 2:2, 8:8, 16:16} do not fit",
+                   "two last entries dropped");
     expect_invalid(hier({{2, 2}, {4, 4}}, -1), "warmup_steps must be >= 0, got -1", "warm-up");
     // Ranks disagree: rank 3 has another warm-up. Everyone throws, nobody hangs.
     expect_invalid(hier({{2, 2}, {4, 4}}, rank == 3 ? 5 : 10),
@@ -348,9 +356,15 @@ TEST(HierarchicalModelAverager, WholeGroupErrors_NameTheLevelAndTheWorld) {
     expect_invalid(hier({{2, 4}, {4, 8}}),
                    "every group size of {2:4, 4:8} is larger than the process group size 3",
                    "nothing fits");
-    // Levels larger than the world are dropped, but a last level below it is still an error.
-    expect_invalid(hier({{2, 2}, {4, 4}}), "last group size 2 must equal the process group size 3",
+    // Levels larger than the world are dropped, but a last level below it is still an error,
+    // which names the entry that was given and dropped, not only the level left.
+    expect_invalid(hier({{2, 2}, {4, 4}}),
+                   "entry 1 (4:4) of {2:2, 4:4} does not fit in the process group of 3 ranks",
                    "top below the world");
+    expect_invalid(hier({{2, 2}, {4, 4}}),
+                   "leaves the last level 2:2 whose group size 2 must equal the process group "
+                   "size 3",
+                   "top below the world: the level left");
     (void)rank;
   });
   EXPECT_RANKS_OK(result);

@@ -4,13 +4,17 @@
 // in one process from the rule written in averaging_level.h and averagers.h).
 
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "comm/error.h"
+#include "comm/log.h"
 #include "framework/distributed/model_averaging/averagers.h"
 #include "framework/distributed/model_averaging/compression.h"
 #include "framework/distributed/model_averaging/hierarchical_model_averager.h"
@@ -466,6 +470,99 @@ TEST(LevelOptionsValidation, BadOptions_FailOnEveryRankNamingLevelAndValue) {
     EXPECT_FLOAT_EQ(p.to_vector()[0], 1.5f);
   });
   EXPECT_RANKS_OK(result);
+}
+
+// What this process logs while it lives (comm::logger()'s warnings), for tests of warnings.
+class LogCapture {
+ public:
+  LogCapture() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(out_)) {
+    comm::logger()->sinks().push_back(sink_);
+  }
+  ~LogCapture() {
+    auto& sinks = comm::logger()->sinks();
+    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
+  }
+  std::string text() {
+    sink_->flush();
+    return out_.str();
+  }
+
+ private:
+  std::ostringstream out_;
+  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
+};
+
+// Options that a configuration accepts but cannot apply are named in a warning: on a level that
+// was dropped, compression where nothing crosses a node, an overlap longer than the period.
+TEST(LevelOptionsIneffective, DroppedLevelsOptions_AreNamed) {
+  auto result = run_world(2, [&](int rank, const auto& pg) {
+    LogCapture log;
+    // 2:2 already covers the 2 ranks: the world level, with its outer optimizer, is dropped.
+    HierarchicalModelAverager averager(
+        {LevelOptions{.period = 2, .group_size = 2},
+         LevelOptions{.period = 8, .outer = OuterOptimizer{.lr = 0.7, .momentum = 0.9}}},
+        0, pg);
+    EXPECT_EQ(averager.level_options().size(), 1u);
+    if (rank == 0) {
+      EXPECT_NE(log.text().find("the options outer=0.7/0.9 of the dropped level "
+                                "8:world@outer=0.7/0.9 are not applied; the top level kept is 2:2"),
+                std::string::npos)
+          << log.text();
+    }
+  });
+  EXPECT_RANKS_OK(result);
+}
+
+TEST(LevelOptionsIneffective, OverlapLongerThanThePeriod_IsNamed) {
+  auto result = run_world(2, [&](int rank, const auto& pg) {
+    LogCapture log;
+    PeriodicModelAverager averager(LevelOptions{.period = 2, .overlap_steps = 5}, 0, pg);
+    if (rank == 0) {
+      EXPECT_NE(log.text().find("PeriodicModelAverager level 0 (2:2@overlap=5): overlap_steps 5 "
+                                "exceeds the period 2"),
+                std::string::npos)
+          << log.text();
+    }
+  });
+  EXPECT_RANKS_OK(result);
+}
+
+// A compressed level whose group is on one node averages in float32 and says so; alone (the
+// whole group is one rank) it averages as the same level without compression instead of
+// dereferencing a 16-bit averaging it never made.
+TEST(LevelOptionsIneffective, CompressionWithinOneNode_IsNamedAndAveragesInFloat32) {
+  for (const int world : {1, 2}) {
+    auto result = run_world(world, [&](int rank, const auto& pg) {
+      LogCapture log;
+      const LevelOptions top{.period = 2,
+                             .outer = OuterOptimizer{.lr = 0.5, .momentum = 0.9},
+                             .compression = Compression::kBF16,
+                             .error_feedback = true};
+      LevelOptions plain_top = top;
+      plain_top.compression = Compression::kNone;
+      plain_top.error_feedback = false;
+      HierarchicalModelAverager compressed({top}, 0, pg);
+      HierarchicalModelAverager float32({plain_top}, 0, pg);
+      Tensor a = make_param(initial_values(rank)), b = make_param(initial_values(rank));
+      for (int64_t t = 0; t < 7; ++t) {
+        add_local_step(a, rank, t);
+        add_local_step(b, rank, t);
+        compressed.average_parameters(std::vector<Tensor>{a});
+        float32.average_parameters(std::vector<Tensor>{b});
+        EXPECT_EQ(a.to_vector(), b.to_vector()) << "world " << world << " step " << t;
+      }
+      if (rank == 0) {
+        EXPECT_NE(log.text().find(hsgd::str_cat("model averaging level 0 (2:", world,
+                                                "@outer=0.5/0.9,bf16,ef): the ", world,
+                                                " ranks of group 'world' are on one node, so "
+                                                "compression bf16 with error feedback does "
+                                                "nothing there")),
+                  std::string::npos)
+            << log.text();
+      }
+    });
+    EXPECT_RANKS_OK(result);
+  }
 }
 
 TEST(LevelOptions, PairConstructorsBuildPlainLevels) {
