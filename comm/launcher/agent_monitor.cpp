@@ -8,6 +8,7 @@
 #include "comm/error.h"
 #include "comm/launcher/agent.h"
 #include "comm/launcher/detail/agent_attempt.h"
+#include "comm/launcher/exit_codes.h"
 #include "comm/log.h"
 
 namespace hsgd::comm::launcher {
@@ -132,10 +133,18 @@ FailureRecord LaunchAgent::describe_worker_failure(Attempt& a, int local_rank) {
   if (const std::string path = a.output->log_path(rank); !path.empty()) {
     msg << "\n  full output: " << path;
   }
-  return FailureRecord{.kind = FailureRecord::Kind::kWorkerFailed,
-                       .node_rank = a.nodes.node_rank,
-                       .rank = rank,
-                       .message = msg.str()};
+  FailureRecord::Kind kind = FailureRecord::Kind::kWorkerFailed;
+  if (status.signal == 0 && status.exit_code == kExitPreempted) {
+    kind = FailureRecord::Kind::kPreempted;
+    msg << "\n  exit code " << kExitPreempted
+        << " means preempted: it wrote a checkpoint and stopped; the job is not restarted";
+  } else if (status.signal == 0 && status.exit_code == kExitWillRepeat) {
+    kind = FailureRecord::Kind::kWillRepeat;
+    msg << "\n  exit code " << kExitWillRepeat
+        << " means a restart would fail the same way: the job is not restarted";
+  }
+  return FailureRecord{
+      .kind = kind, .node_rank = a.nodes.node_rank, .rank = rank, .message = msg.str()};
 }
 
 std::optional<FailureRecord> LaunchAgent::find_hung_worker(Attempt& a) {
@@ -245,8 +254,12 @@ void LaunchAgent::wait_and_reap(Attempt& a, int sig) {
     return true;
   };
   // Keep forwarding output meanwhile: a worker blocked on a full pipe could not exit.
-  // A second stop request (Ctrl-C twice) skips the grace period.
-  while (!all_exited() && Clock::now() < deadline && stop_requests_.load() < 2) {
+  // A second stop request by SIGINT (Ctrl-C twice) skips the grace period; a repeated SIGTERM or
+  // SIGUSR1 (a scheduler's, while the workers write their checkpoint) does not.
+  auto skip_grace = [&] {
+    return stop_requests_.load() >= 2 && last_stop_signal_.load() == SIGINT;
+  };
+  while (!all_exited() && Clock::now() < deadline && !skip_grace()) {
     if (a.output) a.output->pump(milliseconds(20));
   }
   int killed = 0;
