@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
@@ -30,27 +31,39 @@ sigset_t preemption_set() {
   return set;
 }
 
+// What either path does with a signal: record it when armed (async-signal-safe: lock-free atomics
+// and write(2)), else end the process by the default action.
+void take_signal(int sig) {
+  if (g_armed.load() > 0) {
+    int none = 0;
+    if (g_signal.compare_exchange_strong(none, sig)) {
+      const char* text = sig == SIGUSR1
+                             ? "received SIGUSR1: stopping after a checkpoint at a step boundary\n"
+                             : "received SIGTERM: stopping after a checkpoint at a step boundary\n";
+      (void)!::write(STDERR_FILENO, text, std::strlen(text));
+    }
+    return;
+  }
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  ::sigaction(sig, &dfl, nullptr);
+  sigset_t one;
+  sigemptyset(&one);
+  sigaddset(&one, sig);
+  pthread_sigmask(SIG_UNBLOCK, &one, nullptr);
+  ::raise(sig);  // delivered when a handler returns, at once in the watching thread
+}
+
+// Threads started before main (OpenBLAS starts its pool when the library loads) do not block
+// the signals: one delivered there runs this handler.
+void on_signal(int sig) { take_signal(sig); }
+
 [[noreturn]] void watch_signals() {
   const sigset_t set = preemption_set();
   while (true) {
     int sig = 0;
-    if (sigwait(&set, &sig) != 0) continue;
-    if (g_armed.load() > 0) {
-      int none = 0;
-      if (g_signal.compare_exchange_strong(none, sig)) {
-        std::fprintf(stderr, "received SIG%s: stopping after a checkpoint at a step boundary\n",
-                     sigabbrev_np(sig));
-        std::fflush(stderr);
-      }
-      continue;
-    }
-    // Not armed: the default action, as if no watch were installed.
-    std::signal(sig, SIG_DFL);
-    sigset_t one;
-    sigemptyset(&one);
-    sigaddset(&one, sig);
-    pthread_sigmask(SIG_UNBLOCK, &one, nullptr);
-    raise(sig);
+    if (sigwait(&set, &sig) == 0) take_signal(sig);
   }
 }
 
@@ -60,6 +73,11 @@ void install_preemption_signals() {
   static std::once_flag once;
   std::call_once(once, [] {
     const sigset_t set = preemption_set();
+    struct sigaction action {};
+    action.sa_handler = on_signal;
+    action.sa_flags = SA_RESTART;
+    action.sa_mask = set;
+    for (const int sig : {SIGUSR1, SIGTERM}) ::sigaction(sig, &action, nullptr);
     const int rc = pthread_sigmask(SIG_BLOCK, &set, nullptr);
     HSGD_CHECK_AS(Error, rc == 0,
                   "install_preemption_signals: pthread_sigmask failed: ", std::strerror(rc));

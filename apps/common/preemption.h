@@ -6,8 +6,10 @@
 // keeps the signals' default action (it dies of them).
 //
 // install_preemption_signals() blocks both signals in the calling thread and starts one thread
-// that waits for them; call it before any other thread starts (run_main does), so every thread
-// inherits the mask and no system call of the process is ever interrupted by them. While no
+// that waits for them; call it before the program starts threads (run_main does), so they
+// inherit the mask and their system calls are not interrupted by the signals. Threads started
+// before main (OpenBLAS's pool) do not block them: there a handler (SA_RESTART) does the same as
+// the waiting thread. While no
 // PreemptionCheck is armed, that thread ends the process by the signal's default action, as if
 // nothing had been installed. While one is armed, the first signal is recorded and later ones
 // are ignored (Slurm signals the workers itself as well as through hsgd-run; a second signal

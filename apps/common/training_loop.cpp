@@ -168,11 +168,11 @@ EvalResult train(const TrainingFlags& flags, const TrainingRun& run, TrainingEnd
     run.checkpoints->save_now(step);
     run.checkpoints->finish();
     if (lead) {
+      const int sig = preemption_signal();
       std::printf(
-          "preempted (SIG%s): stopped at step %lld of %lld after a checkpoint in %s/step_%lld;"
-          " exiting %d (resume with the same --checkpoint-dir)\n",
-          preemption_signal() != 0 ? sigabbrev_np(preemption_signal())
-                                   : "USR1/TERM on another rank",
+          "preempted (%s%s): stopped at step %lld of %lld after a checkpoint in %s/step_%lld; "
+          "exiting %d (resume with the same --checkpoint-dir)\n",
+          sig != 0 ? "SIG" : "a signal to another rank", sig != 0 ? sigabbrev_np(sig) : "",
           static_cast<long long>(step), static_cast<long long>(total_steps),
           run.checkpoints->dir().c_str(), static_cast<long long>(step),
           comm::launcher::kExitPreempted);

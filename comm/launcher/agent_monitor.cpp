@@ -124,27 +124,35 @@ FailureRecord LaunchAgent::describe_worker_failure(Attempt& a, int local_rank) {
   // The worker has exited: its output ends soon, unless it left children holding the pipe.
   a.output->drain(milliseconds(500), rank);
   const ExitStatus status = *a.workers[local_rank].poll();
+  const bool preempted = status.signal == 0 && status.exit_code == kExitPreempted;
+  const bool will_repeat = status.signal == 0 && status.exit_code == kExitWillRepeat;
   std::ostringstream msg;
   msg << "rank " << rank << " (node " << a.nodes.node_rank << " '"
       << a.nodes.nodes[a.nodes.node_rank].host << "', local rank " << local_rank << ", pid "
-      << a.workers[local_rank].pid() << ") failed with " << status.describe() << " in attempt "
-      << a.index;
+      << a.workers[local_rank].pid() << ") ";
+  if (preempted) {
+    // Not a failure: its output is the program's own account of the checkpoint.
+    msg << "was preempted: it exited " << kExitPreempted
+        << " after writing its part of a checkpoint, in attempt " << a.index
+        << "; the job is not restarted";
+    return FailureRecord{.kind = FailureRecord::Kind::kPreempted,
+                         .node_rank = a.nodes.node_rank,
+                         .rank = rank,
+                         .message = msg.str()};
+  }
+  msg << "failed with " << status.describe() << " in attempt " << a.index;
+  if (will_repeat) {
+    msg << " (" << kExitWillRepeat << ": a restart would fail the same way; not restarting)";
+  }
   if (!append_last_lines(msg, *a.output, rank)) msg << "; it printed nothing";
   if (const std::string path = a.output->log_path(rank); !path.empty()) {
     msg << "\n  full output: " << path;
   }
-  FailureRecord::Kind kind = FailureRecord::Kind::kWorkerFailed;
-  if (status.signal == 0 && status.exit_code == kExitPreempted) {
-    kind = FailureRecord::Kind::kPreempted;
-    msg << "\n  exit code " << kExitPreempted
-        << " means preempted: it wrote a checkpoint and stopped; the job is not restarted";
-  } else if (status.signal == 0 && status.exit_code == kExitWillRepeat) {
-    kind = FailureRecord::Kind::kWillRepeat;
-    msg << "\n  exit code " << kExitWillRepeat
-        << " means a restart would fail the same way: the job is not restarted";
-  }
   return FailureRecord{
-      .kind = kind, .node_rank = a.nodes.node_rank, .rank = rank, .message = msg.str()};
+      .kind = will_repeat ? FailureRecord::Kind::kWillRepeat : FailureRecord::Kind::kWorkerFailed,
+      .node_rank = a.nodes.node_rank,
+      .rank = rank,
+      .message = msg.str()};
 }
 
 std::optional<FailureRecord> LaunchAgent::find_hung_worker(Attempt& a) {
@@ -166,7 +174,15 @@ std::optional<FailureRecord> LaunchAgent::find_hung_worker(Attempt& a) {
 std::optional<LaunchAgent::Outcome> LaunchAgent::check_other_nodes(Attempt& a) {
   if (store_->check({a.failed_key()})) {
     last_failure_ = FailureRecord::from_store(to_string(store_->get(a.failed_key())), a.index);
-    if (last_failure_->node_rank >= 0) {
+    const auto kind = last_failure_->kind;
+    if (last_failure_->node_rank >= 0 &&
+        (kind == FailureRecord::Kind::kInterrupted || kind == FailureRecord::Kind::kPreempted)) {
+      logger()->warn("{}: node {} stopped the job ({}); sending SIGTERM to the workers of node {}",
+                     options_.names.agent, last_failure_->node_rank,
+                     kind == FailureRecord::Kind::kPreempted ? "a worker was preempted"
+                                                             : last_failure_->message,
+                     a.nodes.node_rank);
+    } else if (last_failure_->node_rank >= 0) {
       logger()->warn("{}: node {} reported a failure; stopping the workers of node {}",
                      options_.names.agent, last_failure_->node_rank, a.nodes.node_rank);
     } else {
@@ -211,7 +227,7 @@ LaunchAgent::Outcome LaunchAgent::succeed(Attempt& a) {
 
 LaunchAgent::Outcome LaunchAgent::fail(Attempt& a, const FailureRecord& cause) {
   last_failure_ = publish_failure(a, cause);
-  if (last_failure_->encode() != cause.encode()) {
+  if (last_failure_->encode() != cause.encode() && cause.kind != FailureRecord::Kind::kPreempted) {
     logger()->warn("{}: {} (not the root cause: another node failed first)", options_.names.agent,
                    cause.message);
   }
