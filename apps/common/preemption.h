@@ -17,12 +17,15 @@
 //
 // PreemptionCheck makes the ranks agree on the step: ranks receive the signal at different
 // steps, and all must save the same one. At every step boundary each rank starts an allreduce
-// (max) of "a signal arrived here" over the world and collects the previous boundary's result,
-// so the allreduce overlaps a whole step instead of adding its latency to each: a signal that
-// arrives on any rank before boundary k stops every rank after step k + 1 (the collective queue
-// is FIFO, so the flag is an 8-byte message ahead of the next step's gradients). In a world of
-// one the flag is read directly: the run stops at the next boundary. An unarmed check (no
-// checkpoints) costs nothing.
+// (max) of "a signal arrived here" over the world, and the allreduce started `lag` boundaries
+// earlier decides: a signal that reaches any rank before boundary k stops every rank at boundary
+// k + lag (or at the end of the run if that comes first). The answer is usually complete by then,
+// so the training thread only issues an 8-byte allreduce per step and waits for nothing; the
+// ranks stay within `lag` steps of each other, which DDP's and the averagers' collectives require
+// anyway at their own pace. Measured (train_mlp, 2 ranks on 2 shared cores, 2026-12-04, see
+// docs/launcher.md): with lag 1 a rank of a local-SGD run spent 3-4 ms per step waiting for the
+// other's flag; with lag 4, 0.03-0.3 ms. In a world of one the flag is read directly: the run
+// stops at the next boundary. An unarmed check (no checkpoints) costs nothing.
 //
 // Usage:
 //   PreemptionCheck preemption(world, /*armed=*/true);
@@ -36,6 +39,7 @@
 
 #include <csignal>
 #include <cstdint>
+#include <deque>
 #include <memory>
 
 #include "comm/process_group/process_group.h"
@@ -52,8 +56,10 @@ int preemption_signal();
 class PreemptionCheck {
  public:
   // armed: the run can write a checkpoint, so a signal is recorded instead of ending the process.
-  // world: the ranks that must agree (all of the run).
-  PreemptionCheck(std::shared_ptr<comm::ProcessGroup> world, bool armed);
+  // world: the ranks that must agree (all of the run). lag: steps from a flag to its decision
+  // (>= 1; hsgd::InvalidArgument otherwise).
+  static constexpr int kDefaultLag = 4;
+  PreemptionCheck(std::shared_ptr<comm::ProcessGroup> world, bool armed, int lag = kDefaultLag);
   // Disarms; waits for an allreduce in flight (its errors are logged, not thrown).
   ~PreemptionCheck();
   PreemptionCheck(const PreemptionCheck&) = delete;
@@ -69,8 +75,15 @@ class PreemptionCheck {
  private:
   const std::shared_ptr<comm::ProcessGroup> world_;
   const bool armed_;
-  std::shared_ptr<comm::Work> pending_;
-  double flag_ = 0;  // the allreduce's buffer, alive until pending_ completed
+  const int lag_;
+  struct Pending {
+    double flag = 0;  // the allreduce's buffer, alive until work completed
+    std::shared_ptr<comm::Work> work;
+  };
+  std::deque<Pending> pending_;  // oldest first, at most lag_
+  // Time spent in stop_now() (logged at debug level by the destructor).
+  int64_t checks_ = 0;
+  double seconds_ = 0;
 };
 
 }  // namespace hsgd::apps
