@@ -13,7 +13,7 @@
 #     first step S + 1, its last the planned 640, a final test accuracy;
 #   - the job ends COMPLETED with ExitCode=0:0.
 # Slurm makes a requeued job eligible again 120 s after the requeue (Reason=BeginTime); the test
-# sets StartTime=now once the job is pending again instead of waiting. About 40 s.
+# sets StartTime=now once the job is pending again instead of waiting. 15-30 s.
 # Skipped (77), saying why, without root, network namespaces or the Slurm packages. Everything
 # stops by pid, also on failure and at the deadline (HSGD_SLURM_PREEMPT_DEADLINE seconds after the
 # start, default 240, below ctest's TIMEOUT of 300).
