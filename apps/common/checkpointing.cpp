@@ -141,6 +141,12 @@ void RunCheckpoints::after_step(int64_t step, bool end_of_epoch) {
   last_saved_ = step;
 }
 
+void RunCheckpoints::save_now(int64_t step) {
+  if (!checkpointer_ || step <= last_saved_) return;
+  checkpointer_->save(step, {.replicas_equal = replicas_equal(step)});
+  last_saved_ = step;
+}
+
 void RunCheckpoints::finish() {
   if (checkpointer_) checkpointer_->wait();
 }

@@ -73,8 +73,13 @@ class RunCheckpoints {
   // Call after the optimizer step that brought the run to `step` steps; saves when --checkpoint-
   // every divides step, or (every == 0) when end_of_epoch.
   void after_step(int64_t step, bool end_of_epoch);
+  // Saves `step` now unless it is already saved (collective), e.g. when the run is preempted.
+  void save_now(int64_t step);
   // Waits for the last write; rethrows its error.
   void finish();
+  // Whether the run writes checkpoints (--checkpoint-dir given).
+  bool enabled() const { return checkpointer_ != nullptr; }
+  const std::string& dir() const { return flags_.dir; }
 
  private:
   bool replicas_equal(int64_t step) const;

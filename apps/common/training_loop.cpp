@@ -4,9 +4,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <optional>
 #include <span>
 
+#include "apps/common/preemption.h"
+#include "comm/launcher/exit_codes.h"
 #include "comm/launcher/worker_liveness.h"
 #include "comm/process_group/work.h"
 #include "framework/distributed/averaged_replicas.h"
@@ -54,7 +57,7 @@ EvalResult evaluate(nn::Module& model, const data::Dataset& test, int64_t max_ex
   return out;
 }
 
-EvalResult train(const TrainingFlags& flags, const TrainingRun& run) {
+EvalResult train(const TrainingFlags& flags, const TrainingRun& run, TrainingEnd* end) {
   comm::ProcessGroup& world = *run.world;
   const int world_size = world.size();
   const bool lead = world.rank() == 0;
@@ -80,6 +83,10 @@ EvalResult train(const TrainingFlags& flags, const TrainingRun& run) {
                              .averager = run.parallel->averager.get()});
   reporter.print(format_row("%5s %7s %10s %9s %10s %9s %8s %9s\n", "epoch", "steps", "train_loss",
                             "train_acc", "test_loss", "test_acc", "time_s", "images/s"));
+
+  // SIGUSR1 / SIGTERM stop the run at a step boundary after a checkpoint, when it writes them.
+  PreemptionCheck preemption(run.world, run.checkpoints->enabled());
+  bool preempted = false;
 
   EvalResult eval;
   // Rank 0's result for the average of the replicas, parameters and buffers (BatchNorm
@@ -134,6 +141,10 @@ EvalResult train(const TrainingFlags& flags, const TrainingRun& run) {
       comm::report_progress(step);  // hsgd-run's hang detection and lost-step count
       run.checkpoints->after_step(step, loader.position() == loader.num_batches());
       reporter.after_step(step, epoch + 1, loss_value, lr);
+      if (preemption.stop_now()) {
+        preempted = true;
+        break;
+      }
       if (flags.eval_every > 0 && steps % flags.eval_every == 0 && steps < loader.num_batches() &&
           step < total_steps) {
         reporter.begin_eval();
@@ -143,6 +154,7 @@ EvalResult train(const TrainingFlags& flags, const TrainingRun& run) {
         reporter.end_eval();
       }
     }
+    if (preempted) break;
     // Sums over ranks: every rank ran the same number of steps on its shard.
     std::vector<double> sums{loss_sum, correct, static_cast<double>(images), step_seconds};
     if (world_size > 1) world.allreduce(std::span<double>(sums))->wait();
@@ -160,7 +172,25 @@ EvalResult train(const TrainingFlags& flags, const TrainingRun& run) {
                               100 * eval.accuracy, seconds_since(start),
                               job_step_seconds > 0 ? sums[2] / job_step_seconds : 0.0));
   }
-  run.checkpoints->finish();
+  if (preempted) {
+    run.checkpoints->save_now(step);
+    run.checkpoints->finish();
+    if (lead) {
+      const int sig = preemption_signal();
+      std::printf(
+          "preempted (%s%s): stopped at step %lld of %lld after a checkpoint in %s/step_%lld; "
+          "exiting %d (resume with the same --checkpoint-dir)\n",
+          sig != 0 ? "SIG" : "a signal to another rank", sig != 0 ? sigabbrev_np(sig) : "",
+          static_cast<long long>(step), static_cast<long long>(total_steps),
+          run.checkpoints->dir().c_str(), static_cast<long long>(step),
+          comm::launcher::kExitPreempted);
+      std::fflush(stdout);
+    }
+  } else {
+    preemption.finish();
+    run.checkpoints->finish();
+  }
+  if (end != nullptr) *end = TrainingEnd{.step = step, .preempted = preempted};
   return eval;
 }
 
@@ -179,10 +209,11 @@ void print_report(const TrainingRun& run, const ParallelFlags& parallel, const E
 int train_and_report(const TrainingFlags& flags, const TrainingRun& run,
                      const ParallelFlags& parallel) {
   const auto start = Clock::now();
-  const EvalResult result = train(flags, run);
-  print_report(run, parallel, result, seconds_since(start));
+  TrainingEnd end;
+  const EvalResult result = train(flags, run, &end);
+  if (!end.preempted) print_report(run, parallel, result, seconds_since(start));
   run.world->shutdown();
-  return 0;
+  return end.preempted ? comm::launcher::kExitPreempted : 0;
 }
 
 }  // namespace hsgd::apps

@@ -22,6 +22,11 @@
 // an epoch; the clock behind the "eval:" lines and train_s stops while the replicas are averaged
 // and evaluated and restarts after a barrier of all ranks.
 //
+// Preemption: with --checkpoint-dir, SIGUSR1 or SIGTERM stop every rank at the same step
+// boundary (at most one step after the signal reached any rank), after a checkpoint of that step
+// (apps/common/preemption.h); rank 0 prints "preempted (SIGUSR1): stopped at step S of T after a
+// checkpoint in DIR/step_S; ..." and train_and_report returns comm::launcher::kExitPreempted.
+//
 // Resume: the run first loads a checkpoint as --checkpoint-dir/--resume say (RunCheckpoints); a
 // checkpoint taken at the end of an epoch resumes at the start of the next.
 
@@ -61,9 +66,17 @@ struct TrainingRun {
   bool distributed = false;  // print the wall time line of the report
 };
 
+// How train() ended: the steps trained in all (resumed ones included), and whether it stopped
+// early on a preemption signal (apps/common/preemption.h) after a checkpoint of that step.
+struct TrainingEnd {
+  int64_t step = 0;
+  bool preempted = false;
+};
+
 // Trains as the file comment says (collective over run.world); returns rank 0's last
-// evaluation (other ranks get zeros).
-EvalResult train(const TrainingFlags& flags, const TrainingRun& run);
+// evaluation (other ranks get zeros; nothing evaluated when preempted). end, if given, says how
+// the run ended.
+EvalResult train(const TrainingFlags& flags, const TrainingRun& run, TrainingEnd* end = nullptr);
 
 // Rank 0: "final test accuracy: A%", in a distributed run "<program>: W ranks, mode M, training
 // wall time T s (rank 0)", and the averager's level_stats() table.
@@ -72,7 +85,8 @@ void print_report(const TrainingRun& run, const ParallelFlags& parallel, const E
 
 // What both examples do once everything is built: train(), print_report() with the wall time,
 // then shut the world group down (no rank leaves while a peer may still have a collective in
-// flight). Returns the exit code, 0.
+// flight). Returns the exit code: 0, or comm::launcher::kExitPreempted (75) when preempted (no
+// report then).
 int train_and_report(const TrainingFlags& flags, const TrainingRun& run,
                      const ParallelFlags& parallel);
 

@@ -46,8 +46,12 @@ Workers get RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WO
 MASTER_ADDR, MASTER_PORT, HSGD_RUN_ID, HSGD_JOB_ID, HSGD_RESTART_COUNT, HSGD_MAX_RESTARTS,
 HSGD_PROGRESS_FILE (and OMP_NUM_THREADS=HSGD_NUM_THREADS=OPENBLAS_NUM_THREADS=1 when
 --nproc-per-node > 1 and unset).
-Exit code: 0 when every worker on every node exited 0; 1 on failure; 2 on a usage error;
-128+N after signal N.)";
+SIGINT, SIGTERM and SIGUSR1 are forwarded to the workers (and the other nodes stop theirs);
+train_mlp and train_resnet with --checkpoint-dir take SIGTERM/SIGUSR1 as a preemption: a
+checkpoint at a step boundary, then exit 75.
+Exit code: 0 when every worker on every node exited 0; 75 when the job was preempted (the
+workers exited 75 after a checkpoint; not restarted); 78 when a worker exited 78 (a failure a
+restart would repeat; not restarted); 1 on failure; 2 on a usage error; 128+N after signal N.)";
 
 constexpr double kYear = 365.0 * 24 * 3600;
 constexpr double kDay = 24 * 3600;

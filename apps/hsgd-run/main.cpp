@@ -36,7 +36,9 @@ std::chrono::milliseconds seconds_to_ms(double s) {
   return std::chrono::milliseconds(static_cast<int64_t>(s * 1000.0));
 }
 
-// Waits for SIGINT/SIGTERM (blocked in every thread) and hands them to the agent.
+// Waits for SIGINT/SIGTERM/SIGUSR1 (blocked in every thread) and hands them to the agent, which
+// forwards them to the workers: SIGUSR1 and SIGTERM are how Slurm announces a preemption or the
+// end of the time limit (--signal=B:USR1@60 through the batch script, SIGTERM before SIGKILL).
 class SignalForwarder {
  public:
   explicit SignalForwarder(LaunchAgent& agent)
@@ -45,6 +47,7 @@ class SignalForwarder {
           sigemptyset(&set);
           sigaddset(&set, SIGINT);
           sigaddset(&set, SIGTERM);
+          sigaddset(&set, SIGUSR1);
           const timespec tick{0, 100'000'000};
           while (!done_.load()) {
             int sig = sigtimedwait(&set, nullptr, &tick);
@@ -67,11 +70,13 @@ int run(int argc, char** argv) {
   if (!parsed) return 0;  // --help
   const Flags& f = *parsed;
 
-  // SIGINT/SIGTERM go to the forwarding thread only: block them before any thread starts.
+  // SIGINT/SIGTERM/SIGUSR1 go to the forwarding thread only: block them before any thread
+  // starts.
   sigset_t blocked;
   sigemptyset(&blocked);
   sigaddset(&blocked, SIGINT);
   sigaddset(&blocked, SIGTERM);
+  sigaddset(&blocked, SIGUSR1);
   pthread_sigmask(SIG_BLOCK, &blocked, nullptr);
   signal(SIGPIPE, SIG_IGN);  // a closed terminal must not kill the launcher (and its workers)
 

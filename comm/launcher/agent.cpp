@@ -12,6 +12,7 @@
 
 #include "comm/error.h"
 #include "comm/launcher/detail/agent_attempt.h"
+#include "comm/launcher/exit_codes.h"
 #include "comm/launcher/heartbeat.h"
 #include "comm/launcher/worker_env.h"
 #include "comm/log.h"
@@ -74,6 +75,7 @@ void LaunchAgent::request_stop(int sig) {
   // Async-signal-safe: atomics and write(2) only.
   int expected = 0;
   stop_signal_.compare_exchange_strong(expected, sig);
+  last_stop_signal_.store(sig);
   stop_requests_.fetch_add(1);
   const uint64_t one = 1;
   (void)!::write(wake_fd_, &one, sizeof(one));
@@ -106,6 +108,21 @@ int LaunchAgent::run() {
       return 0;
     }
     if (outcome == Outcome::kInterrupted) {
+      if (last_failure_ && last_failure_->kind == FailureRecord::Kind::kWillRepeat) {
+        logger()->error(
+            "{}: job '{}' stopped without restarting ({} of {} {} left unused): a worker "
+            "exited {}, a failure a restart would repeat. Root cause: {}",
+            names.agent, options_.run_id, options_.max_restarts - attempt, options_.max_restarts,
+            names.max_restarts, kExitWillRepeat, last_failure_->message);
+        return kExitWillRepeat;
+      }
+      if (local_preempted_) {
+        logger()->warn(
+            "{}: job '{}' preempted in attempt {}: the workers of this node wrote a checkpoint "
+            "and exited {}; not restarting, exiting {} (resume from the checkpoint)",
+            names.agent, options_.run_id, attempt, kExitPreempted, kExitPreempted);
+        return kExitPreempted;
+      }
       const int sig = stop_signal_.load();
       if (sig != 0) return 128 + sig;
       logger()->error("{}: job '{}' stopped: {}", names.agent, options_.run_id,
@@ -157,6 +174,21 @@ LaunchAgent::Outcome LaunchAgent::run_attempt(int attempt) {
   spawn_workers(a);
   const Outcome outcome = monitor(a);
   account_steps(a);
+  // Preempted: every local worker is gone, at least one exited kExitPreempted (it wrote its part
+  // of the checkpoint) and none failed (a worker may have finished the run just then).
+  local_preempted_ = false;
+  bool all_clean = true;
+  for (auto& w : a.workers) {
+    const auto& status = w.poll();
+    if (!status || status->signal != 0) {
+      all_clean = false;
+    } else if (status->exit_code == kExitPreempted) {
+      local_preempted_ = true;
+    } else if (status->exit_code != 0) {
+      all_clean = false;
+    }
+  }
+  local_preempted_ = local_preempted_ && all_clean;
   return outcome;
 }
 

@@ -37,12 +37,19 @@
 //
 // Contract:
 // - run() returns the exit code for hsgd-run: 0 only if every worker of the last attempt on every
-//   node exited 0; 1 if the job failed; 128 + signal if it was interrupted by request_stop().
-//   It throws hsgd::Timeout / hsgd::InvalidArgument from the rendezvous and hsgd::CommError if the
-//   store fails. Whatever way run() ends, no worker process is left running.
+//   node exited 0; kExitWillRepeat (78) when a worker on any node exited 78 (the job stops at
+//   once, without spending restarts); kExitPreempted (75) when the job stopped (a signal to an
+//   agent, or a worker exiting 75) and every local worker then exited 75 or 0, at least one 75 (it
+//   wrote a checkpoint; comm/launcher/exit_codes.h); else 128 + signal if it was interrupted by
+//   request_stop(), and 1 if the job failed. It throws hsgd::Timeout / hsgd::InvalidArgument from
+//   the rendezvous and hsgd::CommError if the store fails. Whatever way run() ends, no worker
+//   process is left running.
 // - request_stop(sig) may be called from any thread or a signal handler: sig is forwarded to the
-//   workers (SIGKILL after the grace period; a second request skips the grace period) and the
-//   other nodes are told to stop.
+//   workers (SIGKILL after the grace period; a second request skips the grace period when it is
+//   SIGINT, not when a scheduler repeats SIGTERM or SIGUSR1 while the workers write a checkpoint)
+//   and the other nodes are told to stop (their workers get SIGTERM). A worker that handles
+//   SIGUSR1 / SIGTERM as a preemption (apps/common/preemption.h) writes a checkpoint at its next
+//   step boundary and exits kExitPreempted, and run() returns kExitPreempted.
 // - Call run() from a thread that outlives it (workers die with the thread that forked them).
 //
 // Usage:
@@ -161,11 +168,13 @@ class LaunchAgent {
   // Set by request_stop() from any thread.
   std::atomic<int> stop_signal_{0};
   std::atomic<int> stop_requests_{0};
+  std::atomic<int> last_stop_signal_{0};
   // Used by the run() thread only.
   std::optional<FailureRecord> last_failure_;
   int64_t steps_lost_ = 0;
   int64_t step_before_restart_ = -1;  // last step of the failed attempt, until the next resumes
   bool any_step_ = false;
+  bool local_preempted_ = false;  // the last attempt's local workers all exited 75 (or 0)
 };
 
 }  // namespace hsgd::comm::launcher

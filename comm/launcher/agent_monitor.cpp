@@ -8,6 +8,7 @@
 #include "comm/error.h"
 #include "comm/launcher/agent.h"
 #include "comm/launcher/detail/agent_attempt.h"
+#include "comm/launcher/exit_codes.h"
 #include "comm/log.h"
 #include "comm/store/store_outage.h"
 
@@ -133,19 +134,35 @@ FailureRecord LaunchAgent::describe_worker_failure(Attempt& a, int local_rank) {
   // The worker has exited: its output ends soon, unless it left children holding the pipe.
   a.output->drain(milliseconds(500), rank);
   const ExitStatus status = *a.workers[local_rank].poll();
+  const bool preempted = status.signal == 0 && status.exit_code == kExitPreempted;
+  const bool will_repeat = status.signal == 0 && status.exit_code == kExitWillRepeat;
   std::ostringstream msg;
   msg << "rank " << rank << " (node " << a.nodes.node_rank << " '"
       << a.nodes.nodes[a.nodes.node_rank].host << "', local rank " << local_rank << ", pid "
-      << a.workers[local_rank].pid() << ") failed with " << status.describe() << " in attempt "
-      << a.index;
+      << a.workers[local_rank].pid() << ") ";
+  if (preempted) {
+    // Not a failure: its output is the program's own account of the checkpoint.
+    msg << "was preempted: it exited " << kExitPreempted
+        << " after writing its part of a checkpoint, in attempt " << a.index
+        << "; the job is not restarted";
+    return FailureRecord{.kind = FailureRecord::Kind::kPreempted,
+                         .node_rank = a.nodes.node_rank,
+                         .rank = rank,
+                         .message = msg.str()};
+  }
+  msg << "failed with " << status.describe() << " in attempt " << a.index;
+  if (will_repeat) {
+    msg << " (" << kExitWillRepeat << ": a restart would fail the same way; not restarting)";
+  }
   if (!append_last_lines(msg, *a.output, rank)) msg << "; it printed nothing";
   if (const std::string path = a.output->log_path(rank); !path.empty()) {
     msg << "\n  full output: " << path;
   }
-  return FailureRecord{.kind = FailureRecord::Kind::kWorkerFailed,
-                       .node_rank = a.nodes.node_rank,
-                       .rank = rank,
-                       .message = msg.str()};
+  return FailureRecord{
+      .kind = will_repeat ? FailureRecord::Kind::kWillRepeat : FailureRecord::Kind::kWorkerFailed,
+      .node_rank = a.nodes.node_rank,
+      .rank = rank,
+      .message = msg.str()};
 }
 
 std::optional<FailureRecord> LaunchAgent::find_hung_worker(Attempt& a) {
@@ -167,7 +184,15 @@ std::optional<FailureRecord> LaunchAgent::find_hung_worker(Attempt& a) {
 std::optional<LaunchAgent::Outcome> LaunchAgent::check_other_nodes(Attempt& a) {
   if (store_->check({a.failed_key()})) {
     last_failure_ = FailureRecord::from_store(to_string(store_->get(a.failed_key())), a.index);
-    if (last_failure_->node_rank >= 0) {
+    const auto kind = last_failure_->kind;
+    if (last_failure_->node_rank >= 0 &&
+        (kind == FailureRecord::Kind::kInterrupted || kind == FailureRecord::Kind::kPreempted)) {
+      logger()->warn("{}: node {} stopped the job ({}); sending SIGTERM to the workers of node {}",
+                     options_.names.agent, last_failure_->node_rank,
+                     kind == FailureRecord::Kind::kPreempted ? "a worker was preempted"
+                                                             : last_failure_->message,
+                     a.nodes.node_rank);
+    } else if (last_failure_->node_rank >= 0) {
       logger()->warn("{}: node {} reported a failure; stopping the workers of node {}",
                      options_.names.agent, last_failure_->node_rank, a.nodes.node_rank);
     } else {
@@ -212,7 +237,7 @@ LaunchAgent::Outcome LaunchAgent::succeed(Attempt& a) {
 
 LaunchAgent::Outcome LaunchAgent::fail(Attempt& a, const FailureRecord& cause) {
   last_failure_ = publish_failure(a, cause);
-  if (last_failure_->encode() != cause.encode()) {
+  if (last_failure_->encode() != cause.encode() && cause.kind != FailureRecord::Kind::kPreempted) {
     logger()->warn("{}: {} (not the root cause: another node failed first)", options_.names.agent,
                    cause.message);
   }
@@ -255,8 +280,12 @@ void LaunchAgent::wait_and_reap(Attempt& a, int sig) {
     return true;
   };
   // Keep forwarding output meanwhile: a worker blocked on a full pipe could not exit.
-  // A second stop request (Ctrl-C twice) skips the grace period.
-  while (!all_exited() && Clock::now() < deadline && stop_requests_.load() < 2) {
+  // A second stop request by SIGINT (Ctrl-C twice) skips the grace period; a repeated SIGTERM or
+  // SIGUSR1 (a scheduler's, while the workers write their checkpoint) does not.
+  auto skip_grace = [&] {
+    return stop_requests_.load() >= 2 && last_stop_signal_.load() == SIGINT;
+  };
+  while (!all_exited() && Clock::now() < deadline && !skip_grace()) {
     if (a.output) a.output->pump(milliseconds(20));
   }
   int killed = 0;

@@ -28,7 +28,7 @@ FailureRecord FailureRecord::decode(const std::string& text) {
       throw std::invalid_argument("missing header line");
     }
     const int k = std::stoi(kind);
-    if (k < 0 || k > static_cast<int>(Kind::kFatal)) throw std::invalid_argument("kind");
+    if (k < 0 || k > static_cast<int>(Kind::kWillRepeat)) throw std::invalid_argument("kind");
     r.kind = static_cast<Kind>(k);
     r.node_rank = std::stoi(node);
     r.rank = std::stoi(rank);

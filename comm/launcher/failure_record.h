@@ -3,8 +3,10 @@
 // agents on the other nodes stop their workers too and all report the same root cause.
 //
 // The first record written for an attempt wins (compare_set on an empty key): it is the root
-// cause. kWorkerFailed allows a restart; kInterrupted (SIGINT/SIGTERM to an agent) and kFatal
-// (e.g. the program cannot be executed) end the job on every node.
+// cause. kWorkerFailed allows a restart; kInterrupted (a signal to an agent), kFatal (e.g. the
+// program cannot be executed), kPreempted (a worker exited kExitPreempted after a checkpoint) and
+// kWillRepeat (a worker exited kExitWillRepeat: a restart would fail the same way; see
+// comm/launcher/exit_codes.h) end the job on every node.
 //
 // Usage:
 //   FailureRecord r{.kind = FailureRecord::Kind::kWorkerFailed, .node_rank = 0, .rank = 3,
@@ -16,7 +18,7 @@
 namespace hsgd::comm::launcher {
 
 struct FailureRecord {
-  enum class Kind { kWorkerFailed, kInterrupted, kFatal };
+  enum class Kind { kWorkerFailed, kInterrupted, kFatal, kPreempted, kWillRepeat };
 
   Kind kind = Kind::kWorkerFailed;
   int node_rank = -1;

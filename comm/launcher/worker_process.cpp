@@ -42,12 +42,12 @@ bool is_executable_file(const std::string& path) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   // The parent may have died before prctl took effect: then nobody would ever kill us.
   if (::getppid() != parent) ::_exit(127);
-  // The launcher blocks SIGINT/SIGTERM to handle them in one thread, and may ignore SIGPIPE;
-  // both the mask and ignored dispositions survive exec, so give the worker a clean slate.
+  // The launcher blocks SIGINT/SIGTERM/SIGUSR1 to handle them in one thread, and may ignore
+  // SIGPIPE; both the mask and ignored dispositions survive exec, so give the worker a clean slate.
   sigset_t none;
   ::sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
-  for (int sig : {SIGINT, SIGTERM, SIGPIPE, SIGHUP, SIGQUIT}) ::signal(sig, SIG_DFL);
+  for (int sig : {SIGINT, SIGTERM, SIGUSR1, SIGPIPE, SIGHUP, SIGQUIT}) ::signal(sig, SIG_DFL);
   if (::dup2(out_w, STDOUT_FILENO) < 0 || ::dup2(err_w, STDERR_FILENO) < 0) {
     int err = errno;
     (void)!::write(exec_err_w, &err, sizeof(err));
