@@ -127,8 +127,8 @@ def run_job(args, job):
             "load_before": round(load_before, 1), "load_after": round(os.getloadavg()[0], 1)}
 
 
-def fmt(value, spec):
-    return "—" if value is None or value == "" else format(float(value), spec)
+def fmt(value, spec, unit=""):
+    return "—" if value is None or value == "" else format(float(value), spec) + unit
 
 
 def ratio(a, b):
@@ -161,8 +161,8 @@ def table(results):
             f"| {fmt(get(h, 'mb_across_link'), ',.0f')} | {fmt(get(t, 'mb_across_link'), ',.0f')} "
             f"| {ratio(get(h, 'mb_across_link'), get(t, 'mb_across_link'))} "
             f"| {fmt(get(h, 'link_limit_s'), '.1f')} | {fmt(get(t, 'link_limit_s'), '.1f')} "
-            f"| {fmt(get(h, 'final_test_accuracy'), '.2f')}% "
-            f"| {fmt(get(t, 'final_test_accuracy'), '.2f')}% "
+            f"| {fmt(get(h, 'final_test_accuracy'), '.2f', '%')} "
+            f"| {fmt(get(t, 'final_test_accuracy'), '.2f', '%')} "
             f"| {fmt(get(h, 'job_wall_s'), '.0f')} | {fmt(get(t, 'job_wall_s'), '.0f')} "
             f"| {loads} |")
     return "\n".join(lines)
@@ -253,8 +253,9 @@ def main():
                         help="print every job's command line, run nothing")
     parser.add_argument("--self-check", action="store_true",
                         help="check the rate arithmetic and the table, run nothing")
-    parser.add_argument("--table-only", metavar="CSV",
-                        help="print the table of a cluster_bench.csv, run nothing")
+    parser.add_argument("--table-only", metavar="CSV", nargs="+",
+                        help="print the table of the jobs in these cluster_bench.csv files, run "
+                        "nothing")
     args = parser.parse_args()
     for name in ("epochs",):
         if getattr(args, name) < 1:
@@ -266,7 +267,7 @@ def main():
         self_check()
         return
     if args.table_only:
-        print(table(read_results(args.table_only)))
+        print(table([r for path in args.table_only for r in read_results(path)]))
         return
     todo = jobs(args)
     if args.dry_run:

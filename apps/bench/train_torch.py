@@ -55,6 +55,10 @@ from torch.distributed.algorithms.model_averaging.hierarchical_model_averager im
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "golden_resnet"))
+sys.path.insert(0, HERE)
+# torch 1.13's dist.new_subgroups refuses to run without CUDA; the same contiguous groups are
+# built with dist.new_group (as the averaging benchmark does), for the hook and the averager.
+from averaging_bench_torch import new_subgroups_via_new_group  # noqa: E402
 
 MEAN, STD = 0.2860, 0.3530
 MASK = (1 << 64) - 1
@@ -280,6 +284,7 @@ def main():
     ddp = nn.parallel.DistributedDataParallel(model)
     averager = None
     if args.mode == "hierarchical":
+        dist.new_subgroups = new_subgroups_via_new_group
         subgroup = None
         size = args.subgroup_size or local_world
         if size > 1:
