@@ -215,17 +215,13 @@ def program_of(args):
     return program
 
 
-def run_one(topology, rate, mode, args, log_path):
-    """Runs one job on the emulated cluster; returns (eval rows, link stats, train_s at the end
-    of step WARMUP_STEPS). Raises on failure."""
-    metrics = log_path[:-len(".log")] + ".jsonl"
-    if os.path.exists(metrics):
-        os.remove(metrics)  # the program appends to an existing file
-    program = program_of(args) + topology.modes[mode][1]
-    program += ["--log-every", str(WARMUP_STEPS), "--metrics-out", metrics]
+def run_on_cluster(cluster_flags, program, args, log_path, what):
+    """Runs `program` as one job on scripts/emulated_cluster.sh with `cluster_flags` (and
+    args.port, args.build, args.run_timeout), its output into log_path; returns the link
+    statistics (the --stats key=value lines as a dict). Raises RuntimeError naming `what` when
+    the job fails."""
     with tempfile.NamedTemporaryFile("r", suffix=".stats") as stats, open(log_path, "w") as log:
-        command = [os.path.join(ROOT, "scripts/emulated_cluster.sh")]
-        command += topology.cluster_flags(rate, args)
+        command = [os.path.join(ROOT, "scripts/emulated_cluster.sh")] + cluster_flags
         command += ["--port", str(args.port), "--build", args.build, "--stats", stats.name,
                     "--timeout", str(args.run_timeout), "--"] + program
         log.write("$ " + " ".join(command) + "\n")
@@ -246,15 +242,33 @@ def run_one(topology, rate, mode, args, log_path):
             raise
         link = dict(line.strip().split("=", 1) for line in stats if "=" in line)
     if rc != 0:
-        raise RuntimeError(f"{mode} at {rate}: emulated_cluster.sh exited with {rc}; "
-                           f"see {log_path}")
+        raise RuntimeError(f"{what}: emulated_cluster.sh exited with {rc}; see {log_path}")
+    return link
+
+
+def eval_lines(log_path):
+    """Rank 0's 'eval:' lines in a job's output: [{epoch, step, train_s, test_accuracy}]."""
     rows = []
     with open(log_path) as log:
         for line in log:
             m = EVAL_LINE.search(line)
             if m:
-                rows.append({"rate": rate, "mode": mode, "epoch": int(m[1]), "step": int(m[2]),
-                             "train_s": float(m[3]), "test_accuracy": float(m[4])})
+                rows.append({"epoch": int(m[1]), "step": int(m[2]), "train_s": float(m[3]),
+                             "test_accuracy": float(m[4])})
+    return rows
+
+
+def run_one(topology, rate, mode, args, log_path):
+    """Runs one job on the emulated cluster; returns (eval rows, link stats, train_s at the end
+    of step WARMUP_STEPS). Raises on failure."""
+    metrics = log_path[:-len(".log")] + ".jsonl"
+    if os.path.exists(metrics):
+        os.remove(metrics)  # the program appends to an existing file
+    program = program_of(args) + topology.modes[mode][1]
+    program += ["--log-every", str(WARMUP_STEPS), "--metrics-out", metrics]
+    link = run_on_cluster(topology.cluster_flags(rate, args), program, args, log_path,
+                          f"{mode} at {rate}")
+    rows = [dict({"rate": rate, "mode": mode}, **r) for r in eval_lines(log_path)]
     if not rows:
         raise RuntimeError(f"{mode} at {rate}: no 'eval:' lines in {log_path}")
     warmup_s = None
