@@ -47,8 +47,10 @@ grep -Eq "error: checkpoint: no space for '$mnt/ckpt/step_1/rank_0': it needs [0
 no_step_dirs "one process"
 
 rc=0
-timeout 150 "$run" --nproc-per-node 2 --max-restarts 0 -- "$mlp" "${train[@]}" > "$tmp/run.log" 2>&1 || rc=$?
-[ "$rc" -ne 0 ] || fail "hsgd-run: exit code 0 on a full disk"
+timeout 150 "$run" --nproc-per-node 2 --max-restarts 2 -- "$mlp" "${train[@]}" > "$tmp/run.log" 2>&1 || rc=$?
+[ "$rc" -eq 78 ] || fail "hsgd-run: exit code $rc on a full disk, expected 78"
+grep -q "stopped without restarting (2 of 2 --max-restarts left unused)" "$tmp/run.log" ||
+  fail "hsgd-run spent restarts on a failure that a restart would repeat"
 grep -Eq "Root cause: rank [01] .* failed with exit code 78" "$tmp/run.log" ||
   fail "hsgd-run: the root cause is not a worker's exit code 78"
 no_step_dirs "hsgd-run"
