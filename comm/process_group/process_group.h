@@ -248,6 +248,8 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
 
   std::shared_ptr<Work> enqueue(hsgd::detail::CollectiveFingerprint fp,
                                 std::function<void(uint32_t tag)> run);
+  // A barrier of all members with fingerprint fp (barrier and named_barrier differ only in it).
+  std::shared_ptr<Work> enqueue_barrier(hsgd::detail::CollectiveFingerprint fp);
   // The error that breaks the group after the collective fp failed with e.
   std::exception_ptr on_failure(const hsgd::detail::CollectiveFingerprint& fp,
                                 const std::exception& e);

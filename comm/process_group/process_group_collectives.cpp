@@ -191,23 +191,17 @@ std::shared_ptr<Work> ProcessGroup::ring_exchange(std::span<const int64_t> send,
 std::shared_ptr<Work> ProcessGroup::barrier(std::string_view label) {
   CollectiveFingerprint fp{.kind = "barrier"};
   fp.label = label;
-  return enqueue(std::move(fp), [this](uint32_t tag) {
-    if (size() == 1) return;
-    gloo::BarrierOptions opts(context_);
-    opts.setTag(tag);
-    opts.setTimeout(options_.timeout);
-    gloo::barrier(opts);
-  });
+  return enqueue_barrier(std::move(fp));
 }
-
-}  // namespace hsgd::comm
-
-namespace hsgd::comm {
 
 std::shared_ptr<Work> ProcessGroup::named_barrier(std::string_view name) {
   // The name is in args (part of the shape hash and of the Gloo tag) and is the label.
   CollectiveFingerprint fp{.kind = "barrier", .args = std::string(name)};
   fp.label = name;
+  return enqueue_barrier(std::move(fp));
+}
+
+std::shared_ptr<Work> ProcessGroup::enqueue_barrier(CollectiveFingerprint fp) {
   return enqueue(std::move(fp), [this](uint32_t tag) {
     if (size() == 1) return;
     gloo::BarrierOptions opts(context_);
