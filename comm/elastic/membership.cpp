@@ -1,0 +1,151 @@
+#include "comm/elastic/membership.h"
+
+#include <sstream>
+
+#include "comm/error.h"
+
+namespace hsgd::comm::elastic {
+namespace {
+
+// Ids and hosts are written space-separated: neither may hold white space or be empty.
+void check_word(const std::string& what, const std::string& value) {
+  HSGD_CHECK_AS(CommError, !value.empty(), "elastic membership: empty ", what);
+  for (char c : value) {
+    HSGD_CHECK_AS(CommError, c != ' ' && c != '\n' && c != '\t', "elastic membership: ", what, " '",
+                  value, "' holds white space");
+  }
+}
+
+std::optional<int64_t> read_int(Store& store, const std::string& key) {
+  if (!store.check({key})) return std::nullopt;
+  const std::string text = to_string(store.get(key, std::chrono::seconds(10)));
+  try {
+    return std::stoll(text);
+  } catch (const std::exception&) {
+    HSGD_CHECK_AS(CommError, false, "elastic membership: key ", key, " holds '", text,
+                  "', expected an integer");
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+int Generation::world_size() const {
+  int total = 0;
+  for (const MemberNode& node : nodes) total += node.local_world_size;
+  return total;
+}
+
+int Generation::node_rank(const std::string& id) const {
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (nodes[i].id == id) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+int Generation::rank_offset(const std::string& id) const {
+  int offset = 0;
+  for (const MemberNode& node : nodes) {
+    if (node.id == id) return offset;
+    offset += node.local_world_size;
+  }
+  return -1;
+}
+
+std::string Generation::describe() const {
+  std::string out;
+  for (const MemberNode& node : nodes) {
+    if (!out.empty()) out += ' ';
+    out += node.id + "(" + node.host + "," + std::to_string(node.local_world_size) + ")";
+  }
+  return out;
+}
+
+std::string Generation::encode() const {
+  std::string out = "generation " + std::to_string(number) + "\n";
+  for (const MemberNode& node : nodes) {
+    check_word("node id", node.id);
+    check_word("host", node.host);
+    out += node.id + " " + node.host + " " + std::to_string(node.local_world_size) + "\n";
+  }
+  return out;
+}
+
+Generation Generation::decode(const std::string& text) {
+  std::istringstream in(text);
+  std::string word;
+  Generation g;
+  HSGD_CHECK_AS(CommError, (in >> word >> g.number) && word == "generation" && g.number >= 0,
+                "elastic membership: not a generation record: '", text.substr(0, 80), "'");
+  MemberNode node;
+  while (in >> node.id >> node.host >> node.local_world_size) {
+    HSGD_CHECK_AS(CommError, node.local_world_size >= 1, "elastic membership: node ", node.id,
+                  " has local world size ", node.local_world_size, ", expected >= 1");
+    g.nodes.push_back(node);
+  }
+  HSGD_CHECK_AS(CommError, in.eof(), "elastic membership: garbage in generation ", g.number, ": '",
+                text.substr(0, 80), "'");
+  return g;
+}
+
+std::string node_key(const std::string& id) { return kElasticPrefix + "node/" + id; }
+std::string left_key(const std::string& id) { return kElasticPrefix + "left/" + id; }
+std::string generation_key(int64_t number) {
+  return kElasticPrefix + "gen/" + std::to_string(number);
+}
+std::string slot_key(int64_t slot) { return kElasticPrefix + "slot/" + std::to_string(slot); }
+std::string generation_prefix(int64_t number) {
+  return kElasticPrefix + "g" + std::to_string(number) + "/";
+}
+
+std::optional<Generation> read_latest_generation(Store& store) {
+  int64_t number = read_int(store, kLatestKey).value_or(-1);
+  // A proposer writes gen/<g> before latest: follow newer records it has not announced yet.
+  while (store.check({generation_key(number + 1)})) ++number;
+  if (number < 0) return std::nullopt;
+  return Generation::decode(to_string(store.get(generation_key(number), std::chrono::seconds(10))));
+}
+
+Generation propose_generation(Store& store, const Generation& proposal) {
+  const CompareSetResult result =
+      store.compare_set(generation_key(proposal.number), {}, to_bytes(proposal.encode()));
+  const Generation stored = Generation::decode(to_string(result.current));
+  // latest only grows: a slow writer must not move it back.
+  for (;;) {
+    const Bytes current = store.check({kLatestKey}) ? store.get(kLatestKey) : Bytes{};
+    const int64_t now = current.empty() ? -1 : std::stoll(to_string(current));
+    if (now >= stored.number) break;
+    if (store.compare_set(kLatestKey, current, to_bytes(std::to_string(stored.number))).swapped) {
+      break;
+    }
+  }
+  return stored;
+}
+
+int64_t register_node(Store& store, const MemberNode& node) {
+  check_word("node id", node.id);
+  check_word("host", node.host);
+  store.set(node_key(node.id), to_bytes(node.host + " " + std::to_string(node.local_world_size)));
+  const int64_t slot = store.add(kSlotsKey, 1) - 1;
+  store.set(slot_key(slot), to_bytes(node.id));
+  return slot;
+}
+
+std::vector<Registration> read_registrations(Store& store) {
+  std::vector<Registration> out;
+  const int64_t slots = read_int(store, kSlotsKey).value_or(0);
+  for (int64_t j = 0; j < slots; ++j) {
+    // A registration between its add and its slot's set is not visible yet.
+    if (!store.check({slot_key(j)})) continue;
+    Registration r;
+    r.node.id = to_string(store.get(slot_key(j), std::chrono::seconds(10)));
+    std::istringstream record(to_string(store.get(node_key(r.node.id), std::chrono::seconds(10))));
+    HSGD_CHECK_AS(CommError, record >> r.node.host >> r.node.local_world_size,
+                  "elastic membership: bad node record for ", r.node.id);
+    r.left = store.check({left_key(r.node.id)});
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+}  // namespace hsgd::comm::elastic

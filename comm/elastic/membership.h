@@ -1,0 +1,100 @@
+#pragma once
+// Elastic membership: which nodes form each generation of an elastic job (hsgd-run --nnodes
+// MIN:MAX), as the agents decide it and the workers read it, through the job's store.
+//
+// The node is the unit: a generation is an ordered list of node incarnations, each with its
+// number of workers. A node's index in the list is its node rank; its workers' global ranks are
+// the sum of the local world sizes before it plus their local rank. A node that fails and comes
+// back is a new incarnation with a new id, never the old one.
+//
+// Keys (in the job's store namespace; no attempt prefix, an elastic job has no attempts):
+//   hsgd-run/elastic/node/<id>     the NodeRecord of a registered incarnation ("host lws")
+//   hsgd-run/elastic/slots         counter: registrations so far
+//   hsgd-run/elastic/slot/<j>      the id of the j-th registration (j from the counter)
+//   hsgd-run/elastic/left/<id>     set once the incarnation is gone (its agent says so, or
+//                                  another agent found its heartbeat silent)
+//   hsgd-run/elastic/gen/<g>       Generation g, written once by compare_set: of two agents
+//                                  proposing generation g, the first wins and both adopt it
+//   hsgd-run/elastic/latest        decimal g of the newest generation, written after gen/<g>;
+//                                  readers follow gen/<latest+1>... in case a writer is behind
+//   hsgd-run/elastic/finished      set when a node's workers all finished training (exit 0):
+//                                  from then on nobody proposes generations
+// Generation numbers start at 0 and grow by one; keys of old generations are never read again
+// by anyone who has seen a newer one. Workers put their own keys (process groups) under
+// generation_prefix(g).
+//
+// Usage:
+//   using namespace hsgd::comm::elastic;
+//   Generation g{.number = 0, .nodes = {{.id = "a-17-0", .host = "a", .local_world_size = 2},
+//                                       {.id = "b-9-0", .host = "b", .local_world_size = 2}}};
+//   const std::string text = g.encode();
+//   Generation back = Generation::decode(text);   // back.rank_offset("b-9-0") == 2
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "comm/store/store.h"
+
+namespace hsgd::comm::elastic {
+
+// One node incarnation as registered by its agent.
+struct MemberNode {
+  std::string id{};  // unique per incarnation: "<host>-<agent pid>-<incarnation>"
+  std::string host{};
+  int local_world_size = 1;
+
+  bool operator==(const MemberNode&) const = default;
+};
+
+struct Generation {
+  int64_t number = 0;
+  std::vector<MemberNode> nodes{};  // in node-rank order
+
+  int world_size() const;
+  // The node rank of id, or -1 when id is not a member.
+  int node_rank(const std::string& id) const;
+  // The global rank of id's local rank 0, or -1 when id is not a member.
+  int rank_offset(const std::string& id) const;
+  // "node0-id(host,lws) node1-id(...)" for logs.
+  std::string describe() const;
+
+  // One line per node "id host lws" after a first line "generation <g>".
+  std::string encode() const;
+  // Throws hsgd::CommError naming what is wrong when text is not encode()'s output.
+  static Generation decode(const std::string& text);
+
+  bool operator==(const Generation&) const = default;
+};
+
+inline const std::string kElasticPrefix = "hsgd-run/elastic/";
+std::string node_key(const std::string& id);
+std::string left_key(const std::string& id);
+std::string generation_key(int64_t number);
+inline const std::string kSlotsKey = kElasticPrefix + "slots";
+std::string slot_key(int64_t slot);
+inline const std::string kLatestKey = kElasticPrefix + "latest";
+inline const std::string kFinishedKey = kElasticPrefix + "finished";
+// Where the workers of generation `number` keep their keys: "hsgd-run/elastic/g<number>/".
+std::string generation_prefix(int64_t number);
+
+// The newest generation in the store (kLatestKey, then gen/<latest+1>... while they exist), or
+// nullopt before generation 0. Does not block.
+std::optional<Generation> read_latest_generation(Store& store);
+
+// Writes `proposal` as generation proposal.number unless another agent wrote that number first,
+// then advances kLatestKey. Returns the generation that holds that number (the proposal or the
+// earlier one).
+Generation propose_generation(Store& store, const Generation& proposal);
+
+// Registers an incarnation: its node record and the next slot. Returns the slot.
+int64_t register_node(Store& store, const MemberNode& node);
+// Every registered incarnation in slot order, with whether it has left (left/<id> set).
+struct Registration {
+  MemberNode node;
+  bool left = false;
+};
+std::vector<Registration> read_registrations(Store& store);
+
+}  // namespace hsgd::comm::elastic
