@@ -53,10 +53,12 @@
 #include <vector>
 
 #include "apps/common/checkpointing.h"
+#include "apps/common/elastic_training.h"
 #include "apps/common/parallel_training.h"
 #include "apps/common/run_main.h"
 #include "apps/common/training_flags.h"
 #include "apps/common/training_loop.h"
+#include "comm/elastic/elastic_world.h"
 #include "comm/error.h"
 #include "comm/process_group/init.h"
 #include "comm/process_group/process_group.h"
@@ -111,11 +113,35 @@ Data load_data(const Flags& flags) {
   return out;
 }
 
+// Input, hidden and output sizes.
+std::vector<int64_t> mlp_sizes(const Flags& flags, const Data& data) {
+  std::vector<int64_t> sizes = {shape_numel(data.train->example_shape())};
+  sizes.insert(sizes.end(), flags.hidden.begin(), flags.hidden.end());
+  sizes.push_back(data.num_classes);
+  return sizes;
+}
+
 int run(const Flags& flags) {
   const apps::TrainingFlags& training = flags.training;
   apps::check_training_flags(training);
   apps::apply_thread_flag(training);
 
+  if (comm::elastic::ElasticWorldOptions::enabled_in_env()) {  // hsgd-run --nnodes MIN:MAX
+    const Data data = load_data(flags);
+    auto model = std::make_shared<models::MLP>(
+        models::MLPOptions{.sizes = mlp_sizes(flags, data), .seed = training.seed});
+    return apps::train_elastic(training, flags.parallel,
+                               {.program = "train_mlp",
+                                .model = model,
+                                .optimizer = apps::make_optimizer(training, model->parameters()),
+                                .train = data.train,
+                                .test = data.test.get(),
+                                .checkpoint_dir = flags.checkpoint.dir,
+                                .loader = {.batch_size = training.batch_size,
+                                           .shuffle = true,
+                                           .seed = training.seed,
+                                           .prefetch = training.prefetch}});
+  }
   const comm::InitOptions init = comm::InitOptions::from_env();
   const std::shared_ptr<comm::ProcessGroup> world = comm::init_process_group(init);
   const int rank = world->rank();
@@ -123,9 +149,7 @@ int run(const Flags& flags) {
   const bool lead = rank == 0;
 
   const Data data = load_data(flags);
-  std::vector<int64_t> sizes = {shape_numel(data.train->example_shape())};
-  sizes.insert(sizes.end(), flags.hidden.begin(), flags.hidden.end());
-  sizes.push_back(data.num_classes);
+  const std::vector<int64_t> sizes = mlp_sizes(flags, data);
   auto model =
       std::make_shared<models::MLP>(models::MLPOptions{.sizes = sizes, .seed = training.seed});
 

@@ -171,6 +171,20 @@ void ProcessGroup::abort_on_mismatch(const hsgd::detail::MismatchReport& report)
   abort_transport();
 }
 
+void ProcessGroup::abort() {
+  if (aborted_.exchange(true)) return;
+  std::vector<std::shared_ptr<ProcessGroup>> children;
+  {
+    std::lock_guard<std::mutex> lock(children_mu_);
+    for (const auto& weak : children_) {
+      if (auto child = weak.lock()) children.push_back(std::move(child));
+    }
+  }
+  for (const auto& child : children) child->abort();
+  logger()->info("group '{}' (rank {} of {}): aborted", options_.name, rank(), size());
+  abort_transport();
+}
+
 void ProcessGroup::abort_transport() {
   if (shm_ != nullptr) shm_->abort();
   if (two_level_ != nullptr) two_level_->abort();

@@ -48,6 +48,7 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -225,6 +226,14 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // that did not arrive. Collectives queued afterwards fail with hsgd::CommError.
   void shutdown(Duration timeout = kDefaultTimeout);
 
+  // Makes every collective of this group and of the groups made from it (new_group,
+  // new_subgroups, and theirs) fail at once, on this rank and on the peers waiting in it: shuts
+  // their connections down. The groups are unusable afterwards, as after any failure, and their
+  // destructors return without waiting for a timeout, so no thread is left inside their Gloo
+  // contexts. For abandoning a world that lost a member (comm/elastic/elastic_world.h).
+  // Thread-safe; calling it again does nothing more.
+  void abort();
+
   // ---- configuration ----
   // The job's ranks per node as the launcher declared them (Options::local_world_size; the same
   // in every group of the job), or 0 when not declared. The node layout the intra-node group of
@@ -283,6 +292,10 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // The id of the next child group (hsgd::detail::make_child_group): every member creates children
   // in the same order, so the same child gets the same id (and key prefix) on every rank.
   std::atomic<int64_t> next_child_id_{0};
+  // The groups made from this one, for abort().
+  std::mutex children_mu_;
+  std::vector<std::weak_ptr<ProcessGroup>> children_;
+  std::atomic<bool> aborted_{false};
 
   // Set when size() > 1 and options_.mismatch_check > 0; outlives queue_.
   std::unique_ptr<hsgd::detail::CollectiveWatchdog> watchdog_;

@@ -25,9 +25,15 @@ std::shared_ptr<comm::ProcessGroup> make_child_group(
   for (int r : parent_ranks) global_ranks.push_back(parent->ranks()[static_cast<size_t>(r)]);
   std::string suffix = "g";  // not "g" + to_string(id): GCC 12 warns falsely (-Wrestrict)
   suffix += std::to_string(id);
-  return std::make_shared<comm::ProcessGroup>(
+  auto child = std::make_shared<comm::ProcessGroup>(
       child_options(parent->options_, suffix, static_cast<int>(it - parent_ranks.begin()),
                     std::move(global_ranks)));
+  {
+    std::lock_guard<std::mutex> lock(parent->children_mu_);
+    std::erase_if(parent->children_, [](const auto& c) { return c.expired(); });
+    parent->children_.push_back(child);
+  }
+  return child;
 }
 
 }  // namespace hsgd::detail

@@ -1,0 +1,400 @@
+#include "apps/common/elastic_training.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <span>
+
+#include "apps/common/level_options.h"
+#include "apps/common/training_loop.h"
+#include "comm/elastic/elastic_world.h"
+#include "comm/launcher/worker_liveness.h"
+#include "comm/log.h"
+#include "comm/process_group/work.h"
+#include "framework/checkpoint/checkpoint_file.h"
+#include "framework/nn/functional.h"
+#include "framework/tensor/grad_mode.h"
+#include "optim/lr_scheduler.h"
+
+namespace hsgd::apps {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// This rank's training state at its last consistent point: the model and optimizer (live
+// objects) plus what the loop counts.
+struct Replica {
+  bool has_state = false;  // false on a joining node until a peer sent it
+  int64_t step = 0;
+  int64_t epoch = 0;
+  int64_t total_steps = 0;
+  StateDict loader;  // the data position at `step`; empty: the start of `epoch`
+  // This epoch's training sums on this rank (for the epoch's row).
+  double loss_sum = 0, correct = 0;
+  int64_t images = 0;
+};
+
+// Why the loop leaves a generation.
+enum class Leave { kFinished, kFailed, kJoin };
+
+void refuse_unsupported(const TrainingFlags& flags, const ParallelFlags& parallel,
+                        const ElasticRun& run) {
+  HSGD_CHECK_AS(BadFlag, run.checkpoint_dir.empty(), "--checkpoint-dir ", run.checkpoint_dir,
+                " is not supported in an elastic run (hsgd-run --nnodes MIN:MAX): a joining "
+                "node receives the state from a live peer, not from disk");
+  HSGD_CHECK_AS(BadFlag, flags.eval_every == 0, "--eval-every ", flags.eval_every,
+                " is not supported in an elastic run (hsgd-run --nnodes MIN:MAX); evaluation "
+                "happens at the end of each epoch");
+  HSGD_CHECK_AS(BadFlag, !any_set(parallel.levels),
+                "--outer-lr/--outer-momentum/--overlap-steps/--compression keep state between "
+                "averagings and are not supported in an elastic run (hsgd-run --nnodes MIN:MAX)");
+}
+
+std::vector<Tensor> model_tensors(nn::Module& model) {
+  std::vector<Tensor> out;
+  for (auto& [name, t] : model.state_dict()) out.push_back(t);
+  return out;
+}
+
+// FNV-1a over the bytes of the model's parameters and buffers.
+uint64_t model_hash(nn::Module& model) {
+  uint64_t h = 1469598103934665603ull;
+  for (const Tensor& t : model_tensors(model)) {
+    const Tensor c = t.contiguous();
+    const auto* bytes = reinterpret_cast<const unsigned char*>(c.data());
+    for (size_t i = 0; i < static_cast<size_t>(c.numel()) * sizeof(float); ++i) {
+      h = (h ^ bytes[i]) * 1099511628211ull;
+    }
+  }
+  return h;
+}
+
+StateDict full_state(const ElasticRun& run, const optim::LRScheduler* scheduler, const Replica& r) {
+  StateDict s;
+  for (auto& [name, t] : run.model->state_dict()) s.set("model." + name, t.clone());
+  s.merge("optimizer.", run.optimizer->state_dict());
+  if (scheduler != nullptr) s.merge("scheduler.", scheduler->state_dict());
+  s.merge("loader.", r.loader);
+  s.set("step", r.step);
+  s.set("epoch", r.epoch);
+  s.set("total_steps", r.total_steps);
+  return s;
+}
+
+void load_full_state(const StateDict& s, const ElasticRun& run, optim::LRScheduler* scheduler,
+                     Replica& r) {
+  nn::NamedTensors model;
+  const StateDict m = s.with_prefix("model.");
+  for (const auto& [name, value] : m.entries()) model.emplace_back(name, m.get_tensor(name));
+  {
+    NoGradGuard no_grad;
+    run.model->load_state_dict(model);
+  }
+  run.optimizer->load_state_dict(s.with_prefix("optimizer."));
+  if (scheduler != nullptr) scheduler->load_state_dict(s.with_prefix("scheduler."));
+  r.loader = s.with_prefix("loader.");
+  r.step = s.get_int("step");
+  r.epoch = s.get_int("epoch");
+  r.total_steps = s.get_int("total_steps");
+  r.has_state = true;
+  r.loss_sum = r.correct = 0;
+  r.images = 0;
+}
+
+// Sends root's bytes to every rank of world (in int64 words, after their length).
+void broadcast_bytes(comm::ProcessGroup& world, std::string& bytes, int root) {
+  int64_t length = static_cast<int64_t>(bytes.size());
+  world.broadcast(std::span<int64_t>(&length, 1), root, "elastic state length")->wait();
+  std::vector<int64_t> words(static_cast<size_t>((length + 7) / 8));
+  if (world.rank() == root) std::memcpy(words.data(), bytes.data(), bytes.size());
+  world.broadcast(std::span<int64_t>(words), root, "elastic state")->wait();
+  bytes.assign(reinterpret_cast<const char*>(words.data()), static_cast<size_t>(length));
+}
+
+// Averages the model's tensors over the ranks with in_f (the others contribute zeros and
+// receive the mean).
+void average_over(comm::ProcessGroup& world, nn::Module& model, bool in_f, int count) {
+  std::vector<Tensor> tensors = model_tensors(model);
+  size_t total = 0;
+  for (const Tensor& t : tensors) total += static_cast<size_t>(t.numel());
+  std::vector<float> flat(total, 0.0f);
+  if (in_f) {
+    size_t at = 0;
+    for (const Tensor& t : tensors) {
+      const std::vector<float> v = t.to_vector();
+      std::copy(v.begin(), v.end(), flat.begin() + static_cast<std::ptrdiff_t>(at));
+      at += v.size();
+    }
+  }
+  world.allreduce(std::span<float>(flat), comm::ReduceOp::kSum, "elastic survivors' average")
+      ->wait();
+  size_t at = 0;
+  for (Tensor& t : tensors) {
+    HSGD_CHECK(t.is_contiguous(), "elastic average: a model tensor is not contiguous");
+    float* out = t.data();
+    for (int64_t i = 0; i < t.numel(); ++i) out[i] = flat[at++] / static_cast<float>(count);
+  }
+}
+
+class ElasticTrainer {
+ public:
+  ElasticTrainer(const TrainingFlags& flags, const ParallelFlags& parallel, ElasticRun run)
+      : flags_(flags),
+        parallel_flags_(parallel),
+        run_(std::move(run)),
+        elastic_(comm::elastic::ElasticWorldOptions::from_env()) {}
+
+  int run() {
+    const auto start = Clock::now();
+    bool failed = false;
+    for (;;) {
+      world_ = elastic_.advance();
+      lead_ = world_->rank() == 0;
+      Leave leave = Leave::kFailed;
+      try {
+        enter_generation(failed);
+        leave = train_generation();
+      } catch (const CommError& e) {
+        comm::logger()->warn("elastic generation {} (rank {} of {}) lost a member: {}",
+                             elastic_.generation().number, world_->rank(), world_->size(),
+                             e.what());
+        leave = Leave::kFailed;
+      }
+      if (leave == Leave::kFinished) break;
+      failed = leave == Leave::kFailed;
+      leave_generation();
+    }
+    if (lead_) {
+      std::printf("final test accuracy: %.2f%%\n", 100 * final_.accuracy);
+      std::printf(
+          "%s: elastic, %d generations, %d ranks at the end, mode %s, training wall "
+          "time %.2f s (rank 0)\n",
+          run_.program.c_str(), static_cast<int>(elastic_.generation().number + 1), world_->size(),
+          parallel_flags_.mode.c_str(),
+          std::chrono::duration<double>(Clock::now() - start).count());
+      std::printf("%s: replica hash %016llx at step %lld\n", run_.program.c_str(),
+                  static_cast<unsigned long long>(model_hash(*run_.model)),
+                  static_cast<long long>(replica_.step));
+      std::fflush(stdout);
+    }
+    leave_generation();
+    elastic_.abandon();
+    return 0;
+  }
+
+ private:
+  // Collective over the new world: the state agreement of the file comment, then DDP, the hook,
+  // the averager, the optimizer wrapper's parts and the data loader for this generation.
+  void enter_generation(bool after_failure) {
+    comm::ProcessGroup& world = *world_;
+    const int64_t g = elastic_.generation().number;
+    if (g == 0 && !replica_.has_state) replica_.has_state = true;  // the job's first members
+    const int64_t mine = replica_.has_state ? replica_.step : -1;
+    std::vector<int64_t> steps(static_cast<size_t>(world.size()));
+    world.allgather(std::span<const int64_t>(&mine, 1), std::span<int64_t>(steps), "elastic steps")
+        ->wait();
+    const int64_t top = *std::max_element(steps.begin(), steps.end());
+    HSGD_CHECK_AS(CommError, top >= 0, "elastic generation ", g,
+                  ": no member holds a training state (every survivor is gone)");
+    int source = -1, at_top = 0;
+    for (int r = 0; r < world.size(); ++r) {
+      if (steps[static_cast<size_t>(r)] != top) continue;
+      if (source < 0) source = r;
+      ++at_top;
+    }
+    const bool in_f = mine == top;
+    if (after_failure && parallel_flags_.mode != "ddp" && at_top > 1) {
+      average_over(world, *run_.model, in_f, at_top);
+    }
+    if (at_top < world.size()) {
+      std::string bytes;
+      if (world.rank() == source) {
+        bytes = checkpoint::encode_state(source, replica_.step,
+                                         full_state(run_, scheduler_.get(), replica_))
+                    .SerializeAsString();
+      }
+      broadcast_bytes(world, bytes, source);
+      if (!in_f) {
+        checkpoint::proto::RankState proto;
+        HSGD_CHECK_AS(CommError, proto.ParseFromString(bytes), "elastic generation ", g,
+                      ": the state from rank ", source, " does not parse (", bytes.size(),
+                      " bytes)");
+        const StateDict state =
+            checkpoint::decode_state(proto, "the state of rank " + std::to_string(source));
+        if (scheduler_ == nullptr && state.get_int("total_steps") > 0) {
+          replica_.total_steps = state.get_int("total_steps");
+          make_scheduler_for(world);
+        }
+        load_full_state(state, run_, scheduler_.get(), replica_);
+      }
+    }
+    const uint64_t hash = model_hash(*run_.model);
+    const int64_t mine_hash = static_cast<int64_t>(hash);
+    std::vector<int64_t> hashes(static_cast<size_t>(world.size()));
+    world
+        .allgather(std::span<const int64_t>(&mine_hash, 1), std::span<int64_t>(hashes),
+                   "elastic replica hashes")
+        ->wait();
+    for (int r = 0; r < world.size(); ++r) {
+      HSGD_CHECK(hashes[static_cast<size_t>(r)] == mine_hash, "elastic generation ", g,
+                 ": the replicas differ after the state agreement (rank ", world.rank(), " hash ",
+                 hash, ", rank ", r, " hash ",
+                 static_cast<uint64_t>(hashes[static_cast<size_t>(r)]), ")");
+    }
+
+    parallel_ = make_parallel(run_.model, world_, parallel_flags_, run_.average_buffers);
+    if (parallel_.hook_state) parallel_.hook_state->iter = replica_.step;
+    if (parallel_.averager) parallel_.averager->set_step(replica_.step);
+    data::DataLoaderOptions options = run_.loader;
+    options.rank = world.rank();
+    options.world_size = world.size();
+    loader_ = std::make_unique<data::DataLoader>(run_.train, options);
+    if (replica_.loader.size() > 0) {
+      loader_->load_state_dict(replica_.loader);
+    } else {
+      loader_->set_epoch(replica_.epoch);
+    }
+    if (replica_.total_steps == 0) {
+      replica_.total_steps = planned_steps(flags_, *loader_);
+      make_scheduler_for(world);
+    }
+    if (lead_) {
+      std::printf("%s: generation %lld: %d ranks on %zu nodes from step %lld (%s%s)\n",
+                  run_.program.c_str(), static_cast<long long>(g), world.size(),
+                  elastic_.generation().nodes.size(), static_cast<long long>(replica_.step),
+                  at_top < world.size() ? "state sent from rank " : "no state sent",
+                  at_top < world.size() ? std::to_string(source).c_str() : "");
+      std::fflush(stdout);
+    }
+  }
+
+  void make_scheduler_for(comm::ProcessGroup&) {
+    scheduler_ = make_scheduler(flags_, *run_.optimizer, replica_.total_steps);
+  }
+
+  // Releases every object that holds a group of the generation, then the world itself.
+  void leave_generation() {
+    batch_.reset();
+    loader_.reset();
+    parallel_ = Parallel{};
+    elastic_.abandon();
+    world_.reset();
+  }
+
+  bool at_world_boundary() const {
+    if (parallel_flags_.mode == "ddp") return true;
+    if (replica_.step <= parallel_flags_.warmup_steps) return true;
+    return parallel_.averager && parallel_.averager->averaged_whole_group_last_step();
+  }
+
+  // Trains until the run ends (kFinished), a collective fails (throws) or the ranks agree to move
+  // to a newer generation (kJoin).
+  Leave train_generation() {
+    comm::ProcessGroup& world = *world_;
+    while (replica_.epoch < flags_.epochs && replica_.step < replica_.total_steps) {
+      if (!batch_) batch_.emplace(loader_->begin());
+      if (*batch_ == loader_->end()) {
+        end_epoch();
+        continue;
+      }
+      step(**batch_);
+      // The data position is saved once the step is done: a discarded step retakes its batch.
+      replica_.loader = loader_->state_dict();
+      ++*batch_;
+      if (at_world_boundary()) {
+        double newer = elastic_.newer_generation_announced() ? 1.0 : 0.0;
+        world.allreduce(std::span<double>(&newer, 1), comm::ReduceOp::kMax, "elastic join vote")
+            ->wait();
+        if (newer > 0) return Leave::kJoin;
+      }
+    }
+    finish();
+    return Leave::kFinished;
+  }
+
+  void step(const data::Batch& batch) {
+    run_.optimizer->zero_grad();
+    const Tensor logits = parallel_.forward(*run_.model, batch.inputs);
+    Tensor loss = nn::cross_entropy(logits, batch.targets);
+    loss.backward();  // a failed gradient allreduce throws here: nothing applied yet
+    run_.optimizer->step();
+    if (scheduler_ != nullptr) scheduler_->step();
+    const double loss_value = loss.item();
+    HSGD_CHECK(std::isfinite(loss_value) || flags_.allow_nonfinite_loss, "the training loss is ",
+               loss_value, " at step ", replica_.step + 1, ": training diverged; lower --lr");
+    const auto n = static_cast<double>(batch.targets.size());
+    replica_.loss_sum += loss_value * n;
+    replica_.correct += nn::accuracy(logits, batch.targets) * n;
+    replica_.images += static_cast<int64_t>(batch.targets.size());
+    ++replica_.step;
+    comm::report_progress(replica_.step);
+    // The averaging comes after the step is counted: when it fails, the next generation's
+    // survivors' average replaces it.
+    if (parallel_.averager) parallel_.averager->average_parameters(run_.model->parameters());
+  }
+
+  void end_epoch() {
+    comm::ProcessGroup& world = *world_;
+    std::vector<double> sums{replica_.loss_sum, replica_.correct,
+                             static_cast<double>(replica_.images)};
+    world.allreduce(std::span<double>(sums), comm::ReduceOp::kSum, "elastic epoch sums")->wait();
+    const bool last = replica_.epoch + 1 >= flags_.epochs;
+    EvalResult eval = evaluate_average(last);
+    if (lead_) {
+      const double denom = sums[2] > 0 ? sums[2] : 1.0;
+      std::printf("%5lld %7lld %10.4f %8.2f%% %10.4f %8.2f%%  (%d ranks)\n",
+                  static_cast<long long>(replica_.epoch + 1), static_cast<long long>(replica_.step),
+                  sums[0] / denom, 100 * sums[1] / denom, eval.loss, 100 * eval.accuracy,
+                  world.size());
+      std::fflush(stdout);
+    }
+    ++replica_.epoch;
+    replica_.loss_sum = replica_.correct = 0;
+    replica_.images = 0;
+    replica_.loader = StateDict{};
+    batch_.reset();
+    if (replica_.epoch < flags_.epochs) loader_->set_epoch(replica_.epoch);
+  }
+
+  EvalResult evaluate_average(bool keep) {
+    distributed::AveragedReplicas average(world_, run_.model);
+    if (keep) average.keep();
+    EvalResult eval;
+    if (lead_) eval = evaluate(*run_.model, *run_.test, flags_.max_eval);
+    final_ = eval;
+    return eval;
+  }
+
+  void finish() {
+    if (replica_.epoch < flags_.epochs) {  // stopped by --max-steps inside an epoch
+      end_epoch();
+    }
+    world_->shutdown();
+  }
+
+  const TrainingFlags flags_;
+  const ParallelFlags parallel_flags_;
+  const ElasticRun run_;
+  comm::elastic::ElasticWorld elastic_;
+  std::shared_ptr<comm::ProcessGroup> world_;
+  bool lead_ = false;
+  Replica replica_;
+  Parallel parallel_;
+  std::unique_ptr<data::DataLoader> loader_;
+  std::optional<data::DataLoader::Iterator> batch_;  // the next batch of the epoch
+  std::unique_ptr<optim::LRScheduler> scheduler_;
+  EvalResult final_;
+};
+
+}  // namespace
+
+int train_elastic(const TrainingFlags& flags, const ParallelFlags& parallel, ElasticRun run) {
+  refuse_unsupported(flags, parallel, run);
+  ElasticTrainer trainer(flags, parallel, std::move(run));
+  return trainer.run();
+}
+
+}  // namespace hsgd::apps
