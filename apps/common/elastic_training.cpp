@@ -206,6 +206,8 @@ class ElasticTrainer {
       ++at_top;
     }
     const bool in_f = mine == top;
+    const auto agreement_start = Clock::now();
+    size_t state_bytes = 0;
     if (after_failure && parallel_flags_.mode != "ddp" && at_top > 1) {
       average_over(world, *run_.model, in_f, at_top);
     }
@@ -217,6 +219,7 @@ class ElasticTrainer {
                     .SerializeAsString();
       }
       broadcast_bytes(world, bytes, source);
+      state_bytes = bytes.size();
       if (!in_f) {
         checkpoint::proto::RankState proto;
         HSGD_CHECK_AS(CommError, proto.ParseFromString(bytes), "elastic generation ", g,
@@ -262,13 +265,42 @@ class ElasticTrainer {
       make_scheduler_for(world);
     }
     if (lead_) {
-      std::printf("%s: generation %lld: %d ranks on %zu nodes from step %lld (%s%s)\n",
-                  run_.program.c_str(), static_cast<long long>(g), world.size(),
-                  elastic_.generation().nodes.size(), static_cast<long long>(replica_.step),
-                  at_top < world.size() ? "state sent from rank " : "no state sent",
-                  at_top < world.size() ? std::to_string(source).c_str() : "");
+      const double ms =
+          std::chrono::duration<double, std::milli>(Clock::now() - agreement_start).count();
+      std::string levels;
+      if (parallel_.averager) {
+        for (const auto& level : parallel_.averager->level_stats()) {
+          levels += (levels.empty() ? "" : ", ") + std::to_string(level.period) + ":" +
+                    std::to_string(level.group_size);
+        }
+        levels = ", levels {" + levels + "}";
+      }
+      std::string changes;
+      const comm::elastic::Generation& now = elastic_.generation();
+      for (const auto& node : previous_.nodes) {
+        if (now.node_rank(node.id) < 0)
+          changes += " lost node " + node.host + " (" + node.id + ");";
+      }
+      for (const auto& node : now.nodes) {
+        if (previous_.node_rank(node.id) < 0 && previous_.number >= 0) {
+          changes += " joined node " + node.host + " (" + node.id + ");";
+        }
+      }
+      std::string transfer = "every rank had the state";
+      if (at_top < world.size()) {
+        transfer = str_cat(world.size() - at_top, " rank(s) received the state from rank ", source,
+                           " (", state_bytes, " bytes)");
+      }
+      std::printf(
+          "%s: generation %lld:%s %zu nodes, %d workers%s, at step %lld%s; %s; agreement %.0f "
+          "ms; replica hash %016llx equal on all %d ranks\n",
+          run_.program.c_str(), static_cast<long long>(g), changes.c_str(),
+          elastic_.generation().nodes.size(), world.size(), levels.c_str(),
+          static_cast<long long>(replica_.step), after_failure ? " after a lost member" : "",
+          transfer.c_str(), ms, static_cast<unsigned long long>(hash), world.size());
       std::fflush(stdout);
     }
+    previous_ = elastic_.generation();
   }
 
   void make_scheduler_for(comm::ProcessGroup&) {
@@ -331,6 +363,12 @@ class ElasticTrainer {
     replica_.images += static_cast<int64_t>(batch.targets.size());
     ++replica_.step;
     comm::report_progress(replica_.step);
+    if (lead_ && flags_.log_every > 0 && replica_.step % flags_.log_every == 0) {
+      std::printf("[%s] step %lld loss %.4f (generation %lld, %d ranks)\n", run_.program.c_str(),
+                  static_cast<long long>(replica_.step), loss_value,
+                  static_cast<long long>(elastic_.generation().number), world_->size());
+      std::fflush(stdout);
+    }
     // The averaging comes after the step is counted: when it fails, the next generation's
     // survivors' average replaces it.
     if (parallel_.averager) parallel_.averager->average_parameters(run_.model->parameters());
@@ -387,6 +425,7 @@ class ElasticTrainer {
   std::optional<data::DataLoader::Iterator> batch_;  // the next batch of the epoch
   std::unique_ptr<optim::LRScheduler> scheduler_;
   EvalResult final_;
+  comm::elastic::Generation previous_{.number = -1};  // the last generation entered
 };
 
 }  // namespace

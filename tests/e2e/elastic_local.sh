@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# Usage: elastic_local.sh SOURCE_DIR BUILD_DIR
+# Elastic training on loopback: two hsgd-runs (2 nodes x 2 workers) with --nnodes 1:2 on one
+# hsgd-rendezvous, train_mlp on synthetic data.
+#   1. hierarchical 2:node,8:world: kill -9 of one worker of node 1 at step >= 40. Node 0's workers
+#      keep running (the same pids until the end); rank 0 reports a generation that lost node 1
+#      and one where node 1's next incarnation joined with the state of a live peer; both
+#      hsgd-runs exit 0; rank 0's step lines count 1, 2, ... to the planned total without a gap
+#      or a repeat (no survivor's step is lost, none is run twice).
+#   2. ddp: the same with kill -9 of node 1's hsgd-run and its workers; the survivors wait for
+#      the heartbeat timeout, continue alone, and the same command started again on node 1 joins
+#      at a step boundary.
+#   3. a late joiner: node 0 starts alone (MIN 1); node 1 starts after step 30 and joins at a
+#      top-level averaging boundary with the state of rank 0.
+# The replicas' hash agreement is checked by train_mlp itself at every generation (it fails the
+# job otherwise); this script checks that it was reported. Every process is started here and
+# stopped by pid; each run is bounded by `timeout`.
+set -euo pipefail
+src=$1
+build=$2
+run=$build/apps/hsgd-run/hsgd-run
+rdzv=$build/apps/hsgd-rendezvous/hsgd-rendezvous
+mlp=$build/apps/train_mlp/train_mlp
+work=$(mktemp -d /tmp/hsgd-elastic-local.XXXXXX)
+pids=()
+finish() {
+  local rc=$? pid
+  for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  [ "$rc" -eq 0 ] && rm -rf "$work"
+  [ "$rc" -ne 0 ] && echo "elastic_local: output kept in $work" >&2
+  exit "$rc"
+}
+trap finish EXIT
+fail() { echo "elastic_local: FAILED: $*" >&2; exit 1; }
+
+"$rdzv" --host 127.0.0.1 --port 0 >"$work/rdzv.out" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do grep -q "listening on" "$work/rdzv.out" && break; sleep 0.1; done
+endpoint=$(grep -E '^listening on ' "$work/rdzv.out" | head -1 | awk '{print $3}')
+[ -n "$endpoint" ] || fail "hsgd-rendezvous did not start: $(cat "$work/rdzv.out")"
+
+# The highest step printed in file $1, 0 when none.
+highest_step() {
+  { grep -Eo '\] +step [0-9]+ loss' "$1" || true; } | grep -Eo '[0-9]+' | sort -n | tail -1 |
+    { read -r s && echo "$s" || echo 0; }
+}
+wait_for_step() {
+  for _ in $(seq 600); do
+    [ "$(highest_step "$1")" -ge "$2" ] && return 0
+    sleep 0.1
+  done
+  fail "no step $2 in $1 within 60 s: $(tail -n 5 "$1")"
+}
+# The workers (children) of hsgd-run pid $1, sorted.
+workers_of() { pgrep -P "$1" | sort -n | tr '\n' ' '; }
+hsgd_run_of() {
+  local child
+  for _ in $(seq 50); do
+    child=$(pgrep -P "$1" -x hsgd-run || true)
+    [ -n "$child" ] && { echo "$child"; return 0; }
+    sleep 0.1
+  done
+  fail "no hsgd-run under pid $1"
+}
+# Rank 0's step lines in $1 must be 1..$2, each once, in order.
+check_steps() {
+  local got
+  got=$(grep -Eo '\] +step [0-9]+ loss' "$1" | grep -Eo '[0-9]+' | tr '\n' ' ')
+  [ "$got" = "$(seq -s ' ' 1 "$2") " ] ||
+    fail "rank 0's steps in $1 are not 1..$2 once each: $(echo "$got" | head -c 600)"
+}
+
+elastic=(--nnodes 1:2 --nproc-per-node 2 --rdzv-endpoint "$endpoint" --rdzv-last-call 1
+  --heartbeat-timeout 3 --max-restarts 1)
+epochs=12
+train=("$mlp" --synthetic --epochs "$epochs" --log-every 1 --lr 0.05)
+
+# $1: job id, $2: node (0|1), $3: output file, rest: train_mlp flags.
+start_node() {
+  local id=$1 node=$2 out=$3
+  shift 3
+  timeout 120 "$run" "${elastic[@]}" --rdzv-id "$id" -- "${train[@]}" "$@" >"$out" 2>&1 &
+  pids+=($!)
+  eval "node${node}_timeout=$!"
+}
+
+# ---- 1. hierarchical: kill -9 of one worker of node 1
+h=(--mode hierarchical --hierarchy 2:node,8:world)
+start_node hier 0 "$work/hier.0" "${h[@]}"
+t0=$node0_timeout
+sleep 0.5
+start_node hier 1 "$work/hier.1" "${h[@]}"
+t1=$node1_timeout
+run0=$(hsgd_run_of "$t0")
+run1=$(hsgd_run_of "$t1")
+wait_for_step "$work/hier.0" 40
+before=$(workers_of "$run0")
+victim=$(pgrep -P "$run1" | head -1)
+[ -n "$victim" ] || fail "no worker under node 1's hsgd-run"
+kill -KILL "$victim"
+# Node 0's workers are the same processes near the end of the run.
+wait_for_step "$work/hier.0" 300
+after=$(workers_of "$run0")
+[ "$before" = "$after" ] || fail "node 0's workers changed: '$before' then '$after'"
+rc0=0 rc1=0
+wait "$t0" || rc0=$?
+wait "$t1" || rc1=$?
+[ "$rc0" -eq 0 ] || fail "node 0's hsgd-run exited $rc0: $(tail -n 30 "$work/hier.0")"
+[ "$rc1" -eq 0 ] || fail "node 1's hsgd-run exited $rc1: $(tail -n 30 "$work/hier.1")"
+grep -qE 'generation [0-9]+: lost node' "$work/hier.0" ||
+  fail "rank 0 did not report the lost node: $(grep generation "$work/hier.0" | head)"
+grep -qE 'generation [0-9]+: joined node .* received the state from rank [0-9]+ \([0-9]+ bytes\).* equal on all 4 ranks' \
+  "$work/hier.0" || fail "rank 0 did not report the join: $(grep generation "$work/hier.0" | head)"
+total=$(grep -Eo 'step [0-9]+ loss' "$work/hier.0" | tail -1 | grep -Eo '[0-9]+')
+check_steps "$work/hier.0" "$total"
+acc=$(grep -Eo 'final test accuracy: [0-9.]+' "$work/hier.0" | grep -Eo '[0-9.]+$')
+[ -n "$acc" ] || fail "no final accuracy in $work/hier.0"
+awk -v a="$acc" 'BEGIN { exit !(a >= 80) }' || fail "final accuracy $acc% below 80%"
+echo "elastic_local: hierarchical: worker of node 1 killed at step >= 40; node 0 kept its" \
+  "workers; node 1 rejoined; steps 1..$total once each; accuracy $acc%"
+
+# ---- 2. ddp: kill -9 of node 1's hsgd-run and workers, then the same command again
+start_node ddp 0 "$work/ddp.0" --mode ddp
+t0=$node0_timeout
+sleep 0.5
+start_node ddp 1 "$work/ddp.1" --mode ddp
+t1=$node1_timeout
+run0=$(hsgd_run_of "$t0")
+run1=$(hsgd_run_of "$t1")
+wait_for_step "$work/ddp.0" 40
+before=$(workers_of "$run0")
+victims="$run1 $(pgrep -P "$run1" | tr '\n' ' ')"
+# shellcheck disable=SC2086
+kill -KILL $victims
+wait "$t1" 2>/dev/null || true
+# The survivors continue alone once the heartbeat timeout (3 s) dropped node 1.
+for _ in $(seq 200); do
+  grep -qE 'generation [0-9]+: lost node' "$work/ddp.0" && break
+  sleep 0.1
+done
+grep -qE 'generation [0-9]+: lost node' "$work/ddp.0" ||
+  fail "node 0 did not continue without node 1: $(tail -n 20 "$work/ddp.0")"
+start_node ddp 1 "$work/ddp.1b" --mode ddp
+t1=$node1_timeout
+rc0=0 rc1=0
+wait "$t0" || rc0=$?
+wait "$t1" || rc1=$?
+[ "$rc0" -eq 0 ] || fail "node 0's hsgd-run exited $rc0: $(tail -n 30 "$work/ddp.0")"
+[ "$rc1" -eq 0 ] || fail "node 1's restarted hsgd-run exited $rc1: $(tail -n 30 "$work/ddp.1b")"
+after=$(workers_of "$run0" || true)
+grep -qE 'generation [0-9]+: joined node' "$work/ddp.0" ||
+  fail "the restarted node 1 did not join: $(grep generation "$work/ddp.0" | head)"
+total=$(grep -Eo 'step [0-9]+ loss' "$work/ddp.0" | tail -1 | grep -Eo '[0-9]+')
+check_steps "$work/ddp.0" "$total"
+echo "elastic_local: ddp: node 1 killed (hsgd-run and workers); node 0 continued; the same" \
+  "command rejoined; steps 1..$total once each"
+
+# ---- 3. a late joiner
+start_node late 0 "$work/late.0" "${h[@]}"
+t0=$node0_timeout
+wait_for_step "$work/late.0" 30
+start_node late 1 "$work/late.1" "${h[@]}"
+t1=$node1_timeout
+rc0=0 rc1=0
+wait "$t0" || rc0=$?
+wait "$t1" || rc1=$?
+[ "$rc0" -eq 0 ] || fail "node 0's hsgd-run exited $rc0: $(tail -n 30 "$work/late.0")"
+[ "$rc1" -eq 0 ] || fail "node 1's hsgd-run exited $rc1: $(tail -n 30 "$work/late.1")"
+line=$(grep -E 'generation 1: joined node' "$work/late.0") ||
+  fail "no join in generation 1: $(grep generation "$work/late.0" | head)"
+join_step=$(sed -E 's/.* at step ([0-9]+).*/\1/' <<<"$line")
+[ $((join_step % 8)) -eq 0 ] || fail "node 1 joined at step $join_step, not at a world boundary"
+grep -q 'received the state from rank 0' <<<"$line" || fail "the join did not send state: $line"
+echo "elastic_local: late joiner: joined at step $join_step (a multiple of the top period 8)"
