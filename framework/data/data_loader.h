@@ -42,10 +42,11 @@
 // is the global position G. When b = num_batches() the partition is finished: G = N (with
 // drop_last, the samples of the dropped short batches stay unseen in this epoch).
 //  - repartition(rank, world_size) moves this loader to the partition (G, rank, world_size) of
-//    the same epoch, G computed from position() and the old world size. Every rank of the new
-//    world must call it (or load_state_dict, below) at the same G, i.e. after the same number of
-//    batches of the old partition: then the ranks of all the partitions of an epoch together
-//    take every sample of P exactly once, plus the padding of the partition they finish.
+//    the same epoch, G computed from offset(), position() and the old world size. Every rank of
+//    the new world must call it (or load_state_dict, below) at the same G, i.e. after the same
+//    number of batches of the old partition: then the ranks of all the partitions of an epoch
+//    together take every sample of P exactly once, plus the padding of the partition they
+//    finish.
 //  - state_dict() holds "offset" = O when O > 0. load_state_dict() on a loader whose world size
 //    differs from the saved one moves it to the partition (G, its own rank, its own world
 //    size), G computed from the saved offset, position and world size: so the state of any one
@@ -57,8 +58,10 @@
 //  - set_epoch() with another epoch returns to offset 0 (the full partition of that epoch with
 //    the current rank and world size); set_epoch() of the current epoch keeps the partition and
 //    restarts it (or keeps a restored position, as above).
-// Iterators of a pass started before repartition() or load_state_dict() are invalid after it.
-
+// Call repartition() after training on the batch last handed out (as for state_dict(), a batch
+// handed out but not trained is skipped). Iterators of a pass started before repartition() or
+// load_state_dict() are invalid after it.
+//
 // With options.transform set, every batch passes through transform(batch, indices, epoch()) after
 // Dataset::get_batch (augmentation keyed by example and epoch, so a resume reproduces it).
 //
