@@ -57,7 +57,7 @@
 // replicas were equal (SaveOptions::replicas_equal; recorded in the manifest) resumes on any
 // world size: tensors (parameters, momentum buffers, ...) are the average over the saved ranks
 // (equal replicas average to themselves), other values come from saved rank (rank % saved
-// world size), and a DataLoader recomputes its position from the global number of samples seen.
+// world size), and a DataLoader continues its epoch at the global number of samples seen.
 // A checkpoint written by one rank holds one replica and also resumes on any world size.
 // A checkpoint whose manifest is marked partial (written by a tool, e.g. scripts/import_torch.py
 // with only the model) restores the registered objects it has state for and leaves the others as

@@ -4,7 +4,7 @@
 // checks it): each rank then reads every saved rank's file, and restores tensors (parameters,
 // momentum buffers, ...) as their average over the saved ranks, which equal replicas average to
 // themselves exactly, and every other value from saved rank (rank % saved world size). A
-// DataLoader recomputes its position from the global number of samples seen.
+// DataLoader continues its epoch at the global number of samples seen (data_loader.h).
 //
 // Usage (rank 1 of 4 resumes a checkpoint of 2 ranks):
 //   std::vector<int> read = detail::saved_ranks_to_read(/*saved_world=*/2, /*world=*/4, 1);

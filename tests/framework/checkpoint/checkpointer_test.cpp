@@ -464,8 +464,8 @@ TEST(CheckpointerMultiRankTest, EveryRankRestoresItsOwnStateAndAllFallBackTogeth
 }
 
 // Written at world size 4 while the replicas were equal (same model, different momentum), then
-// resumed on 2 ranks: parameters as saved, momentum the average of the 4, loader position
-// recomputed from the samples seen. Without replicas_equal the same resume is refused.
+// resumed on 2 ranks: parameters as saved, momentum the average of the 4, loader continuing at
+// the global number of samples seen. Without replicas_equal the same resume is refused.
 TEST(CheckpointerMultiRankTest, ResumesOnAnotherWorldSizeOnlyWhenReplicasWereEqual) {
   const fs::path dir = unique_temp_dir("ckpt-resize");
   auto result = testing::run_world(4, [&](int rank, const std::shared_ptr<comm::ProcessGroup>& pg) {
@@ -509,8 +509,11 @@ TEST(CheckpointerMultiRankTest, ResumesOnAnotherWorldSizeOnlyWhenReplicasWereEqu
     }
     const std::vector<float> g = got.to_vector();
     for (size_t i = 0; i < g.size(); ++i) ASSERT_NEAR(g[i], expected[i], 1e-6) << "element " << i;
-    // 2 batches of 8 on each of 4 ranks = 64 samples = 4 batches of 8 on each of 2 ranks.
-    EXPECT_EQ(resumed.loader->position(), 4);
+    // 2 batches of 8 on each of 4 ranks = 64 samples: the 2 ranks split the other 32 of the
+    // epoch, 2 batches of 8 each.
+    EXPECT_EQ(resumed.loader->offset(), 64);
+    EXPECT_EQ(resumed.loader->position(), 0);
+    EXPECT_EQ(resumed.loader->num_batches(), 2);
   });
   EXPECT_RANKS_OK(result);
 }
