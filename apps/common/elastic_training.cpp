@@ -192,10 +192,19 @@ class ElasticTrainer {
     comm::ProcessGroup& world = *world_;
     const int64_t g = elastic_.generation().number;
     if (g == 0 && !replica_.has_state) replica_.has_state = true;  // the job's first members
+    // Each rank's step (-1: no state) and whether it left its last generation on a failure.
     const int64_t mine = replica_.has_state ? replica_.step : -1;
-    std::vector<int64_t> steps(static_cast<size_t>(world.size()));
-    world.allgather(std::span<const int64_t>(&mine, 1), std::span<int64_t>(steps), "elastic steps")
+    const int64_t said[2] = {mine, after_failure ? 1 : 0};
+    std::vector<int64_t> gathered(2 * static_cast<size_t>(world.size()));
+    world
+        .allgather(std::span<const int64_t>(said, 2), std::span<int64_t>(gathered), "elastic steps")
         ->wait();
+    std::vector<int64_t> steps;
+    bool any_failure = false;
+    for (int r = 0; r < world.size(); ++r) {
+      steps.push_back(gathered[2 * static_cast<size_t>(r)]);
+      any_failure = any_failure || gathered[2 * static_cast<size_t>(r) + 1] != 0;
+    }
     const int64_t top = *std::max_element(steps.begin(), steps.end());
     HSGD_CHECK_AS(CommError, top >= 0, "elastic generation ", g,
                   ": no member holds a training state (every survivor is gone)");
@@ -208,7 +217,7 @@ class ElasticTrainer {
     const bool in_f = mine == top;
     const auto agreement_start = Clock::now();
     size_t state_bytes = 0;
-    if (after_failure && parallel_flags_.mode != "ddp" && at_top > 1) {
+    if (any_failure && parallel_flags_.mode != "ddp" && at_top > 1) {
       average_over(world, *run_.model, in_f, at_top);
     }
     if (at_top < world.size()) {
@@ -296,7 +305,7 @@ class ElasticTrainer {
           "ms; replica hash %016llx equal on all %d ranks\n",
           run_.program.c_str(), static_cast<long long>(g), changes.c_str(),
           elastic_.generation().nodes.size(), world.size(), levels.c_str(),
-          static_cast<long long>(replica_.step), after_failure ? " after a lost member" : "",
+          static_cast<long long>(replica_.step), any_failure ? " after a failure" : "",
           transfer.c_str(), ms, static_cast<unsigned long long>(hash), world.size());
       std::fflush(stdout);
     }

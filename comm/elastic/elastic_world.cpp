@@ -133,8 +133,26 @@ std::shared_ptr<ProcessGroup> ElasticWorld::advance() {
   abandon();
   const auto deadline = Clock::now() + options_.join_timeout;
   int64_t skipped_up_to = generation_.number;
+  auto reform_at = Clock::now() + options_.reform_after;
   while (Clock::now() < deadline) {
     const std::optional<Generation> latest = read_latest_generation(*store_);
+    if (latest && latest->number <= skipped_up_to && latest->node_rank(options_.node_id) >= 0 &&
+        Clock::now() >= reform_at) {
+      // The last generation failed, yet the agents announce no change (no member died: e.g. a
+      // collective timed out). The members form it again, as the next number; of several
+      // proposals the first wins.
+      Generation again{.number = latest->number + 1};
+      for (const MemberNode& node : latest->nodes) {
+        if (!store_->check({left_key(node.id)})) again.nodes.push_back(node);
+      }
+      logger()->warn(
+          "elastic generation {} failed without a membership change; proposing "
+          "generation {} with its {} live node(s)",
+          latest->number, again.number, again.nodes.size());
+      propose_generation(*store_, again);
+      reform_at = Clock::now() + options_.reform_after;
+      continue;
+    }
     if (!latest || latest->number <= skipped_up_to || latest->node_rank(options_.node_id) < 0) {
       if (store_->check({left_key(options_.node_id)}) &&
           (!latest || latest->node_rank(options_.node_id) < 0)) {
@@ -148,6 +166,7 @@ std::shared_ptr<ProcessGroup> ElasticWorld::advance() {
     const Generation g = *latest;
     if (!gather(g, deadline)) {
       skipped_up_to = g.number;
+      reform_at = Clock::now() + options_.reform_after;
       continue;
     }
     InitOptions init = options_.init;
@@ -169,6 +188,7 @@ std::shared_ptr<ProcessGroup> ElasticWorld::advance() {
       logger()->warn("elastic generation {} did not form ({}); waiting for the next one", g.number,
                      e.what());
       skipped_up_to = g.number;
+      reform_at = Clock::now() + options_.reform_after;
       continue;
     }
     generation_ = g;

@@ -11,7 +11,10 @@
 // meanwhile: a member died while the others gathered), then builds the world group with
 // init_process_group under generation_prefix(g): rank = the node's rank offset + local rank,
 // world size = the generation's. A generation whose members do not all arrive, or whose group
-// fails to connect, is skipped: the agents announce the next one. abandon() aborts the current
+// fails to connect, is skipped: the agents announce the next one. When a generation
+// failed and no newer one appears within reform_after (a collective failed though no member died,
+// e.g. a timeout), its live members propose the same nodes again as the next generation.
+// abandon() aborts the current
 // world and every group made from it (ProcessGroup::abort: their collectives fail at once, here
 // and on the peers), then releases them; the caller must release its own references (DDP,
 // averagers) before the next advance() for their Gloo contexts to close.
@@ -57,6 +60,9 @@ struct ElasticWorldOptions {
   // How long advance() waits for a generation that holds this node and forms.
   Duration join_timeout = std::chrono::seconds(300);
   Duration poll_interval = std::chrono::milliseconds(50);
+  // After a failed generation, how long advance() waits for the agents to announce a change
+  // before the members form the same nodes again as the next generation (see advance()).
+  Duration reform_after = std::chrono::seconds(3);
 
   // InitOptions::from_env() for the template (HSGD_TIMEOUT_MS is the collective timeout: how
   // long a collective waits for a member whose host vanished), HSGD_ELASTIC_NODE_ID, and

@@ -181,7 +181,7 @@ void ProcessGroup::abort() {
     }
   }
   for (const auto& child : children) child->abort();
-  logger()->info("group '{}' (rank {} of {}): aborted", options_.name, rank(), size());
+  logger()->debug("group '{}' (rank {} of {}): aborted", options_.name, rank(), size());
   abort_transport();
 }
 
