@@ -10,8 +10,8 @@
 #   2. ddp: the same with kill -9 of node 1's hsgd-run and its workers; the survivors wait for
 #      the heartbeat timeout, continue alone, and the same command started again on node 1 joins
 #      at a step boundary.
-#   3. a late joiner: node 0 starts alone (MIN 1); node 1 starts after step 30 and joins right
-#      after an averaging over the whole world (steps 1, 9, 17, ...) with the state of rank 0.
+#   3. a late joiner: nodes 0 and 1 start (MIN 2, MAX 3, one worker each); node 2 starts after
+#      step 30 and joins right after an averaging over the whole world with the state of rank 0.
 # The replicas' hash agreement is checked by train_mlp itself at every generation (it fails the
 # job otherwise); this script checks that it was reported. Every process is started here and
 # stopped by pid; each run is bounded by `timeout`.
@@ -156,21 +156,29 @@ check_steps "$work/ddp.0" "$total"
 echo "elastic_local: ddp: node 1 killed (hsgd-run and workers); node 0 continued; the same" \
   "command rejoined; steps 1..$total once each"
 
-# ---- 3. a late joiner
-start_node late 0 "$work/late.0" "${h[@]}"
-t0=$node0_timeout
+# ---- 3. a late joiner: nodes of 1 worker, so that the world (8:world) is the only level that
+# spans the nodes: it averages in steps 1, 9, 17, ... (the averager counts its calls from 0).
+late=(--nnodes 2:3 --nproc-per-node 1 --rdzv-endpoint "$endpoint" --rdzv-last-call 1
+  --heartbeat-timeout 3 --rdzv-id late)
+timeout 120 "$run" "${late[@]}" -- "${train[@]}" "${h[@]}" >"$work/late.0" 2>&1 &
+pids+=($!)
+t0=$!
+timeout 120 "$run" "${late[@]}" -- "${train[@]}" "${h[@]}" >"$work/late.1" 2>&1 &
+pids+=($!)
+t1=$!
 wait_for_step "$work/late.0" 30
-start_node late 1 "$work/late.1" "${h[@]}"
-t1=$node1_timeout
-rc0=0 rc1=0
-wait "$t0" || rc0=$?
-wait "$t1" || rc1=$?
-[ "$rc0" -eq 0 ] || fail "node 0's hsgd-run exited $rc0: $(tail -n 30 "$work/late.0")"
-[ "$rc1" -eq 0 ] || fail "node 1's hsgd-run exited $rc1: $(tail -n 30 "$work/late.1")"
+timeout 120 "$run" "${late[@]}" -- "${train[@]}" "${h[@]}" >"$work/late.2" 2>&1 &
+pids+=($!)
+t2=$!
+for n in 0 1 2; do
+  rc=0
+  wait "$(eval echo "\$t$n")" || rc=$?
+  [ "$rc" -eq 0 ] || fail "node $n's hsgd-run exited $rc: $(tail -n 30 "$work/late.$n")"
+done
 line=$(grep -E 'generation 1: joined node' "$work/late.0") ||
   fail "no join in generation 1: $(grep generation "$work/late.0" | head)"
 join_step=$(sed -E 's/.* at step ([0-9]+).*/\1/' <<<"$line")
-# The averager's schedule counts its calls from 0: the world averages in steps 1, 9, 17, ...
-[ $(((join_step - 1) % 8)) -eq 0 ] || fail "node 1 joined at step $join_step, not at a world boundary"
+[ $(((join_step - 1) % 8)) -eq 0 ] || fail "node 2 joined at step $join_step, not at a world averaging"
 grep -q 'received the state from rank 0' <<<"$line" || fail "the join did not send state: $line"
+grep -q 'equal on all 3 ranks' <<<"$line" || fail "the join did not compare 3 hashes: $line"
 echo "elastic_local: late joiner: joined at step $join_step (a world averaging step)"
