@@ -11,6 +11,7 @@
 #include "apps/common/level_options.h"
 #include "apps/common/training_loop.h"
 #include "comm/elastic/elastic_world.h"
+#include "comm/launcher/exit_codes.h"
 #include "comm/launcher/worker_liveness.h"
 #include "comm/log.h"
 #include "comm/process_group/work.h"
@@ -36,6 +37,35 @@ struct Replica {
   double loss_sum = 0, correct = 0;
   int64_t images = 0;
 };
+
+// This node's training configuration differs from the job's (a late joiner started with another
+// model, mode or hierarchy): it leaves the job for good (kExitWillRepeat, so that its hsgd-run
+// does not restart it into the same refusal).
+class ConfigurationMismatch : public Error {
+ public:
+  using Error::Error;
+};
+
+// What every member must agree on: the model's tensors (names and shapes), the parallel mode and
+// its levels, the optimizer and the batch.
+std::string configuration(const TrainingFlags& flags, const ParallelFlags& parallel,
+                          nn::Module& model) {
+  uint64_t h = 1469598103934665603ull;
+  int64_t values = 0;
+  for (const auto& [name, t] : model.state_dict()) {
+    std::string shape = name + "[";
+    for (int64_t d = 0; d < t.dim(); ++d) shape += std::to_string(t.size(d)) + ",";
+    for (const char c : shape + "]") h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+    values += t.numel();
+  }
+  char model_hash[17];
+  std::snprintf(model_hash, sizeof model_hash, "%016llx", static_cast<unsigned long long>(h));
+  return str_cat("model ", model.state_dict().size(), " tensors, ", values, " values (shapes ",
+                 model_hash, "); mode ", parallel.mode, ", hierarchy '", parallel.hierarchy,
+                 "', period ", parallel.period, ", warm-up ", parallel.warmup_steps,
+                 ", subgroup size ", parallel.subgroup_size, "; ", describe_optimizer(flags),
+                 ", batch ", flags.batch_size, ", schedule ", flags.schedule);
+}
 
 // Why the loop leaves a generation.
 enum class Leave { kFinished, kFailed, kJoin };
@@ -213,6 +243,29 @@ class ElasticTrainer {
       if (steps[static_cast<size_t>(r)] != top) continue;
       if (source < 0) source = r;
       ++at_top;
+    }
+    std::vector<std::string> configs;
+    const std::string config = configuration(flags_, parallel_flags_, *run_.model);
+    world.allgather_bytes(config, configs, "elastic configuration")->wait();
+    std::vector<int> differing;
+    for (int r = 0; r < world.size(); ++r) {
+      if (configs[static_cast<size_t>(r)] != configs[static_cast<size_t>(source)]) {
+        differing.push_back(r);
+      }
+    }
+    if (!differing.empty()) {
+      if (config != configs[static_cast<size_t>(source)]) {
+        throw ConfigurationMismatch(str_cat(
+            "this node cannot join elastic generation ", g, ": its configuration\n  ", config,
+            "\ndiffers from the job's (rank ", source, ")\n  ",
+            configs[static_cast<size_t>(source)],
+            "\nstart it with the same program and flags as the other nodes"));
+      }
+      std::string ranks;
+      for (int r : differing) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+      HSGD_THROW(CommError, "elastic generation ", g, ": rank(s) ", ranks,
+                 " joined with another configuration (", configs[static_cast<size_t>(differing[0])],
+                 "); they leave the job");
     }
     const bool in_f = mine == top;
     const auto agreement_start = Clock::now();
@@ -441,8 +494,14 @@ class ElasticTrainer {
 
 int train_elastic(const TrainingFlags& flags, const ParallelFlags& parallel, ElasticRun run) {
   refuse_unsupported(flags, parallel, run);
+  const std::string program = run.program;
   ElasticTrainer trainer(flags, parallel, std::move(run));
-  return trainer.run();
+  try {
+    return trainer.run();
+  } catch (const ConfigurationMismatch& e) {
+    std::fprintf(stderr, "%s: error: %s\n", program.c_str(), e.what());
+    return comm::launcher::kExitWillRepeat;
+  }
 }
 
 }  // namespace hsgd::apps

@@ -182,3 +182,23 @@ join_step=$(sed -E 's/.* at step ([0-9]+).*/\1/' <<<"$line")
 grep -q 'received the state from rank 0' <<<"$line" || fail "the join did not send state: $line"
 grep -q 'equal on all 3 ranks' <<<"$line" || fail "the join did not compare 3 hashes: $line"
 echo "elastic_local: late joiner: joined at step $join_step (a world averaging step)"
+
+# ---- 4. a late joiner with another model is refused by name and leaves; the job goes on
+other=(--nnodes 1:2 --nproc-per-node 1 --rdzv-endpoint "$endpoint" --rdzv-last-call 1
+  --heartbeat-timeout 3 --max-restarts 2 --rdzv-id other)
+timeout 120 "$run" "${other[@]}" -- "${train[@]}" "${h[@]}" >"$work/other.0" 2>&1 &
+pids+=($!)
+t0=$!
+wait_for_step "$work/other.0" 30
+rc1=0
+timeout 120 "$run" "${other[@]}" -- "${train[@]}" "${h[@]}" --hidden 64 >"$work/other.1" 2>&1 ||
+  rc1=$?
+[ "$rc1" -eq 78 ] || fail "the node with --hidden 64 exited $rc1, expected 78: $(tail -n 20 "$work/other.1")"
+grep -q 'cannot join elastic generation' "$work/other.1" ||
+  fail "no refusal in $work/other.1: $(tail -n 20 "$work/other.1")"
+grep -qE "differs from the job's .*model 6 tensors, [0-9]+ values" <(tr '\n' ' ' <"$work/other.1") ||
+  fail "the refusal does not name the model: $(grep -A3 'cannot join' "$work/other.1")"
+rc0=0
+wait "$t0" || rc0=$?
+[ "$rc0" -eq 0 ] || fail "node 0's hsgd-run exited $rc0 after the refused joiner: $(tail -n 30 "$work/other.0")"
+echo "elastic_local: a joiner with another model: refused by name, exit 78, no restart; node 0 finished"
