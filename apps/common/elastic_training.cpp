@@ -9,6 +9,7 @@
 #include <span>
 
 #include "apps/common/level_options.h"
+#include "apps/common/metrics_log.h"
 #include "apps/common/training_loop.h"
 #include "comm/elastic/elastic_world.h"
 #include "comm/launcher/exit_codes.h"
@@ -179,6 +180,7 @@ class ElasticTrainer {
 
   int run() {
     const auto start = Clock::now();
+    bool header = false;
     bool failed = false;
     for (;;) {
       world_ = elastic_.advance();
@@ -186,6 +188,11 @@ class ElasticTrainer {
       Leave leave = Leave::kFailed;
       try {
         enter_generation(failed);
+        if (lead_ && !header) {
+          std::printf("%5s %7s %10s %9s %10s %9s\n", "epoch", "steps", "train_loss", "train_acc",
+                      "test_loss", "test_acc");
+          header = true;
+        }
         leave = train_generation();
       } catch (const CommError& e) {
         comm::logger()->warn("elastic generation {} (rank {} of {}) lost a member: {}",
@@ -255,11 +262,11 @@ class ElasticTrainer {
     }
     if (!differing.empty()) {
       if (config != configs[static_cast<size_t>(source)]) {
-        throw ConfigurationMismatch(str_cat(
-            "this node cannot join elastic generation ", g, ": its configuration\n  ", config,
-            "\ndiffers from the job's (rank ", source, ")\n  ",
-            configs[static_cast<size_t>(source)],
-            "\nstart it with the same program and flags as the other nodes"));
+        throw ConfigurationMismatch(
+            str_cat("this node cannot join elastic generation ", g, ": its configuration\n  ",
+                    config, "\ndiffers from the job's (rank ", source, ")\n  ",
+                    configs[static_cast<size_t>(source)],
+                    "\nstart it with the same program and flags as the other nodes"));
       }
       std::string ranks;
       for (int r : differing) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
@@ -337,17 +344,8 @@ class ElasticTrainer {
         }
         levels = ", levels {" + levels + "}";
       }
-      std::string changes;
-      const comm::elastic::Generation& now = elastic_.generation();
-      for (const auto& node : previous_.nodes) {
-        if (now.node_rank(node.id) < 0)
-          changes += " lost node " + node.host + " (" + node.id + ");";
-      }
-      for (const auto& node : now.nodes) {
-        if (previous_.node_rank(node.id) < 0 && previous_.number >= 0) {
-          changes += " joined node " + node.host + " (" + node.id + ");";
-        }
-      }
+      std::string changes = generation_change();
+      if (!changes.empty()) changes = " " + changes + ";";
       std::string transfer = "every rank had the state";
       if (at_top < world.size()) {
         transfer = str_cat(world.size() - at_top, " rank(s) received the state from rank ", source,
@@ -362,7 +360,35 @@ class ElasticTrainer {
           transfer.c_str(), ms, static_cast<unsigned long long>(hash), world.size());
       std::fflush(stdout);
     }
+    write_metrics({.generation = MetricsRecord::Generation{
+                       .number = g,
+                       .nodes = static_cast<int>(elastic_.generation().nodes.size()),
+                       .workers = world.size(),
+                       .change = generation_change(),
+                       .failure = any_failure,
+                       .state_bytes = static_cast<int64_t>(state_bytes),
+                       .agreement_ms =
+                           std::chrono::duration<double, std::milli>(Clock::now() - agreement_start)
+                               .count()}});
     previous_ = elastic_.generation();
+  }
+
+  // "lost node H (ID); joined node H (ID)" against the previous generation entered; "" if none.
+  std::string generation_change() const {
+    std::vector<std::string> changes;
+    const comm::elastic::Generation& now = elastic_.generation();
+    for (const auto& node : previous_.nodes) {
+      if (now.node_rank(node.id) < 0)
+        changes.push_back("lost node " + node.host + " (" + node.id + ")");
+    }
+    for (const auto& node : now.nodes) {
+      if (previous_.number >= 0 && previous_.node_rank(node.id) < 0) {
+        changes.push_back("joined node " + node.host + " (" + node.id + ")");
+      }
+    }
+    std::string out;
+    for (const std::string& c : changes) out += (out.empty() ? "" : "; ") + c;
+    return out;
   }
 
   void make_scheduler_for(comm::ProcessGroup&) {
@@ -426,6 +452,8 @@ class ElasticTrainer {
     ++replica_.step;
     comm::report_progress(replica_.step);
     if (lead_ && flags_.log_every > 0 && replica_.step % flags_.log_every == 0) {
+      write_metrics({.train_loss = loss_value,
+                     .lr = run_.optimizer->param_groups().front().lr.value_or(flags_.lr)});
       std::printf("[%s] step %lld loss %.4f (generation %lld, %d ranks)\n", run_.program.c_str(),
                   static_cast<long long>(replica_.step), loss_value,
                   static_cast<long long>(elastic_.generation().number), world_->size());
@@ -441,8 +469,9 @@ class ElasticTrainer {
     std::vector<double> sums{replica_.loss_sum, replica_.correct,
                              static_cast<double>(replica_.images)};
     world.allreduce(std::span<double>(sums), comm::ReduceOp::kSum, "elastic epoch sums")->wait();
-    const bool last = replica_.epoch + 1 >= flags_.epochs;
+    const bool last = replica_.epoch + 1 >= flags_.epochs || replica_.step >= replica_.total_steps;
     EvalResult eval = evaluate_average(last);
+    write_metrics({.test_loss = eval.loss, .test_accuracy = eval.accuracy});
     if (lead_) {
       const double denom = sums[2] > 0 ? sums[2] : 1.0;
       std::printf("%5lld %7lld %10.4f %8.2f%% %10.4f %8.2f%%  (%d ranks)\n",
@@ -488,6 +517,21 @@ class ElasticTrainer {
   std::unique_ptr<optim::LRScheduler> scheduler_;
   EvalResult final_;
   comm::elastic::Generation previous_{.number = -1};  // the last generation entered
+  const Clock::time_point start_ = Clock::now();
+  std::unique_ptr<MetricsLog> metrics_;  // rank 0's --metrics-out
+
+  double wall_seconds() const {
+    return std::chrono::duration<double>(Clock::now() - start_).count();
+  }
+  void write_metrics(MetricsRecord record) {
+    if (!lead_ || flags_.metrics_out.empty()) return;
+    if (metrics_ == nullptr) metrics_ = std::make_unique<MetricsLog>(flags_.metrics_out, 0);
+    record.step = replica_.step;
+    record.epoch = replica_.epoch + 1;
+    record.wall_s = record.train_s = wall_seconds();
+    if (parallel_.averager) record.averaging = parallel_.averager->level_stats();
+    metrics_->write(record);
+  }
 };
 
 }  // namespace

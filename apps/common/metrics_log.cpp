@@ -61,7 +61,23 @@ std::string MetricsLog::to_json(const MetricsRecord& r) {
     append_number(out, "seconds", level.seconds);
     out += "}";
   }
-  out += "]}";
+  out += "]";
+  if (r.generation) {
+    const MetricsRecord::Generation& g = *r.generation;
+    std::string change;
+    for (const char c : g.change) {
+      if (c == '"' || c == '\\') change += '\\';
+      change += c;
+    }
+    out += ", \"generation\": {\"number\": " + std::to_string(g.number) +
+           ", \"nodes\": " + std::to_string(g.nodes) +
+           ", \"workers\": " + std::to_string(g.workers) + ", \"change\": \"" + change +
+           "\", \"failure\": " + (g.failure ? "true" : "false") +
+           ", \"state_bytes\": " + std::to_string(g.state_bytes);
+    append_number(out, "agreement_ms", g.agreement_ms);
+    out += "}";
+  }
+  out += "}";
   return out;
 }
 

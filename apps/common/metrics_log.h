@@ -9,7 +9,8 @@
 // step counts steps from the start of the run, epoch is 1-based, wall_s and train_s are seconds
 // since the start (train_s without evaluations), train_loss is rank 0's mean loss over the steps
 // since the previous record, test_accuracy a fraction, averaging the averager's cumulative
-// level_stats() (an empty list in --mode ddp). Non-finite numbers are written as null.
+// level_stats() (an empty list in --mode ddp). Non-finite numbers are written as null. Elastic
+// runs add a "generation" object to the record of each generation they enter (see below).
 //
 // Resume: a run resumed from step S keeps the file's complete records with step <= S (those
 // after S are trained again) and appends; wall_s and train_s continue from the last kept record.
@@ -42,6 +43,19 @@ struct MetricsRecord {
   std::optional<double> test_loss = std::nullopt;
   std::optional<double> test_accuracy = std::nullopt;
   std::vector<distributed::AveragingLevelStats> averaging = {};
+  // Elastic runs (apps/common/elastic_training.h) write one record per generation entered:
+  //   "generation": {"number": 2, "nodes": 2, "workers": 4, "change": "lost node ...; joined
+  //   node ...", "failure": true, "state_bytes": 4287628, "agreement_ms": 403.1}
+  struct Generation {
+    int64_t number = 0;
+    int nodes = 0;
+    int workers = 0;
+    std::string change{};  // nodes lost and joined, "" for the first
+    bool failure = false;  // entered after a failed generation
+    int64_t state_bytes = 0;
+    double agreement_ms = 0;
+  };
+  std::optional<Generation> generation = std::nullopt;
 };
 
 class MetricsLog {
