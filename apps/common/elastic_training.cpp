@@ -84,16 +84,11 @@ void refuse_unsupported(const TrainingFlags& flags, const ParallelFlags& paralle
                 "averagings and are not supported in an elastic run (hsgd-run --nnodes MIN:MAX)");
 }
 
-std::vector<Tensor> model_tensors(nn::Module& model) {
-  std::vector<Tensor> out;
-  for (auto& [name, t] : model.state_dict()) out.push_back(t);
-  return out;
-}
-
-// FNV-1a over the bytes of the model's parameters and buffers.
+// FNV-1a over the bytes of the model's parameters. Buffers (BatchNorm statistics) may differ
+// between replicas as optimizer state does: each rank updates them from its own batches.
 uint64_t model_hash(nn::Module& model) {
   uint64_t h = 1469598103934665603ull;
-  for (const Tensor& t : model_tensors(model)) {
+  for (const Tensor& t : model.parameters()) {
     const Tensor c = t.contiguous();
     const auto* bytes = reinterpret_cast<const unsigned char*>(c.data());
     for (size_t i = 0; i < static_cast<size_t>(c.numel()) * sizeof(float); ++i) {
@@ -145,10 +140,8 @@ void broadcast_bytes(comm::ProcessGroup& world, std::string& bytes, int root) {
   bytes.assign(reinterpret_cast<const char*>(words.data()), static_cast<size_t>(length));
 }
 
-// Averages the model's tensors over the ranks with in_f (the others contribute zeros and
-// receive the mean).
-void average_over(comm::ProcessGroup& world, nn::Module& model, bool in_f, int count) {
-  std::vector<Tensor> tensors = model_tensors(model);
+// Averages tensors over the ranks with in_f (the others contribute zeros and receive the mean).
+void average_over(comm::ProcessGroup& world, std::vector<Tensor> tensors, bool in_f, int count) {
   size_t total = 0;
   for (const Tensor& t : tensors) total += static_cast<size_t>(t.numel());
   std::vector<float> flat(total, 0.0f);
@@ -278,7 +271,9 @@ class ElasticTrainer {
     const auto agreement_start = Clock::now();
     size_t state_bytes = 0;
     if (any_failure && parallel_flags_.mode != "ddp" && at_top > 1) {
-      average_over(world, *run_.model, in_f, at_top);
+      std::vector<Tensor> tensors = run_.model->parameters();
+      tensors.insert(tensors.end(), run_.average_buffers.begin(), run_.average_buffers.end());
+      average_over(world, std::move(tensors), in_f, at_top);
     }
     if (at_top < world.size()) {
       std::string bytes;

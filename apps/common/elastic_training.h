@@ -18,9 +18,13 @@
 //     data position, step, epoch) to every rank outside F: joining nodes, and survivors that
 //     were behind (stopped at an earlier step in a level shared with the lost node; their local
 //     steps since are dropped);
-//   - every rank compares a hash of its parameters and buffers with the others' and fails the job
-//     when they differ.
-// Optimizer state stays each rank's own on the ranks of F, as in a run without failures.
+//   - every rank compares a hash of its parameters with the others' and fails the job when they
+//     differ.
+// Optimizer state and buffers that are not averaged (BatchNorm statistics in --mode ddp) stay
+// each rank's own on the ranks of F, as in a run without failures. Before all this, the ranks
+// compare their configuration (model tensors and shapes, mode, levels, optimizer, batch): a
+// node whose configuration differs from the job's is refused by name and exits
+// comm::launcher::kExitWillRepeat (78), so that its hsgd-run does not restart it.
 //
 // When generations change:
 //   - a failure: a collective throws (a closed peer at once; a vanished host when its agent's

@@ -36,10 +36,12 @@
 #include <string>
 
 #include "apps/common/checkpointing.h"
+#include "apps/common/elastic_training.h"
 #include "apps/common/parallel_training.h"
 #include "apps/common/run_main.h"
 #include "apps/common/training_flags.h"
 #include "apps/common/training_loop.h"
+#include "comm/elastic/elastic_world.h"
 #include "comm/error.h"
 #include "comm/process_group/init.h"
 #include "framework/data/cifar10.h"
@@ -119,6 +121,26 @@ int run(Flags flags) {
   apps::check_training_flags(training);
   apps::apply_thread_flag(training);
   if (flags.dataset.empty()) flags.dataset = flags.data_dir.empty() ? "fashion-mnist" : "cifar10";
+  if (comm::elastic::ElasticWorldOptions::enabled_in_env()) {  // hsgd-run --nnodes MIN:MAX
+    const Data data = load_data(flags);
+    auto model = models::make_model(
+        flags.model,
+        {.num_classes = 10, .input_shape = data.train->example_shape(), .seed = training.seed});
+    return apps::train_elastic(training, flags.parallel,
+                               {.program = "train_resnet",
+                                .model = model,
+                                .optimizer = apps::make_optimizer(training, model->parameters()),
+                                .train = data.train,
+                                .test = data.test.get(),
+                                .checkpoint_dir = flags.checkpoint.dir,
+                                .loader = {.batch_size = training.batch_size,
+                                           .shuffle = true,
+                                           .seed = training.seed,
+                                           .drop_last = true,
+                                           .transform = data.augment,
+                                           .prefetch = training.prefetch},
+                                .average_buffers = model->buffers()});
+  }
   const comm::InitOptions init = comm::InitOptions::from_env();
   const std::shared_ptr<comm::ProcessGroup> world = comm::init_process_group(init);
   const int world_size = world->size();
