@@ -486,8 +486,15 @@ class ElasticTrainer {
   EvalResult evaluate_average(bool keep) {
     distributed::AveragedReplicas average(world_, run_.model);
     if (keep) average.keep();
+    // Every rank evaluates a shard of the test set: no rank waits in a collective while another
+    // evaluates (the collective timeout of an elastic run is short).
+    int64_t examples = 0;
+    const EvalResult shard = evaluate_shard(*run_.model, *run_.test, flags_.max_eval,
+                                            world_->rank(), world_->size(), examples);
+    std::vector<double> sums{shard.loss, shard.accuracy, static_cast<double>(examples)};
+    world_->allreduce(std::span<double>(sums), comm::ReduceOp::kSum, "elastic evaluation")->wait();
     EvalResult eval;
-    if (lead_) eval = evaluate(*run_.model, *run_.test, flags_.max_eval);
+    if (sums[2] > 0) eval = EvalResult{.loss = sums[0] / sums[2], .accuracy = sums[1] / sums[2]};
     final_ = eval;
     return eval;
   }

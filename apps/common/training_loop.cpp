@@ -34,25 +34,36 @@ std::string format_row(const char* fmt, auto... args) {
 
 }  // namespace
 
-EvalResult evaluate(nn::Module& model, const data::Dataset& test, int64_t max_examples) {
+EvalResult evaluate_shard(nn::Module& model, const data::Dataset& test, int64_t max_examples,
+                          int shard, int shards, int64_t& examples) {
   NoGradGuard no_grad;
   model.eval();
   constexpr int64_t kChunk = 500;
   const int64_t limit = max_examples > 0 ? std::min(max_examples, test.size()) : test.size();
   EvalResult out;
-  for (int64_t begin = 0; begin < limit; begin += kChunk) {
-    std::vector<int64_t> indices;
-    for (int64_t i = begin; i < std::min(begin + kChunk, limit); ++i) indices.push_back(i);
+  examples = 0;
+  std::vector<int64_t> indices;
+  for (int64_t i = shard; i < limit; i += shards) {
+    indices.push_back(i);
+    if (static_cast<int64_t>(indices.size()) < kChunk && i + shards < limit) continue;
     const data::Batch batch = test.get_batch(indices);
     const Tensor logits = model.forward(batch.inputs);
     const auto n = static_cast<double>(indices.size());
     out.loss += nn::cross_entropy(logits, batch.targets).item() * n;
     out.accuracy += nn::accuracy(logits, batch.targets) * n;
+    examples += static_cast<int64_t>(indices.size());
+    indices.clear();
   }
   model.train();
-  if (limit > 0) {
-    out.loss /= static_cast<double>(limit);
-    out.accuracy /= static_cast<double>(limit);
+  return out;
+}
+
+EvalResult evaluate(nn::Module& model, const data::Dataset& test, int64_t max_examples) {
+  int64_t examples = 0;
+  EvalResult out = evaluate_shard(model, test, max_examples, 0, 1, examples);
+  if (examples > 0) {
+    out.loss /= static_cast<double>(examples);
+    out.accuracy /= static_cast<double>(examples);
   }
   return out;
 }

@@ -51,6 +51,11 @@ namespace hsgd::apps {
 // Loss and accuracy of model on the first max_examples (0: all) examples of test, in eval mode
 // and without gradients; the model is back in train mode afterwards.
 EvalResult evaluate(nn::Module& model, const data::Dataset& test, int64_t max_examples);
+// The same over one shard of those examples, the ones whose index i has i % shards == shard,
+// summed rather than averaged: loss and accuracy times the examples, and their count in
+// `examples` (for an allreduce over the ranks that evaluate a shard each).
+EvalResult evaluate_shard(nn::Module& model, const data::Dataset& test, int64_t max_examples,
+                          int shard, int shards, int64_t& examples);
 
 // What train() trains; nothing is owned, everything outlives the call.
 struct TrainingRun {

@@ -38,6 +38,9 @@ ElasticWorldOptions ElasticWorldOptions::from_env() {
              "runs under hsgd-run --nnodes MIN:MAX");
   options.node_id = std::getenv("HSGD_ELASTIC_NODE_ID");
   options.init = InitOptions::from_env();
+  // A vanished host is found by the collective timeout first, then by its agent's heartbeat
+  // (--heartbeat-timeout, 30 s by default), then the rendezvous gives up (--rdzv-timeout).
+  if (std::getenv("HSGD_TIMEOUT_MS") == nullptr) options.init.timeout = kDefaultCollectiveTimeout;
   if (const char* text = std::getenv("HSGD_ELASTIC_JOIN_TIMEOUT_MS")) {
     char* end = nullptr;
     const long long ms = std::strtoll(text, &end, 10);

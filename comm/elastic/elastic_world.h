@@ -51,6 +51,10 @@
 
 namespace hsgd::comm::elastic {
 
+// The collective timeout of an elastic world when HSGD_TIMEOUT_MS is not set: below hsgd-run's
+// default --heartbeat-timeout (30 s), so that a vanished host costs at most this long.
+inline constexpr Duration kDefaultCollectiveTimeout = std::chrono::seconds(20);
+
 struct ElasticWorldOptions {
   std::string node_id{};  // HSGD_ELASTIC_NODE_ID: this worker's node incarnation
   // The group template: master_addr/port, job id, token, socket interface, collective timeout,
@@ -65,7 +69,8 @@ struct ElasticWorldOptions {
   Duration reform_after = std::chrono::seconds(3);
 
   // InitOptions::from_env() for the template (HSGD_TIMEOUT_MS is the collective timeout: how
-  // long a collective waits for a member whose host vanished), HSGD_ELASTIC_NODE_ID, and
+  // long a collective waits for a member whose host vanished; kDefaultCollectiveTimeout when
+  // unset), HSGD_ELASTIC_NODE_ID, and
   // HSGD_ELASTIC_JOIN_TIMEOUT_MS. Throws hsgd::InvalidArgument naming a bad value.
   static ElasticWorldOptions from_env();
   // Whether this process runs under an elastic hsgd-run (HSGD_ELASTIC_NODE_ID is set).
