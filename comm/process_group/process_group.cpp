@@ -134,6 +134,7 @@ void ProcessGroup::connect() {
     HSGD_THROW(CommError, "ProcessGroup '", options_.name, "' (rank ", rank(), " of ", size(),
                "): connecting to the other ranks failed: ", e.what());
   }
+  hsgd::detail::publish_gloo_connections(*context, *options_.store, options_.key_prefix);
   context_ = std::move(context);
   gloo_allreduce_ = std::make_unique<hsgd::detail::GlooAllreduce>(context_, options_.timeout);
   if (try_shm) {
@@ -188,7 +189,9 @@ void ProcessGroup::abort() {
 void ProcessGroup::abort_transport() {
   if (shm_ != nullptr) shm_->abort();
   if (two_level_ != nullptr) two_level_->abort();
-  if (context_ != nullptr) hsgd::detail::abort_gloo_connections(*context_);
+  if (context_ != nullptr) {
+    hsgd::detail::abort_gloo_connections(*context_, *options_.store, options_.key_prefix);
+  }
 }
 
 std::exception_ptr ProcessGroup::on_failure(const CollectiveFingerprint& fp,

@@ -23,7 +23,8 @@
 #   - lines "ADDRESS NAME # <tag>" in /etc/hosts for the nodes, so that names resolve in every
 #     namespace (hsgd's workers look up the step's first host);
 #   - its own munged on a private socket (AuthInfo=socket=...), so the system's munged is left
-#     alone; slurmctld (root namespace); per node one slurmd -N <tag>n<k>, started with
+#     alone; slurmctld (root namespace, on a free port outside the kernel's ephemeral range: see
+#     sc_pick_port); per node one slurmd -N <tag>n<k>, started with
 #     `nsenter --net=/run/netns/NS unshare --uts` and the node name as host name. (`ip netns
 #     exec` would remount /sys and hide the cgroup tree slurmd needs: "Unable to initialize
 #     cgroup plugin".)
@@ -195,6 +196,64 @@ sc_fail_start() {
   exit 1
 }
 
+# Prints a port for slurmctld that no socket can hold: outside the kernel's ephemeral range
+# (/proc/sys/net/ipv4/ip_local_port_range, where outgoing connections and bind(0) take theirs,
+# so another test's connection can hold any port inside it at any moment) and used by no socket
+# in any state (ss -a: listening, connected, TIME-WAIT). Above the range when it leaves 1000 ports
+# there (61000-65535 by default), else below it. Fails when 200 draws found nothing.
+sc_pick_port() {
+  local lo=32768 hi=60999 first last port
+  read -r lo hi </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || true
+  if [ $((65535 - hi)) -ge 1000 ]; then
+    first=$((hi + 1)) last=65535
+  elif [ $((lo - 10000)) -ge 1000 ]; then
+    first=10000 last=$((lo - 1))
+  else
+    return 1
+  fi
+  for _ in $(seq 200); do
+    port=$((first + (RANDOM * 32768 + RANDOM) % (last - first + 1)))
+    [ -z "$(ss -Htan "sport = :$port" 2>/dev/null)" ] && { echo "$port"; return 0; }
+  done
+  return 1
+}
+
+# Starts slurmctld with the SlurmctldPort of $SLURM_CONF set to $1 and returns once it listens
+# there (its pid appended to SC_PIDS). It listens on SlurmctldPort only (Slurm 22.05, seen with
+# ss -tlnp); slurmd listens in the node namespaces, srun on ephemeral ports. sc_pick_port's check
+# and slurmctld's bind are not atomic: another cluster starting at the same moment, or any
+# program binding that port explicitly, can take it in between. Then slurmctld exits with
+# "Address already in use" and starts again on another port (up to 5 ports), SLURM_CONF
+# rewritten before any slurmd reads it.
+sc_start_slurmctld() {
+  local port=$1 try pid
+  for try in 1 2 3 4 5; do
+    sed -i "s/^SlurmctldPort=.*/SlurmctldPort=$port/" "$SLURM_CONF"
+    slurmctld -D -f "$SLURM_CONF" >"$SC_DIR/slurmctld.out" 2>&1 &
+    pid=$!
+    for _ in $(seq 300); do
+      if ss -Htlnp "sport = :$port" 2>/dev/null | grep -q "pid=$pid,"; then
+        SC_PIDS+=("$pid")
+        return 0
+      fi
+      sc_alive "$pid" || break
+      sleep 0.1
+    done
+    if sc_alive "$pid"; then
+      SC_PIDS+=("$pid")
+      sc_fail_start "slurmctld (pid $pid) does not listen on port $port after 30 s"
+    fi
+    wait "$pid" 2>/dev/null || true
+    cat "$SC_DIR/slurmctld.log" "$SC_DIR/slurmctld.out" 2>/dev/null |
+      grep -q 'Address already in use' ||
+      sc_fail_start "slurmctld exited during start-up (logs above)"
+    sc_log "port $port was taken when slurmctld bound it (try $try of 5); picking another"
+    mv "$SC_DIR/slurmctld.log" "$SC_DIR/slurmctld-try$try.log" 2>/dev/null || true
+    port=$(sc_pick_port) || sc_fail_start "no free port for slurmctld outside the ephemeral range"
+  done
+  sc_fail_start "slurmctld found its port taken 5 times"
+}
+
 # Starts a cluster of $1 nodes (1..64). Exports SLURM_CONF; fills SC_NODES, SC_ADDRS, SC_NS.
 # Returns when every node is idle; exits 1 with the daemons' logs when they do not get there.
 slurm_cluster_start() {
@@ -235,10 +294,8 @@ slurm_cluster_start() {
 
   # ---- configuration
   local ctld_port host cpus first_job
-  while :; do
-    ctld_port=$((40000 + RANDOM % 20000))
-    [ -z "$(ss -Htln "sport = :$ctld_port" 2>/dev/null)" ] && break
-  done
+  ctld_port=$(sc_pick_port) ||
+    sc_fail_start "no free port for slurmctld outside the ephemeral range"
   host=$(hostname -s)
   cpus=$(slurmd -C 2>/dev/null | head -1 | grep -o 'CPUs=[0-9]*') ||
     sc_fail_start "slurmd -C failed"
@@ -293,8 +350,8 @@ EOF
     --log-file="$SC_DIR/munged.log" >"$SC_DIR/munged.out" 2>&1 &
   SC_PIDS+=($!)
   for _ in $(seq 50); do [ -S "$SC_DIR/munge.sock" ] && break; sleep 0.1; done
-  slurmctld -D -f "$SLURM_CONF" >"$SC_DIR/slurmctld.out" 2>&1 &
-  SC_PIDS+=($!)
+  sc_start_slurmctld "$ctld_port"
+  ctld_port=$(sed -n 's/^SlurmctldPort=//p' "$SLURM_CONF")
   for k in $(seq 0 $((n - 1))); do
     mkdir -p "$SC_DIR/spool-${SC_NODES[$k]}"
     # nsenter and unshare exec (no fork), so $! is the slurmd itself.

@@ -137,7 +137,20 @@ void CollectiveWatchdog::watch(const CollectiveFingerprint& mine) {
     published_seq_ = mine.seq;
     std::fill(other_seq_.begin(), other_seq_.end(), OtherSeq{});
   }
-  if (!conflicts(mine, read_peers())) return;
+  if (!conflicts(mine, read_peers())) {
+    // A member that found a mismatch first stored its report and aborted its transport; its
+    // collective then failed and its key was deleted, possibly before this rank read it. Its
+    // report still holds: the group is broken (a shared-memory collective is not woken by the
+    // peers' abort, so this rank aborts too).
+    if (auto report = stored_mismatch(*config_.store, config_.key_prefix, config_.rank)) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        found_ = report;
+      }
+      on_mismatch_(*report);
+    }
+    return;
+  }
   // Let every rank that waits publish (each does within threshold + poll), so that all build
   // the report from the same keys; then the first to store it wins and everyone uses that one.
   {

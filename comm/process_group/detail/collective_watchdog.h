@@ -17,7 +17,9 @@
 // - another member has waited at a different sequence number for at least the threshold (a
 //   rank that waits at seq s cannot meet one waiting at s' != s: one of them already passed the
 //   other's collective);
-// - a member left the group (ProcessGroup::shutdown) before reaching this collective.
+// - a member left the group (ProcessGroup::shutdown) before reaching this collective;
+// - a member stored a report already (it found a mismatch first, aborted and left its
+//   collective, deleting its key before this rank read it): this rank adopts that report.
 // The rank that found it waits one more threshold for the others to publish, so that every rank
 // builds its message from the same keys, and calls on_mismatch with the report (the same on
 // every rank that reads the same keys): the ranks grouped by what they are in, the root cause

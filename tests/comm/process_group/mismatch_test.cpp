@@ -4,17 +4,25 @@
 // The groups here have a 120 s timeout, so an error that arrives within 30 s can only come from
 // the mismatch check (the default threshold is 2 s; the bound is loose for a loaded machine).
 
+#include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "comm/error.h"
+#include "comm/process_group/detail/gloo_abort.h"
 #include "comm/process_group/process_group.h"
 #include "comm/store/file_store.h"
 #include "tests/support/error_message.h"
@@ -181,6 +189,11 @@ TEST(CollectiveMismatchTest, Subgroup_MismatchIsFoundInThatSubgroup) {
     if (rank < 2) {
       pair->allreduce(std::span<float>(x))->wait();
       EXPECT_EQ(x[0], 2.0f);
+      // `pair` is destroyed when the body returns, before run_world's leave_together: its members
+      // meet first. Otherwise rank 0 can close the pair's connections while rank 1's allreduce
+      // has received its last message but not yet taken it, and Gloo fails that allreduce
+      // ("Connection closed by peer": a closed pair fails its buffers' pending waits).
+      pair->shutdown(std::chrono::seconds(30));
       return;
     }
     const std::string message = error_message<CollectiveMismatch>(
@@ -224,11 +237,102 @@ TEST(CollectiveMismatchTest, FastCollectivesWriteNothingToTheStore) {
     if (rank == 2) std::this_thread::sleep_for(std::chrono::seconds(4));
     pg->allreduce(std::span<float>(x), ReduceOp::kSum, "after a slow rank")->wait();
     EXPECT_EQ(x[0], 3.0f) << "rank " << rank;
-    if (rank == 0) EXPECT_EQ(store->published.load(), 1);  // waited ~4 s past a 2 s threshold
+    if (rank == 0) {
+      EXPECT_EQ(store->published.load(), 1);  // waited ~4 s past a 2 s threshold
+    }
     pg->shutdown(std::chrono::seconds(30));
   });
   EXPECT_RANKS_OK(result);
   std::filesystem::remove_all(dir);
+}
+
+// A socket closed at the end of the scope.
+struct Socket {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  Socket() = default;
+  explicit Socket(int accepted) : fd(accepted) {}
+  Socket(const Socket&) = delete;
+  Socket& operator=(const Socket&) = delete;
+  ~Socket() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+sockaddr_in loopback(uint16_t port) {
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(port);
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  return address;
+}
+
+sockaddr_in local_address(int fd) {
+  sockaddr_in address{};
+  socklen_t length = sizeof(address);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+  return address;
+}
+
+// recv of one byte once fd is readable, within 5 s (-2 when it is not).
+ssize_t recv_within_seconds(int fd, char& byte) {
+  pollfd readable{.fd = fd, .events = POLLIN, .revents = 0};
+  if (::poll(&readable, 1, 5000) != 1) return -2;
+  return ::recv(fd, &byte, 1, MSG_DONTWAIT);
+}
+
+hsgd::detail::SocketEnds ends_of(int fd) {
+  hsgd::detail::SocketEnds ends;
+  socklen_t length = sizeof(ends.local);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&ends.local), &length);
+  length = sizeof(ends.peer);
+  ::getpeername(fd, reinterpret_cast<sockaddr*>(&ends.peer), &length);
+  return ends;
+}
+
+// The abort of a group shuts down that group's connections only. The connecting sides of two
+// connections to different peers may have the same local address (the kernel hands the same
+// ephemeral port to connections whose peers differ; here both bind it explicitly): each group
+// of a process has its own connections, and one group's abort must leave the others working.
+TEST(GlooAbortTest, SharedLocalAddress_OnlyTheListedConnectionIsShutDown) {
+  Socket listeners[2];
+  for (Socket& listener : listeners) {
+    const sockaddr_in any_port = loopback(0);
+    ASSERT_EQ(::bind(listener.fd, reinterpret_cast<const sockaddr*>(&any_port), sizeof(any_port)),
+              0)
+        << std::strerror(errno);
+    ASSERT_EQ(::listen(listener.fd, 1), 0) << std::strerror(errno);
+  }
+  Socket clients[2];
+  uint16_t shared_port = 0;
+  for (int i = 0; i < 2; ++i) {
+    const int on = 1;
+    ASSERT_EQ(::setsockopt(clients[i].fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on)), 0);
+    const sockaddr_in local = loopback(shared_port);
+    ASSERT_EQ(::bind(clients[i].fd, reinterpret_cast<const sockaddr*>(&local), sizeof(local)), 0)
+        << "client " << i << ": " << std::strerror(errno);
+    shared_port = ntohs(local_address(clients[i].fd).sin_port);
+    const sockaddr_in server = local_address(listeners[i].fd);
+    ASSERT_EQ(::connect(clients[i].fd, reinterpret_cast<const sockaddr*>(&server), sizeof(server)),
+              0)
+        << "client " << i << ": " << std::strerror(errno);
+  }
+  ASSERT_EQ(local_address(clients[0].fd).sin_port, local_address(clients[1].fd).sin_port);
+  Socket servers[2] = {Socket(::accept(listeners[0].fd, nullptr, nullptr)),
+                       Socket(::accept(listeners[1].fd, nullptr, nullptr))};
+  ASSERT_GE(servers[0].fd, 0) << std::strerror(errno);
+  ASSERT_GE(servers[1].fd, 0) << std::strerror(errno);
+
+  EXPECT_EQ(hsgd::detail::shutdown_connections({ends_of(clients[0].fd)}), 1);
+
+  // Connection 0 reads end-of-file on both ends; connection 1 still carries bytes.
+  char byte = 0;
+  EXPECT_EQ(recv_within_seconds(clients[0].fd, byte), 0);
+  EXPECT_EQ(recv_within_seconds(servers[0].fd, byte), 0);
+  EXPECT_EQ(::recv(clients[1].fd, &byte, 1, MSG_DONTWAIT), -1) << "connection 1 was shut down";
+  EXPECT_EQ(errno, EAGAIN) << std::strerror(errno);
+  ASSERT_EQ(::send(clients[1].fd, "x", 1, MSG_NOSIGNAL), 1) << std::strerror(errno);
+  ASSERT_EQ(recv_within_seconds(servers[1].fd, byte), 1) << std::strerror(errno);
+  EXPECT_EQ(byte, 'x');
 }
 
 }  // namespace
