@@ -1,0 +1,168 @@
+#!/usr/bin/env bash
+# Usage: elastic_membership.sh SOURCE_DIR BUILD_DIR
+# Membership paths of elastic training on loopback (hsgd-runs of one train_mlp worker each on one
+# hsgd-rendezvous; synthetic data, a step line per step):
+#   1. two failures at once: 3 nodes (--nnodes 1:3, hierarchical 2:node,8:world); the workers of
+#      nodes 1 and 2 are killed together; node 0 goes on alone, both come back, the job ends with
+#      3 nodes and rank 0's steps 1..N once each;
+#   2. below MIN: --nnodes 2:3 with 2 nodes; node 1's hsgd-run and worker are killed (no
+#      restart); node 0 stops training and waits (no step while alone), then the same command
+#      started again on node 1 lets the job resume; steps 1..N once each;
+#   3. MAX: --nnodes 1:2 and a third node: it is not admitted (never in a generation) while two
+#      nodes train, and the job's two nodes finish;
+#   4. a join during warm-up (--warmup-steps 1000, every step synchronises the whole world): the
+#      late node joins at the next step, not at an averaging boundary.
+# Every process is started here and stopped by pid; each run is bounded by `timeout`.
+set -euo pipefail
+src=$1
+build=$2
+run=$build/apps/hsgd-run/hsgd-run
+rdzv=$build/apps/hsgd-rendezvous/hsgd-rendezvous
+mlp=$build/apps/train_mlp/train_mlp
+work=$(mktemp -d /tmp/hsgd-elastic-membership.XXXXXX)
+pids=()
+finish() {
+  local rc=$? pid
+  for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  [ "$rc" -eq 0 ] && rm -rf "$work"
+  [ "$rc" -ne 0 ] && echo "elastic_membership: output kept in $work" >&2
+  exit "$rc"
+}
+trap finish EXIT
+fail() { echo "elastic_membership: FAILED: $*" >&2; exit 1; }
+
+"$rdzv" --host 127.0.0.1 --port 0 >"$work/rdzv.out" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do grep -q "listening on" "$work/rdzv.out" && break; sleep 0.1; done
+endpoint=$(grep -E '^listening on ' "$work/rdzv.out" | head -1 | awk '{print $3}')
+[ -n "$endpoint" ] || fail "hsgd-rendezvous did not start: $(cat "$work/rdzv.out")"
+
+highest_step() {
+  { grep -Eo '\] +step [0-9]+ loss' "$1" || true; } | grep -Eo '[0-9]+' | sort -n | tail -1 |
+    { read -r s && echo "$s" || echo 0; }
+}
+wait_for_step() {
+  for _ in $(seq 600); do
+    [ "$(highest_step "$1")" -ge "$2" ] && return 0
+    sleep 0.1
+  done
+  fail "no step $2 in $1 within 60 s: $(tail -n 5 "$1")"
+}
+hsgd_run_of() {
+  local child
+  for _ in $(seq 50); do
+    child=$(pgrep -P "$1" -x hsgd-run || true)
+    [ -n "$child" ] && { echo "$child"; return 0; }
+    sleep 0.1
+  done
+  fail "no hsgd-run under pid $1"
+}
+check_steps() {
+  local got last
+  last=$(highest_step "$1")
+  got=$(grep -Eo '\] +step [0-9]+ loss' "$1" | grep -Eo '[0-9]+' | tr '\n' ' ')
+  [ "$got" = "$(seq -s ' ' 1 "$last") " ] || fail "rank 0's steps in $1 are not 1..$last once each"
+  echo "$last"
+}
+expect_exit() {  # pid, code, file
+  local rc=0
+  wait "$1" || rc=$?
+  [ "$rc" -eq "$2" ] || fail "hsgd-run ($3) exited $rc, expected $2: $(tail -n 30 "$3")"
+}
+# $1 job id, $2 output, $3.. hsgd-run flags before "--", then train_mlp flags after "::".
+start() {
+  local id=$1 out=$2
+  shift 2
+  local agent=() train=()
+  while [ $# -gt 0 ] && [ "$1" != "::" ]; do agent+=("$1"); shift; done
+  [ $# -gt 0 ] && shift
+  train=("$@")
+  timeout 150 "$run" --nproc-per-node 1 --rdzv-endpoint "$endpoint" --rdzv-id "$id" \
+    --rdzv-last-call 1 --heartbeat-timeout 3 "${agent[@]}" -- "$mlp" --synthetic --log-every 1 \
+    "${train[@]}" >"$out" 2>&1 &
+  pids+=($!)
+  last_pid=$!
+}
+h=(--mode hierarchical --hierarchy 2:node,8:world)
+
+# ---- 1. two failures at once
+for n in 0 1 2; do
+  start two "$work/two.$n" --nnodes 1:3 --max-restarts 1 :: --epochs 30 "${h[@]}"
+  eval "two$n=\$last_pid"
+  sleep 0.4
+done
+wait_for_step "$work/two.0" 40
+v1=$(pgrep -P "$(hsgd_run_of "$two1")")
+v2=$(pgrep -P "$(hsgd_run_of "$two2")")
+# shellcheck disable=SC2086
+kill -KILL $v1 $v2
+expect_exit "$two0" 0 "$work/two.0"
+expect_exit "$two1" 0 "$work/two.1"
+expect_exit "$two2" 0 "$work/two.2"
+grep -qE 'generation [0-9]+:.*lost node .*; lost node .*1 nodes, 1 workers' "$work/two.0" ||
+  grep -qE 'generation [0-9]+:.*lost node' "$work/two.0" ||
+  fail "rank 0 did not report the lost nodes: $(grep -E 'train_mlp: generation' "$work/two.0")"
+tail -n 40 "$work/two.0" | grep -qE 'train_mlp: elastic, [0-9]+ generations, 3 ranks at the end' ||
+  fail "the job did not end with 3 ranks: $(grep -E 'train_mlp: (generation|elastic)' "$work/two.0")"
+last=$(check_steps "$work/two.0")
+echo "elastic_membership: two nodes killed at once; node 0 went on, both rejoined; steps 1..$last"
+
+# ---- 2. below MIN: wait, then resume
+start min "$work/min.0" --nnodes 2:3 :: --epochs 30 "${h[@]}"
+min0=$last_pid
+sleep 0.4
+start min "$work/min.1" --nnodes 2:3 :: --epochs 30 "${h[@]}"
+min1=$last_pid
+wait_for_step "$work/min.0" 40
+agent1=$(hsgd_run_of "$min1")
+# shellcheck disable=SC2046
+kill -KILL "$agent1" $(pgrep -P "$agent1")
+wait "$min1" 2>/dev/null || true
+sleep 8  # the heartbeat timeout (3 s) drops node 1; node 0 is then alone, below MIN
+stalled=$(highest_step "$work/min.0")
+sleep 3
+[ "$(highest_step "$work/min.0")" -eq "$stalled" ] ||
+  fail "node 0 trained alone below MIN 2 (step $stalled, then $(highest_step "$work/min.0"))"
+start min "$work/min.1b" --nnodes 2:3 :: --epochs 30 "${h[@]}"
+min1=$last_pid
+expect_exit "$min0" 0 "$work/min.0"
+expect_exit "$min1" 0 "$work/min.1b"
+last=$(check_steps "$work/min.0")
+echo "elastic_membership: below MIN, node 0 waited at step $stalled; the restarted node 1 let" \
+  "the job resume; steps 1..$last"
+
+# ---- 3. MAX: a third node is not admitted
+start max "$work/max.0" --nnodes 1:2 :: --epochs 20 "${h[@]}"
+max0=$last_pid
+sleep 0.4
+start max "$work/max.1" --nnodes 1:2 :: --epochs 20 "${h[@]}"
+max1=$last_pid
+wait_for_step "$work/max.0" 20
+start max "$work/max.2" --nnodes 1:2 :: --epochs 20 "${h[@]}"
+max2=$last_pid
+expect_exit "$max0" 0 "$work/max.0"
+expect_exit "$max1" 0 "$work/max.1"
+rc2=0
+wait "$max2" || rc2=$?
+if grep -qE 'train_mlp: generation [0-9]+: .*3 workers' "$work/max.0"; then
+  fail "a third node was admitted with --nnodes 1:2"
+fi
+echo "elastic_membership: MAX 2: the third node was never admitted (its hsgd-run exited $rc2:" \
+  "$(grep -E 'hsgd-run: ' "$work/max.2" | tail -1 | cut -c1-160))"
+
+# ---- 4. a join during warm-up
+start warm "$work/warm.0" --nnodes 1:2 :: --epochs 20 "${h[@]}" --warmup-steps 1000
+warm0=$last_pid
+wait_for_step "$work/warm.0" 30
+start warm "$work/warm.1" --nnodes 1:2 :: --epochs 20 "${h[@]}" --warmup-steps 1000
+warm1=$last_pid
+expect_exit "$warm0" 0 "$work/warm.0"
+expect_exit "$warm1" 0 "$work/warm.1"
+line=$(grep -E 'train_mlp: generation 1: joined node' "$work/warm.0") ||
+  fail "no join in generation 1: $(grep -E 'train_mlp: generation' "$work/warm.0")"
+grep -q 'received the state from rank 0' <<<"$line" || fail "the join sent no state: $line"
+join_step=$(sed -E 's/.* at step ([0-9]+).*/\1/' <<<"$line")
+[ "$join_step" -lt 1000 ] || fail "the join at step $join_step was not during the warm-up"
+last=$(check_steps "$work/warm.0")
+echo "elastic_membership: a join during warm-up at step $join_step; steps 1..$last"
