@@ -141,18 +141,21 @@ std::shared_ptr<ProcessGroup> ElasticWorld::advance() {
     const std::optional<Generation> latest = read_latest_generation(*store_);
     if (latest && latest->number <= skipped_up_to && latest->node_rank(options_.node_id) >= 0 &&
         Clock::now() >= reform_at) {
-      // The last generation failed, yet the agents announce no change (no member died: e.g. a
-      // collective timed out). The members form it again, as the next number; of several
-      // proposals the first wins.
-      Generation again{.number = latest->number + 1};
+      // The last generation failed, yet the agents announce no change and none of its nodes
+      // left (e.g. a collective timed out): its members form it again, as the next number; of
+      // several proposals the first wins. When a node left, the agents decide (they keep MIN).
+      bool any_left = false;
       for (const MemberNode& node : latest->nodes) {
-        if (!store_->check({left_key(node.id)})) again.nodes.push_back(node);
+        any_left = any_left || store_->check({left_key(node.id)});
       }
-      logger()->warn(
-          "elastic generation {} failed without a membership change; proposing "
-          "generation {} with its {} live node(s)",
-          latest->number, again.number, again.nodes.size());
-      propose_generation(*store_, again);
+      if (!any_left) {
+        const Generation again{.number = latest->number + 1, .nodes = latest->nodes};
+        logger()->warn(
+            "elastic generation {} failed without a membership change; proposing "
+            "generation {} with the same {} node(s)",
+            latest->number, again.number, again.nodes.size());
+        propose_generation(*store_, again);
+      }
       reform_at = Clock::now() + options_.reform_after;
       continue;
     }
