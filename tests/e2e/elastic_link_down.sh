@@ -53,6 +53,15 @@ pids+=($!)
 for _ in $(seq 100); do grep -q "listening on" "$work/rdzv.out" && break; sleep 0.1; done
 grep -q "listening on" "$work/rdzv.out" || fail "hsgd-rendezvous did not start: $(cat "$work/rdzv.out")"
 
+# Waits until the hsgd-run writing $1 registered its node (so that the next one registers after
+# it: the order of registration is the order of node ranks, and rank 0 prints the step lines).
+wait_registered() {
+  for _ in $(seq 200); do
+    grep -qE "registered \(slot [0-9]+\)" "$1" 2>/dev/null && return 0
+    sleep 0.05
+  done
+  fail "the hsgd-run writing $1 did not register within 10 s: $(tail -n 5 "$1")"
+}
 highest_step() {
   { grep -Eo '\] +step [0-9]+ loss' "$1" || true; } | grep -Eo '[0-9]+' | sort -n | tail -1 |
     { read -r s && echo "$s" || echo 0; }
@@ -72,7 +81,7 @@ for k in 0 1; do
     --hierarchy 2:node,8:world >"$work/node$k" 2>&1 &
   pids+=($!)
   eval "t$k=\$!"
-  sleep 0.5
+  wait_registered "$work/node$k"
 done
 wait_for_step "$work/node0" 40
 before=$(highest_step "$work/node0")

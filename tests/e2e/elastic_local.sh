@@ -41,6 +41,15 @@ endpoint=$(grep -E '^listening on ' "$work/rdzv.out" | head -1 | awk '{print $3}
 [ -n "$endpoint" ] || fail "hsgd-rendezvous did not start: $(cat "$work/rdzv.out")"
 
 # The highest step printed in file $1, 0 when none.
+# Waits until the hsgd-run writing $1 registered its node (so that the next one registers after
+# it: the order of registration is the order of node ranks, and rank 0 prints the step lines).
+wait_registered() {
+  for _ in $(seq 200); do
+    grep -qE "registered \(slot [0-9]+\)" "$1" 2>/dev/null && return 0
+    sleep 0.05
+  done
+  fail "the hsgd-run writing $1 did not register within 10 s: $(tail -n 5 "$1")"
+}
 highest_step() {
   { grep -Eo '\] +step [0-9]+ loss' "$1" || true; } | grep -Eo '[0-9]+' | sort -n | tail -1 |
     { read -r s && echo "$s" || echo 0; }
@@ -89,7 +98,7 @@ start_node() {
 h=(--mode hierarchical --hierarchy 2:node,8:world)
 start_node hier 0 "$work/hier.0" "${h[@]}"
 t0=$node0_timeout
-sleep 0.5
+wait_registered "$work/hier.0"
 start_node hier 1 "$work/hier.1" "${h[@]}"
 t1=$node1_timeout
 run0=$(hsgd_run_of "$t0")
@@ -123,7 +132,7 @@ echo "elastic_local: hierarchical: worker of node 1 killed at step >= 40; node 0
 # ---- 2. ddp: kill -9 of node 1's hsgd-run and workers, then the same command again
 start_node ddp 0 "$work/ddp.0" --mode ddp
 t0=$node0_timeout
-sleep 0.5
+wait_registered "$work/ddp.0"
 start_node ddp 1 "$work/ddp.1" --mode ddp
 t1=$node1_timeout
 run0=$(hsgd_run_of "$t0")
@@ -163,6 +172,7 @@ late=(--nnodes 2:3 --nproc-per-node 1 --rdzv-endpoint "$endpoint" --rdzv-last-ca
 timeout 120 "$run" "${late[@]}" -- "${train[@]}" "${h[@]}" >"$work/late.0" 2>&1 &
 pids+=($!)
 t0=$!
+wait_registered "$work/late.0"
 timeout 120 "$run" "${late[@]}" -- "${train[@]}" "${h[@]}" >"$work/late.1" 2>&1 &
 pids+=($!)
 t1=$!

@@ -38,6 +38,15 @@ for _ in $(seq 100); do grep -q "listening on" "$work/rdzv.out" && break; sleep 
 endpoint=$(grep -E '^listening on ' "$work/rdzv.out" | head -1 | awk '{print $3}')
 [ -n "$endpoint" ] || fail "hsgd-rendezvous did not start: $(cat "$work/rdzv.out")"
 
+# Waits until the hsgd-run writing $1 registered its node (so that the next one registers after
+# it: the order of registration is the order of node ranks, and rank 0 prints the step lines).
+wait_registered() {
+  for _ in $(seq 200); do
+    grep -qE "registered \(slot [0-9]+\)" "$1" 2>/dev/null && return 0
+    sleep 0.05
+  done
+  fail "the hsgd-run writing $1 did not register within 10 s: $(tail -n 5 "$1")"
+}
 highest_step() {
   { grep -Eo '\] +step [0-9]+ loss' "$1" || true; } | grep -Eo '[0-9]+' | sort -n | tail -1 |
     { read -r s && echo "$s" || echo 0; }
@@ -90,7 +99,7 @@ h=(--mode hierarchical --hierarchy 2:node,8:world)
 for n in 0 1 2; do
   start two "$work/two.$n" --nnodes 1:3 --max-restarts 1 :: --epochs 30 "${h[@]}"
   eval "two$n=\$last_pid"
-  sleep 0.4
+  wait_registered "$work/two.$n"
 done
 wait_for_step "$work/two.0" 40
 v1=$(pgrep -P "$(hsgd_run_of "$two1")")
@@ -111,7 +120,7 @@ echo "elastic_membership: two nodes killed at once; node 0 went on, both rejoine
 # ---- 2. below MIN: wait, then resume
 start min "$work/min.0" --nnodes 2:3 :: --epochs 30 "${h[@]}"
 min0=$last_pid
-sleep 0.4
+wait_registered "$work/min.0"
 start min "$work/min.1" --nnodes 2:3 :: --epochs 30 "${h[@]}"
 min1=$last_pid
 wait_for_step "$work/min.0" 40
@@ -135,7 +144,7 @@ echo "elastic_membership: below MIN, node 0 waited at step $stalled; the restart
 # ---- 3. MAX: a third node is not admitted
 start max "$work/max.0" --nnodes 1:2 :: --epochs 20 "${h[@]}"
 max0=$last_pid
-sleep 0.4
+wait_registered "$work/max.0"
 start max "$work/max.1" --nnodes 1:2 :: --epochs 20 "${h[@]}"
 max1=$last_pid
 wait_for_step "$work/max.0" 20
