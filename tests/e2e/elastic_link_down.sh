@@ -22,13 +22,12 @@ ns=("${tag}a" "${tag}b")
 subnet=10.$((100 + $$ % 100)).$(($$ % 250)).
 work=$(mktemp -d /tmp/hsgd-elastic-link.XXXXXX)
 pids=()
+# shellcheck source=tests/e2e/e2e_lib.sh
+source "$src/tests/e2e/e2e_lib.sh"
 finish() {
-  local rc=$? pid n
-  for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  local rc=$?
+  e2e_finish elastic_link_down "$rc"
   for n in "${ns[@]}"; do ip netns del "$n" 2>/dev/null || true; done
-  [ "$rc" -eq 0 ] && rm -rf "$work"
-  [ "$rc" -ne 0 ] && [ "$rc" -ne 77 ] && echo "elastic_link_down: output kept in $work" >&2
   exit "$rc"
 }
 trap finish EXIT
@@ -53,34 +52,15 @@ pids+=($!)
 for _ in $(seq 100); do grep -q "listening on" "$work/rdzv.out" && break; sleep 0.1; done
 grep -q "listening on" "$work/rdzv.out" || fail "hsgd-rendezvous did not start: $(cat "$work/rdzv.out")"
 
-# Waits until the hsgd-run writing $1 registered its node (so that the next one registers after
-# it: the order of registration is the order of node ranks, and rank 0 prints the step lines).
-wait_registered() {
-  for _ in $(seq 200); do
-    grep -qE "registered \(slot [0-9]+\)" "$1" 2>/dev/null && return 0
-    sleep 0.05
-  done
-  fail "the hsgd-run writing $1 did not register within 10 s: $(tail -n 5 "$1")"
-}
-highest_step() {
-  { grep -Eo '\] +step [0-9]+ loss' "$1" || true; } | grep -Eo '[0-9]+' | sort -n | tail -1 |
-    { read -r s && echo "$s" || echo 0; }
-}
-wait_for_step() {
-  for _ in $(seq 600); do
-    [ "$(highest_step "$1")" -ge "$2" ] && return 0
-    sleep 0.1
-  done
-  fail "no step $2 in $1 within 60 s: $(tail -n 5 "$1")"
-}
 
+agents=()
 for k in 0 1; do
   ip netns exec "${ns[$k]}" timeout 150 "$run" --nnodes 1:2 --nproc-per-node 2 \
     --rdzv-endpoint "$endpoint" --rdzv-id linkdown --rdzv-last-call 1 --heartbeat-timeout 3 \
     --max-restarts 1 -- "$mlp" --synthetic --epochs 40 --log-every 1 --mode hierarchical \
     --hierarchy 2:node,8:world >"$work/node$k" 2>&1 &
   pids+=($!)
-  eval "t$k=\$!"
+  agents+=($!)
   wait_registered "$work/node$k"
 done
 wait_for_step "$work/node0" 40
@@ -103,14 +83,12 @@ awk -v g="$gap" 'BEGIN { exit !(g <= 3 + 5) }' ||
 sleep 5
 ip -n "${ns[1]}" link set veth1 up
 rc0=0 rc1=0
-wait "$t0" || rc0=$?
-wait "$t1" || rc1=$?
+wait "${agents[0]}" || rc0=$?
+wait "${agents[1]}" || rc1=$?
 [ "$rc0" -eq 0 ] || fail "node 0's hsgd-run exited $rc0: $(tail -n 30 "$work/node0")"
 [ "$rc1" -eq 0 ] || fail "node 1's hsgd-run exited $rc1: $(tail -n 30 "$work/node1")"
 grep -qE 'generation [0-9]+:.* joined node .*received the state from rank' "$work/node0" ||
   fail "node 1 did not rejoin after the link came back: $(grep -E 'generation' "$work/node0" | tail)"
-got=$(grep -Eo '\] +step [0-9]+ loss' "$work/node0" | grep -Eo '[0-9]+' | tr '\n' ' ')
-last=$(highest_step "$work/node0")
-[ "$got" = "$(seq -s ' ' 1 "$last") " ] || fail "rank 0's steps are not 1..$last once each"
+last=$(check_steps "$work/node0")
 echo "elastic_link_down: node 1's link down at step $before; node 0 printed step $next or later" \
   "$gap s later; node 1 rejoined after the link came back; steps 1..$last once each"

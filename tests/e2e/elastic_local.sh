@@ -23,84 +23,42 @@ rdzv=$build/apps/hsgd-rendezvous/hsgd-rendezvous
 mlp=$build/apps/train_mlp/train_mlp
 work=$(mktemp -d /tmp/hsgd-elastic-local.XXXXXX)
 pids=()
+# shellcheck source=tests/e2e/e2e_lib.sh
+source "$src/tests/e2e/e2e_lib.sh"
 finish() {
-  local rc=$? pid
-  for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-  [ "$rc" -eq 0 ] && rm -rf "$work"
-  [ "$rc" -ne 0 ] && echo "elastic_local: output kept in $work" >&2
+  local rc=$?
+  e2e_finish elastic_local "$rc"
   exit "$rc"
 }
 trap finish EXIT
 fail() { echo "elastic_local: FAILED: $*" >&2; exit 1; }
 
-"$rdzv" --host 127.0.0.1 --port 0 >"$work/rdzv.out" 2>&1 &
-pids+=($!)
-for _ in $(seq 100); do grep -q "listening on" "$work/rdzv.out" && break; sleep 0.1; done
-endpoint=$(grep -E '^listening on ' "$work/rdzv.out" | head -1 | awk '{print $3}')
-[ -n "$endpoint" ] || fail "hsgd-rendezvous did not start: $(cat "$work/rdzv.out")"
+e2e_start_rendezvous
 
-# The highest step printed in file $1, 0 when none.
-# Waits until the hsgd-run writing $1 registered its node (so that the next one registers after
-# it: the order of registration is the order of node ranks, and rank 0 prints the step lines).
-wait_registered() {
-  for _ in $(seq 200); do
-    grep -qE "registered \(slot [0-9]+\)" "$1" 2>/dev/null && return 0
-    sleep 0.05
-  done
-  fail "the hsgd-run writing $1 did not register within 10 s: $(tail -n 5 "$1")"
-}
-highest_step() {
-  { grep -Eo '\] +step [0-9]+ loss' "$1" || true; } | grep -Eo '[0-9]+' | sort -n | tail -1 |
-    { read -r s && echo "$s" || echo 0; }
-}
-wait_for_step() {
-  for _ in $(seq 600); do
-    [ "$(highest_step "$1")" -ge "$2" ] && return 0
-    sleep 0.1
-  done
-  fail "no step $2 in $1 within 60 s: $(tail -n 5 "$1")"
-}
 # The workers (children) of hsgd-run pid $1, sorted.
 workers_of() { pgrep -P "$1" | sort -n | tr '\n' ' '; }
-hsgd_run_of() {
-  local child
-  for _ in $(seq 50); do
-    child=$(pgrep -P "$1" -x hsgd-run || true)
-    [ -n "$child" ] && { echo "$child"; return 0; }
-    sleep 0.1
-  done
-  fail "no hsgd-run under pid $1"
-}
-# Rank 0's step lines in $1 must be 1..$2, each once, in order.
-check_steps() {
-  local got
-  got=$(grep -Eo '\] +step [0-9]+ loss' "$1" | grep -Eo '[0-9]+' | tr '\n' ' ')
-  [ "$got" = "$(seq -s ' ' 1 "$2") " ] ||
-    fail "rank 0's steps in $1 are not 1..$2 once each: $(echo "$got" | head -c 600)"
-}
 
 elastic=(--nnodes 1:2 --nproc-per-node 2 --rdzv-endpoint "$endpoint" --rdzv-last-call 1
   --heartbeat-timeout 3 --max-restarts 1)
 epochs=12
 train=("$mlp" --synthetic --epochs "$epochs" --log-every 1 --lr 0.05)
 
-# $1: job id, $2: node (0|1), $3: output file, rest: train_mlp flags.
+# $1: job id, $2: output file, rest: train_mlp flags; the `timeout` pid in last_pid.
 start_node() {
-  local id=$1 node=$2 out=$3
-  shift 3
+  local id=$1 out=$2
+  shift 2
   timeout 120 "$run" "${elastic[@]}" --rdzv-id "$id" -- "${train[@]}" "$@" >"$out" 2>&1 &
   pids+=($!)
-  eval "node${node}_timeout=$!"
+  last_pid=$!
 }
 
 # ---- 1. hierarchical: kill -9 of one worker of node 1
-h=(--mode hierarchical --hierarchy 2:node,8:world)
-start_node hier 0 "$work/hier.0" "${h[@]}"
-t0=$node0_timeout
+h=(--mode hierarchical --hierarchy "2:node,8:world")
+start_node hier "$work/hier.0" "${h[@]}"
+t0=$last_pid
 wait_registered "$work/hier.0"
-start_node hier 1 "$work/hier.1" "${h[@]}"
-t1=$node1_timeout
+start_node hier "$work/hier.1" "${h[@]}"
+t1=$last_pid
 run0=$(hsgd_run_of "$t0")
 run1=$(hsgd_run_of "$t1")
 wait_for_step "$work/hier.0" 40
@@ -121,8 +79,7 @@ grep -qE 'generation [0-9]+:.* lost node' "$work/hier.0" ||
   fail "rank 0 did not report the lost node: $(grep generation "$work/hier.0" | head)"
 grep -qE 'generation [0-9]+:.* joined node .* received the state from rank [0-9]+ \([0-9]+ bytes\).* equal on all 4 ranks' \
   "$work/hier.0" || fail "rank 0 did not report the join: $(grep generation "$work/hier.0" | head)"
-total=$(grep -Eo 'step [0-9]+ loss' "$work/hier.0" | tail -1 | grep -Eo '[0-9]+')
-check_steps "$work/hier.0" "$total"
+total=$(check_steps "$work/hier.0")
 acc=$(grep -Eo 'final test accuracy: [0-9.]+' "$work/hier.0" | grep -Eo '[0-9.]+$')
 [ -n "$acc" ] || fail "no final accuracy in $work/hier.0"
 awk -v a="$acc" 'BEGIN { exit !(a >= 80) }' || fail "final accuracy $acc% below 80%"
@@ -130,11 +87,11 @@ echo "elastic_local: hierarchical: worker of node 1 killed at step >= 40; node 0
   "workers; node 1 rejoined; steps 1..$total once each; accuracy $acc%"
 
 # ---- 2. ddp: kill -9 of node 1's hsgd-run and workers, then the same command again
-start_node ddp 0 "$work/ddp.0" --mode ddp
-t0=$node0_timeout
+start_node ddp "$work/ddp.0" --mode ddp
+t0=$last_pid
 wait_registered "$work/ddp.0"
-start_node ddp 1 "$work/ddp.1" --mode ddp
-t1=$node1_timeout
+start_node ddp "$work/ddp.1" --mode ddp
+t1=$last_pid
 run0=$(hsgd_run_of "$t0")
 run1=$(hsgd_run_of "$t1")
 wait_for_step "$work/ddp.0" 40
@@ -150,8 +107,8 @@ for _ in $(seq 200); do
 done
 grep -qE 'generation [0-9]+:.* lost node' "$work/ddp.0" ||
   fail "node 0 did not continue without node 1: $(tail -n 20 "$work/ddp.0")"
-start_node ddp 1 "$work/ddp.1b" --mode ddp
-t1=$node1_timeout
+start_node ddp "$work/ddp.1b" --mode ddp
+t1=$last_pid
 rc0=0 rc1=0
 wait "$t0" || rc0=$?
 wait "$t1" || rc1=$?
@@ -160,8 +117,7 @@ wait "$t1" || rc1=$?
 after=$(workers_of "$run0" || true)
 grep -qE 'generation [0-9]+:.* joined node' "$work/ddp.0" ||
   fail "the restarted node 1 did not join: $(grep generation "$work/ddp.0" | head)"
-total=$(grep -Eo 'step [0-9]+ loss' "$work/ddp.0" | tail -1 | grep -Eo '[0-9]+')
-check_steps "$work/ddp.0" "$total"
+total=$(check_steps "$work/ddp.0")
 echo "elastic_local: ddp: node 1 killed (hsgd-run and workers); node 0 continued; the same" \
   "command rejoined; steps 1..$total once each"
 
@@ -169,20 +125,17 @@ echo "elastic_local: ddp: node 1 killed (hsgd-run and workers); node 0 continued
 # spans the nodes: it averages in steps 1, 9, 17, ... (the averager counts its calls from 0).
 late=(--nnodes 2:3 --nproc-per-node 1 --rdzv-endpoint "$endpoint" --rdzv-last-call 1
   --heartbeat-timeout 3 --rdzv-id late)
-timeout 120 "$run" "${late[@]}" -- "${train[@]}" "${h[@]}" >"$work/late.0" 2>&1 &
-pids+=($!)
-t0=$!
-wait_registered "$work/late.0"
-timeout 120 "$run" "${late[@]}" -- "${train[@]}" "${h[@]}" >"$work/late.1" 2>&1 &
-pids+=($!)
-t1=$!
-wait_for_step "$work/late.0" 30
-timeout 120 "$run" "${late[@]}" -- "${train[@]}" "${h[@]}" >"$work/late.2" 2>&1 &
-pids+=($!)
-t2=$!
+late_pids=()
+for n in 0 1 2; do
+  if [ "$n" -eq 2 ]; then wait_for_step "$work/late.0" 30; fi
+  timeout 120 "$run" "${late[@]}" -- "${train[@]}" "${h[@]}" >"$work/late.$n" 2>&1 &
+  pids+=($!)
+  late_pids+=($!)
+  if [ "$n" -eq 0 ]; then wait_registered "$work/late.0"; fi
+done
 for n in 0 1 2; do
   rc=0
-  wait "$(eval echo "\$t$n")" || rc=$?
+  wait "${late_pids[$n]}" || rc=$?
   [ "$rc" -eq 0 ] || fail "node $n's hsgd-run exited $rc: $(tail -n 30 "$work/late.$n")"
 done
 line=$(grep -E 'generation 1: joined node' "$work/late.0") ||

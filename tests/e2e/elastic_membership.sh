@@ -21,59 +21,18 @@ rdzv=$build/apps/hsgd-rendezvous/hsgd-rendezvous
 mlp=$build/apps/train_mlp/train_mlp
 work=$(mktemp -d /tmp/hsgd-elastic-membership.XXXXXX)
 pids=()
+# shellcheck source=tests/e2e/e2e_lib.sh
+source "$src/tests/e2e/e2e_lib.sh"
 finish() {
-  local rc=$? pid
-  for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-  [ "$rc" -eq 0 ] && rm -rf "$work"
-  [ "$rc" -ne 0 ] && echo "elastic_membership: output kept in $work" >&2
+  local rc=$?
+  e2e_finish elastic_membership "$rc"
   exit "$rc"
 }
 trap finish EXIT
 fail() { echo "elastic_membership: FAILED: $*" >&2; exit 1; }
 
-"$rdzv" --host 127.0.0.1 --port 0 >"$work/rdzv.out" 2>&1 &
-pids+=($!)
-for _ in $(seq 100); do grep -q "listening on" "$work/rdzv.out" && break; sleep 0.1; done
-endpoint=$(grep -E '^listening on ' "$work/rdzv.out" | head -1 | awk '{print $3}')
-[ -n "$endpoint" ] || fail "hsgd-rendezvous did not start: $(cat "$work/rdzv.out")"
+e2e_start_rendezvous
 
-# Waits until the hsgd-run writing $1 registered its node (so that the next one registers after
-# it: the order of registration is the order of node ranks, and rank 0 prints the step lines).
-wait_registered() {
-  for _ in $(seq 200); do
-    grep -qE "registered \(slot [0-9]+\)" "$1" 2>/dev/null && return 0
-    sleep 0.05
-  done
-  fail "the hsgd-run writing $1 did not register within 10 s: $(tail -n 5 "$1")"
-}
-highest_step() {
-  { grep -Eo '\] +step [0-9]+ loss' "$1" || true; } | grep -Eo '[0-9]+' | sort -n | tail -1 |
-    { read -r s && echo "$s" || echo 0; }
-}
-wait_for_step() {
-  for _ in $(seq 600); do
-    [ "$(highest_step "$1")" -ge "$2" ] && return 0
-    sleep 0.1
-  done
-  fail "no step $2 in $1 within 60 s: $(tail -n 5 "$1")"
-}
-hsgd_run_of() {
-  local child
-  for _ in $(seq 50); do
-    child=$(pgrep -P "$1" -x hsgd-run || true)
-    [ -n "$child" ] && { echo "$child"; return 0; }
-    sleep 0.1
-  done
-  fail "no hsgd-run under pid $1"
-}
-check_steps() {
-  local got last
-  last=$(highest_step "$1")
-  got=$(grep -Eo '\] +step [0-9]+ loss' "$1" | grep -Eo '[0-9]+' | tr '\n' ' ')
-  [ "$got" = "$(seq -s ' ' 1 "$last") " ] || fail "rank 0's steps in $1 are not 1..$last once each"
-  echo "$last"
-}
 expect_exit() {  # pid, code, file
   local rc=0
   wait "$1" || rc=$?
@@ -93,22 +52,23 @@ start() {
   pids+=($!)
   last_pid=$!
 }
-h=(--mode hierarchical --hierarchy 2:node,8:world)
+h=(--mode hierarchical --hierarchy "2:node,8:world")
 
 # ---- 1. two failures at once
+two=()
 for n in 0 1 2; do
   start two "$work/two.$n" --nnodes 1:3 --max-restarts 1 :: --epochs 30 "${h[@]}"
-  eval "two$n=\$last_pid"
+  two+=("$last_pid")
   wait_registered "$work/two.$n"
 done
 wait_for_step "$work/two.0" 40
-v1=$(pgrep -P "$(hsgd_run_of "$two1")")
-v2=$(pgrep -P "$(hsgd_run_of "$two2")")
+v1=$(pgrep -P "$(hsgd_run_of "${two[1]}")")
+v2=$(pgrep -P "$(hsgd_run_of "${two[2]}")")
 # shellcheck disable=SC2086
 kill -KILL $v1 $v2
-expect_exit "$two0" 0 "$work/two.0"
-expect_exit "$two1" 0 "$work/two.1"
-expect_exit "$two2" 0 "$work/two.2"
+expect_exit "${two[0]}" 0 "$work/two.0"
+expect_exit "${two[1]}" 0 "$work/two.1"
+expect_exit "${two[2]}" 0 "$work/two.2"
 grep -qE 'generation [0-9]+:.*lost node .*; lost node .*1 nodes, 1 workers' "$work/two.0" ||
   grep -qE 'generation [0-9]+:.*lost node' "$work/two.0" ||
   fail "rank 0 did not report the lost nodes: $(grep -E 'train_mlp: generation' "$work/two.0")"

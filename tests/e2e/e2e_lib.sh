@@ -1,0 +1,74 @@
+# shellcheck shell=bash disable=SC2154  # work, pids, rdzv: set by the sourcing script
+# What the loopback end-to-end scripts share (sourced; not a test). The sourcing script sets
+# `work` (its directory), `pids` (an array of the pids it started) and `fail` (print and exit 1)
+# before calling these; every wait is bounded.
+#
+#   e2e_finish NAME RC    the EXIT trap's body: kills what `pids` holds, keeps `work` on failure
+#   e2e_start_rendezvous  starts hsgd-rendezvous on 127.0.0.1, a free port; sets `endpoint`
+#   highest_step FILE     the highest "] step N loss" printed in FILE, 0 when none
+#   wait_for_step FILE N  waits (60 s at most) until FILE printed step N or higher
+#   wait_registered FILE  waits (10 s) until the hsgd-run writing FILE registered its node
+#   hsgd_run_of PID       the hsgd-run under `timeout` pid PID
+#   check_steps FILE      FILE's step lines are 1..N once each, in order; prints N
+
+e2e_finish() {
+  local name=$1 rc=$2 pid
+  for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  if [ "$rc" -eq 0 ] || [ "$rc" -eq 77 ]; then
+    rm -rf "$work"
+  else
+    echo "$name: output kept in $work" >&2
+  fi
+}
+
+e2e_start_rendezvous() {
+  "$rdzv" --host 127.0.0.1 --port 0 >"$work/rdzv.out" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 100); do grep -q "listening on" "$work/rdzv.out" && break; sleep 0.1; done
+  endpoint=$(grep -E '^listening on ' "$work/rdzv.out" | head -1 | awk '{print $3}')
+  [ -n "$endpoint" ] || fail "hsgd-rendezvous did not start: $(cat "$work/rdzv.out")"
+}
+
+highest_step() {
+  { grep -Eo '\] +step [0-9]+ loss' "$1" || true; } | grep -Eo '[0-9]+' | sort -n | tail -1 |
+    { read -r s && echo "$s" || echo 0; }
+}
+
+wait_for_step() {
+  for _ in $(seq 600); do
+    [ "$(highest_step "$1")" -ge "$2" ] && return 0
+    sleep 0.1
+  done
+  fail "no step $2 in $1 within 60 s: $(tail -n 5 "$1")"
+}
+
+# The order of registration is the order of node ranks, and rank 0 prints the step lines: a
+# script that starts node 1 after wait_registered of node 0 knows where rank 0 is.
+wait_registered() {
+  for _ in $(seq 200); do
+    grep -qE "registered \(slot [0-9]+\)" "$1" 2>/dev/null && return 0
+    sleep 0.05
+  done
+  fail "the hsgd-run writing $1 did not register within 10 s: $(tail -n 5 "$1")"
+}
+
+# timeout forwards SIGTERM, not SIGUSR1 or SIGKILL: signals go to hsgd-run itself.
+hsgd_run_of() {
+  local child
+  for _ in $(seq 50); do
+    child=$(pgrep -P "$1" -x hsgd-run || true)
+    [ -n "$child" ] && { echo "$child"; return 0; }
+    sleep 0.1
+  done
+  fail "no hsgd-run under pid $1"
+}
+
+check_steps() {
+  local got last
+  last=$(highest_step "$1")
+  got=$(grep -Eo '\] +step [0-9]+ loss' "$1" | grep -Eo '[0-9]+' | tr '\n' ' ')
+  [ "$got" = "$(seq -s ' ' 1 "$last") " ] ||
+    fail "rank 0's steps in $1 are not 1..$last once each: $(echo "$got" | head -c 300)"
+  echo "$last"
+}
