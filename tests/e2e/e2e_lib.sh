@@ -1,9 +1,12 @@
-# shellcheck shell=bash disable=SC2154  # work, pids, rdzv: set by the sourcing script
-# What the loopback end-to-end scripts share (sourced; not a test). The sourcing script sets
-# `work` (its directory), `pids` (an array of the pids it started) and `fail` (print and exit 1)
-# before calling these; every wait is bounded.
+# shellcheck shell=bash disable=SC2154,SC2034  # build: the sourcing script's; run, mlp: for it
+# What the loopback end-to-end scripts share (sourced after `src` and `build` are set; not a
+# test). Every wait is bounded.
 #
-#   e2e_finish NAME RC    the EXIT trap's body: kills what `pids` holds, keeps `work` on failure
+#   e2e_init NAME         sets run, rdzv, mlp (the programs under $build), work (a new directory),
+#                         pids (what the script starts; killed at exit) and the EXIT trap
+#   fail MESSAGE          prints "NAME: FAILED: MESSAGE" and exits 1
+#   e2e_finish RC         the EXIT trap: kills what `pids` holds, keeps `work` on failure, runs
+#                         e2e_cleanup if the script defined it, exits RC
 #   e2e_start_rendezvous  starts hsgd-rendezvous on 127.0.0.1, a free port; sets `endpoint`
 #   highest_step FILE     the highest "] step N loss" printed in FILE, 0 when none
 #   wait_for_step FILE N  waits (60 s at most) until FILE printed step N or higher
@@ -11,15 +14,29 @@
 #   hsgd_run_of PID       the hsgd-run under `timeout` pid PID
 #   check_steps FILE      FILE's step lines are 1..N once each, in order; prints N
 
+e2e_init() {
+  e2e_name=$1
+  run=$build/apps/hsgd-run/hsgd-run
+  rdzv=$build/apps/hsgd-rendezvous/hsgd-rendezvous
+  mlp=$build/apps/train_mlp/train_mlp
+  work=$(mktemp -d "/tmp/hsgd-$1.XXXXXX")
+  pids=()
+  trap 'e2e_finish $?' EXIT
+}
+
+fail() { echo "$e2e_name: FAILED: $*" >&2; exit 1; }
+
 e2e_finish() {
-  local name=$1 rc=$2 pid
+  local rc=$1 pid
   for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
   for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  if declare -F e2e_cleanup >/dev/null; then e2e_cleanup; fi
   if [ "$rc" -eq 0 ] || [ "$rc" -eq 77 ]; then
     rm -rf "$work"
   else
-    echo "$name: output kept in $work" >&2
+    echo "$e2e_name: output kept in $work" >&2
   fi
+  exit "$rc"
 }
 
 e2e_start_rendezvous() {

@@ -14,24 +14,16 @@
 set -euo pipefail
 src=$1
 build=$2
-run=$build/apps/hsgd-run/hsgd-run
-rdzv=$build/apps/hsgd-rendezvous/hsgd-rendezvous
-mlp=$build/apps/train_mlp/train_mlp
 tag=hsgdld$$
 ns=("${tag}a" "${tag}b")
 subnet=10.$((100 + $$ % 100)).$(($$ % 250)).
-work=$(mktemp -d /tmp/hsgd-elastic-link.XXXXXX)
-pids=()
 # shellcheck source=tests/e2e/e2e_lib.sh
 source "$src/tests/e2e/e2e_lib.sh"
-finish() {
-  local rc=$?
-  e2e_finish elastic_link_down "$rc"
+e2e_init elastic_link_down
+e2e_cleanup() {
+  local n
   for n in "${ns[@]}"; do ip netns del "$n" 2>/dev/null || true; done
-  exit "$rc"
 }
-trap finish EXIT
-fail() { echo "elastic_link_down: FAILED: $*" >&2; exit 1; }
 
 if [ "$(id -u)" -ne 0 ] || ! ip netns add "${ns[0]}" 2>"$work/netns.err"; then
   echo "elastic_link_down: skipped: cannot create network namespaces (root: $(id -u);" \

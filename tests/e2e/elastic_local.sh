@@ -18,20 +18,9 @@
 set -euo pipefail
 src=$1
 build=$2
-run=$build/apps/hsgd-run/hsgd-run
-rdzv=$build/apps/hsgd-rendezvous/hsgd-rendezvous
-mlp=$build/apps/train_mlp/train_mlp
-work=$(mktemp -d /tmp/hsgd-elastic-local.XXXXXX)
-pids=()
 # shellcheck source=tests/e2e/e2e_lib.sh
 source "$src/tests/e2e/e2e_lib.sh"
-finish() {
-  local rc=$?
-  e2e_finish elastic_local "$rc"
-  exit "$rc"
-}
-trap finish EXIT
-fail() { echo "elastic_local: FAILED: $*" >&2; exit 1; }
+e2e_init elastic_local
 
 e2e_start_rendezvous
 

@@ -15,50 +15,15 @@
 set -euo pipefail
 src=$1
 build=$2
-run=$build/apps/hsgd-run/hsgd-run
-rdzv=$build/apps/hsgd-rendezvous/hsgd-rendezvous
-mlp=$build/apps/train_mlp/train_mlp
-work=$(mktemp -d /tmp/hsgd-preempt-local.XXXXXX)
-pids=()
-finish() {
-  local rc=$? pid
-  for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-  [ "$rc" -eq 0 ] && rm -rf "$work"
-  [ "$rc" -ne 0 ] && echo "preempt_local: output kept in $work" >&2
-  exit "$rc"
-}
-trap finish EXIT
-fail() { echo "preempt_local: FAILED: $*" >&2; exit 1; }
+# shellcheck source=tests/e2e/e2e_lib.sh
+source "$src/tests/e2e/e2e_lib.sh"
+e2e_init preempt_local
 
 # 6 epochs of 64 steps per rank (synthetic data, 2 ranks): 384 steps; a step line every step.
 epochs=6
 total=$((epochs * 64))
 train=("$mlp" --synthetic --epochs "$epochs" --log-every 1)
 
-# Waits until file $1 has a step line of step >= $2 (20 s at most).
-wait_for_step() {
-  for _ in $(seq 200); do
-    [ "$(highest_step "$1")" -ge "$2" ] && return 0
-    sleep 0.1
-  done
-  fail "no step $2 in $1 within 20 s: $(tail -n 5 "$1")"
-}
-# The highest step printed in file $1 ("step N loss ..." lines), 0 when none.
-highest_step() {
-  { grep -Eo '\] +step [0-9]+ loss' "$1" || true; } | grep -Eo '[0-9]+' | sort -n | tail -1 |
-    { read -r s && echo "$s" || echo 0; }
-}
-# hsgd-run's pid under `timeout` pid $1 (timeout forwards SIGTERM, not SIGUSR1).
-hsgd_run_of() {
-  local child
-  for _ in $(seq 50); do
-    child=$(pgrep -P "$1" -x hsgd-run || true)
-    [ -n "$child" ] && { echo "$child"; return 0; }
-    sleep 0.1
-  done
-  fail "no hsgd-run under pid $1"
-}
 # The first step printed in file $1.
 first_step() { grep -Eo '\] +step [0-9]+ loss' "$1" | head -1 | grep -Eo '[0-9]+'; }
 newest_checkpoint() {
@@ -124,11 +89,7 @@ check_resumed "$out.resumed" "$saved" "$dir"
 echo "preempt_local: one hsgd-run: SIGUSR1 -> checkpoint at step $saved, exit 75; resumed to $total"
 
 # ---- 2. two hsgd-runs, SIGUSR1 to node 1 only
-"$rdzv" --host 127.0.0.1 --port 0 >"$work/rdzv.out" 2>&1 &
-pids+=($!)
-for _ in $(seq 100); do grep -q "listening on" "$work/rdzv.out" && break; sleep 0.1; done
-endpoint=$(grep -E '^listening on ' "$work/rdzv.out" | head -1 | awk '{print $3}')
-[ -n "$endpoint" ] || fail "hsgd-rendezvous did not start: $(cat "$work/rdzv.out")"
+e2e_start_rendezvous
 dir=$work/two
 two_nodes() {  # two_nodes RUN_ID OUT_PREFIX: starts both nodes, pids in node_pids
   node_pids=()
