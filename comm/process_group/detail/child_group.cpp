@@ -33,6 +33,10 @@ std::shared_ptr<comm::ProcessGroup> make_child_group(
     std::erase_if(parent->children_, [](const auto& c) { return c.expired(); });
     parent->children_.push_back(child);
   }
+  // A parent aborted while the child connected (e.g. by the elastic watcher) did not see it:
+  // the groups made from an aborted group are aborted too. abort() sets the flag before it
+  // reads children_, so one of the two reaches the child.
+  if (parent->aborted_.load()) child->abort();
   return child;
 }
 

@@ -365,5 +365,34 @@ TEST(ProcessGroupAbortTest, AbortReachesChildGroups) {
   std::filesystem::remove_all(dir);
 }
 
+// A group made from an aborted group is aborted too (the parent may be aborted by another
+// thread, the elastic watcher, while its child connects): its collectives fail at once instead
+// of running.
+TEST(ProcessGroupAbortTest, ChildOfAbortedGroupIsAborted) {
+  const auto dir = unique_temp_dir("abort_late_child");
+  auto result = run_ranks(2, RunOptions{.timeout = seconds(60)}, [&](int rank) {
+    auto store = std::make_shared<FileStore>(dir);
+    auto world = init_process_group({.rank = rank,
+                                     .world_size = 2,
+                                     .store = store,
+                                     .timeout = kCollectiveTimeout,
+                                     .shared_memory = false});
+    EXPECT_EQ(allreduce_rank_sum(*world), triangle(2));
+    // Neither rank aborts before the other finished the allreduce.
+    store->set("done/" + std::to_string(rank), to_bytes("1"));
+    store->wait({"done/0", "done/1"}, seconds(30));
+    world->abort();
+    auto child = new_group(world, {0, 1});
+    ASSERT_NE(child, nullptr);
+    std::vector<float> x(16, 1.0f);
+    const double ms = expect_comm_error(child->allreduce(std::span<float>(x)), *child, now_ns(),
+                                        "rank " + std::to_string(rank) + " child");
+    EXPECT_LT(ms, 1500.0);
+    EXPECT_EQ(x[0], 1.0f) << "the child's allreduce ran";
+  });
+  EXPECT_RANKS_OK(result);
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace hsgd::comm::elastic
