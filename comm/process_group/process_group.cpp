@@ -205,6 +205,7 @@ void ProcessGroup::abort() {
                      options_.name, rank(), size(), e.what());
     }
   }
+  if (shm_ != nullptr) shm_->abort_members();  // the peers' waits are not on sockets
   abort_transport();
 }
 

@@ -325,8 +325,11 @@ TEST(ElasticWorldTest, ManyGenerations_TeardownIsBoundedAndLeaksNothing) {
 
 // ProcessGroup::abort reaches the groups made from the aborted one: rank 1 waits in an
 // allreduce of a child group that rank 0 never joins; rank 0 aborts the world (not the child);
-// rank 1's child allreduce fails at once, and rank 0's child refuses work.
-TEST(ProcessGroupAbortTest, AbortReachesChildGroups) {
+// rank 1's child allreduce fails at once, and rank 0's groups refuse work. Over Gloo's TCP (the
+// elastic world's transport) and over shared memory (every rank on this machine).
+class ProcessGroupAbortTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(ProcessGroupAbortTest, AbortReachesChildGroups) {
   const auto dir = unique_temp_dir("abort_children");
   auto result = run_ranks(3, RunOptions{.timeout = seconds(60)}, [&](int rank) {
     auto store = std::make_shared<FileStore>(dir);
@@ -334,7 +337,7 @@ TEST(ProcessGroupAbortTest, AbortReachesChildGroups) {
                                      .world_size = 3,
                                      .store = store,
                                      .timeout = kCollectiveTimeout,
-                                     .shared_memory = false});
+                                     .shared_memory = GetParam()});
     auto child = new_group(world, {0, 1});
     auto grandchild = child != nullptr ? new_group(child, {0, 1}) : nullptr;
     if (rank == 2) return;
@@ -347,6 +350,7 @@ TEST(ProcessGroupAbortTest, AbortReachesChildGroups) {
       const int64_t aborted_at = std::stoll(to_string(store->get("aborted-at", seconds(30))));
       const double latency_ms = expect_comm_error(work, *child, aborted_at, "child of rank 1");
       EXPECT_LT(latency_ms, 1500.0);
+      store->set("checked", to_bytes("1"));
       return;
     }
     store->wait({"entered"}, seconds(30));
@@ -360,15 +364,20 @@ TEST(ProcessGroupAbortTest, AbortReachesChildGroups) {
                                           "rank 0 after abort, group " + group->name());
       EXPECT_LT(ms, 1500.0) << group->name();
     }
+    // Alive until rank 1 failed: a peer that exited is found by other means.
+    store->wait({"checked"}, seconds(40));
   });
   EXPECT_RANKS_OK(result);
   std::filesystem::remove_all(dir);
 }
 
+INSTANTIATE_TEST_SUITE_P(Transports, ProcessGroupAbortTest, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "SharedMemory" : "Tcp"; });
+
 // A group made from an aborted group is aborted too (the parent may be aborted by another
 // thread, the elastic watcher, while its child connects): its collectives fail at once instead
 // of running.
-TEST(ProcessGroupAbortTest, ChildOfAbortedGroupIsAborted) {
+TEST(ProcessGroupAbortChildTest, ChildOfAbortedGroupIsAborted) {
   const auto dir = unique_temp_dir("abort_late_child");
   auto result = run_ranks(2, RunOptions{.timeout = seconds(60)}, [&](int rank) {
     auto store = std::make_shared<FileStore>(dir);
