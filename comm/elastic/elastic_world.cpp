@@ -55,6 +55,8 @@ ElasticWorld::ElasticWorld(ElasticWorldOptions options)
              options_.init.local_rank, " must be >= 0");
   HSGD_CHECK(options_.join_timeout.count() > 0, "ElasticWorldOptions::join_timeout ",
              options_.join_timeout.count(), " ms must be positive");
+  HSGD_CHECK(options_.leave_timeout.count() > 0, "ElasticWorldOptions::leave_timeout ",
+             options_.leave_timeout.count(), " ms must be positive");
 }
 
 ElasticWorld::~ElasticWorld() { abandon(); }
@@ -65,6 +67,16 @@ bool ElasticWorld::newer_generation_announced() {
 }
 
 void ElasticWorld::abandon() {
+  if (world_ != nullptr && !world_->failed()) {
+    // The watcher still runs: a generation that drops a member aborts the world, which ends
+    // this wait within the group's mismatch-check slice.
+    try {
+      world_->shutdown(options_.leave_timeout);
+    } catch (const std::exception& e) {
+      logger()->warn("elastic generation {}: the members did not leave together ({}); aborting",
+                     generation_.number, e.what());
+    }
+  }
   stop_watcher();
   if (world_ == nullptr) return;
   world_->abort();

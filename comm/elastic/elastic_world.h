@@ -14,7 +14,10 @@
 // fails to connect, is skipped: the agents announce the next one. abandon() aborts the current
 // world and every group made from it (ProcessGroup::abort: their collectives fail at once, here
 // and on the peers), then releases them; the caller must release its own references (DDP,
-// averagers) before the next advance() for their Gloo contexts to close.
+// averagers) before the next advance() for their Gloo contexts to close. A world that has not
+// failed (the ranks agreed to adopt a newer generation) is first left together
+// (ProcessGroup::shutdown, bounded by leave_timeout): aborted at once, it could take the tail of
+// the last collective from a slower member, whose collective would then fail.
 //
 // While a world is current, a watcher thread reads the newest generation every poll_interval x 4:
 // when one appears that lacks a member of the current one (its agent found it dead, e.g. its
@@ -57,6 +60,8 @@ struct ElasticWorldOptions {
   // How long advance() waits for a generation that holds this node and forms.
   Duration join_timeout = std::chrono::seconds(300);
   Duration poll_interval = std::chrono::milliseconds(50);
+  // How long abandon() waits for the other members to leave a world that has not failed.
+  Duration leave_timeout = std::chrono::seconds(10);
 
   // InitOptions::from_env() for the template (HSGD_TIMEOUT_MS is the collective timeout: how
   // long a collective waits for a member whose host vanished), HSGD_ELASTIC_NODE_ID, and
@@ -83,7 +88,8 @@ class ElasticWorld {
   // Forms the next generation's world (see above) and returns it. Throws hsgd::Timeout after
   // join_timeout, RemovedFromJob when this node was declared gone.
   std::shared_ptr<ProcessGroup> advance();
-  // Aborts and releases the current world (no-op without one).
+  // Aborts and releases the current world (no-op without one); leaves it together with the
+  // other members first when it has not failed (see above). Does not throw.
   void abandon();
 
   const std::shared_ptr<ProcessGroup>& world() const { return world_; }

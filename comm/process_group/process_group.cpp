@@ -209,6 +209,8 @@ void ProcessGroup::abort() {
   abort_transport();
 }
 
+bool ProcessGroup::failed() const { return aborted_.load() || queue_->broken(); }
+
 int ProcessGroup::aborted_by() {
   if (aborted_.load()) return rank();
   if (size() == 1) return -1;
@@ -365,6 +367,7 @@ void ProcessGroup::shutdown(Duration timeout) {
     } catch (const Timeout&) {
       if (std::chrono::steady_clock::now() >= deadline) throw;
     }
+    HSGD_CHECK_AS(CommError, !aborted_.load(), what, ": the group was aborted meanwhile");
     if (auto mismatch =
             hsgd::detail::stored_mismatch(*options_.store, options_.key_prefix, rank())) {
       throw CollectiveMismatch(str_cat(what,

@@ -223,7 +223,8 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // exits right after its last collective can close a connection on which a slower peer still
   // sends the tail of that collective, making the peer fail; after shutdown() no member has a
   // Gloo message in flight. Blocking and collective; throws hsgd::Timeout naming the members
-  // that did not arrive. Collectives queued afterwards fail with hsgd::CommError.
+  // that did not arrive, hsgd::CommError when abort() was called meanwhile (seen between
+  // waits of Options::mismatch_check). Collectives queued afterwards fail with hsgd::CommError.
   void shutdown(Duration timeout = kDefaultTimeout);
 
   // Makes every collective of this group and of the groups made from it (new_group,
@@ -237,6 +238,9 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // down (with the store unreachable, that write may take the store's timeout).
   // Thread-safe; calling it again does nothing more.
   void abort();
+  // Whether a collective of this group failed or abort() was called on it (or on its parent):
+  // the group refuses work. Thread-safe.
+  bool failed() const;
 
   // ---- configuration ----
   // The job's ranks per node as the launcher declared them (Options::local_world_size; the same

@@ -264,8 +264,8 @@ TEST(ElasticWorldTest, Joiner_IsAdoptedAtNextAdvance) {
 }
 
 // 200 generations of two single-worker nodes in the same two processes. In each, rank 1 waits
-// in an allreduce that rank 0 never joins and rank 0 abandons the world: rank 1's collective
-// fails at once. Descriptors, threads and memory stay flat from generation 10 to 200.
+// in an allreduce that rank 0 never joins and rank 0 aborts and abandons the world: rank 1's
+// collective fails at once. Descriptors, threads and memory stay flat from generation 10 to 200.
 TEST(ElasticWorldTest, ManyGenerations_TeardownIsBoundedAndLeaksNothing) {
   constexpr int kGenerations = 200;
   constexpr int kWarmup = 10;
@@ -301,6 +301,8 @@ TEST(ElasticWorldTest, ManyGenerations_TeardownIsBoundedAndLeaksNothing) {
                                      << kCollectiveTimeout.count() << " ms collective timeout";
       } else {
         store.wait({entered}, seconds(30));
+        // Aborted, not left together: rank 1 waits in a collective this rank never joins.
+        world->abort();
         elastic.abandon();
       }
       world.reset();
@@ -374,10 +376,9 @@ TEST_P(ProcessGroupAbortTest, AbortReachesChildGroups) {
 INSTANTIATE_TEST_SUITE_P(Transports, ProcessGroupAbortTest, ::testing::Values(false, true),
                          [](const auto& info) { return info.param ? "SharedMemory" : "Tcp"; });
 
-// A group made from an aborted group is aborted too (the parent may be aborted by another
-// thread, the elastic watcher, while its child connects): its collectives fail at once instead
-// of running.
-TEST(ProcessGroupAbortChildTest, ChildOfAbortedGroupIsAborted) {
+// No group can be made from an aborted group (one aborted while its child connects, e.g. by
+// the elastic watcher, aborts the child): new_group throws instead of connecting.
+TEST(ProcessGroupAbortChildTest, NewGroupOfAbortedGroupThrows) {
   const auto dir = unique_temp_dir("abort_late_child");
   auto result = run_ranks(2, RunOptions{.timeout = seconds(60)}, [&](int rank) {
     auto store = std::make_shared<FileStore>(dir);
@@ -391,13 +392,37 @@ TEST(ProcessGroupAbortChildTest, ChildOfAbortedGroupIsAborted) {
     store->set("done/" + std::to_string(rank), to_bytes("1"));
     store->wait({"done/0", "done/1"}, seconds(30));
     world->abort();
-    auto child = new_group(world, {0, 1});
-    ASSERT_NE(child, nullptr);
-    std::vector<float> x(16, 1.0f);
-    const double ms = expect_comm_error(child->allreduce(std::span<float>(x)), *child, now_ns(),
-                                        "rank " + std::to_string(rank) + " child");
-    EXPECT_LT(ms, 1500.0);
-    EXPECT_EQ(x[0], 1.0f) << "the child's allreduce ran";
+    EXPECT_TRUE(world->failed());
+    try {
+      new_group(world, {0, 1});
+      ADD_FAILURE() << "new_group of an aborted group should throw";
+    } catch (const CommError& e) {
+      EXPECT_NE(std::string(e.what()).find("aborted"), std::string::npos) << e.what();
+    }
+  });
+  EXPECT_RANKS_OK(result);
+  std::filesystem::remove_all(dir);
+}
+
+// The ranks agree on a collective (the training loop's join vote) and abandon the world at once:
+// the first to abandon must not take the tail of that collective from a slower one (abandon
+// leaves a world that has not failed together before aborting it). 30 generations in a row.
+TEST(ElasticWorldTest, AbandonAfterAgreement_SlowerMemberCompletes) {
+  constexpr int kGenerations = 30;
+  const auto dir = unique_temp_dir("elastic_agree");
+  auto result = run_ranks(3, RunOptions{.timeout = seconds(90)}, [&](int rank) {
+    const std::string host = rank == 0 ? "a" : rank == 1 ? "b" : "c";
+    ElasticWorld elastic(options_for(dir, host, 0));
+    for (int g = 0; g < kGenerations; ++g) {
+      propose_generation(elastic.store(), make_generation(g, {{"a", 1}, {"b", 1}, {"c", 1}}));
+      std::shared_ptr<ProcessGroup> world = elastic.advance();
+      ASSERT_EQ(elastic.generation().number, g);
+      std::vector<float> vote(size_t{1} << 16, static_cast<float>(rank));
+      world->allreduce(std::span<float>(vote), ReduceOp::kMax, "vote")->wait(world->work_timeout());
+      ASSERT_EQ(vote.back(), 2.0f) << "generation " << g;
+      world.reset();
+      elastic.abandon();
+    }
   });
   EXPECT_RANKS_OK(result);
   std::filesystem::remove_all(dir);
