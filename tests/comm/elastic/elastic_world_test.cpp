@@ -311,7 +311,7 @@ TEST(ElasticWorldTest, ManyGenerations_TeardownIsBoundedAndLeaksNothing) {
     }
     const ProcessUsage end = process_usage();
     std::printf(
-        "rank %d: %d generations in %.1f s; slowest abandoned allreduce %.0f ms; after "
+        "rank %d: %d generations in %.1f s; slowest abandoned allreduce (rank 1) %.0f ms; after "
         "generation %d: %d fds, %d threads, %.1f MB RSS; after %d: %d fds, %d threads, %.1f MB "
         "RSS\n",
         rank, kGenerations, std::chrono::duration<double>(Clock::now() - start).count(),
