@@ -376,6 +376,53 @@ TEST_P(ProcessGroupAbortTest, AbortReachesChildGroups) {
 INSTANTIATE_TEST_SUITE_P(Transports, ProcessGroupAbortTest, ::testing::Values(false, true),
                          [](const auto& info) { return info.param ? "SharedMemory" : "Tcp"; });
 
+// abandon() of a world that has not failed waits for the other members to leave too; when one
+// of them hangs (SIGSTOP), the agent's generation without it ends that wait through the watcher,
+// long before leave_timeout.
+TEST(ElasticWorldTest, Abandon_LeaveEndsWhenNewerGenerationDropsMember) {
+  const auto dir = unique_temp_dir("elastic_leave");
+  {
+    FileStore store(dir);
+    propose_generation(store, make_generation(0, {{"a", 1}, {"b", 1}}));
+  }
+  auto result = run_ranks(2, RunOptions{.timeout = seconds(60)}, [&](int rank) {
+    ElasticWorldOptions options = options_for(dir, rank == 0 ? "a" : "b", 0);
+    options.leave_timeout = seconds(20);
+    ElasticWorld elastic(std::move(options));
+    Store& store = elastic.store();
+    std::shared_ptr<ProcessGroup> world = elastic.advance();
+    EXPECT_EQ(allreduce_rank_sum(*world), triangle(2));
+    if (rank == 1) {
+      store.set("b-pid", to_bytes(std::to_string(::getpid())));
+      ::raise(SIGSTOP);  // killed by rank 0 at the end
+      ADD_FAILURE() << "node b's worker should have been killed while stopped";
+      return;
+    }
+    store.wait({"b-pid"}, seconds(30));
+    world.reset();
+    std::thread agent([&] {
+      std::this_thread::sleep_for(milliseconds(500));
+      propose_generation(store, make_generation(1, {{"a", 1}}));
+    });
+    const int64_t start = now_ns();
+    elastic.abandon();
+    const double ms = ms_since(start);
+    agent.join();
+    std::printf("abandon with a stopped member returned after %.0f ms\n", ms);
+    EXPECT_LT(ms, 5000.0) << "the watcher should end the leave; leave_timeout is 20 s";
+    world = elastic.advance();
+    EXPECT_EQ(elastic.generation().number, 1);
+    EXPECT_EQ(world->size(), 1);
+    const pid_t b = static_cast<pid_t>(std::stol(to_string(store.get("b-pid", seconds(5)))));
+    EXPECT_EQ(::kill(b, SIGKILL), 0);
+  });
+  ASSERT_EQ(result.failures.size(), 1u) << result.describe();
+  EXPECT_EQ(result.failures[0].rank, 1);
+  EXPECT_NE(result.failures[0].reason.find("killed by signal"), std::string::npos)
+      << result.failures[0].reason;
+  std::filesystem::remove_all(dir);
+}
+
 // No group can be made from an aborted group (one aborted while its child connects, e.g. by
 // the elastic watcher, aborts the child): new_group throws instead of connecting.
 TEST(ProcessGroupAbortChildTest, NewGroupOfAbortedGroupThrows) {
