@@ -47,6 +47,14 @@ class ConfigurationMismatch : public Error {
   using Error::Error;
 };
 
+// No member of a generation holds a training state: every node that had one is gone. An elastic
+// run keeps no checkpoint to start from, so the job ends (kExitWillRepeat: a restart would find
+// the same).
+class TrainingStateLost : public Error {
+ public:
+  using Error::Error;
+};
+
 // What every member must agree on: the model's tensors (names and shapes), the parallel mode and
 // its levels, the optimizer and the batch.
 std::string configuration(const TrainingFlags& flags, const ParallelFlags& parallel,
@@ -195,6 +203,8 @@ class ElasticTrainer {
       }
       if (leave == Leave::kFinished) break;
       failed = leave == Leave::kFailed;
+      // After a failure nobody waits for the others to leave: the world may lack a member.
+      if (failed) world_->abort();
       leave_generation();
     }
     if (lead_) {
@@ -236,8 +246,12 @@ class ElasticTrainer {
       any_failure = any_failure || gathered[2 * static_cast<size_t>(r) + 1] != 0;
     }
     const int64_t top = *std::max_element(steps.begin(), steps.end());
-    HSGD_CHECK_AS(CommError, top >= 0, "elastic generation ", g,
-                  ": no member holds a training state (every survivor is gone)");
+    if (top < 0) {
+      throw TrainingStateLost(
+          str_cat("elastic generation ", g, " (", elastic_.generation().describe(),
+                  "): no member holds the training state; every node that trained is gone, and an "
+                  "elastic run keeps no checkpoint to start again from"));
+    }
     int source = -1, at_top = 0;
     for (int r = 0; r < world.size(); ++r) {
       if (steps[static_cast<size_t>(r)] != top) continue;
@@ -499,11 +513,11 @@ class ElasticTrainer {
     return eval;
   }
 
+  // The members leave the world together afterwards (ElasticWorld::abandon).
   void finish() {
     if (replica_.epoch < flags_.epochs) {  // stopped by --max-steps inside an epoch
       end_epoch();
     }
-    world_->shutdown();
   }
 
   const TrainingFlags flags_;
@@ -544,6 +558,9 @@ int train_elastic(const TrainingFlags& flags, const ParallelFlags& parallel, Ela
   ElasticTrainer trainer(flags, parallel, std::move(run));
   try {
     return trainer.run();
+  } catch (const TrainingStateLost& e) {
+    std::fprintf(stderr, "%s: error: %s\n", program.c_str(), e.what());
+    return comm::launcher::kExitWillRepeat;
   } catch (const ConfigurationMismatch& e) {
     std::fprintf(stderr, "%s: error: %s\n", program.c_str(), e.what());
     return comm::launcher::kExitWillRepeat;

@@ -36,6 +36,9 @@
 //   - a join: at the next step where every replica is the same (every step in --mode ddp and
 //     during warm-up, else after an averaging over the whole world), the ranks agree (one 8-byte
 //     allreduce) whether the agents announced a newer generation, and move to it together.
+// When no member of a generation holds a training state (every node that trained is gone, only
+// joiners are left), the job cannot go on from a live peer and keeps no checkpoint: every worker
+// exits comm::launcher::kExitWillRepeat (78) naming the generation.
 // The LR schedule continues by step. The run ends after the step count planned in generation 0
 // (--epochs x batches per rank then, capped by --max-steps) or when the epochs are done.
 //

@@ -1,5 +1,6 @@
 #include "comm/elastic/elastic_world.h"
 
+#include <csignal>
 #include <cstdlib>
 #include <thread>
 
@@ -53,11 +54,16 @@ ElasticWorldOptions ElasticWorldOptions::from_env() {
 
 ElasticWorld::ElasticWorld(ElasticWorldOptions options)
     : options_(std::move(options)), store_(make_store(options_)) {
+  // Gloo writes to its sockets without MSG_NOSIGNAL: a write to a member that just died must
+  // fail that collective (EPIPE), not kill this survivor.
+  ::signal(SIGPIPE, SIG_IGN);
   HSGD_CHECK(!options_.node_id.empty(), "ElasticWorldOptions::node_id is empty");
   HSGD_CHECK(options_.init.local_rank >= 0, "ElasticWorldOptions::init.local_rank ",
              options_.init.local_rank, " must be >= 0");
   HSGD_CHECK(options_.join_timeout.count() > 0, "ElasticWorldOptions::join_timeout ",
              options_.join_timeout.count(), " ms must be positive");
+  HSGD_CHECK(options_.leave_timeout.count() > 0, "ElasticWorldOptions::leave_timeout ",
+             options_.leave_timeout.count(), " ms must be positive");
 }
 
 ElasticWorld::~ElasticWorld() { abandon(); }
@@ -68,6 +74,16 @@ bool ElasticWorld::newer_generation_announced() {
 }
 
 void ElasticWorld::abandon() {
+  if (world_ != nullptr && !world_->failed()) {
+    // The watcher still runs: a generation that drops a member aborts the world, which ends
+    // this wait within the group's mismatch-check slice.
+    try {
+      world_->shutdown(options_.leave_timeout);
+    } catch (const std::exception& e) {
+      logger()->warn("elastic generation {}: the members did not leave together ({}); aborting",
+                     generation_.number, e.what());
+    }
+  }
   stop_watcher();
   if (world_ == nullptr) return;
   world_->abort();

@@ -17,7 +17,10 @@
 // abandon() aborts the current
 // world and every group made from it (ProcessGroup::abort: their collectives fail at once, here
 // and on the peers), then releases them; the caller must release its own references (DDP,
-// averagers) before the next advance() for their Gloo contexts to close.
+// averagers) before the next advance() for their Gloo contexts to close. A world that has not
+// failed (the ranks agreed to adopt a newer generation) is first left together
+// (ProcessGroup::shutdown, bounded by leave_timeout): aborted at once, it could take the tail of
+// the last collective from a slower member, whose collective would then fail.
 //
 // While a world is current, a watcher thread reads the newest generation every poll_interval x 4:
 // when one appears that lacks a member of the current one (its agent found it dead, e.g. its
@@ -25,6 +28,9 @@
 // fails at once instead of at the collective timeout. A generation that only adds nodes aborts
 // nothing: the training loop adopts it at a step where all ranks agree to
 // (newer_generation_announced).
+//
+// An ElasticWorld ignores SIGPIPE in its process: a survivor's write to a member that died fails
+// the collective instead of killing the survivor.
 //
 // Shared memory between the ranks of a node is off in an elastic world: a group's node identity
 // would have to follow the generations' node ranks. Collectives go over TCP.
@@ -67,6 +73,8 @@ struct ElasticWorldOptions {
   // After a failed generation, how long advance() waits for the agents to announce a change
   // before the members form the same nodes again as the next generation (see advance()).
   Duration reform_after = std::chrono::seconds(3);
+  // How long abandon() waits for the other members to leave a world that has not failed.
+  Duration leave_timeout = std::chrono::seconds(10);
 
   // InitOptions::from_env() for the template (HSGD_TIMEOUT_MS is the collective timeout: how
   // long a collective waits for a member whose host vanished; kDefaultCollectiveTimeout when
@@ -94,7 +102,8 @@ class ElasticWorld {
   // Forms the next generation's world (see above) and returns it. Throws hsgd::Timeout after
   // join_timeout, RemovedFromJob when this node was declared gone.
   std::shared_ptr<ProcessGroup> advance();
-  // Aborts and releases the current world (no-op without one).
+  // Aborts and releases the current world (no-op without one); leaves it together with the
+  // other members first when it has not failed (see above). Does not throw.
   void abandon();
 
   const std::shared_ptr<ProcessGroup>& world() const { return world_; }

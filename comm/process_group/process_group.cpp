@@ -59,6 +59,9 @@ const char* to_string(ReduceOp op) {
 
 namespace {
 
+// Set by abort(), holding the rank that aborted the group.
+std::string aborted_key(const std::string& key_prefix) { return key_prefix + "aborted"; }
+
 bool looks_like_timeout(const std::string& message) {
   return message.find("imed out") != std::string::npos ||
          message.find("imeout") != std::string::npos;
@@ -159,9 +162,18 @@ void ProcessGroup::connect() {
 std::shared_ptr<Work> ProcessGroup::enqueue(CollectiveFingerprint fp,
                                             std::function<void(uint32_t tag)> run) {
   std::weak_ptr<ProcessGroup> self = weak_from_this();
-  return queue_->enqueue(std::move(fp), std::move(run), [self](const Work& w, Duration timeout) {
-    if (auto group = self.lock()) group->queue_->help(w, timeout);
-  });
+  // A collective of an aborted group must not reach Gloo: a write to a connection that abort()
+  // shut down raises SIGPIPE, which kills a process that did not ignore it.
+  auto checked = [this, run = std::move(run)](uint32_t tag) {
+    if (aborted_.load()) {
+      HSGD_THROW(CommError, "group '", options_.name, "' was aborted (ProcessGroup::abort)");
+    }
+    run(tag);
+  };
+  return queue_->enqueue(std::move(fp), std::move(checked),
+                         [self](const Work& w, Duration timeout) {
+                           if (auto group = self.lock()) group->queue_->help(w, timeout);
+                         });
 }
 
 // Runs on the watchdog thread while the worker waits in the collective: every wait of this
@@ -183,7 +195,33 @@ void ProcessGroup::abort() {
   }
   for (const auto& child : children) child->abort();
   logger()->debug("group '{}' (rank {} of {}): aborted", options_.name, rank(), size());
+  // Written before the connections are shut down, so that a peer whose collective fails from it
+  // finds the key and reports the abort at once (on_failure) instead of waiting the failure
+  // diagnosis's grace for this rank, which is in no collective.
+  if (size() > 1) {
+    try {
+      options_.store->set(aborted_key(options_.key_prefix), to_bytes(std::to_string(rank())));
+    } catch (const std::exception& e) {
+      logger()->warn("group '{}' (rank {} of {}): could not record the abort in the store: {}",
+                     options_.name, rank(), size(), e.what());
+    }
+  }
+  if (shm_ != nullptr) shm_->abort_members();  // the peers' waits are not on sockets
   abort_transport();
+}
+
+bool ProcessGroup::failed() const { return aborted_.load() || queue_->broken(); }
+
+int ProcessGroup::aborted_by() {
+  if (aborted_.load()) return rank();
+  if (size() == 1) return -1;
+  try {
+    const std::string key = aborted_key(options_.key_prefix);
+    if (!options_.store->check({key})) return -1;
+    return std::stoi(to_string(options_.store->get(key, options_.timeout)));
+  } catch (const std::exception&) {
+    return -1;
+  }
 }
 
 void ProcessGroup::abort_transport() {
@@ -206,6 +244,13 @@ std::exception_ptr ProcessGroup::on_failure(const CollectiveFingerprint& fp,
     const std::string message = str_cat(fp.describe(), " of group '", options_.name, "' (rank ",
                                         rank(), " of ", size(), ") failed: ", mismatch->message);
     return std::make_exception_ptr(CollectiveMismatch(message, mismatch->same_ranks));
+  }
+  if (const int by = aborted_by(); by >= 0) {
+    // The cause is known: no need to ask the members what they were doing.
+    return std::make_exception_ptr(
+        CommError(str_cat(fp.describe(), " of group '", options_.name, "' (rank ", rank(), " of ",
+                          size(), ") failed: the group was aborted by rank ", by,
+                          " (ProcessGroup::abort). Cause: ", e.what())));
   }
   const bool timed_out = looks_like_timeout(e.what());
   const std::string who = diagnose_failure(fp, timed_out);
@@ -325,6 +370,7 @@ void ProcessGroup::shutdown(Duration timeout) {
     } catch (const Timeout&) {
       if (std::chrono::steady_clock::now() >= deadline) throw;
     }
+    HSGD_CHECK_AS(CommError, !aborted_.load(), what, ": the group was aborted meanwhile");
     if (auto mismatch =
             hsgd::detail::stored_mismatch(*options_.store, options_.key_prefix, rank())) {
       throw CollectiveMismatch(str_cat(what,

@@ -223,7 +223,8 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // exits right after its last collective can close a connection on which a slower peer still
   // sends the tail of that collective, making the peer fail; after shutdown() no member has a
   // Gloo message in flight. Blocking and collective; throws hsgd::Timeout naming the members
-  // that did not arrive. Collectives queued afterwards fail with hsgd::CommError.
+  // that did not arrive, hsgd::CommError when abort() was called meanwhile (seen between
+  // waits of Options::mismatch_check). Collectives queued afterwards fail with hsgd::CommError.
   void shutdown(Duration timeout = kDefaultTimeout);
 
   // Makes every collective of this group and of the groups made from it (new_group,
@@ -231,8 +232,15 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // their connections down. The groups are unusable afterwards, as after any failure, and their
   // destructors return without waiting for a timeout, so no thread is left inside their Gloo
   // contexts. For abandoning a world that lost a member (comm/elastic/elastic_world.h).
+  // Collectives that fail from an abort, here or on a peer, throw hsgd::CommError naming the
+  // rank that aborted, without the failure diagnosis's wait for the other members: abort()
+  // records itself under the group's key prefix in the store before shutting the connections
+  // down (with the store unreachable, that write may take the store's timeout).
   // Thread-safe; calling it again does nothing more.
   void abort();
+  // Whether a collective of this group failed or abort() was called on it (or on its parent):
+  // the group refuses work. Thread-safe.
+  bool failed() const;
 
   // ---- configuration ----
   // The job's ranks per node as the launcher declared them (Options::local_world_size; the same
@@ -270,6 +278,8 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   friend class hsgd::detail::TwoLevelAllreduce;  // aborts its cross-node group
   // After a failure: what each member was doing (see process_group.cpp).
   std::string diagnose_failure(const hsgd::detail::CollectiveFingerprint& fp, bool timed_out);
+  // The rank that aborted this group (abort(), here or on a peer), or -1.
+  int aborted_by();
   template <typename T>
   std::shared_ptr<Work> allreduce_impl(std::span<T> data, ReduceOp op, const char* type,
                                        std::string_view label);

@@ -171,6 +171,8 @@ std::string node_identity() {
 struct ShmAllreduce::Header {
   alignas(64) std::atomic<uint32_t> count;    // barrier arrivals, all ranks; the futex word
   alignas(64) std::atomic<uint32_t> waiters;  // ranks asleep (or about to be) on count
+  // 1 + the rank that called abort_members(), or 0.
+  alignas(64) std::atomic<uint32_t> aborted_by;
   struct alignas(64) Member {
     std::atomic<uint32_t> round;  // barriers this rank reached
     std::atomic<int32_t> pid;
@@ -260,7 +262,16 @@ char* ShmAllreduce::slot(int half, int rank) const {
 
 char* ShmAllreduce::result(int half) const { return slot(half, size_); }
 
+void ShmAllreduce::abort_members() {
+  header_->aborted_by.store(static_cast<uint32_t>(rank_) + 1, std::memory_order_relaxed);
+  abort();
+}
+
 void ShmAllreduce::check_peers(uint32_t target_round, Clock::time_point deadline) {
+  if (const uint32_t by = header_->aborted_by.load(std::memory_order_relaxed); by != 0) {
+    HSGD_THROW(CommError, "shared-memory allreduce of group '", group_name_, "' aborted: rank ",
+               by - 1, " abandoned the group");
+  }
   if (aborted_.load(std::memory_order_relaxed)) {
     HSGD_THROW(CommError, "shared-memory allreduce of group '", group_name_,
                "' aborted: the members are in different collectives");

@@ -75,6 +75,9 @@ class ShmAllreduce {
   // 100 ms wait slice, instead of waiting for its deadline: the group found that its members
   // are in different collectives. Thread-safe; the channel is unusable afterwards.
   void abort() { aborted_.store(true, std::memory_order_relaxed); }
+  // The same on every member (a flag in the segment, read within the same wait slice): this
+  // rank abandons the group (ProcessGroup::abort) and the others must not wait for it.
+  void abort_members();
 
   int rank() const { return rank_; }
   int size() const { return size_; }

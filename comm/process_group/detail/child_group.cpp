@@ -21,6 +21,8 @@ std::shared_ptr<comm::ProcessGroup> make_child_group(
   std::sort(parent_ranks.begin(), parent_ranks.end());
   auto it = std::find(parent_ranks.begin(), parent_ranks.end(), parent->rank());
   if (it == parent_ranks.end()) return nullptr;
+  HSGD_CHECK_AS(CommError, !parent->aborted_.load(), "group '", parent->name(),
+                "' was aborted (ProcessGroup::abort): no group can be made from it");
   std::vector<int> global_ranks;
   for (int r : parent_ranks) global_ranks.push_back(parent->ranks()[static_cast<size_t>(r)]);
   std::string suffix = "g";  // not "g" + to_string(id): GCC 12 warns falsely (-Wrestrict)
@@ -33,6 +35,10 @@ std::shared_ptr<comm::ProcessGroup> make_child_group(
     std::erase_if(parent->children_, [](const auto& c) { return c.expired(); });
     parent->children_.push_back(child);
   }
+  // A parent aborted while the child connected (e.g. by the elastic watcher) did not see it:
+  // the groups made from an aborted group are aborted too. abort() sets the flag before it
+  // reads children_, so one of the two reaches the child.
+  if (parent->aborted_.load()) child->abort();
   return child;
 }
 

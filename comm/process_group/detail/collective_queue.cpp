@@ -127,6 +127,7 @@ void CollectiveQueue::run_task(Task& task) {
   } catch (const std::exception& e) {
     broken_ = on_failure_(task.fp, e);
     broken_what_ = task.what;
+    broken_flag_.store(true);
     task.work->finish(broken_);
   }
 }

@@ -18,6 +18,7 @@
 //   queue_ = std::make_unique<CollectiveQueue>(name, timeout, on_failure);
 //   auto work = queue_->enqueue({.kind = "barrier"}, [&](uint32_t tag) { ... }, helper);
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -70,6 +71,9 @@ class CollectiveQueue {
   // another thread is running one (then the waiter simply blocks).
   void help(const comm::Work& work, comm::Duration timeout);
 
+  // Whether a task failed (the queue is broken: later tasks fail at once). Any thread.
+  bool broken() const { return broken_flag_.load(); }
+
  private:
   struct Task {
     std::shared_ptr<comm::Work> work;
@@ -93,6 +97,7 @@ class CollectiveQueue {
   // Guarded by exec_mu_ (used by whichever thread runs a task).
   std::exception_ptr broken_;  // first failure; later tasks fail fast
   std::string broken_what_;
+  std::atomic<bool> broken_flag_{false};  // broken_ is set; read by any thread
 
   std::mutex exec_mu_;  // held while a task is popped and run
   mutable std::mutex mu_;
