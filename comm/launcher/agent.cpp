@@ -1,7 +1,6 @@
 #include "comm/launcher/agent.h"
 
 #include <signal.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +14,7 @@
 #include "comm/launcher/exit_codes.h"
 #include "comm/launcher/heartbeat.h"
 #include "comm/launcher/worker_env.h"
+#include "comm/launcher/worker_group.h"
 #include "comm/log.h"
 
 namespace hsgd::comm::launcher {
@@ -30,26 +30,13 @@ std::string attempt_prefix(int attempt) {
   return "hsgd-run/attempt/" + std::to_string(attempt) + "/";
 }
 
-std::string this_host(const std::string& configured) {
-  if (!configured.empty()) return configured;
-  char name[256] = {};
-  if (::gethostname(name, sizeof(name) - 1) != 0) return "unknown-host";
-  return name;
-}
-
-int make_eventfd() {
-  int fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  HSGD_CHECK_AS(Error, fd >= 0, "LaunchAgent: eventfd failed: ", std::strerror(errno));
-  return fd;
-}
-
 }  // namespace
 
 LaunchAgent::LaunchAgent(AgentOptions options, std::shared_ptr<Store> store)
     : options_(std::move(options)),
       store_(std::move(store)),
       endpoint_(options_.master_addr + ":" + std::to_string(options_.master_port)),
-      wake_fd_(make_eventfd()) {
+      wake_fd_(make_wake_fd("LaunchAgent")) {
   HSGD_CHECK(store_ != nullptr, "LaunchAgent: store must not be null");
   HSGD_CHECK(options_.nnodes >= 1, "AgentOptions::nnodes ", options_.nnodes, " must be >= 1");
   HSGD_CHECK(options_.nproc_per_node >= 1, "AgentOptions::nproc_per_node ", options_.nproc_per_node,

@@ -86,6 +86,12 @@ struct AgentOptions {
   // A local worker stopped, or silent outside a collective while another waits in one, for this
   // long is hung (see hang_detector.h); 0 turns the check off.
   std::chrono::milliseconds worker_timeout = std::chrono::seconds(120);
+  // Elastic mode (ElasticAgent, elastic_agent.h; LaunchAgent ignores these three): the job runs
+  // on min_nodes..max_nodes nodes, and its first generation waits last_call for more nodes once
+  // min_nodes are there.
+  int min_nodes = 1;
+  int max_nodes = 1;
+  std::chrono::milliseconds last_call = std::chrono::seconds(2);
   std::string master_addr = "127.0.0.1";  // the store, as workers must reach it
   int master_port = 0;
   std::string token{};                 // passed to workers as HSGD_RDZV_TOKEN
