@@ -35,8 +35,7 @@ std::string attempt_prefix(int attempt) {
 LaunchAgent::LaunchAgent(AgentOptions options, std::shared_ptr<Store> store)
     : options_(std::move(options)),
       store_(std::move(store)),
-      endpoint_(options_.master_addr + ":" + std::to_string(options_.master_port)),
-      wake_fd_(make_wake_fd("LaunchAgent")) {
+      endpoint_(options_.master_addr + ":" + std::to_string(options_.master_port)) {
   HSGD_CHECK(store_ != nullptr, "LaunchAgent: store must not be null");
   HSGD_CHECK(options_.nnodes >= 1, "AgentOptions::nnodes ", options_.nnodes, " must be >= 1");
   HSGD_CHECK(options_.nproc_per_node >= 1, "AgentOptions::nproc_per_node ", options_.nproc_per_node,
@@ -56,17 +55,9 @@ LaunchAgent::LaunchAgent(AgentOptions options, std::shared_ptr<Store> store)
              "AgentOptions::program is empty; expected the worker's argv");
 }
 
-LaunchAgent::~LaunchAgent() { ::close(wake_fd_); }
+LaunchAgent::~LaunchAgent() = default;
 
-void LaunchAgent::request_stop(int sig) {
-  // Async-signal-safe: atomics and write(2) only.
-  int expected = 0;
-  stop_signal_.compare_exchange_strong(expected, sig);
-  last_stop_signal_.store(sig);
-  stop_requests_.fetch_add(1);
-  const uint64_t one = 1;
-  (void)!::write(wake_fd_, &one, sizeof(one));
-}
+void LaunchAgent::request_stop(int sig) { stop_.request(sig); }
 
 int LaunchAgent::run() {
   // Resolve the program once up front: a typo fails here, before any rendezvous.
@@ -110,7 +101,7 @@ int LaunchAgent::run() {
             names.agent, options_.run_id, attempt, kExitPreempted, kExitPreempted);
         return kExitPreempted;
       }
-      const int sig = stop_signal_.load();
+      const int sig = stop_.signal();
       if (sig != 0) return 128 + sig;
       logger()->error("{}: job '{}' stopped: {}", names.agent, options_.run_id,
                       last_failure_ ? last_failure_->message : "interrupted");

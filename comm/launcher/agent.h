@@ -68,6 +68,7 @@
 #include "comm/launcher/launcher_names.h"
 #include "comm/launcher/node_rendezvous.h"
 #include "comm/launcher/output_router.h"
+#include "comm/launcher/worker_group.h"
 #include "comm/store/store.h"
 
 namespace hsgd::comm::launcher {
@@ -164,17 +165,14 @@ class LaunchAgent {
   void stop_workers(Attempt& a, int sig);
   void signal_workers(Attempt& a, int sig);
   void wait_and_reap(Attempt& a, int sig);
-  bool stop_requested() const { return stop_signal_.load() != 0; }
+  bool stop_requested() const { return stop_.requested(); }
 
   // Constant after construction.
   const AgentOptions options_;
   const std::shared_ptr<Store> store_;
   const std::string endpoint_;  // "host:port", for messages
-  const int wake_fd_;           // eventfd written by request_stop()
   // Set by request_stop() from any thread.
-  std::atomic<int> stop_signal_{0};
-  std::atomic<int> stop_requests_{0};
-  std::atomic<int> last_stop_signal_{0};
+  StopRequests stop_{"LaunchAgent"};
   // Used by the run() thread only.
   std::optional<FailureRecord> last_failure_;
   int64_t steps_lost_ = 0;

@@ -35,7 +35,7 @@ LaunchAgent::Outcome LaunchAgent::monitor(Attempt& a) {
   // it throws CommError and run() ends (comm/store/store_outage.h).
   const NoServerWait no_wait;
   while (true) {
-    a.output->pump(options_.monitor_interval, wake_fd_);
+    a.output->pump(options_.monitor_interval, stop_.wake_fd());
     if (stop_requested()) return interrupt(a);
     try {
       const bool sampled = sample_progress(a);
@@ -56,7 +56,7 @@ LaunchAgent::Outcome LaunchAgent::monitor(Attempt& a) {
 
 LaunchAgent::Outcome LaunchAgent::interrupt(Attempt& a) {
   // Forward the signal first: the store round trip below must not delay it.
-  const int sig = stop_signal_.load();
+  const int sig = stop_.signal();
   signal_workers(a, sig);
   try {
     publish_failure(a, FailureRecord{.kind = FailureRecord::Kind::kInterrupted,
@@ -227,11 +227,8 @@ void LaunchAgent::stop_workers(Attempt& a, int sig) {
 void LaunchAgent::signal_workers(Attempt& a, int sig) { launcher::signal_workers(a.workers, sig); }
 
 void LaunchAgent::wait_and_reap(Attempt& a, int sig) {
-  // A second stop request by SIGINT (Ctrl-C twice) skips the grace period; a repeated SIGTERM or
-  // SIGUSR1 (a scheduler's, while the workers write their checkpoint) does not.
-  const int killed = reap_workers(a.workers, a.output.get(), options_.grace_period, [&] {
-    return stop_requests_.load() >= 2 && last_stop_signal_.load() == SIGINT;
-  });
+  const int killed = reap_workers(a.workers, a.output.get(), options_.grace_period,
+                                  [&] { return stop_.skip_grace(); });
   if (killed > 0) {
     logger()->warn("{}: {} worker(s) of node {} ignored {} for {} ms; sent SIGKILL",
                    options_.names.agent, killed, a.nodes.node_rank, signal_name(sig),

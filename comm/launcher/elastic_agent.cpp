@@ -40,7 +40,6 @@ ElasticAgent::ElasticAgent(AgentOptions options, std::shared_ptr<Store> store)
     : options_(std::move(options)),
       store_(std::move(store)),
       host_(this_host(options_.hostname)),
-      wake_fd_(make_wake_fd("ElasticAgent")),
       planner_(std::max(1, options_.min_nodes), std::max(options_.min_nodes, options_.max_nodes),
                std::max(milliseconds(0), options_.last_call)) {
   HSGD_CHECK(store_ != nullptr, "ElasticAgent: store must not be null");
@@ -61,17 +60,9 @@ ElasticAgent::ElasticAgent(AgentOptions options, std::shared_ptr<Store> store)
              "AgentOptions::program is empty; expected the worker's argv");
 }
 
-ElasticAgent::~ElasticAgent() { ::close(wake_fd_); }
+ElasticAgent::~ElasticAgent() = default;
 
-void ElasticAgent::request_stop(int sig) {
-  // Async-signal-safe: atomics and write(2) only.
-  int expected = 0;
-  stop_signal_.compare_exchange_strong(expected, sig);
-  last_stop_signal_.store(sig);
-  stop_requests_.fetch_add(1);
-  const uint64_t one = 1;
-  (void)!::write(wake_fd_, &one, sizeof(one));
-}
+void ElasticAgent::request_stop(int sig) { stop_.request(sig); }
 
 int ElasticAgent::run() {
   // Resolve the program once up front: a typo fails here, before registering.
@@ -105,7 +96,7 @@ int ElasticAgent::run_outcome(int incarnation, Outcome outcome, bool& restart) {
             names.agent, options_.run_id, kExitPreempted, kExitPreempted);
         return kExitPreempted;
       }
-      return 128 + stop_signal_.load();
+      return 128 + stop_.signal();
     }
     case Outcome::kFailed:
       break;
@@ -194,7 +185,7 @@ void ElasticAgent::start(Incarnation& inc) {
 ElasticAgent::Outcome ElasticAgent::monitor(Incarnation& inc) {
   inc.next_store_check = Clock::now();
   while (true) {
-    inc.output->pump(options_.monitor_interval, wake_fd_);
+    inc.output->pump(options_.monitor_interval, stop_.wake_fd());
     if (stop_requested()) return interrupt(inc);
     bool all_succeeded = true;
     for (int local = 0; local < static_cast<int>(inc.workers.size()); ++local) {
@@ -325,7 +316,7 @@ ElasticAgent::Outcome ElasticAgent::fail_locally(Incarnation& inc, int local_ran
 
 ElasticAgent::Outcome ElasticAgent::interrupt(Incarnation& inc) {
   // Forward the signal first: the store round trips below must not delay it.
-  const int sig = stop_signal_.load();
+  const int sig = stop_.signal();
   signal_workers(inc.workers, sig);
   try {
     leave(inc);
@@ -369,10 +360,8 @@ void ElasticAgent::leave(Incarnation& inc) {
 
 void ElasticAgent::stop_workers(Incarnation& inc, int sig) {
   signal_workers(inc.workers, sig);
-  // A second stop request by SIGINT (Ctrl-C twice) skips the grace period.
-  const int killed = reap_workers(inc.workers, inc.output.get(), options_.grace_period, [&] {
-    return stop_requests_.load() >= 2 && last_stop_signal_.load() == SIGINT;
-  });
+  const int killed = reap_workers(inc.workers, inc.output.get(), options_.grace_period,
+                                  [&] { return stop_.skip_grace(); });
   if (killed > 0) {
     logger()->warn("{}: {} worker(s) of node {} ignored {} for {} ms; sent SIGKILL",
                    options_.names.agent, killed, inc.self.id, signal_name(sig),

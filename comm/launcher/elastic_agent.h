@@ -52,7 +52,6 @@
 //                      store);
 //   int code = agent.run();
 
-#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
@@ -60,6 +59,7 @@
 #include "comm/elastic/membership.h"
 #include "comm/launcher/agent.h"
 #include "comm/launcher/elastic_generations.h"
+#include "comm/launcher/worker_group.h"
 
 namespace hsgd::comm::launcher {
 
@@ -96,17 +96,14 @@ class ElasticAgent {
   void stop_workers(Incarnation& inc, int sig);
   void log_generation(const elastic::Generation& g, const std::string& self_id);
   int run_outcome(int incarnation, Outcome outcome, bool& restart);
-  bool stop_requested() const { return stop_signal_.load() != 0; }
+  bool stop_requested() const { return stop_.requested(); }
 
   // Constant after construction.
   const AgentOptions options_;
   const std::shared_ptr<Store> store_;
   const std::string host_;
-  const int wake_fd_;  // eventfd written by request_stop()
   // Set by request_stop() from any thread.
-  std::atomic<int> stop_signal_{0};
-  std::atomic<int> stop_requests_{0};
-  std::atomic<int> last_stop_signal_{0};
+  StopRequests stop_{"ElasticAgent"};
   // Used by the run() thread only.
   GenerationPlanner planner_;
   std::optional<FailureRecord> last_failure_;

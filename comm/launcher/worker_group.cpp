@@ -23,10 +23,27 @@ std::string this_host(const std::string& configured) {
   return name;
 }
 
+namespace {
+
 int make_wake_fd(const std::string& who) {
   int fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   HSGD_CHECK_AS(Error, fd >= 0, who, ": eventfd failed: ", std::strerror(errno));
   return fd;
+}
+
+}  // namespace
+
+StopRequests::StopRequests(const std::string& who) : wake_fd_(make_wake_fd(who)) {}
+
+StopRequests::~StopRequests() { ::close(wake_fd_); }
+
+void StopRequests::request(int sig) {
+  int expected = 0;
+  first_.compare_exchange_strong(expected, sig);
+  last_.store(sig);
+  count_.fetch_add(1);
+  const uint64_t one = 1;
+  (void)!::write(wake_fd_, &one, sizeof(one));
 }
 
 std::string signal_name(int sig) {

@@ -13,11 +13,15 @@
 //   worker (`who`), the status, where it happened (`when`) and the worker's last output lines.
 //
 // Usage:
+//   StopRequests stop("my agent");  // stop.request(SIGTERM) from a signal-forwarding thread
 //   std::vector<WorkerProcess> workers;  // spawned with WorkerProcess::spawn
 //   signal_workers(workers, SIGTERM);
 //   const int killed = reap_workers(workers, nullptr, std::chrono::seconds(10), [] { return false;
 //   });
 
+#include <signal.h>
+
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <ostream>
@@ -33,8 +37,32 @@ namespace hsgd::comm::launcher {
 // `configured` when set, else gethostname() ("unknown-host" when that fails).
 std::string this_host(const std::string& configured);
 
-// A non-blocking eventfd for request_stop() to wake the agent; Error naming `who` on failure.
-int make_wake_fd(const std::string& who);
+// How request_stop(sig), called from any thread or a signal handler, reaches the agent's run()
+// thread: the first signal is kept, and an eventfd (wake_fd) becomes readable to end a poll.
+class StopRequests {
+ public:
+  // Error naming `who` when no eventfd can be made.
+  explicit StopRequests(const std::string& who);
+  ~StopRequests();
+  StopRequests(const StopRequests&) = delete;
+  StopRequests& operator=(const StopRequests&) = delete;
+
+  // Async-signal-safe: atomics and write(2) only.
+  void request(int sig);
+  // The first requested signal, 0 before any request.
+  int signal() const { return first_.load(); }
+  bool requested() const { return signal() != 0; }
+  int wake_fd() const { return wake_fd_; }
+  // A second request by SIGINT (Ctrl-C twice) skips the grace period; a repeated SIGTERM or
+  // SIGUSR1 (a scheduler's, while the workers write their checkpoint) does not.
+  bool skip_grace() const { return count_.load() >= 2 && last_.load() == SIGINT; }
+
+ private:
+  const int wake_fd_;
+  std::atomic<int> first_{0};
+  std::atomic<int> count_{0};
+  std::atomic<int> last_{0};
+};
 
 // "SIGTERM", or "signal N" for an unnamed one.
 std::string signal_name(int sig);

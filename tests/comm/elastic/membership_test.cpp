@@ -31,7 +31,7 @@ TEST(MembershipTest, Generation_EncodeDecodeRoundTrip) {
 }
 
 TEST(MembershipTest, Generation_GarbageIsRejected) {
-  for (const std::string text :
+  for (const char* text :
        {"", "gen 1\n", "generation x\n", "generation -1\n", "generation 1\na-1-0 a\n",
         "generation 1\na-1-0 a two\n", "generation 1\na-1-0 a 0\n", "hello world"}) {
     EXPECT_THROW(Generation::decode(text), CommError) << "'" << text << "'";

@@ -145,7 +145,7 @@ TEST(ElasticAgentTest, LocalFailure_NodeLeavesAndRejoinsWhileTheOtherKeepsItsWor
   EXPECT_EQ(count_files(dir, "pid_" + a0.substr(0, a0.size() - 1)), 2) << "a restarted";
   // Node b ran incarnations 0 and 1; incarnation 1's workers got their own variables.
   const std::string env = lines_of(dir / ("env_" + b1 + "_1"));
-  for (const std::string line :
+  for (const std::string& line :
        {"HSGD_ELASTIC_NODE_ID=" + b1, std::string("HSGD_ELASTIC_MIN_NODES=1"),
         std::string("HSGD_ELASTIC_MAX_NODES=3"), std::string("HSGD_ELASTIC_HEARTBEAT_MS=1000"),
         std::string("HSGD_RESTART_COUNT=1"), std::string("LOCAL_RANK=1"),
