@@ -38,20 +38,24 @@ LaunchAgent::LaunchAgent(AgentOptions options, std::shared_ptr<Store> store)
       endpoint_(options_.master_addr + ":" + std::to_string(options_.master_port)) {
   HSGD_CHECK(store_ != nullptr, "LaunchAgent: store must not be null");
   HSGD_CHECK(options_.nnodes >= 1, "AgentOptions::nnodes ", options_.nnodes, " must be >= 1");
-  HSGD_CHECK(options_.nproc_per_node >= 1, "AgentOptions::nproc_per_node ", options_.nproc_per_node,
-             " must be >= 1");
   HSGD_CHECK(options_.node_rank >= -1 && options_.node_rank < options_.nnodes,
              "AgentOptions::node_rank ", options_.node_rank, " must be -1 or in [0, ",
              options_.nnodes, ") for AgentOptions::nnodes ", options_.nnodes);
-  HSGD_CHECK(options_.max_restarts >= 0, "AgentOptions::max_restarts ", options_.max_restarts,
+  check_agent_options(options_);
+}
+
+void check_agent_options(const AgentOptions& options) {
+  HSGD_CHECK(options.nproc_per_node >= 1, "AgentOptions::nproc_per_node ", options.nproc_per_node,
+             " must be >= 1");
+  HSGD_CHECK(options.max_restarts >= 0, "AgentOptions::max_restarts ", options.max_restarts,
              " must be >= 0");
-  HSGD_CHECK(options_.rdzv_timeout.count() > 0, "AgentOptions::rdzv_timeout ",
-             options_.rdzv_timeout.count(), " ms must be positive");
-  HSGD_CHECK(options_.heartbeat_timeout >= milliseconds(200), "AgentOptions::heartbeat_timeout ",
-             options_.heartbeat_timeout.count(), " ms must be at least 200 ms");
-  HSGD_CHECK(options_.worker_timeout.count() >= 0, "AgentOptions::worker_timeout ",
-             options_.worker_timeout.count(), " ms must not be negative");
-  HSGD_CHECK(!options_.program.empty(),
+  HSGD_CHECK(options.rdzv_timeout.count() > 0, "AgentOptions::rdzv_timeout ",
+             options.rdzv_timeout.count(), " ms must be positive");
+  HSGD_CHECK(options.heartbeat_timeout >= milliseconds(200), "AgentOptions::heartbeat_timeout ",
+             options.heartbeat_timeout.count(), " ms must be at least 200 ms");
+  HSGD_CHECK(options.worker_timeout.count() >= 0, "AgentOptions::worker_timeout ",
+             options.worker_timeout.count(), " ms must not be negative");
+  HSGD_CHECK(!options.program.empty(),
              "AgentOptions::program is empty; expected the worker's argv");
 }
 

@@ -103,6 +103,10 @@ struct AgentOptions {
   LauncherNames names{};  // how logs and errors name the agent and these settings
 };
 
+// The checks of the options every agent uses (nproc_per_node, max_restarts, the timeouts,
+// program): hsgd::InvalidArgument naming the bad value.
+void check_agent_options(const AgentOptions& options);
+
 class LaunchAgent {
  public:
   // Validates the options (hsgd::InvalidArgument naming the bad value).

@@ -46,18 +46,9 @@ ElasticAgent::ElasticAgent(AgentOptions options, std::shared_ptr<Store> store)
   HSGD_CHECK(options_.min_nodes >= 1 && options_.min_nodes <= options_.max_nodes,
              "AgentOptions::min_nodes ", options_.min_nodes, " and max_nodes ", options_.max_nodes,
              " must satisfy 1 <= min_nodes <= max_nodes");
-  HSGD_CHECK(options_.nproc_per_node >= 1, "AgentOptions::nproc_per_node ", options_.nproc_per_node,
-             " must be >= 1");
-  HSGD_CHECK(options_.max_restarts >= 0, "AgentOptions::max_restarts ", options_.max_restarts,
-             " must be >= 0");
-  HSGD_CHECK(options_.rdzv_timeout.count() > 0, "AgentOptions::rdzv_timeout ",
-             options_.rdzv_timeout.count(), " ms must be positive");
-  HSGD_CHECK(options_.heartbeat_timeout >= milliseconds(200), "AgentOptions::heartbeat_timeout ",
-             options_.heartbeat_timeout.count(), " ms must be at least 200 ms");
+  check_agent_options(options_);
   HSGD_CHECK(options_.last_call.count() >= 0, "AgentOptions::last_call ",
              options_.last_call.count(), " ms must not be negative");
-  HSGD_CHECK(!options_.program.empty(),
-             "AgentOptions::program is empty; expected the worker's argv");
 }
 
 ElasticAgent::~ElasticAgent() = default;

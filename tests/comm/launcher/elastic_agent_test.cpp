@@ -42,7 +42,7 @@ AgentOptions elastic_job(const std::string& script, const fs::path& log_dir,
   options.min_nodes = min_nodes;
   options.max_nodes = max_nodes;
   options.grace_period = seconds(2);
-  options.heartbeat_timeout = milliseconds(1000);
+  options.heartbeat_timeout = milliseconds(2000);
   options.last_call = milliseconds(1000);
   return options;
 }
@@ -147,7 +147,7 @@ TEST(ElasticAgentTest, LocalFailure_NodeLeavesAndRejoinsWhileTheOtherKeepsItsWor
   const std::string env = lines_of(dir / ("env_" + b1 + "_1"));
   for (const std::string& line :
        {"HSGD_ELASTIC_NODE_ID=" + b1, std::string("HSGD_ELASTIC_MIN_NODES=1"),
-        std::string("HSGD_ELASTIC_MAX_NODES=3"), std::string("HSGD_ELASTIC_HEARTBEAT_MS=1000"),
+        std::string("HSGD_ELASTIC_MAX_NODES=3"), std::string("HSGD_ELASTIC_HEARTBEAT_MS=2000"),
         std::string("HSGD_RESTART_COUNT=1"), std::string("LOCAL_RANK=1"),
         std::string("LOCAL_WORLD_SIZE=2"), std::string("RANK=1"), std::string("WORLD_SIZE=2"),
         std::string("GROUP_RANK=0")}) {
