@@ -4,7 +4,8 @@
 //
 // Usage:
 //   auto options = shell_job("echo rank $RANK", dir / "logs", /*nproc=*/2);
-//   ASSERT_TRUE(wait_for([&] { return fs::exists(dir / "started"); }, std::chrono::seconds(10)));
+//   const bool started = wait_for([&] { return std::filesystem::exists(dir / "started"); },
+//                                 std::chrono::seconds(10));
 
 #include <signal.h>
 
