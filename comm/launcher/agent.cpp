@@ -156,21 +156,7 @@ LaunchAgent::Outcome LaunchAgent::run_attempt(int attempt) {
   spawn_workers(a);
   const Outcome outcome = monitor(a);
   account_steps(a);
-  // Preempted: every local worker is gone, at least one exited kExitPreempted (it wrote its part
-  // of the checkpoint) and none failed (a worker may have finished the run just then).
-  local_preempted_ = false;
-  bool all_clean = true;
-  for (auto& w : a.workers) {
-    const auto& status = w.poll();
-    if (!status || status->signal != 0) {
-      all_clean = false;
-    } else if (status->exit_code == kExitPreempted) {
-      local_preempted_ = true;
-    } else if (status->exit_code != 0) {
-      all_clean = false;
-    }
-  }
-  local_preempted_ = local_preempted_ && all_clean;
+  local_preempted_ = workers_preempted(a.workers);
   return outcome;
 }
 

@@ -316,20 +316,7 @@ ElasticAgent::Outcome ElasticAgent::interrupt(Incarnation& inc) {
                    e.what());
   }
   stop_workers(inc, sig);
-  // Preempted: every local worker exited 75 or 0, at least one 75.
-  bool any_preempted = false;
-  bool all_clean = true;
-  for (auto& w : inc.workers) {
-    const auto& status = w.poll();
-    if (!status || status->signal != 0) {
-      all_clean = false;
-    } else if (status->exit_code == kExitPreempted) {
-      any_preempted = true;
-    } else if (status->exit_code != 0) {
-      all_clean = false;
-    }
-  }
-  local_preempted_ = any_preempted && all_clean;
+  local_preempted_ = workers_preempted(inc.workers);
   return Outcome::kInterrupted;
 }
 

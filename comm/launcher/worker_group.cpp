@@ -93,6 +93,20 @@ int reap_workers(std::vector<WorkerProcess>& workers, OutputRouter* output, mill
   return killed;
 }
 
+bool workers_preempted(std::vector<WorkerProcess>& workers) {
+  bool preempted = false;
+  for (auto& w : workers) {
+    const auto& status = w.poll();
+    if (!status || status->signal != 0) return false;
+    if (status->exit_code == kExitPreempted) {
+      preempted = true;
+    } else if (status->exit_code != 0) {
+      return false;
+    }
+  }
+  return preempted;
+}
+
 FailureRecord worker_exit_record(const std::string& who, const std::string& when,
                                  const std::string& stopped, const ExitStatus& status,
                                  OutputRouter& output, int rank, int node_rank) {

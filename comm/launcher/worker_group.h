@@ -79,6 +79,10 @@ void signal_workers(std::vector<WorkerProcess>& workers, int sig);
 int reap_workers(std::vector<WorkerProcess>& workers, OutputRouter* output,
                  std::chrono::milliseconds grace, const std::function<bool()>& skip_grace);
 
+// Whether the workers were preempted: every one is gone, at least one exited kExitPreempted (it
+// wrote its part of the checkpoint) and none failed (a worker may have finished the run just then).
+bool workers_preempted(std::vector<WorkerProcess>& workers);
+
 // The record of a worker that exited with `status` (not 0). `who`: "rank 3 (node 1 'a', local
 // rank 1, pid 42)"; `when`: "attempt 2"; `stopped`: what is not restarted after a preemption
 // ("the job"). `rank` is the worker's key in `output`.

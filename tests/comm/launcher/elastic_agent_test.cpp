@@ -214,6 +214,18 @@ TEST(ElasticAgentTest, StopRequest_LeavesAndReturns128PlusSignal) {
   EXPECT_TRUE(regs[0].left);
 }
 
+// Workers that take SIGTERM as a preemption (a checkpoint, then exit 75): the node exits 75.
+TEST(ElasticAgentTest, StopRequestAnsweredWithExit75_Returns75) {
+  const auto dir = hsgd::testing::unique_temp_dir("elastic_preempted");
+  auto store = std::make_shared<HashStore>();
+  auto options = elastic_job("trap 'exit 75' TERM; " + worker_script(dir), dir / "logs", "a", 1, 2);
+  ElasticAgent agent(options, store);
+  auto code = std::async(std::launch::async, [&] { return agent.run(); });
+  ASSERT_TRUE(wait_for([&] { return count_files(dir, "env_") == 2; }, seconds(20)));
+  agent.request_stop(SIGTERM);
+  EXPECT_EQ(code.get(), 75);
+}
+
 TEST(ElasticAgentTest, BadRange_IsRefusedNamingTheValues) {
   auto options = elastic_job("true", "", "a", 3, 2);
   try {
