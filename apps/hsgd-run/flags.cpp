@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -35,6 +36,10 @@ const char* kExamples = R"(Examples:
   # the job id come from the step (node 0 hosts the rendezvous server, see scripts/slurm/)
   srun --ntasks-per-node=1 hsgd-run --nproc-per-node 4 -- ./train_mlp --mode hierarchical
 
+  # elastic: 2 to 4 machines; a machine that fails rejoins (up to 3 times) while the others go on
+  hsgd-run --nnodes 2:4 --nproc-per-node 4 --rdzv-endpoint node0:29400 --rdzv-id job43 \
+           --max-restarts 3 -- ./worker   # a worker that joins generations (docs/launcher.md)
+
   # every flag can also come from the environment
   HSGD_NPROC_PER_NODE=2 HSGD_LOG_DIR=/tmp/logs hsgd-run -- ./train_mlp
 
@@ -45,7 +50,9 @@ const char* kExamples = R"(Examples:
 Workers get RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE,
 MASTER_ADDR, MASTER_PORT, HSGD_RUN_ID, HSGD_JOB_ID, HSGD_RESTART_COUNT, HSGD_MAX_RESTARTS,
 HSGD_PROGRESS_FILE (and OMP_NUM_THREADS=HSGD_NUM_THREADS=OPENBLAS_NUM_THREADS=1 when
---nproc-per-node > 1 and unset).
+--nproc-per-node > 1 and unset). With --nnodes MIN:MAX (elastic) also HSGD_ELASTIC_NODE_ID,
+HSGD_ELASTIC_MIN_NODES, HSGD_ELASTIC_MAX_NODES and HSGD_ELASTIC_HEARTBEAT_MS; the workers then
+take their ranks from the generation they join, not from RANK (see docs/launcher.md).
 SIGINT, SIGTERM and SIGUSR1 are forwarded to the workers (and the other nodes stop theirs);
 train_mlp and train_resnet with --checkpoint-dir take SIGTERM/SIGUSR1 as a preemption: a
 checkpoint at a step boundary, then exit 75.
@@ -134,6 +141,12 @@ void apply_slurm(Flags& f, bool nnodes_given, bool node_rank_given, bool rdzv_id
   }
 }
 
+// "--nnodes 4" or "--nnodes 1:4" in messages.
+std::string nnodes_text(const Flags& f) {
+  return f.elastic ? std::to_string(f.min_nodes) + ":" + std::to_string(f.max_nodes)
+                   : std::to_string(f.nnodes);
+}
+
 void validate(Flags& f) {
   check_int("--nnodes", f.nnodes, 1, 1 << 20);
   check_int("--nproc-per-node", f.nproc_per_node, 1, 1 << 16);
@@ -147,6 +160,7 @@ void validate(Flags& f) {
   check_seconds("--heartbeat-timeout", f.heartbeat, 0.2, false, kDay, "one day");
   check_seconds("--worker-timeout", f.worker_timeout, 0.5, false, kYear, "one year",
                 /*zero_ok=*/true);
+  check_seconds("--rdzv-last-call", f.last_call, 0, false, kDay, "one day");
   check_int("--tail-lines", f.tail_lines, 0, 100000);
   if (const auto problem = comm::job_id_problem(f.rdzv_id)) {
     usage_error("--rdzv-id '", comm::printable_excerpt(f.rdzv_id), "': ", *problem);
@@ -154,11 +168,11 @@ void validate(Flags& f) {
 
   f.embedded = f.standalone || (f.endpoint.empty() && f.nnodes == 1);
   if (f.embedded && f.nnodes > 1) {
-    usage_error("--standalone runs one node, but --nnodes is ", f.nnodes,
+    usage_error("--standalone runs one node, but --nnodes is ", nnodes_text(f),
                 "; start hsgd-rendezvous and pass --rdzv-endpoint HOST:PORT instead");
   }
   if (!f.embedded && f.endpoint.empty()) {
-    usage_error("--nnodes ", f.nnodes,
+    usage_error("--nnodes ", nnodes_text(f),
                 " needs --rdzv-endpoint HOST:PORT of a running hsgd-rendezvous");
   }
   if (!f.embedded) f.store_at = parse_endpoint(f.endpoint);
@@ -241,6 +255,47 @@ std::string conversion_problem(const CLI::App& app, const std::string& message) 
 
 }  // namespace
 
+void set_nnodes(Flags& f, const std::string& text, const std::string& label) {
+  constexpr int kMost = 1 << 20;
+  auto whole = [&](const std::string& part, int& value) {
+    size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(part, &used);
+    } catch (const std::exception&) {
+      return false;
+    }
+    if (used != part.size() || part.empty() || !std::isdigit(static_cast<unsigned char>(part[0])) ||
+        v < 1 || v > kMost) {
+      return false;
+    }
+    value = static_cast<int>(v);
+    return true;
+  };
+  const auto colon = text.find(':');
+  if (colon == std::string::npos) {
+    int n = 0;
+    if (!whole(text, n)) {
+      usage_error(label, ": expected a whole number from 1 to ", kMost,
+                  ", or MIN:MAX for an elastic job (e.g. 4 or 1:4)");
+    }
+    f.nnodes = f.min_nodes = f.max_nodes = n;
+    f.elastic = false;
+    return;
+  }
+  int least = 0, most = 0;
+  if (!whole(text.substr(0, colon), least) || !whole(text.substr(colon + 1), most)) {
+    usage_error(label, ": expected MIN:MAX, whole numbers with 1 <= MIN <= MAX <= ", kMost,
+                " (e.g. 1:4)");
+  }
+  if (least > most) {
+    usage_error(label, ": expected MIN:MAX with MIN <= MAX, but MIN ", least, " > MAX ", most);
+  }
+  f.nnodes = f.max_nodes = most;
+  f.min_nodes = least;
+  f.elastic = least < most;
+}
+
 comm::launcher::LauncherNames flag_names() {
   return {.agent = "hsgd-run",
           .nnodes = "--nnodes",
@@ -250,7 +305,9 @@ comm::launcher::LauncherNames flag_names() {
           .max_restarts = "--max-restarts",
           .rdzv_timeout = "--rdzv-timeout",
           .heartbeat_timeout = "--heartbeat-timeout",
-          .worker_timeout = "--worker-timeout"};
+          .worker_timeout = "--worker-timeout",
+          .node_range = "--nnodes MIN:MAX",
+          .last_call = "--rdzv-last-call"};
 }
 
 Endpoint parse_endpoint(const std::string& text, const std::string& flag) {
@@ -297,9 +354,12 @@ std::optional<Flags> parse_flags(int argc, char** argv) {
                "Embed the rendezvous server on 127.0.0.1 with a free port (the default when "
                "--nnodes is 1 and no --rdzv-endpoint is given)")
       ->envname("HSGD_STANDALONE");
+  std::string nnodes;
   auto* nnodes_option =
-      app.add_option("--nnodes", f.nnodes,
-                     "Number of nodes (hsgd-run processes) in the job; under srun SLURM_NTASKS")
+      app.add_option("--nnodes", nnodes,
+                     "Number of nodes (hsgd-run processes) in the job, N or MIN:MAX (elastic: "
+                     "nodes may leave and join while at least MIN remain; see docs/launcher.md); "
+                     "under srun SLURM_NTASKS")
           ->envname("HSGD_NNODES");
   auto* nproc_option = app.add_option("--nproc-per-node,--nproc_per_node", f.nproc_per_node,
                                       "Workers to start on this node")
@@ -329,6 +389,11 @@ std::optional<Flags> parse_flags(int argc, char** argv) {
   app.add_option("--rdzv-timeout,--rdzv_timeout", f.rdzv_timeout,
                  "Seconds to wait for the endpoint and for all nodes to join")
       ->envname("HSGD_RDZV_TIMEOUT")
+      ->capture_default_str();
+  app.add_option("--rdzv-last-call,--rdzv_last_call", f.last_call,
+                 "Elastic jobs: seconds the first generation waits for more nodes once MIN are "
+                 "there (unless MAX are)")
+      ->envname("HSGD_RDZV_LAST_CALL")
       ->capture_default_str();
   app.add_option("--log-dir,--log_dir", f.log_dir,
                  "Write each rank's output to DIR/attempt_K/rank_N.log instead of the terminal")
@@ -380,6 +445,7 @@ std::optional<Flags> parse_flags(int argc, char** argv) {
   }
   if (f.program.empty())
     usage_error("no program given; expected hsgd-run [OPTIONS] -- PROGRAM ARGS...");
+  if (nnodes_option->count() > 0) set_nnodes(f, nnodes, "--nnodes '" + nnodes + "'");
   TorchEnvGiven given{.nnodes = nnodes_option->count() > 0,
                       .nproc_per_node = nproc_option->count() > 0,
                       .node_rank = node_rank_option->count() > 0,

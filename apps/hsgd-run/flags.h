@@ -39,7 +39,13 @@ struct Endpoint {
 
 struct Flags {
   bool standalone = false;
-  int nnodes = 1;
+  int nnodes = 1;  // the maximum in elastic mode
+  // --nnodes MIN:MAX with MIN < MAX: elastic membership (comm/launcher/elastic_agent.h); N and
+  // N:N are a fixed number of nodes.
+  bool elastic = false;
+  int min_nodes = 1;
+  int max_nodes = 1;
+  double last_call = 2;  // seconds (--rdzv-last-call)
   int nproc_per_node = 1;
   int node_rank = -1;  // -1: by order of arrival
   int max_restarts = 0;
@@ -67,6 +73,11 @@ std::optional<Flags> parse_flags(int argc, char** argv);
 
 // How the launcher library names hsgd-run and its settings in logs and errors: by the flags.
 comm::launcher::LauncherNames flag_names();
+
+// --nnodes and PET_NNODES: "N" or "MIN:MAX" with 1 <= MIN <= MAX. Sets nnodes (MAX), min_nodes,
+// max_nodes and elastic (MIN < MAX) in flags; UsageError starting with `label` (how the value was
+// given, e.g. "--nnodes '3:2'") otherwise.
+void set_nnodes(Flags& flags, const std::string& text, const std::string& label);
 
 // "host:port", "host" (default port) or "[v6addr]:port"; UsageError naming `flag` otherwise.
 Endpoint parse_endpoint(const std::string& text, const std::string& flag = "--rdzv-endpoint");

@@ -1,7 +1,7 @@
 // hsgd-run: starts the workers of a data-parallel hsgd job on this node, like torchrun.
-// See `hsgd-run --help`. The work is done by comm::launcher::LaunchAgent; this file parses the
-// command line (flags.h), sets up the store (embedded server with --standalone) and forwards
-// signals.
+// See `hsgd-run --help`. The work is done by comm::launcher::LaunchAgent (ElasticAgent with
+// --nnodes MIN:MAX); this file parses the command line (flags.h), sets up the store (embedded
+// server with --standalone) and forwards signals.
 
 #include <signal.h>
 #include <unistd.h>
@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -21,6 +22,7 @@
 #include "apps/hsgd-run/flags.h"
 #include "comm/error.h"
 #include "comm/launcher/agent.h"
+#include "comm/launcher/elastic_agent.h"
 #include "comm/launcher/worker_process.h"
 #include "comm/rendezvous/rendezvous_server.h"
 #include "comm/rendezvous/tcp_store.h"
@@ -28,6 +30,7 @@
 namespace {
 
 using hsgd::comm::launcher::AgentOptions;
+using hsgd::comm::launcher::ElasticAgent;
 using hsgd::comm::launcher::LaunchAgent;
 using hsgd::run::Endpoint;
 using hsgd::run::Flags;
@@ -41,8 +44,8 @@ std::chrono::milliseconds seconds_to_ms(double s) {
 // end of the time limit (--signal=B:USR1@60 through the batch script, SIGTERM before SIGKILL).
 class SignalForwarder {
  public:
-  explicit SignalForwarder(LaunchAgent& agent)
-      : thread_([this, &agent] {
+  explicit SignalForwarder(std::function<void(int)> request_stop)
+      : thread_([this, request_stop = std::move(request_stop)] {
           sigset_t set;
           sigemptyset(&set);
           sigaddset(&set, SIGINT);
@@ -51,7 +54,7 @@ class SignalForwarder {
           const timespec tick{0, 100'000'000};
           while (!done_.load()) {
             int sig = sigtimedwait(&set, nullptr, &tick);
-            if (sig > 0) agent.request_stop(sig);
+            if (sig > 0) request_stop(sig);
           }
         }) {}
   ~SignalForwarder() {
@@ -63,6 +66,30 @@ class SignalForwarder {
   std::atomic<bool> done_{false};
   std::thread thread_;
 };
+
+// The agent's options from the validated flags; store_at is where the workers find the store.
+AgentOptions agent_options(const Flags& f, const Endpoint& store_at) {
+  return AgentOptions{
+      .nnodes = f.nnodes,
+      .nproc_per_node = f.nproc_per_node,
+      .node_rank = f.node_rank,
+      .run_id = f.rdzv_id,
+      .max_restarts = f.max_restarts,
+      .rdzv_timeout = seconds_to_ms(f.rdzv_timeout),
+      .grace_period = seconds_to_ms(f.grace_period),
+      .heartbeat_timeout = seconds_to_ms(f.heartbeat),
+      .worker_timeout = seconds_to_ms(f.worker_timeout),
+      .min_nodes = f.min_nodes,
+      .max_nodes = f.max_nodes,
+      .last_call = seconds_to_ms(f.last_call),
+      .master_addr = store_at.host,
+      .master_port = store_at.port,
+      .token = f.token,
+      .token_file = f.token_file,
+      .program = f.program,
+      .output = {.log_dir = f.log_dir, .tail_lines = static_cast<size_t>(f.tail_lines)},
+      .names = hsgd::run::flag_names()};
+}
 
 int run(int argc, char** argv) {
   // Every usage error throws hsgd::run::UsageError here, before any network step.
@@ -130,26 +157,17 @@ int run(int argc, char** argv) {
     throw hsgd::CommError(msg.str());
   }
 
-  LaunchAgent agent(AgentOptions{.nnodes = f.nnodes,
-                                 .nproc_per_node = f.nproc_per_node,
-                                 .node_rank = f.node_rank,
-                                 .run_id = f.rdzv_id,
-                                 .max_restarts = f.max_restarts,
-                                 .rdzv_timeout = seconds_to_ms(f.rdzv_timeout),
-                                 .grace_period = seconds_to_ms(f.grace_period),
-                                 .heartbeat_timeout = seconds_to_ms(f.heartbeat),
-                                 .worker_timeout = seconds_to_ms(f.worker_timeout),
-                                 .master_addr = store_at.host,
-                                 .master_port = store_at.port,
-                                 .token = f.token,
-                                 .token_file = f.token_file,
-                                 .program = f.program,
-                                 .output = {.log_dir = f.log_dir,
-                                            .tail_lines = static_cast<size_t>(f.tail_lines)},
-                                 .names = hsgd::run::flag_names()},
-                    store);
-  SignalForwarder forwarder(agent);
-  const int code = agent.run();
+  const AgentOptions options = agent_options(f, store_at);
+  int code = 0;
+  if (f.elastic) {
+    ElasticAgent agent(options, store);
+    SignalForwarder forwarder([&agent](int sig) { agent.request_stop(sig); });
+    code = agent.run();
+  } else {
+    LaunchAgent agent(options, store);
+    SignalForwarder forwarder([&agent](int sig) { agent.request_stop(sig); });
+    code = agent.run();
+  }
   if (f.host_server) {
     // The other nodes may still be reading the last "done" keys: serve them until they left
     // (this process's own store is the one connection left), for a heartbeat timeout at most.

@@ -31,18 +31,6 @@ int to_int(const char* name, const std::string& text, int least, int most) {
   return value;
 }
 
-int nnodes_of(const std::string& text) {
-  const auto colon = text.find(':');
-  if (colon == std::string::npos) return to_int("PET_NNODES", text, 1, 1 << 20);
-  const int least = to_int("PET_NNODES", text.substr(0, colon), 1, 1 << 20);
-  const int most = to_int("PET_NNODES", text.substr(colon + 1), 1, 1 << 20);
-  if (least != most) {
-    bad("PET_NNODES", text,
-        "N or N:N; hsgd-run has no elastic mode yet, so a range MIN:MAX cannot be run");
-  }
-  return least;
-}
-
 std::string this_host() {
   char name[256] = {};
   if (::gethostname(name, sizeof(name) - 1) != 0) return "";
@@ -61,7 +49,7 @@ void apply_torch_env(Flags& f, TorchEnvGiven& given) {
   }
   if (!given.nnodes) {
     if (const char* v = pet("PET_NNODES")) {
-      f.nnodes = nnodes_of(v);
+      set_nnodes(f, v, std::string("PET_NNODES='") + v + "'");
       given.nnodes = true;
     }
   }

@@ -3,7 +3,7 @@
 // its environment) passes torchrun's arguments as PET_<ARGUMENT> variables. hsgd-run reads the
 // same ones, so a manifest that runs torchrun runs hsgd-run with only the image and the command
 // changed:
-//   PET_NNODES           --nnodes (N, or N:N; a MIN:MAX range is refused: no elastic mode yet)
+//   PET_NNODES           --nnodes (N, N:N, or MIN:MAX for an elastic job)
 //   PET_NPROC_PER_NODE   --nproc-per-node (a number; 'auto' or 'cpu': this machine's cores)
 //   PET_NODE_RANK        --node-rank
 //   PET_RDZV_ID          --rdzv-id

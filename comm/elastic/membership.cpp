@@ -73,18 +73,27 @@ std::string Generation::encode() const {
 
 Generation Generation::decode(const std::string& text) {
   std::istringstream in(text);
-  std::string word;
+  std::string line;
   Generation g;
-  HSGD_CHECK_AS(CommError, (in >> word >> g.number) && word == "generation" && g.number >= 0,
-                "elastic membership: not a generation record: '", text.substr(0, 80), "'");
-  MemberNode node;
-  while (in >> node.id >> node.host >> node.local_world_size) {
+  std::string word;
+  std::getline(in, line);
+  std::istringstream header(line);
+  HSGD_CHECK_AS(
+      CommError,
+      (header >> word >> g.number) && word == "generation" && g.number >= 0 && !(header >> word),
+      "elastic membership: not a generation record: '", text.substr(0, 80), "'");
+  // One node per line, exactly "id host lws": a truncated line is garbage, not the end.
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    std::istringstream fields(line);
+    MemberNode node;
+    HSGD_CHECK_AS(
+        CommError, (fields >> node.id >> node.host >> node.local_world_size) && !(fields >> word),
+        "elastic membership: garbage in generation ", g.number, ": '", line.substr(0, 80), "'");
     HSGD_CHECK_AS(CommError, node.local_world_size >= 1, "elastic membership: node ", node.id,
                   " has local world size ", node.local_world_size, ", expected >= 1");
     g.nodes.push_back(node);
   }
-  HSGD_CHECK_AS(CommError, in.eof(), "elastic membership: garbage in generation ", g.number, ": '",
-                text.substr(0, 80), "'");
   return g;
 }
 

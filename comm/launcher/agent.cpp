@@ -1,7 +1,6 @@
 #include "comm/launcher/agent.h"
 
 #include <signal.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +14,7 @@
 #include "comm/launcher/exit_codes.h"
 #include "comm/launcher/heartbeat.h"
 #include "comm/launcher/worker_env.h"
+#include "comm/launcher/worker_group.h"
 #include "comm/log.h"
 
 namespace hsgd::comm::launcher {
@@ -30,56 +30,38 @@ std::string attempt_prefix(int attempt) {
   return "hsgd-run/attempt/" + std::to_string(attempt) + "/";
 }
 
-std::string this_host(const std::string& configured) {
-  if (!configured.empty()) return configured;
-  char name[256] = {};
-  if (::gethostname(name, sizeof(name) - 1) != 0) return "unknown-host";
-  return name;
-}
-
-int make_eventfd() {
-  int fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  HSGD_CHECK_AS(Error, fd >= 0, "LaunchAgent: eventfd failed: ", std::strerror(errno));
-  return fd;
-}
-
 }  // namespace
 
 LaunchAgent::LaunchAgent(AgentOptions options, std::shared_ptr<Store> store)
     : options_(std::move(options)),
       store_(std::move(store)),
-      endpoint_(options_.master_addr + ":" + std::to_string(options_.master_port)),
-      wake_fd_(make_eventfd()) {
+      endpoint_(options_.master_addr + ":" + std::to_string(options_.master_port)) {
   HSGD_CHECK(store_ != nullptr, "LaunchAgent: store must not be null");
   HSGD_CHECK(options_.nnodes >= 1, "AgentOptions::nnodes ", options_.nnodes, " must be >= 1");
-  HSGD_CHECK(options_.nproc_per_node >= 1, "AgentOptions::nproc_per_node ", options_.nproc_per_node,
-             " must be >= 1");
   HSGD_CHECK(options_.node_rank >= -1 && options_.node_rank < options_.nnodes,
              "AgentOptions::node_rank ", options_.node_rank, " must be -1 or in [0, ",
              options_.nnodes, ") for AgentOptions::nnodes ", options_.nnodes);
-  HSGD_CHECK(options_.max_restarts >= 0, "AgentOptions::max_restarts ", options_.max_restarts,
+  check_agent_options(options_);
+}
+
+void check_agent_options(const AgentOptions& options) {
+  HSGD_CHECK(options.nproc_per_node >= 1, "AgentOptions::nproc_per_node ", options.nproc_per_node,
+             " must be >= 1");
+  HSGD_CHECK(options.max_restarts >= 0, "AgentOptions::max_restarts ", options.max_restarts,
              " must be >= 0");
-  HSGD_CHECK(options_.rdzv_timeout.count() > 0, "AgentOptions::rdzv_timeout ",
-             options_.rdzv_timeout.count(), " ms must be positive");
-  HSGD_CHECK(options_.heartbeat_timeout >= milliseconds(200), "AgentOptions::heartbeat_timeout ",
-             options_.heartbeat_timeout.count(), " ms must be at least 200 ms");
-  HSGD_CHECK(options_.worker_timeout.count() >= 0, "AgentOptions::worker_timeout ",
-             options_.worker_timeout.count(), " ms must not be negative");
-  HSGD_CHECK(!options_.program.empty(),
+  HSGD_CHECK(options.rdzv_timeout.count() > 0, "AgentOptions::rdzv_timeout ",
+             options.rdzv_timeout.count(), " ms must be positive");
+  HSGD_CHECK(options.heartbeat_timeout >= milliseconds(200), "AgentOptions::heartbeat_timeout ",
+             options.heartbeat_timeout.count(), " ms must be at least 200 ms");
+  HSGD_CHECK(options.worker_timeout.count() >= 0, "AgentOptions::worker_timeout ",
+             options.worker_timeout.count(), " ms must not be negative");
+  HSGD_CHECK(!options.program.empty(),
              "AgentOptions::program is empty; expected the worker's argv");
 }
 
-LaunchAgent::~LaunchAgent() { ::close(wake_fd_); }
+LaunchAgent::~LaunchAgent() = default;
 
-void LaunchAgent::request_stop(int sig) {
-  // Async-signal-safe: atomics and write(2) only.
-  int expected = 0;
-  stop_signal_.compare_exchange_strong(expected, sig);
-  last_stop_signal_.store(sig);
-  stop_requests_.fetch_add(1);
-  const uint64_t one = 1;
-  (void)!::write(wake_fd_, &one, sizeof(one));
-}
+void LaunchAgent::request_stop(int sig) { stop_.request(sig); }
 
 int LaunchAgent::run() {
   // Resolve the program once up front: a typo fails here, before any rendezvous.
@@ -123,7 +105,7 @@ int LaunchAgent::run() {
             names.agent, options_.run_id, attempt, kExitPreempted, kExitPreempted);
         return kExitPreempted;
       }
-      const int sig = stop_signal_.load();
+      const int sig = stop_.signal();
       if (sig != 0) return 128 + sig;
       logger()->error("{}: job '{}' stopped: {}", names.agent, options_.run_id,
                       last_failure_ ? last_failure_->message : "interrupted");
@@ -174,21 +156,7 @@ LaunchAgent::Outcome LaunchAgent::run_attempt(int attempt) {
   spawn_workers(a);
   const Outcome outcome = monitor(a);
   account_steps(a);
-  // Preempted: every local worker is gone, at least one exited kExitPreempted (it wrote its part
-  // of the checkpoint) and none failed (a worker may have finished the run just then).
-  local_preempted_ = false;
-  bool all_clean = true;
-  for (auto& w : a.workers) {
-    const auto& status = w.poll();
-    if (!status || status->signal != 0) {
-      all_clean = false;
-    } else if (status->exit_code == kExitPreempted) {
-      local_preempted_ = true;
-    } else if (status->exit_code != 0) {
-      all_clean = false;
-    }
-  }
-  local_preempted_ = local_preempted_ && all_clean;
+  local_preempted_ = workers_preempted(a.workers);
   return outcome;
 }
 

@@ -68,6 +68,7 @@
 #include "comm/launcher/launcher_names.h"
 #include "comm/launcher/node_rendezvous.h"
 #include "comm/launcher/output_router.h"
+#include "comm/launcher/worker_group.h"
 #include "comm/store/store.h"
 
 namespace hsgd::comm::launcher {
@@ -86,6 +87,12 @@ struct AgentOptions {
   // A local worker stopped, or silent outside a collective while another waits in one, for this
   // long is hung (see hang_detector.h); 0 turns the check off.
   std::chrono::milliseconds worker_timeout = std::chrono::seconds(120);
+  // Elastic mode (ElasticAgent, elastic_agent.h; LaunchAgent ignores these three): the job runs
+  // on min_nodes..max_nodes nodes, and its first generation waits last_call for more nodes once
+  // min_nodes are there.
+  int min_nodes = 1;
+  int max_nodes = 1;
+  std::chrono::milliseconds last_call = std::chrono::seconds(2);
   std::string master_addr = "127.0.0.1";  // the store, as workers must reach it
   int master_port = 0;
   std::string token{};                 // passed to workers as HSGD_RDZV_TOKEN
@@ -95,6 +102,10 @@ struct AgentOptions {
   OutputOptions output{};
   LauncherNames names{};  // how logs and errors name the agent and these settings
 };
+
+// The checks of the options every agent uses (nproc_per_node, max_restarts, the timeouts,
+// program): hsgd::InvalidArgument naming the bad value.
+void check_agent_options(const AgentOptions& options);
 
 class LaunchAgent {
  public:
@@ -158,17 +169,14 @@ class LaunchAgent {
   void stop_workers(Attempt& a, int sig);
   void signal_workers(Attempt& a, int sig);
   void wait_and_reap(Attempt& a, int sig);
-  bool stop_requested() const { return stop_signal_.load() != 0; }
+  bool stop_requested() const { return stop_.requested(); }
 
   // Constant after construction.
   const AgentOptions options_;
   const std::shared_ptr<Store> store_;
   const std::string endpoint_;  // "host:port", for messages
-  const int wake_fd_;           // eventfd written by request_stop()
   // Set by request_stop() from any thread.
-  std::atomic<int> stop_signal_{0};
-  std::atomic<int> stop_requests_{0};
-  std::atomic<int> last_stop_signal_{0};
+  StopRequests stop_{"LaunchAgent"};
   // Used by the run() thread only.
   std::optional<FailureRecord> last_failure_;
   int64_t steps_lost_ = 0;

@@ -9,6 +9,7 @@
 #include "comm/launcher/agent.h"
 #include "comm/launcher/detail/agent_attempt.h"
 #include "comm/launcher/exit_codes.h"
+#include "comm/launcher/worker_group.h"
 #include "comm/log.h"
 #include "comm/store/store_outage.h"
 
@@ -23,21 +24,6 @@ using Clock = std::chrono::steady_clock;
 // a normal step is not blamed.
 constexpr milliseconds kSuspectSilence{2000};
 
-std::string signal_name(int sig) {
-  const char* abbrev = ::sigabbrev_np(sig);
-  return abbrev != nullptr ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
-}
-
-// Appends "; its last N line(s):" and the lines of rank's output; returns false (appending
-// nothing) when it printed nothing.
-bool append_last_lines(std::ostream& msg, OutputRouter& output, int rank) {
-  const auto lines = output.tail(rank);
-  if (lines.empty()) return false;
-  msg << "; its last " << lines.size() << " line(s):";
-  for (const auto& line : lines) msg << "\n    [rank " << rank << "] " << line;
-  return true;
-}
-
 }  // namespace
 
 LaunchAgent::Outcome LaunchAgent::monitor(Attempt& a) {
@@ -49,7 +35,7 @@ LaunchAgent::Outcome LaunchAgent::monitor(Attempt& a) {
   // it throws CommError and run() ends (comm/store/store_outage.h).
   const NoServerWait no_wait;
   while (true) {
-    a.output->pump(options_.monitor_interval, wake_fd_);
+    a.output->pump(options_.monitor_interval, stop_.wake_fd());
     if (stop_requested()) return interrupt(a);
     try {
       const bool sampled = sample_progress(a);
@@ -70,7 +56,7 @@ LaunchAgent::Outcome LaunchAgent::monitor(Attempt& a) {
 
 LaunchAgent::Outcome LaunchAgent::interrupt(Attempt& a) {
   // Forward the signal first: the store round trip below must not delay it.
-  const int sig = stop_signal_.load();
+  const int sig = stop_.signal();
   signal_workers(a, sig);
   try {
     publish_failure(a, FailureRecord{.kind = FailureRecord::Kind::kInterrupted,
@@ -133,36 +119,12 @@ FailureRecord LaunchAgent::describe_worker_failure(Attempt& a, int local_rank) {
   const int rank = a.nodes.rank_offset + local_rank;
   // The worker has exited: its output ends soon, unless it left children holding the pipe.
   a.output->drain(milliseconds(500), rank);
-  const ExitStatus status = *a.workers[local_rank].poll();
-  const bool preempted = status.signal == 0 && status.exit_code == kExitPreempted;
-  const bool will_repeat = status.signal == 0 && status.exit_code == kExitWillRepeat;
-  std::ostringstream msg;
-  msg << "rank " << rank << " (node " << a.nodes.node_rank << " '"
+  std::ostringstream who;
+  who << "rank " << rank << " (node " << a.nodes.node_rank << " '"
       << a.nodes.nodes[a.nodes.node_rank].host << "', local rank " << local_rank << ", pid "
-      << a.workers[local_rank].pid() << ") ";
-  if (preempted) {
-    // Not a failure: its output is the program's own account of the checkpoint.
-    msg << "was preempted: it exited " << kExitPreempted
-        << " after writing its part of a checkpoint, in attempt " << a.index
-        << "; the job is not restarted";
-    return FailureRecord{.kind = FailureRecord::Kind::kPreempted,
-                         .node_rank = a.nodes.node_rank,
-                         .rank = rank,
-                         .message = msg.str()};
-  }
-  msg << "failed with " << status.describe() << " in attempt " << a.index;
-  if (will_repeat) {
-    msg << " (" << kExitWillRepeat << ": a restart would fail the same way; not restarting)";
-  }
-  if (!append_last_lines(msg, *a.output, rank)) msg << "; it printed nothing";
-  if (const std::string path = a.output->log_path(rank); !path.empty()) {
-    msg << "\n  full output: " << path;
-  }
-  return FailureRecord{
-      .kind = will_repeat ? FailureRecord::Kind::kWillRepeat : FailureRecord::Kind::kWorkerFailed,
-      .node_rank = a.nodes.node_rank,
-      .rank = rank,
-      .message = msg.str()};
+      << a.workers[local_rank].pid() << ")";
+  return worker_exit_record(who.str(), "attempt " + std::to_string(a.index), "the job",
+                            *a.workers[local_rank].poll(), *a.output, rank, a.nodes.node_rank);
 }
 
 std::optional<FailureRecord> LaunchAgent::find_hung_worker(Attempt& a) {
@@ -262,43 +224,16 @@ void LaunchAgent::stop_workers(Attempt& a, int sig) {
   wait_and_reap(a, sig);
 }
 
-void LaunchAgent::signal_workers(Attempt& a, int sig) {
-  for (auto& w : a.workers) {
-    if (w.poll()) continue;
-    w.signal_group(sig);
-    // A stopped worker (SIGSTOP) would keep the signal pending until SIGKILL.
-    w.signal_group(SIGCONT);
-  }
-}
+void LaunchAgent::signal_workers(Attempt& a, int sig) { launcher::signal_workers(a.workers, sig); }
 
 void LaunchAgent::wait_and_reap(Attempt& a, int sig) {
-  const auto deadline = Clock::now() + options_.grace_period;
-  auto all_exited = [&] {
-    for (auto& w : a.workers) {
-      if (!w.poll()) return false;
-    }
-    return true;
-  };
-  // Keep forwarding output meanwhile: a worker blocked on a full pipe could not exit.
-  // A second stop request by SIGINT (Ctrl-C twice) skips the grace period; a repeated SIGTERM or
-  // SIGUSR1 (a scheduler's, while the workers write their checkpoint) does not.
-  auto skip_grace = [&] {
-    return stop_requests_.load() >= 2 && last_stop_signal_.load() == SIGINT;
-  };
-  while (!all_exited() && Clock::now() < deadline && !skip_grace()) {
-    if (a.output) a.output->pump(milliseconds(20));
-  }
-  int killed = 0;
-  for (auto& w : a.workers) {
-    if (!w.poll()) ++killed;
-    w.kill_and_reap();
-  }
+  const int killed = reap_workers(a.workers, a.output.get(), options_.grace_period,
+                                  [&] { return stop_.skip_grace(); });
   if (killed > 0) {
     logger()->warn("{}: {} worker(s) of node {} ignored {} for {} ms; sent SIGKILL",
                    options_.names.agent, killed, a.nodes.node_rank, signal_name(sig),
                    options_.grace_period.count());
   }
-  if (a.output) a.output->drain(milliseconds(200));
 }
 
 }  // namespace hsgd::comm::launcher

@@ -1,47 +1,47 @@
 #include "comm/launcher/heartbeat.h"
 
-#include <algorithm>
 #include <string>
 
 #include "comm/error.h"
 
 namespace hsgd::comm::launcher {
 
-Heartbeat::Heartbeat(Store& store, std::string prefix, int nnodes, int self,
-                     std::chrono::milliseconds interval, std::chrono::milliseconds timeout)
+HeartbeatBoard::HeartbeatBoard(Store& store, std::string prefix, std::string self,
+                               std::chrono::milliseconds interval,
+                               std::chrono::milliseconds timeout)
     : store_(store),
       prefix_(std::move(prefix)),
-      nnodes_(nnodes),
-      self_(self),
+      self_(std::move(self)),
       interval_(interval),
       timeout_(timeout),
-      last_value_(static_cast<size_t>(nnodes)),
-      last_change_(static_cast<size_t>(nnodes), Clock::now()),
       last_read_(Clock::now()) {
-  HSGD_CHECK(self >= -1 && self < nnodes, "Heartbeat: node ", self, " out of range for ", nnodes,
-             " nodes (-1: watch only)");
   HSGD_CHECK(interval.count() > 0 && timeout > interval, "Heartbeat: timeout ", timeout.count(),
              " ms must exceed the interval ", interval.count(), " ms");
 }
 
-void Heartbeat::beat(Clock::time_point now) {
+void HeartbeatBoard::beat(Clock::time_point now) {
   next_tick_ = now + interval_;
-  if (self_ >= 0) store_.set(key(self_), to_bytes(std::to_string(++beats_)));
+  if (!self_.empty()) store_.set(key(self_), to_bytes(std::to_string(++beats_)));
 }
 
-int Heartbeat::tick(Clock::time_point now) {
-  if (now < next_tick_) return -1;
+void HeartbeatBoard::watch(const std::string& id, Clock::time_point now) {
+  seen_.try_emplace(id, Seen{.value = "", .last_change = now});
+}
+
+std::vector<std::string> HeartbeatBoard::tick(Clock::time_point now,
+                                              const std::vector<std::string>& ids) {
+  if (now < next_tick_) return {};
   beat(now);
-  if (nnodes_ == 1 && self_ == 0) return -1;
   std::vector<std::string> keys;
-  std::vector<int> nodes;
-  for (int n = 0; n < nnodes_; ++n) {
-    if (n == self_) continue;
-    keys.push_back(key(n));
-    nodes.push_back(n);
+  std::vector<std::string> others;
+  for (const std::string& id : ids) {
+    if (id == self_) continue;
+    keys.push_back(key(id));
+    others.push_back(id);
   }
-  // A node that has not beaten yet has no key: check() first, so that get never waits, and
-  // one such node does not hide the beats of the others.
+  if (others.empty()) return {};
+  // A member that has not beaten yet has no key: check() first, so that get never waits, and
+  // one such member does not hide the beats of the others.
   std::vector<std::string> values(keys.size());
   if (store_.check(keys)) {
     const auto all = store_.multi_get(keys, interval_);
@@ -53,20 +53,39 @@ int Heartbeat::tick(Clock::time_point now) {
   }
   // This agent could not look for a while: whatever it missed, nobody is blamed for it.
   if (now - last_read_ > 2 * interval_) {
-    std::fill(last_change_.begin(), last_change_.end(), now);
+    for (auto& [id, seen] : seen_) seen.last_change = now;
   }
   last_read_ = now;
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    const size_t n = static_cast<size_t>(nodes[i]);
-    std::string value = std::move(values[i]);
-    if (value != last_value_[n]) {
-      last_value_[n] = std::move(value);
-      last_change_[n] = now;
-    } else if (now - last_change_[n] > timeout_) {
-      return nodes[i];
+  std::vector<std::string> silent;
+  for (size_t i = 0; i < others.size(); ++i) {
+    watch(others[i], now);
+    Seen& seen = seen_.at(others[i]);
+    if (values[i] != seen.value) {
+      seen.value = std::move(values[i]);
+      seen.last_change = now;
+    } else if (now - seen.last_change > timeout_) {
+      silent.push_back(others[i]);
     }
   }
-  return -1;
+  return silent;
+}
+
+Heartbeat::Heartbeat(Store& store, std::string prefix, int nnodes, int self,
+                     std::chrono::milliseconds interval, std::chrono::milliseconds timeout)
+    : board_(store, std::move(prefix), self >= 0 ? std::to_string(self) : std::string(), interval,
+             timeout) {
+  HSGD_CHECK(self >= -1 && self < nnodes, "Heartbeat: node ", self, " out of range for ", nnodes,
+             " nodes (-1: watch only)");
+  const auto now = Clock::now();
+  for (int n = 0; n < nnodes; ++n) {
+    ids_.push_back(std::to_string(n));
+    board_.watch(ids_.back(), now);
+  }
+}
+
+int Heartbeat::tick(Clock::time_point now) {
+  const std::vector<std::string> silent = board_.tick(now, ids_);
+  return silent.empty() ? -1 : std::stoi(silent.front());
 }
 
 }  // namespace hsgd::comm::launcher

@@ -23,6 +23,8 @@ struct LauncherNames {
   std::string rdzv_timeout = "AgentOptions::rdzv_timeout";
   std::string heartbeat_timeout = "AgentOptions::heartbeat_timeout";
   std::string worker_timeout = "AgentOptions::worker_timeout";
+  std::string node_range = "AgentOptions::min_nodes/max_nodes";
+  std::string last_call = "AgentOptions::last_call";
 };
 
 }  // namespace hsgd::comm::launcher

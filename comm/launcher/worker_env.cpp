@@ -43,6 +43,7 @@ std::vector<std::string> build_worker_env(const std::vector<std::string>& base,
       if (!vars.contains(name)) set(name, "1");
     }
   }
+  for (const auto& [name, value] : o.extra) set(name, value);
   std::vector<std::string> env;
   env.reserve(vars.size());
   for (const auto& [name, value] : vars) env.push_back(name + "=" + value);

@@ -15,6 +15,7 @@
 #include "comm/launcher/agent.h"
 #include "comm/launcher/exit_codes.h"
 #include "comm/store/hash_store.h"
+#include "shell_job.h"
 #include "tests/support/multiprocess.h"
 
 namespace hsgd::comm::launcher {
@@ -23,23 +24,11 @@ namespace {
 using std::chrono::milliseconds;
 namespace fs = std::filesystem;
 
-AgentOptions shell_job(const std::string& script, const fs::path& log_dir, int nproc = 2) {
-  return AgentOptions{.nproc_per_node = nproc,
-                      .run_id = "agent-exit-codes-test",
-                      .max_restarts = 3,
-                      .rdzv_timeout = std::chrono::seconds(20),
-                      .grace_period = std::chrono::seconds(5),
-                      .monitor_interval = milliseconds(20),
-                      .program = {"/bin/sh", "-c", script},
-                      .output = {.log_dir = log_dir.string()}};
-}
-
-int count_files(const fs::path& dir, const std::string& prefix) {
-  int n = 0;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    if (e.path().filename().string().rfind(prefix, 0) == 0) ++n;
-  }
-  return n;
+AgentOptions exit_code_job(const std::string& script, const fs::path& log_dir) {
+  AgentOptions options = shell_job(script, log_dir);
+  options.run_id = "agent-exit-codes-test";
+  options.max_restarts = 3;
+  return options;
 }
 
 void wait_for_files(const fs::path& dir, const std::string& prefix, int n) {
@@ -67,7 +56,7 @@ TEST(LaunchAgentExitCodesTest, WorkerExits78_StopsWithoutRestarts_Returns78) {
                              "if [ $RANK = 1 ]; then for i in $(seq 500); do [ -e " +
                              d + "/ran_0.0 ] && break; sleep 0.01; done; " +
                              "echo disk full >&2; exit 78; fi; sleep 60";
-  LaunchAgent agent(shell_job(script, dir / "logs"), std::make_shared<HashStore>());
+  LaunchAgent agent(exit_code_job(script, dir / "logs"), std::make_shared<HashStore>());
   EXPECT_EQ(agent.run(), kExitWillRepeat);
   EXPECT_EQ(count_files(dir, "ran_"), 2) << "one attempt of 2 workers, no restart";
   ASSERT_TRUE(agent.last_failure().has_value());
@@ -89,7 +78,7 @@ TEST(LaunchAgentExitCodesTest, TwoNodes_78OnOne_BothReturn78WithoutRestart) {
   std::vector<std::future<int>> nodes;
   for (int n = 0; n < 2; ++n) {
     nodes.push_back(std::async(std::launch::async, [&, n] {
-      auto options = shell_job(script, dir / ("logs" + std::to_string(n)));
+      auto options = exit_code_job(script, dir / ("logs" + std::to_string(n)));
       options.nnodes = 2;
       options.node_rank = n;
       LaunchAgent agent(options, store);
@@ -109,7 +98,7 @@ TEST(LaunchAgentExitCodesTest, WorkersExit75_Returns75WithoutRestart) {
                              "/ran_$HSGD_RESTART_COUNT.$RANK; for i in $(seq 500); do [ -e " + d +
                              "/ran_0.1 ] && break; sleep 0.01; done; exit 75; fi; " +
                              preemptible(dir);
-  LaunchAgent agent(shell_job(script, dir / "logs"), std::make_shared<HashStore>());
+  LaunchAgent agent(exit_code_job(script, dir / "logs"), std::make_shared<HashStore>());
   EXPECT_EQ(agent.run(), kExitPreempted);
   EXPECT_EQ(count_files(dir, "ran_"), 2) << "one attempt of 2 workers, no restart";
   ASSERT_TRUE(agent.last_failure().has_value());
@@ -118,7 +107,7 @@ TEST(LaunchAgentExitCodesTest, WorkersExit75_Returns75WithoutRestart) {
 
 TEST(LaunchAgentExitCodesTest, Sigusr1_ReachesWorkers_TheyExit75_Returns75) {
   const auto dir = hsgd::testing::unique_temp_dir("agent_usr1");
-  LaunchAgent agent(shell_job(preemptible(dir), dir / "logs"), std::make_shared<HashStore>());
+  LaunchAgent agent(exit_code_job(preemptible(dir), dir / "logs"), std::make_shared<HashStore>());
   auto code = std::async(std::launch::async, [&] { return agent.run(); });
   wait_for_files(dir, "ran_0.", 2);
   agent.request_stop(SIGUSR1);
@@ -130,7 +119,7 @@ TEST(LaunchAgentExitCodesTest, Sigusr1_ReachesWorkers_TheyExit75_Returns75) {
 TEST(LaunchAgentExitCodesTest, Sigusr1_WorkersDieOfIt_Returns128PlusSignal) {
   const auto dir = hsgd::testing::unique_temp_dir("agent_usr1_die");
   const std::string script = "touch " + dir.string() + "/ran_$HSGD_RESTART_COUNT.$RANK; sleep 60";
-  LaunchAgent agent(shell_job(script, dir / "logs"), std::make_shared<HashStore>());
+  LaunchAgent agent(exit_code_job(script, dir / "logs"), std::make_shared<HashStore>());
   auto code = std::async(std::launch::async, [&] { return agent.run(); });
   wait_for_files(dir, "ran_0.", 2);
   agent.request_stop(SIGUSR1);
@@ -141,7 +130,8 @@ TEST(LaunchAgentExitCodesTest, RepeatedSigterm_KeepsTheGracePeriod) {
   const auto dir = hsgd::testing::unique_temp_dir("agent_usr1_term");
   // The workers take 1 s to "write their checkpoint"; SIGTERM arrives meanwhile (a scheduler's,
   // after its SIGUSR1) and must not turn into SIGKILL.
-  LaunchAgent agent(shell_job(preemptible(dir, "1"), dir / "logs"), std::make_shared<HashStore>());
+  LaunchAgent agent(exit_code_job(preemptible(dir, "1"), dir / "logs"),
+                    std::make_shared<HashStore>());
   auto code = std::async(std::launch::async, [&] { return agent.run(); });
   wait_for_files(dir, "ran_0.", 2);
   agent.request_stop(SIGUSR1);
@@ -156,7 +146,7 @@ TEST(LaunchAgentExitCodesTest, TwoNodes_Sigusr1ToOne_BothNodesExit75) {
   auto store = std::make_shared<HashStore>();
   std::vector<std::unique_ptr<LaunchAgent>> agents;
   for (int n = 0; n < 2; ++n) {
-    auto options = shell_job(preemptible(dir), dir / ("logs" + std::to_string(n)));
+    auto options = exit_code_job(preemptible(dir), dir / ("logs" + std::to_string(n)));
     options.nnodes = 2;
     options.node_rank = n;
     agents.push_back(std::make_unique<LaunchAgent>(options, store));

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "comm/store/hash_store.h"
+#include "shell_job.h"
 #include "tests/support/multiprocess.h"
 
 namespace hsgd::comm::launcher {
@@ -20,26 +21,6 @@ namespace {
 
 using std::chrono::milliseconds;
 namespace fs = std::filesystem;
-
-AgentOptions shell_job(const std::string& script, const fs::path& log_dir, int nproc = 2) {
-  return AgentOptions{.nproc_per_node = nproc,
-                      .run_id = "agent-test",
-                      .rdzv_timeout = std::chrono::seconds(20),
-                      .grace_period = std::chrono::seconds(5),
-                      .monitor_interval = milliseconds(20),
-                      .program = {"/bin/sh", "-c", script},
-                      .output = {.log_dir = log_dir.string()}};
-}
-
-int count_files(const fs::path& dir, const std::string& prefix) {
-  int n = 0;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    if (e.path().filename().string().rfind(prefix, 0) == 0) ++n;
-  }
-  return n;
-}
-
-bool process_exists(pid_t pid) { return ::kill(pid, 0) == 0 || errno != ESRCH; }
 
 TEST(LaunchAgentTest, AllWorkersSucceed_ReturnsZero) {
   const auto dir = hsgd::testing::unique_temp_dir("agent_ok");

@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <utility>
 
@@ -129,6 +130,16 @@ int unused_port() {
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
   ::close(fd);
   return ntohs(addr.sin_port);
+}
+
+Rendezvous start_rendezvous(const std::string& program) {
+  auto cmd = Command::start({program, "--host", "127.0.0.1", "--port", "0"});
+  EXPECT_TRUE(cmd.wait_for_output("\n", std::chrono::seconds(30))) << cmd.output();
+  std::smatch m;
+  const std::string out = cmd.output();
+  EXPECT_TRUE(std::regex_search(out, m, std::regex("listening on 127\\.0\\.0\\.1:(\\d+)"))) << out;
+  const int port = m.empty() ? 0 : std::stoi(m[1]);
+  return Rendezvous{std::move(cmd), port, port == 0 ? "" : "127.0.0.1:" + std::to_string(port)};
 }
 
 }  // namespace hsgd::testing

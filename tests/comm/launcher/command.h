@@ -59,6 +59,15 @@ class Command {
   std::string output_;
 };
 
+// A hsgd-rendezvous (`program`) started on 127.0.0.1 with a port of its choosing, and that port.
+// Fails the test (port 0, empty endpoint) when it does not say where it listens within 30 s.
+struct Rendezvous {
+  Command command;
+  int port = 0;
+  std::string endpoint;  // "127.0.0.1:<port>"
+};
+Rendezvous start_rendezvous(const std::string& program);
+
 // A finished command's exit status and output, for failure messages.
 std::string show(const Command::Result& result);
 

@@ -25,20 +25,6 @@ const std::string kRun = HSGD_RUN_PATH;
 const std::string kRendezvous = HSGD_RENDEZVOUS_PATH;
 const std::string kWorker = LAUNCHER_TEST_WORKER_PATH;
 
-struct Rendezvous {
-  Command command;
-  std::string endpoint;
-};
-
-Rendezvous start_rendezvous() {
-  auto cmd = Command::start({kRendezvous, "--host", "127.0.0.1", "--port", "0"});
-  EXPECT_TRUE(cmd.wait_for_output("\n", seconds(30))) << cmd.output();
-  std::smatch m;
-  const std::string out = cmd.output();
-  EXPECT_TRUE(std::regex_search(out, m, std::regex("listening on (127\\.0\\.0\\.1:\\d+)"))) << out;
-  return Rendezvous{std::move(cmd), m.empty() ? std::string() : std::string(m[1])};
-}
-
 // The command of node `node_rank`, as a user would type it: 2 nodes of 1 worker, 2 restarts.
 // The workers of attempt 0 sleep; those of later attempts exit 0 at once.
 Command start_node(const std::string& endpoint, const std::string& job, const fs::path& dir,
@@ -99,7 +85,7 @@ void expect_finished_after_one_restart(const Command::Result& r, const std::stri
 // The sequence: node 1 is killed, node 0 notices and waits in attempt 1, then node 1's
 // command is run again.
 TEST(HsgdRunRejoinTest, KilledNodeStartedAgainAfterTheOthersMovedOn_JoinsTheirAttempt) {
-  auto server = start_rendezvous();
+  auto server = start_rendezvous(kRendezvous);
   ASSERT_FALSE(server.endpoint.empty());
   const auto dir = unique_temp_dir("hsgd_run_rejoin_later");
   auto node0 = start_node(server.endpoint, "rejoin-later", dir, 0);
@@ -122,7 +108,7 @@ TEST(HsgdRunRejoinTest, KilledNodeStartedAgainAfterTheOthersMovedOn_JoinsTheirAt
 // The race: node 1 is started again before node 0 noticed the loss (its heartbeat timeout has not
 // passed), so the attempt it finds is full and still running.
 TEST(HsgdRunRejoinTest, KilledNodeStartedAgainAtOnce_JoinsTheNextAttempt) {
-  auto server = start_rendezvous();
+  auto server = start_rendezvous(kRendezvous);
   ASSERT_FALSE(server.endpoint.empty());
   const auto dir = unique_temp_dir("hsgd_run_rejoin_at_once");
   auto node0 = start_node(server.endpoint, "rejoin-at-once", dir, 0);

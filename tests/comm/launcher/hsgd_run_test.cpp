@@ -67,22 +67,6 @@ std::vector<pid_t> wait_ready(Command& run, const fs::path& dir, int first, int 
   return pids;
 }
 
-// A started hsgd-rendezvous and the port it printed.
-struct Rendezvous {
-  Command command;
-  int port = 0;
-};
-
-Rendezvous start_rendezvous() {
-  auto cmd = Command::start({kRendezvous, "--host", "127.0.0.1", "--port", "0"});
-  EXPECT_TRUE(cmd.wait_for_output("\n", seconds(30))) << cmd.output();
-  std::smatch m;
-  const std::string out = cmd.output();
-  EXPECT_TRUE(std::regex_search(out, m, std::regex("listening on 127\\.0\\.0\\.1:(\\d+)"))) << out;
-  int port = m.empty() ? 0 : std::stoi(m[1]);
-  return Rendezvous{std::move(cmd), port};
-}
-
 TEST(HsgdRunTest, Standalone_AllreduceOfRanksWith1_2_4Workers) {
   for (int nproc : {1, 2, 4}) {
     const auto dir = unique_temp_dir("hsgd_run_allreduce");
@@ -123,7 +107,7 @@ TEST(HsgdRunTest, Standalone_WorkerEnvironmentAndFlagsFromEnv) {
 }
 
 TEST(HsgdRunTest, TwoNodes_AgainstOneHsgdRendezvous) {
-  auto server = start_rendezvous();
+  auto server = start_rendezvous(kRendezvous);
   ASSERT_GT(server.port, 0);
   const auto dir = unique_temp_dir("hsgd_run_two_nodes");
   const std::string endpoint = "127.0.0.1:" + std::to_string(server.port);
@@ -174,7 +158,7 @@ TEST(HsgdRunTest, AlwaysFails_NonZeroAfterRestartsWithRootCause) {
 }
 
 TEST(HsgdRunTest, MissingNode_ClearErrorWithinTimeout) {
-  auto server = start_rendezvous();
+  auto server = start_rendezvous(kRendezvous);
   ASSERT_GT(server.port, 0);
   const auto dir = unique_temp_dir("hsgd_run_missing");
   auto result = Command::start({kRun, "--nnodes", "2", "--rdzv-endpoint",
@@ -250,7 +234,7 @@ TEST(HsgdRunTest, Sigkill_WorkersDieWithTheLauncher) {
 }
 
 TEST(HsgdRunTest, TwoNodes_FailureOnOneNodeRestartsBoth) {
-  auto server = start_rendezvous();
+  auto server = start_rendezvous(kRendezvous);
   ASSERT_GT(server.port, 0);
   const auto dir = unique_temp_dir("hsgd_run_two_nodes_restart");
   const std::string endpoint = "127.0.0.1:" + std::to_string(server.port);
@@ -274,7 +258,7 @@ TEST(HsgdRunTest, TwoNodes_FailureOnOneNodeRestartsBoth) {
 }
 
 TEST(HsgdRunTest, TwoNodes_SigtermOnOneNodeStopsBoth) {
-  auto server = start_rendezvous();
+  auto server = start_rendezvous(kRendezvous);
   ASSERT_GT(server.port, 0);
   const auto dir = unique_temp_dir("hsgd_run_two_nodes_sigterm");
   const std::string endpoint = "127.0.0.1:" + std::to_string(server.port);
@@ -327,7 +311,7 @@ TEST(HsgdRunTest, TokenFile_ReachesServerAndWorkers) {
 }
 
 TEST(HsgdRunTest, TwoNodes_DeadLauncherIsNoticedByHeartbeat) {
-  auto server = start_rendezvous();
+  auto server = start_rendezvous(kRendezvous);
   ASSERT_GT(server.port, 0);
   const auto dir = unique_temp_dir("hsgd_run_heartbeat");
   const std::string endpoint = "127.0.0.1:" + std::to_string(server.port);

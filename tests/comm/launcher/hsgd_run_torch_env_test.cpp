@@ -89,7 +89,8 @@ TEST(HsgdRunTorchEnvTest, FlagsWinOverVariables) {
 
 TEST(HsgdRunTorchEnvTest, BadValuesAreUsageErrorsNamingTheVariable) {
   const std::vector<std::pair<std::string, std::string>> cases{
-      {"PET_NNODES=1:4", "PET_NNODES='1:4': expected N or N:N"},
+      {"PET_NNODES=3:2", "PET_NNODES='3:2': expected MIN:MAX with MIN <= MAX"},
+      {"PET_NNODES=0:2", "PET_NNODES='0:2': expected MIN:MAX"},
       {"PET_NNODES=zero", "PET_NNODES='zero': expected a whole number"},
       {"PET_NPROC_PER_NODE=four", "PET_NPROC_PER_NODE='four': expected a whole number"},
       {"PET_NPROC_PER_NODE=gpu", "PET_NPROC_PER_NODE='gpu': expected a number, 'auto' or 'cpu'"},

@@ -1,0 +1,375 @@
+#include "comm/launcher/elastic_agent.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <sstream>
+
+#include "comm/error.h"
+#include "comm/launcher/exit_codes.h"
+#include "comm/launcher/heartbeat.h"
+#include "comm/launcher/output_router.h"
+#include "comm/launcher/worker_env.h"
+#include "comm/launcher/worker_group.h"
+#include "comm/launcher/worker_process.h"
+#include "comm/log.h"
+
+namespace hsgd::comm::launcher {
+
+using elastic::Generation;
+using elastic::MemberNode;
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+// One incarnation of this node: its registration, workers and heartbeat.
+struct ElasticAgent::Incarnation {
+  int index = 0;
+  MemberNode self;
+  std::unique_ptr<OutputRouter> output;
+  std::vector<WorkerProcess> workers;  // by local rank
+  std::vector<int> ranks;              // the RANK each worker got, its key in `output`
+  std::unique_ptr<HeartbeatBoard> heartbeat;
+  Clock::time_point next_store_check{};
+  std::optional<Clock::time_point> below_min_since;  // fewer than min_nodes alive since
+  std::optional<Clock::time_point> finish_deadline;  // the finished key appeared: wait until
+};
+
+ElasticAgent::ElasticAgent(AgentOptions options, std::shared_ptr<Store> store)
+    : options_(std::move(options)),
+      store_(std::move(store)),
+      host_(this_host(options_.hostname)),
+      planner_(std::max(1, options_.min_nodes), std::max(options_.min_nodes, options_.max_nodes),
+               std::max(milliseconds(0), options_.last_call)) {
+  HSGD_CHECK(store_ != nullptr, "ElasticAgent: store must not be null");
+  HSGD_CHECK(options_.min_nodes >= 1 && options_.min_nodes <= options_.max_nodes,
+             "AgentOptions::min_nodes ", options_.min_nodes, " and max_nodes ", options_.max_nodes,
+             " must satisfy 1 <= min_nodes <= max_nodes");
+  check_agent_options(options_);
+  HSGD_CHECK(options_.last_call.count() >= 0, "AgentOptions::last_call ",
+             options_.last_call.count(), " ms must not be negative");
+}
+
+ElasticAgent::~ElasticAgent() = default;
+
+void ElasticAgent::request_stop(int sig) { stop_.request(sig); }
+
+int ElasticAgent::run() {
+  // Resolve the program once up front: a typo fails here, before registering.
+  const char* path = std::getenv("PATH");
+  (void)resolve_program(options_.program[0],
+                        path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin");
+  for (int index = 0;; ++index) {
+    Incarnation inc;
+    inc.index = index;
+    start(inc);
+    const Outcome outcome = monitor(inc);
+    bool restart = false;
+    const int code = run_outcome(index, outcome, restart);
+    if (!restart) return code;
+  }
+}
+
+int ElasticAgent::run_outcome(int incarnation, Outcome outcome, bool& restart) {
+  const LauncherNames& names = options_.names;
+  restart = false;
+  switch (outcome) {
+    case Outcome::kSucceeded:
+      return 0;
+    case Outcome::kJobFailed:
+      return 1;
+    case Outcome::kInterrupted: {
+      if (local_preempted_) {
+        logger()->warn(
+            "{}: job '{}': the workers of this node wrote a checkpoint and exited {}; this node "
+            "stops, exiting {}",
+            names.agent, options_.run_id, kExitPreempted, kExitPreempted);
+        return kExitPreempted;
+      }
+      return 128 + stop_.signal();
+    }
+    case Outcome::kFailed:
+      break;
+  }
+  if (last_failure_->kind == FailureRecord::Kind::kWillRepeat) {
+    logger()->error("{}: job '{}': this node stops without restarting ({} of {} {} left unused)",
+                    names.agent, options_.run_id, options_.max_restarts - incarnation,
+                    options_.max_restarts, names.max_restarts);
+    return kExitWillRepeat;
+  }
+  if (last_failure_->kind == FailureRecord::Kind::kPreempted) return kExitPreempted;
+  if (store_->check({elastic::kFinishedKey})) {
+    logger()->error("{}: job '{}' finished on another node; this node's failure is not restarted",
+                    names.agent, options_.run_id);
+    return 1;
+  }
+  if (incarnation < options_.max_restarts) {
+    logger()->warn("{}: job '{}': this node rejoins as incarnation {} ({} of {} {} used)",
+                   names.agent, options_.run_id, incarnation + 1, incarnation + 1,
+                   options_.max_restarts, names.max_restarts);
+    restart = true;
+    return 1;
+  }
+  logger()->error(
+      "{}: job '{}': this node failed after {} restart(s) ({} {}); the other nodes go on",
+      names.agent, options_.run_id, incarnation, names.max_restarts, options_.max_restarts);
+  return 1;
+}
+
+void ElasticAgent::start(Incarnation& inc) {
+  // 1. Register, beat once (the others see this node alive from now on), then spawn.
+  inc.self =
+      MemberNode{.id = host_ + "-" + std::to_string(::getpid()) + "-" + std::to_string(inc.index),
+                 .host = host_,
+                 .local_world_size = options_.nproc_per_node};
+  const int64_t slot = elastic::register_node(*store_, inc.self);
+  inc.heartbeat = std::make_unique<HeartbeatBoard>(
+      *store_, elastic::kElasticPrefix, inc.self.id,
+      std::min<milliseconds>(milliseconds(1000), options_.heartbeat_timeout / 4),
+      options_.heartbeat_timeout);
+  inc.heartbeat->beat(Clock::now());
+  logger()->info("{}: job '{}': node {} ('{}') registered (slot {}), {} worker(s), {}..{} nodes",
+                 options_.names.agent, options_.run_id, inc.self.id, host_, slot,
+                 options_.nproc_per_node, options_.min_nodes, options_.max_nodes);
+
+  // The newest generation that already holds this incarnation, if any, gives the ranks.
+  const std::optional<Generation> latest = elastic::read_latest_generation(*store_);
+  const bool member = latest && latest->node_rank(inc.self.id) >= 0;
+  inc.output = std::make_unique<OutputRouter>(options_.output, inc.index);
+  const auto base_env = current_environment();
+  for (int local = 0; local < options_.nproc_per_node; ++local) {
+    const int rank = member ? latest->rank_offset(inc.self.id) + local : local;
+    auto env = build_worker_env(
+        base_env,
+        WorkerEnvOptions{.rank = rank,
+                         .local_rank = local,
+                         .world_size = member ? latest->world_size() : options_.nproc_per_node,
+                         .local_world_size = options_.nproc_per_node,
+                         .group_rank = member ? latest->node_rank(inc.self.id) : 0,
+                         .group_world_size = member ? static_cast<int>(latest->nodes.size()) : 1,
+                         .master_addr = options_.master_addr,
+                         .master_port = options_.master_port,
+                         .run_id = options_.run_id,
+                         .restart_count = inc.index,
+                         .max_restarts = options_.max_restarts,
+                         .token = options_.token,
+                         .token_file = options_.token_file,
+                         .extra = {{"HSGD_ELASTIC_NODE_ID", inc.self.id},
+                                   {"HSGD_ELASTIC_MIN_NODES", std::to_string(options_.min_nodes)},
+                                   {"HSGD_ELASTIC_MAX_NODES", std::to_string(options_.max_nodes)},
+                                   {"HSGD_ELASTIC_HEARTBEAT_MS",
+                                    std::to_string(options_.heartbeat_timeout.count())}}});
+    try {
+      inc.workers.push_back(WorkerProcess::spawn(options_.program, env));
+    } catch (const Error&) {
+      stop_workers(inc, SIGTERM);
+      store_->set(elastic::left_key(inc.self.id), to_bytes("spawn failed"));
+      throw;
+    }
+    inc.ranks.push_back(rank);
+    inc.output->add(rank, inc.workers.back().take_stdout_fd(), OutputRouter::Stream::kStdout);
+    inc.output->add(rank, inc.workers.back().take_stderr_fd(), OutputRouter::Stream::kStderr);
+  }
+}
+
+ElasticAgent::Outcome ElasticAgent::monitor(Incarnation& inc) {
+  inc.next_store_check = Clock::now();
+  while (true) {
+    inc.output->pump(options_.monitor_interval, stop_.wake_fd());
+    if (stop_requested()) return interrupt(inc);
+    bool all_succeeded = true;
+    for (int local = 0; local < static_cast<int>(inc.workers.size()); ++local) {
+      const auto& status = inc.workers[local].poll();
+      if (!status) {
+        all_succeeded = false;
+      } else if (!status->success()) {
+        return fail_locally(inc, local);
+      }
+    }
+    if (all_succeeded) {
+      // 5. The job is done: nobody proposes from now on.
+      store_->set(elastic::kFinishedKey, to_bytes(inc.self.id));
+      logger()->info("{}: job '{}' finished: all {} workers of node {} exited 0",
+                     options_.names.agent, options_.run_id, inc.workers.size(), inc.self.id);
+      for (auto& w : inc.workers) w.kill_and_reap();  // reaps; kills leftover grandchildren
+      inc.output->drain(milliseconds(500));
+      return Outcome::kSucceeded;
+    }
+    if (Clock::now() < inc.next_store_check) continue;
+    inc.next_store_check = Clock::now() + options_.monitor_interval;
+    if (auto outcome = observe_membership(inc)) return *outcome;
+  }
+}
+
+std::optional<ElasticAgent::Outcome> ElasticAgent::observe_membership(Incarnation& inc) {
+  const LauncherNames& names = options_.names;
+  const auto now = Clock::now();
+  // 2. Who is alive: registered, not left, and beating.
+  std::vector<elastic::Registration> registrations = elastic::read_registrations(*store_);
+  std::vector<std::string> watched;
+  for (const auto& r : registrations) {
+    if (!r.left) watched.push_back(r.node.id);
+  }
+  const std::vector<std::string> silent = inc.heartbeat->tick(now, watched);
+  std::vector<MemberNode> alive;
+  for (auto& r : registrations) {
+    if (!r.left && std::find(silent.begin(), silent.end(), r.node.id) != silent.end()) {
+      store_->set(elastic::left_key(r.node.id), to_bytes("silent"));
+      r.left = true;
+      logger()->warn("{}: node {} ('{}') sent no heartbeat for {} ms ({}): it left the job",
+                     names.agent, r.node.id, r.node.host, options_.heartbeat_timeout.count(),
+                     names.heartbeat_timeout);
+    }
+    if (!r.left) alive.push_back(r.node);
+  }
+  const std::optional<Generation> latest = elastic::read_latest_generation(*store_);
+  if (latest) log_generation(*latest, inc.self.id);
+  if (store_->check({elastic::kFinishedKey})) return wait_after_finish(inc, latest);
+
+  // 3. Fewer than min_nodes: wait for joiners, for rdzv_timeout at most.
+  const int count = static_cast<int>(alive.size());
+  if (count < options_.min_nodes) {
+    if (!inc.below_min_since) {
+      inc.below_min_since = now;
+      logger()->warn(
+          "{}: job '{}': {} node(s) alive, fewer than the minimum {} ({}); waiting up "
+          "to {} ms ({}) for nodes to join",
+          names.agent, options_.run_id, count, options_.min_nodes, names.node_range,
+          options_.rdzv_timeout.count(), names.rdzv_timeout);
+    }
+    if (now - *inc.below_min_since <= options_.rdzv_timeout) return std::nullopt;
+    std::ostringstream msg;
+    msg << "job '" << options_.run_id << "' failed: only " << count
+        << " node(s) alive, fewer than the minimum " << options_.min_nodes << " ("
+        << names.node_range << "), for " << options_.rdzv_timeout.count() << " ms ("
+        << names.rdzv_timeout << ")";
+    last_failure_ = FailureRecord{.kind = FailureRecord::Kind::kFatal, .message = msg.str()};
+    logger()->error("{}: {}", names.agent, msg.str());
+    stop_workers(inc, SIGTERM);
+    leave(inc);
+    return Outcome::kJobFailed;
+  }
+  if (inc.below_min_since) {
+    inc.below_min_since.reset();
+    logger()->info("{}: job '{}': {} nodes alive again", names.agent, options_.run_id, count);
+  }
+  if (auto proposal = planner_.plan(now, latest, alive)) {
+    log_generation(elastic::propose_generation(*store_, *proposal), inc.self.id);
+  }
+  return std::nullopt;
+}
+
+std::optional<ElasticAgent::Outcome> ElasticAgent::wait_after_finish(
+    Incarnation& inc, const std::optional<Generation>& latest) {
+  const LauncherNames& names = options_.names;
+  if (!inc.finish_deadline) {
+    const milliseconds wait = options_.heartbeat_timeout + options_.grace_period;
+    inc.finish_deadline = Clock::now() + wait;
+    logger()->info(
+        "{}: job '{}' finished on another node; waiting up to {} ms for the workers "
+        "of node {}",
+        names.agent, options_.run_id, wait.count(), inc.self.id);
+  }
+  if (Clock::now() < *inc.finish_deadline) return std::nullopt;
+  const bool member = latest && latest->node_rank(inc.self.id) >= 0;
+  logger()->warn("{}: job '{}' finished; the workers of node {} still run: stopping them",
+                 names.agent, options_.run_id, inc.self.id);
+  stop_workers(inc, SIGTERM);
+  if (!member) return Outcome::kSucceeded;
+  last_failure_ = FailureRecord{
+      .kind = FailureRecord::Kind::kFatal,
+      .message = "the workers of node " + inc.self.id + ", a member of generation " +
+                 std::to_string(latest->number) + ", did not exit after the job finished"};
+  logger()->error("{}: {}", names.agent, last_failure_->message);
+  return Outcome::kJobFailed;
+}
+
+ElasticAgent::Outcome ElasticAgent::fail_locally(Incarnation& inc, int local_rank) {
+  // 4. The worker has exited: its output ends soon, unless it left children holding the pipe.
+  const int rank = inc.ranks[local_rank];
+  inc.output->drain(milliseconds(500), rank);
+  std::ostringstream who;
+  who << "local rank " << local_rank << " of node " << inc.self.id << " ('" << host_ << "', pid "
+      << inc.workers[local_rank].pid() << ")";
+  last_failure_ =
+      worker_exit_record(who.str(), "incarnation " + std::to_string(inc.index), "this node",
+                         *inc.workers[local_rank].poll(), *inc.output, rank, /*node_rank=*/-1);
+  if (last_failure_->kind == FailureRecord::Kind::kPreempted) {
+    logger()->warn("{}: {}", options_.names.agent, last_failure_->message);
+  } else {
+    logger()->error("{}: {}", options_.names.agent, last_failure_->message);
+  }
+  stop_workers(inc, SIGTERM);
+  leave(inc);
+  return Outcome::kFailed;
+}
+
+ElasticAgent::Outcome ElasticAgent::interrupt(Incarnation& inc) {
+  // Forward the signal first: the store round trips below must not delay it.
+  const int sig = stop_.signal();
+  signal_workers(inc.workers, sig);
+  try {
+    leave(inc);
+  } catch (const Error& e) {
+    logger()->warn("{}: could not record that node {} left: {}", options_.names.agent, inc.self.id,
+                   e.what());
+  }
+  stop_workers(inc, sig);
+  local_preempted_ = workers_preempted(inc.workers);
+  return Outcome::kInterrupted;
+}
+
+void ElasticAgent::leave(Incarnation& inc) {
+  store_->set(elastic::left_key(inc.self.id), to_bytes("left"));
+  logger()->warn("{}: node {} ('{}') left job '{}'", options_.names.agent, inc.self.id, host_,
+                 options_.run_id);
+  // The survivors need not wait for the heartbeat timeout to see this node gone.
+  if (store_->check({elastic::kFinishedKey})) return;
+  const std::optional<Generation> latest = elastic::read_latest_generation(*store_);
+  if (!latest || latest->node_rank(inc.self.id) < 0) return;
+  Generation without{.number = latest->number + 1};
+  for (const MemberNode& node : latest->nodes) {
+    if (node.id != inc.self.id) without.nodes.push_back(node);
+  }
+  if (static_cast<int>(without.nodes.size()) < options_.min_nodes) return;
+  log_generation(elastic::propose_generation(*store_, without), inc.self.id);
+}
+
+void ElasticAgent::stop_workers(Incarnation& inc, int sig) {
+  signal_workers(inc.workers, sig);
+  const int killed = reap_workers(inc.workers, inc.output.get(), options_.grace_period,
+                                  [&] { return stop_.skip_grace(); });
+  if (killed > 0) {
+    logger()->warn("{}: {} worker(s) of node {} ignored {} for {} ms; sent SIGKILL",
+                   options_.names.agent, killed, inc.self.id, signal_name(sig),
+                   options_.grace_period.count());
+  }
+}
+
+void ElasticAgent::log_generation(const Generation& g, const std::string& self_id) {
+  if (adopted_ && adopted_->number >= g.number) return;
+  const LauncherNames& names = options_.names;
+  const int rank = g.node_rank(self_id);
+  logger()->info("{}: generation {}: {} nodes, {} workers: {}{}", names.agent, g.number,
+                 g.nodes.size(), g.world_size(), g.describe(),
+                 rank >= 0 ? " (this node is node rank " + std::to_string(rank) + ")"
+                           : std::string(" (without this node)"));
+  if (adopted_) {
+    for (const MemberNode& node : adopted_->nodes) {
+      if (g.node_rank(node.id) < 0) {
+        logger()->warn("{}: generation {}: node {} ('{}') is gone", names.agent, g.number, node.id,
+                       node.host);
+      }
+    }
+    for (const MemberNode& node : g.nodes) {
+      if (adopted_->node_rank(node.id) < 0) {
+        logger()->info("{}: generation {}: node {} ('{}') joined", names.agent, g.number, node.id,
+                       node.host);
+      }
+    }
+  }
+  adopted_ = g;
+}
+
+}  // namespace hsgd::comm::launcher
