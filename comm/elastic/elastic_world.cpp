@@ -8,6 +8,7 @@
 #include "comm/log.h"
 #include "comm/rendezvous/tcp_store.h"
 #include "comm/store/store_barrier.h"
+#include "comm/store/store_outage.h"
 
 namespace hsgd::comm::elastic {
 namespace {
@@ -22,7 +23,10 @@ std::shared_ptr<Store> make_store(const ElasticWorldOptions& options) {
                                                     .job_id = init.job_id,
                                                     .token = init.token,
                                                     .connect_timeout = init.timeout,
-                                                    .timeout = init.timeout});
+                                                    .timeout = init.timeout,
+                                                    // A server started again within the join
+                                                    // timeout gets the job back.
+                                                    .reconnect_timeout = options.join_timeout});
 }
 
 }  // namespace
@@ -69,8 +73,14 @@ ElasticWorld::ElasticWorld(ElasticWorldOptions options)
 ElasticWorld::~ElasticWorld() { abandon(); }
 
 bool ElasticWorld::newer_generation_announced() {
-  const std::optional<Generation> latest = read_latest_generation(*store_);
-  return latest && latest->number > generation_.number;
+  // Training does not wait for the rendezvous server: while it is away, no change is known.
+  try {
+    const NoServerWait no_wait;
+    const std::optional<Generation> latest = read_latest_generation(*store_);
+    return latest && latest->number > generation_.number;
+  } catch (const ServerUnavailable&) {
+    return false;
+  }
 }
 
 void ElasticWorld::abandon() {
@@ -93,6 +103,8 @@ void ElasticWorld::abandon() {
 void ElasticWorld::start_watcher() {
   watch_stop_ = false;
   watcher_ = std::thread([this, world = world_, current = generation_] {
+    // Never blocks on a rendezvous server that is away: stop_watcher() joins this thread.
+    const NoServerWait no_wait;
     const Duration period = options_.poll_interval * 4;
     std::unique_lock<std::mutex> lock(watch_mu_);
     while (!watch_cv_.wait_for(lock, period, [&] { return watch_stop_; })) {

@@ -115,6 +115,7 @@ class ElasticWorld {
   const std::string& node_id() const { return options_.node_id; }
   // Whether the store holds a generation newer than the current one (one store read; no
   // collective: ranks may see it at different moments, so agree collectively before acting).
+  // False while the rendezvous server is away: training does not wait for it.
   bool newer_generation_announced();
   Store& store() { return *store_; }
 

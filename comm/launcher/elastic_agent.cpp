@@ -15,6 +15,7 @@
 #include "comm/launcher/worker_group.h"
 #include "comm/launcher/worker_process.h"
 #include "comm/log.h"
+#include "comm/store/store_outage.h"
 
 namespace hsgd::comm::launcher {
 
@@ -175,6 +176,11 @@ void ElasticAgent::start(Incarnation& inc) {
 
 ElasticAgent::Outcome ElasticAgent::monitor(Incarnation& inc) {
   inc.next_store_check = Clock::now();
+  // While the rendezvous server is away the store does not wait for it: the workers keep
+  // training, output and signals keep flowing, and the membership is looked at again next round
+  // (the heartbeats give every node a full timeout after such a gap). Past the store's reconnect
+  // bound it throws CommError and the node stops (comm/store/store_outage.h).
+  const NoServerWait no_wait;
   while (true) {
     inc.output->pump(options_.monitor_interval, stop_.wake_fd());
     if (stop_requested()) return interrupt(inc);
@@ -198,7 +204,11 @@ ElasticAgent::Outcome ElasticAgent::monitor(Incarnation& inc) {
     }
     if (Clock::now() < inc.next_store_check) continue;
     inc.next_store_check = Clock::now() + options_.monitor_interval;
-    if (auto outcome = observe_membership(inc)) return *outcome;
+    try {
+      if (auto outcome = observe_membership(inc)) return *outcome;
+    } catch (const ServerUnavailable&) {
+      // Logged by the store when it lost the server and when it reaches it again.
+    }
   }
 }
 
