@@ -186,6 +186,11 @@ class Run:
         self.rdzv = None
 
     def on_line(self, t, proc, line):
+        if line.startswith(" "):
+            # hsgd-run's report of a failed rank quotes its last lines, indented: not new output
+            with self.lock:
+                self.other.append((t, proc.label, line))
+            return
         with self.lock:
             m = STEP_RE.search(line)
             if m:
@@ -256,6 +261,7 @@ class Run:
     def execute(self):
         """Runs the job and its kill schedule; returns when every node's hsgd-run exited."""
         a = self.args
+        self.loadavg = [read_loadavg()]
         endpoint = self.start_rendezvous()
         for slot in range(NODES):
             self.start_node(endpoint, slot)
@@ -277,11 +283,11 @@ class Run:
                 t_first = self.t_first
                 t_last = self.steps[-1][0] if self.steps else t_start
                 max_step = max((s[1] for s in self.steps), default=0)
+                gen_now = max((s[3] for s in self.steps if s[3] is not None), default=None)
+                world = self.steps[-1][4] if self.steps else NODES
             if now - t_last > a.stall_timeout:
                 raise Stalled(f"run {self.name}: no step line for {now - t_last:.0f} s after "
                               f"step {max_step} (logs in {self.dir})")
-                gen_now = max((s[3] for s in self.steps if s[3] is not None), default=None)
-                world = self.steps[-1][4] if self.steps else NODES
             if plan and t_first is not None and now >= t_first + plan[0][0]:
                 _, slot = plan.pop(0)
                 proc = self.nodes[slot]
@@ -315,11 +321,18 @@ class Run:
             time.sleep(0.05)
         for p in self.nodes:
             p.thread.join(timeout=10)
+        self.loadavg.append(read_loadavg())
         self.exit_codes = {p.label: p.popen.returncode for p in self.procs if p is not self.rdzv}
 
     def stop_all(self):
         for p in self.procs:
             p.stop()
+
+
+def read_loadavg():
+    """The 1-minute load average of the machine (other jobs share its cores)."""
+    with open("/proc/loadavg") as f:
+        return float(f.read().split()[0])
 
 
 def tail_lines(run, n=6):
@@ -333,6 +346,16 @@ def tail_lines(run, n=6):
             continue
         out += [f"{p.label}: {l[:400]}" for l in lines[-n:]]
     return out
+
+
+def sampled_steps(run):
+    """Rank 0's step lines as strings, thinned for the JSON."""
+    keep = set(range(0, len(run.steps), 20))
+    for k in run.kills:
+        i = next((j for j, s in enumerate(run.steps) if s[0] > k["t"]), len(run.steps))
+        keep.update(range(max(0, i - 5), min(len(run.steps), i + 10)))
+    return [f"{s[0] - run.t_first:.3f} {s[1]} {s[2]} {s[3]} {s[4]} {s[5]}"
+            for j, s in enumerate(run.steps) if j in keep]
 
 
 def plan_kills(args):
@@ -382,8 +405,9 @@ def pauses(run, t0, t1, normal, dead):
     return total
 
 
-def analyse_failures(run, base):
-    """One dict per kill; base is the analysis of the unfaulted run A."""
+def analyse_failures(run, base, ws_s):
+    """One dict per kill; base is the analysis of the unfaulted run A, ws_s the run's own
+    seconds per worker-step before its first kill."""
     t_step = base["step_s"]  # A's median seconds per step (4 workers)
     out = []
     kills = run.kills
@@ -462,8 +486,7 @@ def analyse_failures(run, base):
                           + (f["rank0_unprinted_steps"] or 0) * f["survivors"])
             else:
                 useful = 0  # steps before the resume are lost, the resume itself is a repeat
-            f["wasted_worker_s_shared"] = (NODES * (t_back - t_kill)
-                                           - useful * base["worker_step_s"])
+            f["wasted_worker_s_shared"] = NODES * (t_back - t_kill) - useful * ws_s
             # dedicated cores (modelled): survivors idle during the pauses, the killed node's
             # slot idle until it is back, lost or recomputed steps at A's step time
             pause = pauses(run, t_kill, t_back, base["step_s"], dead)
@@ -489,17 +512,25 @@ def analyse(run, base=None):
          "steps": max(seen) if seen else 0, "step_lines": executed, "repeated_step_lines":
          len(repeats), "train_wall_s": wall, "step_s": median_gap(run),
          "generations": len({g[1] for g in run.gens}), "exit_codes": run.exit_codes,
-         "kill_plan": run.kill_plan}
+         "kill_plan": run.kill_plan, "loadavg_start_end": run.loadavg}
     # useful worker-steps: every unique step times the world that ran it
     useful = sum(s[4] for s in seen.values())
     r["worker_steps"] = useful
+    # the run's own pace before its first fault: the machine's other jobs change it from run
+    # to run
+    t_end = run.kills[0]["t"] if run.kills else t_last
+    before = [s for s in seen.values() if s[0] <= t_end]
+    r["worker_steps_per_s_before_first_kill"] = (
+        sum(s[4] for s in before) / (t_end - run.t_first) if t_end > run.t_first else None)
     if base is None:
         r["worker_step_s"] = wall / useful if useful else None  # A: seconds per worker-step
         r["failures"] = []
         r["efficiency_shared"] = 1.0
+        r["efficiency_shared_own_pace"] = 1.0
         r["efficiency_dedicated"] = 1.0
         return r
-    failures = analyse_failures(run, base)
+    own_ws_s = 1.0 / r["worker_steps_per_s_before_first_kill"]
+    failures = analyse_failures(run, base, own_ws_s)
     r["failures"] = failures
     lost_local = sum(f.get("killed_worker_local_steps_lost", 0) for f in failures)
     unprinted = [(f.get("rank0_unprinted_steps") or 0, f.get("survivors", 0)) for f in failures]
@@ -509,6 +540,7 @@ def analyse(run, base=None):
     r["useful_worker_steps"] = useful
     # shared cores: useful worker-steps over what A does in the same wall time
     r["efficiency_shared"] = useful / (wall / base["worker_step_s"]) if wall else None
+    r["efficiency_shared_own_pace"] = useful / (wall / own_ws_s) if wall else None
     # dedicated cores: every executed step at A's step time, plus the measured pauses; every
     # slot counts as capacity, an absent node's too
     t_ded = executed * base["step_s"] + sum(f.get("pause_s", 0) for f in failures)
@@ -547,6 +579,9 @@ def table(results):
         f"{b['steps']} / {b['step_lines']}", f"{c['steps']} / {c['step_lines']}")
     row("training wall time, first to last step (s)", fmt(a["train_wall_s"]),
         fmt(b["train_wall_s"]), fmt(c["train_wall_s"]))
+    row("pace before the first kill (worker-steps/s) / load average at start, end",
+        *(f"{fmt(r['worker_steps_per_s_before_first_kill'], '.0f')} / "
+          f"{', '.join(fmt(x) for x in r['loadavg_start_end'])}" for r in (a, b, c)))
     row("kills (s after the first step: node)", "-",
         ", ".join(f"{f['kill_s']:.0f}: {f['node']}" for f in b["failures"]) or "-",
         ", ".join(f"{f['kill_s']:.0f}: {f['node']}" for f in c["failures"]) or "-")
@@ -574,8 +609,10 @@ def table(results):
         f"(mean {fmt(mean(b, 'wasted_worker_s_dedicated'))})",
         f"{per_failure(c, 'wasted_worker_s_dedicated')} "
         f"(mean {fmt(mean(c, 'wasted_worker_s_dedicated'))})")
-    row("training efficiency, shared cores (measured)", "1.00", fmt(b["efficiency_shared"], ".2f"),
-        fmt(c["efficiency_shared"], ".2f"))
+    row("training efficiency, shared cores, vs A's pace (measured)", "1.00",
+        fmt(b["efficiency_shared"], ".2f"), fmt(c["efficiency_shared"], ".2f"))
+    row("training efficiency, shared cores, vs the run's own pace before the first kill", "1.00",
+        fmt(b["efficiency_shared_own_pace"], ".2f"), fmt(c["efficiency_shared_own_pace"], ".2f"))
     row("training efficiency, one core per worker (modelled)", "1.00",
         fmt(b["efficiency_dedicated"], ".2f"), fmt(c["efficiency_dedicated"], ".2f"))
     return "\n".join(lines)
@@ -591,7 +628,8 @@ Definitions (times are when this script read the line from the hsgd-runs' stdout
 - killed node training again: B: rank 0's generation line that reports a joined node; C: the
   first step after the restart (every node trains again).
 - wasted worker-s, shared cores: 4 x (seconds from the kill until the killed node trains again)
-  minus A's seconds per worker-step x the useful worker-steps done in that window (each step
+  minus the run's own seconds per worker-step before its first kill x the useful worker-steps
+  done in that window (each step
   counts its world size; B subtracts the killed worker's local steps since its last averaging).
   The survivors use the absent node's core, so this counts only pauses and lost work.
 - wasted worker-s, one core per worker (model): B: 3 survivors x the pauses in rank 0's steps
@@ -599,8 +637,10 @@ Definitions (times are when this script read the line from the hsgd-runs' stdout
   its lost local steps x A's step time; C: 4 x the pauses + 4 x the recomputed steps x A's step.
   Both include the script's restart delay in the killed node's absence.
 - training efficiency: useful worker-steps (unique steps x their world size, less lost local
-  steps) over A's worker-steps in the same time; shared cores: in the measured wall time;
-  one core per worker: in (step lines incl. repeats x A's median step + the pauses)."""
+  steps) over the worker-steps an unfaulted run makes in the same time; shared cores: in the
+  measured wall time at A's pace, or at the run's own pace before its first kill (the other
+  jobs on the machine change the pace from run to run); one core per worker: in (step lines
+  incl. repeats x A's median step + the pauses)."""
 
 
 def plot(runs, results, path):
@@ -625,13 +665,22 @@ def plot(runs, results, path):
         w = 25
         smooth = [sum(ys[max(0, i - w + 1):i + 1]) / len(ys[max(0, i - w + 1):i + 1])
                   for i in range(len(ys))]
-        ax1.plot(xs, smooth, color=colors[name], label=labels[name], lw=1)
+        # no line across a pause of more than a second: the run made no step there
+        px, py = [], []
+        for i, (x, y) in enumerate(zip(xs, smooth)):
+            if i and x - xs[i - 1] > 1.0:
+                px.append(float("nan"))
+                py.append(float("nan"))
+            px.append(x)
+            py.append(y)
+        ax1.plot(px, py, color=colors[name], label=labels[name], lw=1)
         ex = [e[0] - t0 for e in run.epochs]
         ey = [e[3] for e in run.epochs]
         ax2.plot(ex, ey, "o-", color=colors[name], label=labels[name], ms=3)
         for i, k in enumerate(run.kills):
             for ax in (ax1, ax2):
-                ax.axvline(k["t"] - t0, color=colors[name], ls="--", lw=0.8,
+                ax.axvline(k["t"] - t0, color=colors[name], ls="--" if name == "B" else ":",
+                           lw=1,
                            label=f"{name}: kills" if (i == 0 and ax is ax1) else None)
     ax1.set_ylabel("train loss (rank 0, mean of 25 steps)")
     ax1.set_yscale("log")
@@ -731,7 +780,11 @@ def main():
            "mode": MODE, "results": results, "incidents": incidents,
            "events": {n: {"kills": r.kills, "generations": r.gens, "agent_generations":
                           r.agent_gens, "epochs": r.epochs, "other": r.other[:200],
-                          "t_first": r.t_first} for n, r in runs.items()}}
+                          "t_first": r.t_first,
+                          "step lines (every 20th, and 5 before and 10 after each kill): "
+                          "seconds since the first step, step, loss, generation, world, node":
+                          sampled_steps(r)}
+                      for n, r in runs.items()}}
     with open(os.path.join(out, "chaos_experiment.json"), "w") as f:
         json.dump(raw, f, indent=1, default=str)
     for inc in incidents:
