@@ -489,7 +489,10 @@ def analyse_failures(run, base, ws_s):
             f["wasted_worker_s_shared"] = NODES * (t_back - t_kill) - useful * ws_s
             # dedicated cores (modelled): survivors idle during the pauses, the killed node's
             # slot idle until it is back, lost or recomputed steps at A's step time
-            pause = pauses(run, t_kill, t_back, base["step_s"], dead)
+            # the pause ends at the survivors' first step after it (B: the step after the
+            # generation line)
+            t_resumed = t_kill + (f["kill_to_survivors_step_s"] or 0)
+            pause = pauses(run, t_kill, max(t_back, t_resumed), base["step_s"], dead)
             if run.elastic:
                 n_surv = f["survivors"]
                 f["pause_s"] = pause
