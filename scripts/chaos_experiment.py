@@ -706,7 +706,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--build", default="build", help="build directory (default build)")
     p.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
-    p.add_argument("--epochs", type=int, default=24)
+    p.add_argument("--epochs", type=int, default=40)
     p.add_argument("--train-subset", type=int, default=0, help="0: all 60000 examples")
     p.add_argument("--kills", type=int, default=3)
     p.add_argument("--kill-interval", type=float, nargs=2, default=[20.0, 40.0],
