@@ -34,13 +34,14 @@ wall-time figures (marked "shared cores") therefore only count the pauses and th
 the absent node's capacity; the "dedicated" figures model one core per worker: every step costs
 A's median step time, an absent worker's slot is idle, and the pauses are the measured ones.
 
-Writes under --out: chaos_experiment.json (raw numbers and every event), chaos_experiment.png
+Writes under --out: chaos_experiment.json (raw numbers, events, sampled step lines), the .png
 (train loss, smoothed, and test accuracy at epoch ends vs seconds since the first step, kills
 as vertical lines) and prints the table as Markdown. Logs of every process stay in --work.
-Run with Debian's /usr/bin/python3 (matplotlib); about 7-8 minutes on 2 cores with the defaults.
+Run with Debian's /usr/bin/python3 (matplotlib); about 6-7 minutes on 2 shared cores with the
+defaults (more when other jobs load the machine).
 
   scripts/chaos_experiment.py --build build
-  scripts/chaos_experiment.py --build build --quick       # smoke run, about 2 minutes
+  scripts/chaos_experiment.py --build build --quick       # smoke run, about 1.5 minutes
 """
 
 import argparse
