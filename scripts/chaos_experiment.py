@@ -606,8 +606,8 @@ def table(results):
         ", ".join(f"{fmt(f.get('join_state_bytes'), 'd')} / {fmt(f.get('join_agreement_ms'))}"
                   for f in b["failures"]) or "-", "-")
     row("wasted worker-s per failure, shared cores (measured)", "-",
-        f"{per_failure(b, 'wasted_worker_s_shared')} (mean {fmt(mean(b, 'wasted_worker_s_shared'))})",
-        f"{per_failure(c, 'wasted_worker_s_shared')} (mean {fmt(mean(c, 'wasted_worker_s_shared'))})")
+        *(f"{per_failure(r, 'wasted_worker_s_shared')} "
+          f"(mean {fmt(mean(r, 'wasted_worker_s_shared'))})" for r in (b, c)))
     row("wasted worker-s per failure, one core per worker (modelled)", "-",
         f"{per_failure(b, 'wasted_worker_s_dedicated')} "
         f"(mean {fmt(mean(b, 'wasted_worker_s_dedicated'))})",
@@ -728,7 +728,8 @@ def main():
     p.add_argument("--work", default=None, help="directory of the logs (default: a new one "
                    "under /tmp, kept)")
     p.add_argument("--quick", action="store_true", help="smoke run: 12000 examples, 16 epochs, "
-                   "1 kill after 4-6 s, restart delay 2 s, checkpoints every 40 steps; results under the work directory")
+                   "1 kill after 4-6 s, restart delay 2 s, checkpoints every 40 steps; results "
+                   "under the work directory")
     args = p.parse_args()
     if args.quick:
         args.train_subset, args.epochs, args.kills = 12000, 16, 1
