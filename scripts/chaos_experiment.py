@@ -1,0 +1,811 @@
+#!/usr/bin/python3
+"""What does a lost node cost? Elastic training against today's full restart, on loopback.
+
+Starts an hsgd-rendezvous and 4 nodes (one hsgd-run each, one worker per node) on this machine
+and trains the MLP example (apps/train_mlp) on Fashion-MNIST with local SGD (models averaged
+over the whole world every 8 steps), three times:
+
+  A  elastic (--nnodes 2:4), no fault: the baseline.
+  B  elastic (--nnodes 2:4), a kill schedule: kill -9 of one node's hsgd-run and its workers,
+     the first 20-40 s after the first step, then every 20-40 s (--kills of them, node chosen at
+     random with --seed); the same hsgd-run command is started again --restart-delay s later.
+  C  fixed-size (--nnodes 4) with --checkpoint-dir, the same kill schedule (same seed: the same
+     nodes at the same seconds after the first step): the survivors restart the whole job, which
+     resumes from the newest checkpoint once the killed node's hsgd-run is back.
+
+Why local SGD (--mode local-sgd --period 8): with one worker per node, `node` levels and a
+gradient allreduce inside the node are empty, so a hierarchy like 2:node,8:world degenerates;
+a fixed level like 4:2,16:world stops fitting when the job shrinks to 3 nodes (2 does not
+divide 3, the level is dropped with a warning), so the schedule would change with the churn.
+Averaging every 8 steps over `world` is the same schedule on 2, 3 or 4 nodes.
+
+Every step line of the generation's rank 0 ("[train_mlp] step N loss L (generation G, W ranks)",
+or "step N loss L" in a fixed-size job) is timestamped when this script reads it from the
+hsgd-runs' piped stdout (one reader thread per hsgd-run); every node writes its own --metrics-out
+file (one per incarnation, the only difference between the command of a node and its restart).
+Per failure it reports the time from the kill to the survivors' first step of the next
+generation (B) or after the restart (C), the steps thrown away, the time until the killed node
+trains again, and worker-seconds wasted; per run the final test accuracy and the training
+efficiency. Definitions are printed with the table and stored in the JSON.
+
+On a machine with fewer cores than workers, the survivors get the lost node's CPU: the
+worker-steps per second of the whole machine hardly depend on how many workers run. Measured
+wall-time figures (marked "shared cores") therefore only count the pauses and the lost work, not
+the absent node's capacity; the "dedicated" figures model one core per worker: every step costs
+A's median step time, an absent worker's slot is idle, and the pauses are the measured ones.
+
+Writes under --out: chaos_experiment.json (raw numbers, events, sampled step lines), the .png
+(train loss, smoothed, and test accuracy at epoch ends vs seconds since the first step, kills
+as vertical lines) and prints the table as Markdown. Logs of every process stay in --work.
+Run with Debian's /usr/bin/python3 (matplotlib); about 6-7 minutes on 2 shared cores with the
+defaults (more when other jobs load the machine).
+
+  scripts/chaos_experiment.py --build build
+  scripts/chaos_experiment.py --build build --quick       # smoke run, about 1.5 minutes
+"""
+
+import argparse
+import json
+import os
+import random
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NODES = 4
+PERIOD = 8  # local SGD: the whole world averages every PERIOD steps
+MODE = ["--mode", "local-sgd", "--period", str(PERIOD)]
+
+STEP_RE = re.compile(r"(?:\[train_mlp\] |\]\s+)step (\d+) loss (\S+)"
+                     r"(?: \(generation (\d+), (\d+) ranks\))?")
+GEN_RE = re.compile(r"train_mlp: generation (\d+): (.*)")
+EPOCH_RE = re.compile(r"\]\s+(\d+)\s+(\d+)\s+([0-9.]+)\s+([0-9.]+)%\s+([0-9.]+)\s+([0-9.]+)%")
+FINAL_RE = re.compile(r"final test accuracy: ([0-9.]+)%")
+AGENT_GEN_RE = re.compile(r"hsgd-run: generation (\d+): (.*)")
+
+
+def parent_map():
+    """pid -> parent pid of every process (from /proc)."""
+    out = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # the command name is in parentheses and may hold spaces
+        out[int(entry)] = int(stat[stat.rfind(")") + 2:].split()[1])
+    return out
+
+
+def children_of(pid, parents=None):
+    """Pids whose parent is pid (empty when pid is gone)."""
+    parents = parent_map() if parents is None else parents
+    return [c for c, p in parents.items() if p == pid]
+
+
+def kill_pid(pid):
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+class Proc:
+    """One child process; its stdout+stderr go to a log and, line by line, to on_line."""
+
+    def __init__(self, label, argv, log_path, on_line):
+        self.label = label
+        self.argv = argv
+        self.log_path = log_path
+        self.log = open(log_path, "w")
+        self.popen = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      stdin=subprocess.DEVNULL, text=True, bufsize=1)
+        self.pid = self.popen.pid
+        self.workers = set()  # every child pid seen, killed at the end if still there
+        self.thread = threading.Thread(target=self._read, args=(on_line,), daemon=True)
+        self.thread.start()
+
+    def _read(self, on_line):
+        for line in self.popen.stdout:
+            t = time.monotonic()
+            self.log.write(f"{t:.3f} {line}")
+            self.log.flush()
+            on_line(t, self, line.rstrip("\n"))
+        self.log.close()
+
+    def poll_workers(self, parents=None):
+        if self.popen.poll() is None:
+            self.workers.update(children_of(self.pid, parents))
+
+    def kill_all(self):
+        """kill -9 of this process and its workers, as a node that dies."""
+        self.poll_workers()
+        victims = [self.pid] + children_of(self.pid)
+        for pid in victims:
+            kill_pid(pid)
+        return victims
+
+    def stop(self, timeout=10):
+        self.poll_workers()
+        if self.popen.poll() is None:
+            kill_pid(self.pid)
+        for pid in sorted(self.workers):
+            if is_our_worker(pid):
+                kill_pid(pid)
+        try:
+            self.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pass
+        self.thread.join(timeout=timeout)
+
+
+def is_our_worker(pid):
+    """pid still runs one of the programs we start (not a reused pid)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmd = f.read()
+    except OSError:
+        return False
+    return b"train_mlp" in cmd or b"hsgd-run" in cmd
+
+
+class Stalled(RuntimeError):
+    """A run made no progress within its bound; its logs are kept."""
+
+
+class Run:
+    """One job (A, B or C): its processes, the events read from them, the kills."""
+
+    def __init__(self, name, args, work, elastic, kills, attempt=0):
+        self.name = name
+        self.args = args
+        self.dir = os.path.join(work, name if attempt == 0 else f"{name}.retry{attempt}")
+        os.makedirs(self.dir, exist_ok=True)
+        self.elastic = elastic
+        self.kill_plan = kills  # [(seconds after the first step, node)]
+        self.lock = threading.Lock()
+        self.steps = []  # (t, step, loss, generation, world, node label)
+        self.gens = []  # (t, generation, text)
+        self.agent_gens = []  # (t, node label, generation, text)
+        self.epochs = []  # (t, epoch, steps, test accuracy)
+        self.final_acc = None
+        self.other = []  # (t, label, line) of restarts, resumes, errors
+        self.kills = []  # dicts
+        self.procs = []
+        self.nodes = [None] * NODES  # current Proc per node slot
+        self.incarnation = [0] * NODES
+        self.t_first = None
+        self.rdzv = None
+
+    def on_line(self, t, proc, line):
+        if line.startswith(" "):
+            # hsgd-run's report of a failed rank quotes its last lines, indented: not new output
+            with self.lock:
+                self.other.append((t, proc.label, line))
+            return
+        with self.lock:
+            m = STEP_RE.search(line)
+            if m:
+                gen = int(m.group(3)) if m.group(3) else None
+                world = int(m.group(4)) if m.group(4) else NODES
+                self.steps.append((t, int(m.group(1)), float(m.group(2)), gen, world,
+                                   proc.label))
+                if self.t_first is None:
+                    self.t_first = t
+                return
+            m = GEN_RE.search(line)
+            if m:
+                self.gens.append((t, int(m.group(1)), m.group(2)))
+                return
+            m = AGENT_GEN_RE.search(line)
+            if m:
+                self.agent_gens.append((t, proc.label, int(m.group(1)), m.group(2)))
+                return
+            m = EPOCH_RE.search(line)
+            if m:
+                self.epochs.append((t, int(m.group(1)), int(m.group(2)), float(m.group(6))))
+                return
+            m = FINAL_RE.search(line)
+            if m:
+                self.final_acc = float(m.group(1))
+                return
+            if re.search(r"resum|restart|attempt|error|Error|FAIL|fail|lost", line):
+                self.other.append((t, proc.label, line))
+
+    def start_rendezvous(self):
+        log = os.path.join(self.dir, "rdzv.log")
+        self.rdzv = Proc("rdzv", [self.args.rdzv_bin, "--host", "127.0.0.1", "--port", "0"],
+                         log, lambda *_: None)
+        self.procs.append(self.rdzv)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            with open(log) as f:
+                m = re.search(r"^\S+ listening on (\S+)", f.read(), re.M)
+            if m:
+                return m.group(1)
+            time.sleep(0.1)
+        raise RuntimeError(f"hsgd-rendezvous did not start: see {log}")
+
+    def node_argv(self, endpoint, slot):
+        a = self.args
+        nnodes = f"2:{NODES}" if self.elastic else str(NODES)
+        metrics = os.path.join(self.dir, f"metrics.node{slot}.{self.incarnation[slot]}.jsonl")
+        argv = [a.run_bin, "--nnodes", nnodes, "--nproc-per-node", "1", "--rdzv-endpoint",
+                endpoint, "--rdzv-id", f"chaos-{self.name}", "--heartbeat-timeout", "3",
+                "--rdzv-last-call", "1", "--max-restarts", str(a.max_restarts), "--",
+                a.mlp_bin, "--data-dir", a.data_dir, "--epochs", str(a.epochs), "--log-every",
+                "1", "--seed", str(a.seed), "--metrics-out", metrics] + MODE
+        if a.train_subset:
+            argv += ["--train-subset", str(a.train_subset)]
+        if not self.elastic:
+            argv += ["--checkpoint-dir", os.path.join(self.dir, "checkpoints"),
+                     "--checkpoint-every", str(a.checkpoint_every)]
+        return argv
+
+    def start_node(self, endpoint, slot):
+        label = f"node{slot}.{self.incarnation[slot]}"
+        proc = Proc(label, self.node_argv(endpoint, slot),
+                    os.path.join(self.dir, f"{label}.log"), self.on_line)
+        self.procs.append(proc)
+        self.nodes[slot] = proc
+        return proc
+
+    def execute(self):
+        """Runs the job and its kill schedule; returns when every node's hsgd-run exited."""
+        a = self.args
+        self.loadavg = [read_loadavg()]
+        endpoint = self.start_rendezvous()
+        for slot in range(NODES):
+            self.start_node(endpoint, slot)
+        t_start = time.monotonic()
+        plan = list(self.kill_plan)
+        pending_restarts = []  # (time, slot)
+        last_scan = 0.0
+        while True:
+            now = time.monotonic()
+            if now - last_scan > 0.5:
+                parents = parent_map()
+                for p in self.procs:
+                    p.poll_workers(parents)
+                last_scan = now
+            if now - t_start > a.run_timeout:
+                raise Stalled(f"run {self.name}: not finished after {a.run_timeout} s "
+                              f"(logs in {self.dir})")
+            with self.lock:
+                t_first = self.t_first
+                t_last = self.steps[-1][0] if self.steps else t_start
+                max_step = max((s[1] for s in self.steps), default=0)
+                gen_now = max((s[3] for s in self.steps if s[3] is not None), default=None)
+                world = self.steps[-1][4] if self.steps else NODES
+            if now - t_last > a.stall_timeout:
+                raise Stalled(f"run {self.name}: no step line for {now - t_last:.0f} s after "
+                              f"step {max_step} (logs in {self.dir})")
+            if plan and t_first is not None and now >= t_first + plan[0][0]:
+                _, slot = plan.pop(0)
+                proc = self.nodes[slot]
+                if proc.popen.poll() is None:
+                    victims = proc.kill_all()
+                    self.kills.append({"t": now, "slot": slot, "label": proc.label,
+                                       "pids": victims, "step_at_kill": max_step,
+                                       "generation_at_kill": gen_now, "world_at_kill": world})
+                    print(f"  [{self.name}] {now - t_first:6.1f} s: kill -9 {proc.label} "
+                          f"(pids {victims}) at step {max_step}", flush=True)
+                    try:
+                        proc.popen.wait(timeout=10)
+                    except subprocess.TimeoutExpired:
+                        pass
+                    self.incarnation[slot] += 1
+                    pending_restarts.append((now + a.restart_delay, slot))
+                else:
+                    print(f"  [{self.name}] kill of node {slot} skipped: its hsgd-run has "
+                          f"exited", flush=True)
+            for item in list(pending_restarts):
+                if now >= item[0]:
+                    pending_restarts.remove(item)
+                    p = self.start_node(endpoint, item[1])
+                    with self.lock:
+                        self.other.append((now, p.label, "restarted by chaos_experiment"))
+                    print(f"  [{self.name}] {now - t_first:6.1f} s: started {p.label}",
+                          flush=True)
+            running = [p for p in self.nodes if p.popen.poll() is None]
+            if not running and not pending_restarts:
+                break
+            time.sleep(0.05)
+        for p in self.nodes:
+            p.thread.join(timeout=10)
+        self.loadavg.append(read_loadavg())
+        self.exit_codes = {p.label: p.popen.returncode for p in self.procs if p is not self.rdzv}
+
+    def stop_all(self):
+        for p in self.procs:
+            p.stop()
+
+
+def read_loadavg():
+    """The 1-minute load average of the machine (other jobs share its cores)."""
+    with open("/proc/loadavg") as f:
+        return float(f.read().split()[0])
+
+
+def tail_lines(run, n=6):
+    """The last warnings of every node of a run, for the report of a stall."""
+    out = []
+    for p in run.procs:
+        try:
+            with open(p.log_path) as f:
+                lines = [l.rstrip() for l in f if "warning" in l or "error" in l]
+        except OSError:
+            continue
+        out += [f"{p.label}: {l[:400]}" for l in lines[-n:]]
+    return out
+
+
+def sampled_steps(run):
+    """Rank 0's step lines as strings, thinned for the JSON."""
+    keep = set(range(0, len(run.steps), 20))
+    for k in run.kills:
+        i = next((j for j, s in enumerate(run.steps) if s[0] > k["t"]), len(run.steps))
+        keep.update(range(max(0, i - 5), min(len(run.steps), i + 10)))
+    return [f"{s[0] - run.t_first:.3f} {s[1]} {s[2]} {s[3]} {s[4]} {s[5]}"
+            for j, s in enumerate(run.steps) if j in keep]
+
+
+def plan_kills(args):
+    rng = random.Random(args.seed)
+    plan, t = [], 0.0
+    for _ in range(args.kills):
+        t += rng.uniform(*args.kill_interval)
+        plan.append((round(t, 1), rng.randrange(NODES)))
+    return plan
+
+
+# ---- analysis ----
+
+def step_facts(run):
+    """Unique steps in order of first appearance and the repeats (a step number seen again)."""
+    seen, repeats, executed = {}, [], 0
+    for s in run.steps:
+        executed += 1
+        if s[1] in seen:
+            repeats.append(s)
+        else:
+            seen[s[1]] = s
+    return seen, repeats, executed
+
+
+def median_gap(run):
+    ts = [s[0] for s in run.steps]
+    gaps = [b - a for a, b in zip(ts, ts[1:]) if b > a]
+    return statistics.median(gaps) if gaps else float("nan")
+
+
+def pauses(run, t0, t1, normal, dead):
+    """Seconds of rank 0's step-line gaps in [t0, t1] beyond 5x the normal step time; the dead
+    node's lines count at the kill (t0)."""
+    ts = sorted(min(s[0], t0) if s[5] == dead else s[0] for s in run.steps)
+    total = 0.0
+    prev = max([t for t in ts if t <= t0], default=t0)
+    for t in ts:
+        if t <= t0:
+            continue
+        if t > t1:
+            break
+        gap = t - prev
+        if gap > 5 * normal:
+            total += gap - normal
+        prev = t
+    return total
+
+
+def analyse_failures(run, base, ws_s):
+    """One dict per kill; base is the analysis of the unfaulted run A, ws_s the run's own
+    seconds per worker-step before its first kill."""
+    t_step = base["step_s"]  # A's median seconds per step (4 workers)
+    out = []
+    kills = run.kills
+    for i, k in enumerate(kills):
+        t_kill = k["t"]
+        t_next_kill = kills[i + 1]["t"] if i + 1 < len(kills) else float("inf")
+        # Lines of the killed node read after the kill were written before it (the pipe): they
+        # count as before the kill.
+        dead = k["label"]
+        after = [s for s in run.steps if t_kill < s[0] < t_next_kill and s[5] != dead]
+        at_kill = max((s[1] for s in run.steps if s[0] <= t_kill or s[5] == dead), default=0)
+        k["step_at_kill"] = at_kill
+        f = {"kill_s": t_kill - run.t_first, "node": dead, "step_at_kill": at_kill}
+        first = after[0] if after else None
+        f["kill_to_first_step_line_s"] = first[0] - t_kill if first else None
+        if run.elastic:
+            g0 = k["generation_at_kill"]
+            lost = next((g for g in run.gens if g[0] > t_kill and "lost node" in g[2]), None)
+            newgen = next((s for s in after if s[3] is not None and s[3] > g0), None)
+            join = next((g for g in run.gens if g[0] > t_kill and g[0] < t_next_kill
+                         and "joined node" in g[2]), None)
+            old = [s for s in after if newgen is None or s[0] < newgen[0]]
+            f["kill_to_lost_generation_s"] = lost[0] - t_kill if lost else None
+            f["kill_to_survivors_step_s"] = newgen[0] - t_kill if newgen else None
+            f["survivors_steps_before_new_generation"] = len(old)
+            f["kill_to_node_back_s"] = join[0] - t_kill if join else None
+            f["join_generation"] = join[1] if join else None
+            f["join_text"] = join[2] if join else None
+            f["lost_text"] = lost[2] if lost else None
+            m = re.search(r"\((\d+) bytes\)", join[2]) if join else None
+            f["join_state_bytes"] = int(m.group(1)) if m else None
+            m = re.search(r"agreement ([0-9.]+) ms", join[2]) if join else None
+            f["join_agreement_ms"] = float(m.group(1)) if m else None
+            # rank 0's repeats in the window: the elastic contract says none
+            window_steps = [s[1] for s in after]
+            before = {s[1] for s in run.steps if s[0] <= t_kill or s[5] == dead}
+            # steps that no rank 0 printed: the survivors' local steps after the loss of the
+            # node that ran rank 0, up to the averaging that failed
+            f["rank0_unprinted_steps"] = (newgen[1] - at_kill - 1 - len(old)) if newgen else None
+            f["survivors"] = (old[0][4] if old else k["world_at_kill"]) - 1
+            f["rank0_repeated_steps"] = sum(1 for s in window_steps if s in before) + (
+                len(window_steps) - len(set(window_steps)))
+            # the killed worker's local steps since its last world averaging (steps 1, 9, 17,
+            # ...: the averager counts its calls from 0); it was at about rank 0's step
+            f["killed_worker_local_steps_lost"] = (k["step_at_kill"] - 1) % PERIOD
+            f["steps_thrown_away"] = f["rank0_repeated_steps"]
+            t_back = join[0] if join else None
+            resume_step = None
+        else:
+            # the first repeated step number after the kill is the resumed one + 1
+            prev_max = k["step_at_kill"]
+            hi = prev_max
+            resume = None
+            for s in after:
+                if s[1] <= hi:
+                    resume = s
+                    break
+                hi = s[1]
+            f["steps_after_kill_before_restart"] = hi - prev_max
+            f["resumed_from_step"] = resume[1] - 1 if resume else None
+            f["kill_to_survivors_step_s"] = resume[0] - t_kill if resume else None
+            f["kill_to_node_back_s"] = f["kill_to_survivors_step_s"]
+            f["steps_thrown_away"] = prev_max - (resume[1] - 1) if resume else None
+            f["steps_recomputed"] = hi - (resume[1] - 1) if resume else None
+            recovered = next((s for s in after if resume and s[0] >= resume[0] and s[1] > hi),
+                             None)
+            f["kill_to_progress_recovered_s"] = recovered[0] - t_kill if recovered else None
+            t_back = resume[0] if resume else None
+        # Worker-seconds wasted, two ways.
+        # shared cores (measured): the 4 worker slots' seconds from the kill until the node is
+        # back, minus what A needed for the useful worker-steps done in that window.
+        if t_back is not None:
+            win = [s for s in after if s[0] <= t_back]
+            if run.elastic:
+                useful = (sum(s[4] for s in win) - f["killed_worker_local_steps_lost"]
+                          + (f["rank0_unprinted_steps"] or 0) * f["survivors"])
+            else:
+                useful = 0  # steps before the resume are lost, the resume itself is a repeat
+            f["wasted_worker_s_shared"] = NODES * (t_back - t_kill) - useful * ws_s
+            # dedicated cores (modelled): survivors idle during the pauses, the killed node's
+            # slot idle until it is back, lost or recomputed steps at A's step time
+            # the pause ends at the survivors' first step after it (B: the step after the
+            # generation line)
+            t_resumed = t_kill + (f["kill_to_survivors_step_s"] or 0)
+            pause = pauses(run, t_kill, max(t_back, t_resumed), base["step_s"], dead)
+            if run.elastic:
+                n_surv = f["survivors"]
+                f["pause_s"] = pause
+                f["wasted_worker_s_dedicated"] = (
+                    n_surv * pause + (t_back - t_kill)
+                    + f["killed_worker_local_steps_lost"] * t_step)
+            else:
+                f["pause_s"] = pause
+                f["wasted_worker_s_dedicated"] = (NODES * pause
+                                                  + NODES * f["steps_recomputed"] * t_step)
+        out.append(f)
+    return out
+
+
+def analyse(run, base=None):
+    seen, repeats, executed = step_facts(run)
+    t_last = run.steps[-1][0] if run.steps else run.t_first
+    wall = t_last - run.t_first if run.steps else None
+    r = {"name": run.name, "elastic": run.elastic, "final_test_accuracy": run.final_acc,
+         "steps": max(seen) if seen else 0, "step_lines": executed, "repeated_step_lines":
+         len(repeats), "train_wall_s": wall, "step_s": median_gap(run),
+         "generations": len({g[1] for g in run.gens}), "exit_codes": run.exit_codes,
+         "kill_plan": run.kill_plan, "loadavg_start_end": run.loadavg}
+    # useful worker-steps: every unique step times the world that ran it
+    useful = sum(s[4] for s in seen.values())
+    r["worker_steps"] = useful
+    # the run's own pace before its first fault: the machine's other jobs change it from run
+    # to run
+    t_end = run.kills[0]["t"] if run.kills else t_last
+    before = [s for s in seen.values() if s[0] <= t_end]
+    r["worker_steps_per_s_before_first_kill"] = (
+        sum(s[4] for s in before) / (t_end - run.t_first) if t_end > run.t_first else None)
+    if base is None:
+        r["worker_step_s"] = wall / useful if useful else None  # A: seconds per worker-step
+        r["failures"] = []
+        r["efficiency_shared"] = 1.0
+        r["efficiency_shared_own_pace"] = 1.0
+        r["efficiency_dedicated"] = 1.0
+        return r
+    own_ws_s = 1.0 / r["worker_steps_per_s_before_first_kill"]
+    failures = analyse_failures(run, base, own_ws_s)
+    r["failures"] = failures
+    lost_local = sum(f.get("killed_worker_local_steps_lost", 0) for f in failures)
+    unprinted = [(f.get("rank0_unprinted_steps") or 0, f.get("survivors", 0)) for f in failures]
+    useful += sum(n * w for n, w in unprinted) - lost_local
+    executed += sum(n for n, _ in unprinted)
+    r["rank0_unprinted_steps"] = sum(n for n, _ in unprinted)
+    r["useful_worker_steps"] = useful
+    # shared cores: useful worker-steps over what A does in the same wall time
+    r["efficiency_shared"] = useful / (wall / base["worker_step_s"]) if wall else None
+    r["efficiency_shared_own_pace"] = useful / (wall / own_ws_s) if wall else None
+    # dedicated cores: every executed step at A's step time, plus the measured pauses; every
+    # slot counts as capacity, an absent node's too
+    t_ded = executed * base["step_s"] + sum(f.get("pause_s", 0) for f in failures)
+    r["dedicated_wall_s"] = t_ded
+    r["efficiency_dedicated"] = useful / (NODES * t_ded / base["step_s"])
+    return r
+
+
+def fmt(v, spec=".1f"):
+    if v is None:
+        return "-"
+    if isinstance(v, float) and v != v:
+        return "nan"
+    return format(v, spec)
+
+
+def table(results):
+    a, b, c = results["A"], results["B"], results["C"]
+    lines = ["| | A: elastic, no fault | B: elastic, kills | C: fixed size + checkpoints, kills |",
+             "|---|---|---|---|"]
+
+    def row(name, fa, fb, fc):
+        lines.append(f"| {name} | {fa} | {fb} | {fc} |")
+
+    def per_failure(r, key, spec=".1f"):
+        vals = [f.get(key) for f in r["failures"]]
+        return ", ".join(fmt(v, spec) for v in vals) if vals else "-"
+
+    def mean(r, key):
+        vals = [f.get(key) for f in r["failures"] if f.get(key) is not None]
+        return sum(vals) / len(vals) if vals else None
+
+    row("final test accuracy (%)", fmt(a["final_test_accuracy"], ".2f"),
+        fmt(b["final_test_accuracy"], ".2f"), fmt(c["final_test_accuracy"], ".2f"))
+    row("steps (rank 0) / step lines incl. repeats", f"{a['steps']} / {a['step_lines']}",
+        f"{b['steps']} / {b['step_lines']}", f"{c['steps']} / {c['step_lines']}")
+    row("training wall time, first to last step (s)", fmt(a["train_wall_s"]),
+        fmt(b["train_wall_s"]), fmt(c["train_wall_s"]))
+    row("pace before the first kill (worker-steps/s) / load average at start, end",
+        *(f"{fmt(r['worker_steps_per_s_before_first_kill'], '.0f')} / "
+          f"{', '.join(fmt(x) for x in r['loadavg_start_end'])}" for r in (a, b, c)))
+    row("kills (s after the first step: node)", "-",
+        ", ".join(f"{f['kill_s']:.0f}: {f['node']}" for f in b["failures"]) or "-",
+        ", ".join(f"{f['kill_s']:.0f}: {f['node']}" for f in c["failures"]) or "-")
+    row("kill -> survivors' first step of the next generation / after the restart (s)", "-",
+        per_failure(b, "kill_to_survivors_step_s"), per_failure(c, "kill_to_survivors_step_s"))
+    row("kill -> rank 0's first step line, any (s)", "-",
+        per_failure(b, "kill_to_first_step_line_s"), per_failure(c, "kill_to_first_step_line_s"))
+    row("steps thrown away (B: rank 0's repeats; C: step at the kill - step resumed from)", "-",
+        per_failure(b, "steps_thrown_away", "d"), per_failure(c, "steps_thrown_away", "d"))
+    row("steps done by the survivors that no rank 0 printed (B)", "-",
+        per_failure(b, "rank0_unprinted_steps", "d"), "-")
+    row("killed worker's local steps lost (B) / steps recomputed incl. those after the kill (C)",
+        "-", per_failure(b, "killed_worker_local_steps_lost", "d"),
+        per_failure(c, "steps_recomputed", "d"))
+    row("kill -> killed node training again (s)", "-", per_failure(b, "kill_to_node_back_s"),
+        per_failure(c, "kill_to_node_back_s"))
+    row("state sent to the joiner (bytes) / agreement (ms)", "-",
+        ", ".join(f"{fmt(f.get('join_state_bytes'), 'd')} / {fmt(f.get('join_agreement_ms'))}"
+                  for f in b["failures"]) or "-", "-")
+    row("wasted worker-s per failure, shared cores (measured)", "-",
+        *(f"{per_failure(r, 'wasted_worker_s_shared')} "
+          f"(mean {fmt(mean(r, 'wasted_worker_s_shared'))})" for r in (b, c)))
+    row("wasted worker-s per failure, one core per worker (modelled)", "-",
+        f"{per_failure(b, 'wasted_worker_s_dedicated')} "
+        f"(mean {fmt(mean(b, 'wasted_worker_s_dedicated'))})",
+        f"{per_failure(c, 'wasted_worker_s_dedicated')} "
+        f"(mean {fmt(mean(c, 'wasted_worker_s_dedicated'))})")
+    row("training efficiency, shared cores, vs A's pace (measured)", "1.00",
+        fmt(b["efficiency_shared"], ".2f"), fmt(c["efficiency_shared"], ".2f"))
+    row("training efficiency, shared cores, vs the run's own pace before the first kill", "1.00",
+        fmt(b["efficiency_shared_own_pace"], ".2f"), fmt(c["efficiency_shared_own_pace"], ".2f"))
+    row("training efficiency, one core per worker (modelled)", "1.00",
+        fmt(b["efficiency_dedicated"], ".2f"), fmt(c["efficiency_dedicated"], ".2f"))
+    return "\n".join(lines)
+
+
+DEFINITIONS = """\
+Definitions (times are when this script read the line from the hsgd-runs' stdout):
+- survivors' step: B: rank 0's first step line of a generation newer than the one at the kill;
+  C: rank 0's first step line after the restart (a step number seen before).
+- steps thrown away: B: step numbers rank 0 prints again (the elastic contract: 0); C: the
+  highest step at the kill minus the checkpoint step resumed from. C also recomputes the steps
+  the survivors made between the kill and the restart ("recomputed").
+- killed node training again: B: rank 0's generation line that reports a joined node; C: the
+  first step after the restart (every node trains again).
+- wasted worker-s, shared cores: 4 x (seconds from the kill until the killed node trains again)
+  minus the run's own seconds per worker-step before its first kill x the useful worker-steps
+  done in that window (each step
+  counts its world size; B subtracts the killed worker's local steps since its last averaging).
+  The survivors use the absent node's core, so this counts only pauses and lost work.
+- wasted worker-s, one core per worker (model): B: 3 survivors x the pauses in rank 0's steps
+  (gaps > 5x A's median step, less one step) + the killed slot from the kill until it joins +
+  its lost local steps x A's step time; C: 4 x the pauses + 4 x the recomputed steps x A's step.
+  Both include the script's restart delay in the killed node's absence.
+- training efficiency: useful worker-steps (unique steps x their world size, less lost local
+  steps) over the worker-steps an unfaulted run makes in the same time; shared cores: in the
+  measured wall time at A's pace, or at the run's own pace before its first kill (the other
+  jobs on the machine change the pace from run to run); one core per worker: in (step lines
+  incl. repeats x A's median step + the pauses)."""
+
+
+def plot(runs, results, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("plot skipped: matplotlib is missing (run with /usr/bin/python3; Debian's "
+              "python3-matplotlib)", file=sys.stderr)
+        return False
+    colors = {"A": "tab:blue", "B": "tab:orange", "C": "tab:red"}
+    labels = {"A": "A: elastic, no fault", "B": "B: elastic, kill -9 of a node",
+              "C": "C: fixed size, full restart from checkpoints"}
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 8), sharex=True)
+    for name, run in runs.items():
+        if not run.steps:
+            continue
+        t0 = run.t_first
+        xs = [s[0] - t0 for s in run.steps]
+        ys = [s[2] for s in run.steps]
+        w = 25
+        smooth = [sum(ys[max(0, i - w + 1):i + 1]) / len(ys[max(0, i - w + 1):i + 1])
+                  for i in range(len(ys))]
+        # no line across a pause of more than a second: the run made no step there
+        px, py = [], []
+        for i, (x, y) in enumerate(zip(xs, smooth)):
+            if i and x - xs[i - 1] > 1.0:
+                px.append(float("nan"))
+                py.append(float("nan"))
+            px.append(x)
+            py.append(y)
+        ax1.plot(px, py, color=colors[name], label=labels[name], lw=1)
+        ex = [e[0] - t0 for e in run.epochs]
+        ey = [e[3] for e in run.epochs]
+        ax2.plot(ex, ey, "o-", color=colors[name], label=labels[name], ms=3)
+        for i, k in enumerate(run.kills):
+            for ax in (ax1, ax2):
+                ax.axvline(k["t"] - t0, color=colors[name], ls="--" if name == "B" else ":",
+                           lw=1,
+                           label=f"{name}: kills" if (i == 0 and ax is ax1) else None)
+    ax1.set_ylabel("train loss (rank 0, mean of 25 steps)")
+    ax1.set_yscale("log")
+    ax1.legend(fontsize=8)
+    ax1.grid(alpha=0.3)
+    ax2.set_ylabel("test accuracy at epoch ends (%)")
+    ax2.set_xlabel("seconds since the run's first step")
+    lo = min((e[3] for r in runs.values() for e in r.epochs), default=0)
+    ax2.set_ylim(max(lo - 1, 0), None)
+    ax2.grid(alpha=0.3)
+    ax2.legend(fontsize=8)
+    fig.suptitle("Chaos experiment: 4 nodes x 1 worker on loopback, MLP on Fashion-MNIST, "
+                 f"local SGD period {PERIOD}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return True
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--build", default="build", help="build directory (default build)")
+    p.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
+    p.add_argument("--epochs", type=int, default=40)
+    p.add_argument("--train-subset", type=int, default=0, help="0: all 60000 examples")
+    p.add_argument("--kills", type=int, default=3)
+    p.add_argument("--kill-interval", type=float, nargs=2, default=[20.0, 40.0],
+                   metavar=("MIN", "MAX"), help="seconds between kills (the first after the "
+                   "first step), uniform")
+    p.add_argument("--restart-delay", type=float, default=5.0)
+    p.add_argument("--max-restarts", type=int, default=5)
+    p.add_argument("--checkpoint-every", type=int, default=100, help="run C: steps between "
+                   "checkpoints")
+    p.add_argument("--seed", type=int, default=1, help="kill schedule and training seed")
+    p.add_argument("--runs", default="A,B,C", help="subset of A,B,C to run (A is needed)")
+    p.add_argument("--run-timeout", type=float, default=600.0, help="seconds per run")
+    p.add_argument("--stall-timeout", type=float, default=60.0, help="a run without a step "
+                   "line for this long (from its start or its last step) is stopped, reported "
+                   "and tried again")
+    p.add_argument("--attempts", type=int, default=2, help="tries of a run that stalls")
+    p.add_argument("--out", default=os.path.join(ROOT, "docs", "results"))
+    p.add_argument("--work", default=None, help="directory of the logs (default: a new one "
+                   "under /tmp, kept)")
+    p.add_argument("--quick", action="store_true", help="smoke run: 12000 examples, 16 epochs, "
+                   "1 kill after 4-6 s, restart delay 2 s, checkpoints every 40 steps; results "
+                   "under the work directory")
+    args = p.parse_args()
+    if args.quick:
+        args.train_subset, args.epochs, args.kills = 12000, 16, 1
+        args.kill_interval, args.restart_delay, args.checkpoint_every = [4.0, 6.0], 2.0, 40
+        args.run_timeout, args.stall_timeout = 180.0, 40.0
+    build = os.path.abspath(args.build)
+    args.run_bin = os.path.join(build, "apps", "hsgd-run", "hsgd-run")
+    args.rdzv_bin = os.path.join(build, "apps", "hsgd-rendezvous", "hsgd-rendezvous")
+    args.mlp_bin = os.path.join(build, "apps", "train_mlp", "train_mlp")
+    for b in (args.run_bin, args.rdzv_bin, args.mlp_bin):
+        if not os.access(b, os.X_OK):
+            sys.exit(f"chaos_experiment: {b} is missing; build it or pass --build")
+    work = args.work or tempfile.mkdtemp(prefix="hsgd-chaos.")
+    os.makedirs(work, exist_ok=True)
+    out = os.path.join(work, "results") if args.quick else args.out
+    os.makedirs(out, exist_ok=True)
+    print(f"chaos_experiment: logs in {work}", flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+
+    plan = plan_kills(args)
+    runs, results, incidents = {}, {}, []
+    started = time.monotonic()
+    for name in args.runs.split(","):
+        elastic = name in ("A", "B")
+        kills = [] if name == "A" else plan
+        for attempt in range(args.attempts):
+            run = Run(name, args, work, elastic, kills, attempt)
+            runs[name] = run
+            print(f"run {name}: {'elastic 2:4' if elastic else 'fixed size 4'}, kills {kills}"
+                  f", logs in {run.dir}", flush=True)
+            t = time.monotonic()
+            try:
+                run.execute()
+                break
+            except Stalled as e:
+                # A hang is a result: it is reported and kept, and the run is tried again.
+                print(f"run {name}: STALLED: {e}", flush=True)
+                incidents.append({"run": name, "attempt": attempt, "error": str(e),
+                                  "logs": run.dir, "generations_seen": len(run.agent_gens),
+                                  "last_lines": tail_lines(run)})
+            finally:
+                run.stop_all()
+        else:
+            sys.exit(f"chaos_experiment: run {name} stalled {args.attempts} times; logs in "
+                     f"{work}")
+        print(f"run {name}: {time.monotonic() - t:.0f} s, exit codes {run.exit_codes}, final "
+              f"accuracy {run.final_acc}", flush=True)
+        results[name] = analyse(run, results.get("A"))
+    total = time.monotonic() - started
+
+    raw = {"date": time.strftime("%Y-%m-%d"), "command": " ".join(sys.argv), "work": work,
+           "seconds": total, "settings": {k: v for k, v in vars(args).items()},
+           "mode": MODE, "results": results, "incidents": incidents,
+           "events": {n: {"kills": r.kills, "generations": r.gens, "agent_generations":
+                          r.agent_gens, "epochs": r.epochs, "other": r.other[:200],
+                          "t_first": r.t_first,
+                          "step lines (every 20th, and 5 before and 10 after each kill): "
+                          "seconds since the first step, step, loss, generation, world, node":
+                          sampled_steps(r)}
+                      for n, r in runs.items()}}
+    with open(os.path.join(out, "chaos_experiment.json"), "w") as f:
+        json.dump(raw, f, indent=1, default=str)
+    for inc in incidents:
+        print(f"\nINCIDENT: run {inc['run']} attempt {inc['attempt']}: {inc['error']}; "
+              f"{inc['generations_seen']} hsgd-run generation lines; last warnings:")
+        for line in inc["last_lines"][-8:]:
+            print(f"  {line}")
+    if all(n in results for n in "ABC"):
+        print()
+        print(table(results))
+        print()
+        print(DEFINITIONS)
+    drew = plot(runs, results, os.path.join(out, "chaos_experiment.png"))
+    print(f"\nwrote {out}/chaos_experiment.json" + (" and .png" if drew else "") +
+          f"; {total:.0f} s in all; logs in {work}")
+
+
+if __name__ == "__main__":
+    main()
