@@ -76,6 +76,9 @@ std::string configuration(const TrainingFlags& flags, const ParallelFlags& paral
                  ", batch ", flags.batch_size, ", schedule ", flags.schedule);
 }
 
+// Set (by rank 0) once a generation agreed on a state: from then on a joiner has none.
+const std::string kTrainingStartedKey = comm::elastic::kElasticPrefix + "training-started";
+
 // Why the loop leaves a generation.
 enum class Leave { kFinished, kFailed, kJoin };
 
@@ -231,7 +234,11 @@ class ElasticTrainer {
   void enter_generation(bool after_failure) {
     comm::ProcessGroup& world = *world_;
     const int64_t g = elastic_.generation().number;
-    if (g == 0 && !replica_.has_state) replica_.has_state = true;  // the job's first members
+    // Until some generation agreed on a state, the job has not trained: every member's initial
+    // model (built from the same seed) is the state, whichever generation it first enters.
+    if (!replica_.has_state && !elastic_.store().check({kTrainingStartedKey})) {
+      replica_.has_state = true;
+    }
     // Each rank's step (-1: no state) and whether it left its last generation on a failure.
     const int64_t mine = replica_.has_state ? replica_.step : -1;
     const int64_t said[2] = {mine, after_failure ? 1 : 0};
@@ -326,6 +333,7 @@ class ElasticTrainer {
                  static_cast<uint64_t>(hashes[static_cast<size_t>(r)]), ")");
     }
 
+    if (world.rank() == 0) elastic_.store().set(kTrainingStartedKey, comm::to_bytes("1"));
     parallel_ = make_parallel(run_.model, world_, parallel_flags_, run_.average_buffers);
     if (parallel_.hook_state) parallel_.hook_state->iter = replica_.step;
     if (parallel_.averager) parallel_.averager->set_step(replica_.step);

@@ -11,7 +11,10 @@
 #   3. MAX: --nnodes 1:2 and a third node: it is not admitted (never in a generation) while two
 #      nodes train, and the job's two nodes finish;
 #   4. a join during warm-up (--warmup-steps 1000, every step synchronises the whole world): the
-#      late node joins at the next step, not at an averaging boundary.
+#      late node joins at the next step, not at an averaging boundary;
+#   5. the rendezvous server is killed with SIGKILL at step 40 and started again 5 s later on the
+#      same address: training goes on meanwhile, the membership does not change (one generation),
+#      both hsgd-runs exit 0 and rank 0's steps run 1..N once each.
 # Every process is started here and stopped by pid; each run is bounded by `timeout`.
 set -euo pipefail
 src=$1
@@ -124,3 +127,37 @@ join_step=$(sed -E 's/.* at step ([0-9]+).*/\1/' <<<"$line")
 [ "$join_step" -lt 1000 ] || fail "the join at step $join_step was not during the warm-up"
 last=$(check_steps "$work/warm.0")
 echo "elastic_membership: a join during warm-up at step $join_step; steps 1..$last"
+
+# ---- 5. the rendezvous server killed (kill -9) and started again 5 s later on the same address
+"$rdzv" --host 127.0.0.1 --port 0 >"$work/rdzv2.out" 2>&1 &
+server=$!
+pids+=("$server")
+for _ in $(seq 100); do grep -q "listening on" "$work/rdzv2.out" && break; sleep 0.1; done
+endpoint2=$(grep -E '^listening on ' "$work/rdzv2.out" | head -1 | awk '{print $3}')
+[ -n "$endpoint2" ] || fail "the second hsgd-rendezvous did not start: $(cat "$work/rdzv2.out")"
+endpoint_saved=$endpoint
+endpoint=$endpoint2
+start outage "$work/outage.0" --nnodes 1:2 :: --epochs 30 "${h[@]}"
+out0=$last_pid
+wait_registered "$work/outage.0"
+start outage "$work/outage.1" --nnodes 1:2 :: --epochs 30 "${h[@]}"
+out1=$last_pid
+endpoint=$endpoint_saved
+wait_for_step "$work/outage.0" 40
+kill -KILL "$server"
+wait "$server" 2>/dev/null || true
+at_kill=$(highest_step "$work/outage.0")
+sleep 5
+during=$(highest_step "$work/outage.0")
+"$rdzv" --host 127.0.0.1 --port "${endpoint2##*:}" >"$work/rdzv3.out" 2>&1 &
+pids+=($!)
+expect_exit "$out0" 0 "$work/outage.0"
+expect_exit "$out1" 0 "$work/outage.1"
+generations=$(grep -cE 'train_mlp: generation [0-9]+:' "$work/outage.0" || true)
+[ "$generations" -eq 1 ] ||
+  fail "the server outage changed the membership: $(grep -E 'train_mlp: generation' "$work/outage.0")"
+[ "$during" -gt "$at_kill" ] ||
+  fail "training stopped while the server was away (step $at_kill at the kill, $during 5 s later)"
+last=$(check_steps "$work/outage.0")
+echo "elastic_membership: the rendezvous server killed at step $at_kill and started again 5 s" \
+  "later; training went on meanwhile (step $during), one generation throughout; steps 1..$last"
