@@ -34,6 +34,9 @@ struct ElasticAgent::Incarnation {
   std::unique_ptr<HeartbeatBoard> heartbeat;
   Clock::time_point next_store_check{};
   std::optional<Clock::time_point> below_min_since;  // fewer than min_nodes alive since
+  // Since when a member of the newest generation has no registration in the store (a restarted
+  // rendezvous server that its clients are re-populating); unset while every member is listed.
+  std::optional<Clock::time_point> unlisted_since;
   std::optional<Clock::time_point> finish_deadline;  // the finished key appeared: wait until
 };
 
@@ -263,6 +266,23 @@ std::optional<ElasticAgent::Outcome> ElasticAgent::observe_membership(Incarnatio
   if (inc.below_min_since) {
     inc.below_min_since.reset();
     logger()->info("{}: job '{}': {} nodes alive again", names.agent, options_.run_id, count);
+  }
+  // A member of the newest generation whose registration is not in the store, yet not declared
+  // gone: a restarted rendezvous server is being given the job back by its clients, one at a
+  // time. Nothing is proposed until its agent re-published it, for heartbeat_timeout at most.
+  bool unlisted = false;
+  if (latest) {
+    for (const MemberNode& node : latest->nodes) {
+      const bool listed = std::any_of(registrations.begin(), registrations.end(),
+                                      [&](const auto& r) { return r.node.id == node.id; });
+      unlisted = unlisted || !listed;
+    }
+  }
+  if (unlisted) {
+    if (!inc.unlisted_since) inc.unlisted_since = now;
+    if (now - *inc.unlisted_since < options_.heartbeat_timeout) return std::nullopt;
+  } else {
+    inc.unlisted_since.reset();
   }
   if (auto proposal = planner_.plan(now, latest, alive)) {
     log_generation(elastic::propose_generation(*store_, *proposal), inc.self.id);
