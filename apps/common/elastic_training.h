@@ -46,12 +46,19 @@
 // (the live peers hold the state), --eval-every, and the averaging options that keep state
 // between averagings (--outer-lr/--outer-momentum/--overlap-steps/--compression).
 //
-// Usage (train_mlp):
-//   if (comm::elastic::ElasticWorldOptions::enabled_in_env()) {
-//     return apps::train_elastic(training_flags, parallel_flags,
-//                                {.program = "train_mlp", .model = model, .optimizer = sgd,
-//                                 .train = train_set, .test = test_set.get(),
-//                                 .loader = {.batch_size = 64, .shuffle = true}});
+// Usage (a training program; train_mlp and train_resnet do this):
+//   #include "comm/elastic/elastic_world.h"
+//   apps::TrainingFlags training;   // parsed by add_training_flags (training_flags.h)
+//   apps::ParallelFlags parallel;   // parsed by add_parallel_flags (parallel_training.h)
+//   if (comm::elastic::ElasticWorldOptions::enabled_in_env()) {  // hsgd-run --nnodes MIN:MAX
+//     return apps::train_elastic(
+//         training, parallel,
+//         {.program = "my_trainer",
+//          .model = model,
+//          .optimizer = apps::make_optimizer(training, model->parameters()),
+//          .train = dataset,
+//          .test = dataset.get(),
+//          .loader = {.batch_size = 64, .shuffle = true}});
 //   }
 
 #include <memory>
