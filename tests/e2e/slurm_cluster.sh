@@ -414,6 +414,49 @@ slurm_cluster_stop() {
   return "$rc"
 }
 
+# ---- for tests that submit one job and follow it (slurm_preempt, slurm_elastic)
+# slurm_job_test NAME DEADLINE: the EXIT/INT/TERM traps (the cluster stops; on failure, or with
+# HSGD_KEEP_OUTPUT set, the job's output is kept as /tmp/NAME.PID.out), start_s and deadline_s
+# (DEADLINE seconds from now; check_deadline exits 124 past it), the cluster prepared
+# (slurm_cluster_prepare NAME, exit 77 when it cannot run) and `work`, a directory named like the
+# cluster's (so that a later cluster removes it if this shell is killed) with `out` in it, for
+# the job's output. job_field ID FIELD reads one field of `scontrol show job`.
+slurm_job_test() {
+  sj_name=$1
+  work=""
+  trap sj_finish EXIT
+  trap 'echo "$sj_name: interrupted" >&2; exit 130' INT
+  trap 'echo "$sj_name: terminated" >&2; exit 143' TERM
+  start_s=$(date +%s)
+  sj_deadline=$2
+  deadline_s=$((start_s + sj_deadline))
+  slurm_cluster_prepare "$sj_name"
+  work=$(mktemp -d "/tmp/hsgd-slurm-$$.$sj_name.XXXXXX")
+  chmod 755 "$work"
+  out=$work/out
+}
+
+sj_finish() {
+  local rc=$?
+  slurm_cluster_stop || true
+  if [ -n "$work" ]; then
+    if [ "$rc" -ne 0 ] || [ -n "${HSGD_KEEP_OUTPUT:-}" ]; then
+      cp "$work/out" "/tmp/$sj_name.$$.out" 2>/dev/null &&
+        echo "$sj_name: output kept in /tmp/$sj_name.$$.out" >&2
+    fi
+    rm -rf "$work"
+  fi
+  exit "$rc"
+}
+
+check_deadline() {
+  [ "$(date +%s)" -lt "$deadline_s" ] && return 0
+  echo "$sj_name: FAILED: still running after $sj_deadline s" >&2
+  exit 124
+}
+
+job_field() { scontrol -o show job "$1" | grep -Eo " $2=[^ ]*" | cut -d= -f2 || true; }
+
 # ---- run directly: slurm_cluster.sh [--nodes N] -- COMMAND [ARGS...]
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
   set -euo pipefail

@@ -24,39 +24,9 @@ build=$2
 # shellcheck source=tests/e2e/slurm_cluster.sh
 source "$src/tests/e2e/slurm_cluster.sh"
 
-work=""
-finish() {
-  local rc=$?
-  slurm_cluster_stop || true
-  if [ -n "$work" ]; then
-    if [ "$rc" -eq 0 ] && [ -z "${HSGD_KEEP_OUTPUT:-}" ]; then
-      rm -rf "$work"
-    else
-      cp "$work/out" "/tmp/slurm_preempt.$$.out" 2>/dev/null &&
-        echo "slurm_preempt: output kept in /tmp/slurm_preempt.$$.out" >&2
-      rm -rf "$work"
-    fi
-  fi
-  exit "$rc"
-}
-trap finish EXIT
-trap 'echo "slurm_preempt: interrupted" >&2; exit 130' INT
-trap 'echo "slurm_preempt: terminated" >&2; exit 143' TERM
-
-start_s=$(date +%s)
-deadline_s=$((start_s + ${HSGD_SLURM_PREEMPT_DEADLINE:-240}))
-slurm_cluster_prepare slurm_preempt
-check_deadline() {
-  [ "$(date +%s)" -lt "$deadline_s" ] && return 0
-  echo "slurm_preempt: FAILED: still running after ${HSGD_SLURM_PREEMPT_DEADLINE:-240} s" >&2
-  exit 124
-}
-# Named like the cluster's directory, so that a later cluster removes it if this shell is killed.
-work=$(mktemp -d "/tmp/hsgd-slurm-$$.preempt.XXXXXX")
-chmod 755 "$work"
+slurm_job_test slurm_preempt "${HSGD_SLURM_PREEMPT_DEADLINE:-240}"
 slurm_cluster_start 2
 
-out=$work/out
 checkpoints=$work/checkpoints
 fail() {
   cat "$out" 2>/dev/null | grep -Ev '\] +step [0-9]+ loss' || true
@@ -68,7 +38,6 @@ total=640
 steps() { { grep -Eo '\[rank 0\] +step [0-9]+ loss' "$1" || true; } | grep -Eo '[0-9]+ loss' |
   grep -Eo '[0-9]+'; }
 highest() { steps "$1" | sort -n | tail -1 | { read -r s && echo "$s" || echo 0; }; }
-job_field() { scontrol -o show job "$1" | grep -Eo " $2=[^ ]*" | cut -d= -f2 || true; }
 
 export HSGD_APPS=$build/apps HSGD_NPROC_PER_NODE=1 HSGD_CHECKPOINT_DIR=$checkpoints SLURM_LABELIO=1
 id=$(sbatch --parsable -t 5 -o "$out" -N 2 --cpus-per-task=1 \
