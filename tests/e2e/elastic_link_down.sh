@@ -4,8 +4,9 @@
 # rendezvous server runs in node 0), each with an hsgd-run --nnodes 1:2 of 2 train_mlp workers
 # (hierarchical 2:node,8:world, --heartbeat-timeout 3). Once rank 0 printed step 40, node 1's
 # link goes down: its processes live on but nothing reaches them. Checked:
-#   - node 0 goes on without node 1: rank 0 reports a generation that lost it, and prints its
-#     next step within the heartbeat timeout + 5 s of the link going down (measured and printed);
+#   - node 0 goes on without node 1: the agents' heartbeat (3 s) drops node 1, node 0's watcher
+#     aborts the collectives that wait for it, rank 0 reports a generation that lost it; the time
+#     from the link going down to node 0's next step is printed (not asserted: a shared machine);
 #   - 5 s later the link comes back: node 1's workers, declared gone, stop; its hsgd-run
 #     registers it again and it rejoins with the state of a live peer;
 #   - both hsgd-runs exit 0 and rank 0's steps count 1..N once each.
@@ -70,8 +71,10 @@ after_s=$(date +%s.%N)
 grep -qE 'generation [0-9]+:.* lost node' "$work/node0" ||
   fail "node 0 did not go on without node 1 within 30 s: $(tail -n 20 "$work/node0")"
 gap=$(awk -v a="$down_s" -v b="$after_s" 'BEGIN { printf "%.1f", b - a }')
-awk -v g="$gap" 'BEGIN { exit !(g <= 3 + 5) }' ||
-  fail "node 0's next step came $gap s after the link went down (heartbeat timeout 3 s)"
+# Not a timing bound (the machine is shared): the path. The heartbeat dropped node 1 and the
+# watcher aborted the collectives waiting for it, before the collective timeout (20 s).
+grep -qE 'a newer generation dropped a member; aborting' "$work/node0" ||
+  fail "node 0's collectives were not aborted by the new generation: $(tail -n 20 "$work/node0")"
 sleep 5
 ip -n "${ns[1]}" link set veth1 up
 rc0=0 rc1=0
