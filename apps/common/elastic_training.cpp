@@ -203,6 +203,9 @@ class ElasticTrainer {
                              elastic_.generation().number, world_->rank(), world_->size(),
                              e.what());
         leave = Leave::kFailed;
+        // A step that failed is recomputed in the next generation (its batch is taken again).
+        if (in_step_) ++discarded_steps_;
+        in_step_ = false;
       }
       if (leave == Leave::kFinished) break;
       failed = leave == Leave::kFailed;
@@ -239,18 +242,22 @@ class ElasticTrainer {
     if (!replica_.has_state && !elastic_.store().check({kTrainingStartedKey})) {
       replica_.has_state = true;
     }
-    // Each rank's step (-1: no state) and whether it left its last generation on a failure.
+    // Each rank's step (-1: no state), whether it left its last generation on a failure, and
+    // how many steps it began and discarded since it last said so.
     const int64_t mine = replica_.has_state ? replica_.step : -1;
-    const int64_t said[2] = {mine, after_failure ? 1 : 0};
-    std::vector<int64_t> gathered(2 * static_cast<size_t>(world.size()));
+    const int64_t said[3] = {mine, after_failure ? 1 : 0, discarded_steps_};
+    discarded_steps_ = 0;
+    std::vector<int64_t> gathered(3 * static_cast<size_t>(world.size()));
     world
-        .allgather(std::span<const int64_t>(said, 2), std::span<int64_t>(gathered), "elastic steps")
+        .allgather(std::span<const int64_t>(said, 3), std::span<int64_t>(gathered), "elastic steps")
         ->wait();
     std::vector<int64_t> steps;
     bool any_failure = false;
+    int64_t discarded = 0;
     for (int r = 0; r < world.size(); ++r) {
-      steps.push_back(gathered[2 * static_cast<size_t>(r)]);
-      any_failure = any_failure || gathered[2 * static_cast<size_t>(r) + 1] != 0;
+      steps.push_back(gathered[3 * static_cast<size_t>(r)]);
+      any_failure = any_failure || gathered[3 * static_cast<size_t>(r) + 1] != 0;
+      discarded += gathered[3 * static_cast<size_t>(r) + 2];
     }
     const int64_t top = *std::max_element(steps.begin(), steps.end());
     if (top < 0) {
@@ -333,7 +340,17 @@ class ElasticTrainer {
                  static_cast<uint64_t>(hashes[static_cast<size_t>(r)]), ")");
     }
 
-    if (world.rank() == 0) elastic_.store().set(kTrainingStartedKey, comm::to_bytes("1"));
+    // Work thrown away by this change: the steps the survivors discarded, and the local steps
+    // of the lost workers since the last step at which every replica was the same (estimated
+    // with the survivors' newest step: a lost worker was at most one step apart).
+    const int lost_workers = lost_worker_count();
+    const int64_t thrown_away =
+        discarded + lost_workers * std::max<int64_t>(0, top - boundary_step_);
+    boundary_step_ = replica_.step;
+    if (world.rank() == 0) {
+      elastic_.store().set(kTrainingStartedKey, comm::to_bytes("1"));
+      if (thrown_away > 0) elastic_.store().add(comm::elastic::kStepsThrownAwayKey, thrown_away);
+    }
     parallel_ = make_parallel(run_.model, world_, parallel_flags_, run_.average_buffers);
     if (parallel_.hook_state) parallel_.hook_state->iter = replica_.step;
     if (parallel_.averager) parallel_.averager->set_step(replica_.step);
@@ -373,7 +390,10 @@ class ElasticTrainer {
           "ms; replica hash %016llx equal on all %d ranks\n",
           run_.program.c_str(), static_cast<long long>(g), changes.c_str(),
           elastic_.generation().nodes.size(), world.size(), levels.c_str(),
-          static_cast<long long>(replica_.step), any_failure ? " after a failure" : "",
+          static_cast<long long>(replica_.step),
+          any_failure
+              ? str_cat(" after a failure (", thrown_away, " worker-steps thrown away)").c_str()
+              : "",
           transfer.c_str(), ms, static_cast<unsigned long long>(hash), world.size());
       std::fflush(stdout);
     }
@@ -388,6 +408,15 @@ class ElasticTrainer {
                            std::chrono::duration<double, std::milli>(Clock::now() - agreement_start)
                                .count()}});
     previous_ = elastic_.generation();
+  }
+
+  // The workers of the previous generation entered that are not in the current one.
+  int lost_worker_count() const {
+    int lost = 0;
+    for (const auto& node : previous_.nodes) {
+      if (elastic_.generation().node_rank(node.id) < 0) lost += node.local_world_size;
+    }
+    return lost;
   }
 
   // "lost node H (ID); joined node H (ID)" against the previous generation entered; "" if none.
@@ -437,11 +466,14 @@ class ElasticTrainer {
         end_epoch();
         continue;
       }
+      in_step_ = true;
       step(**batch_);
+      in_step_ = false;
       // The data position is saved once the step is done: a discarded step retakes its batch.
       replica_.loader = loader_->state_dict();
       ++*batch_;
       if (at_world_boundary()) {
+        boundary_step_ = replica_.step;
         double newer = elastic_.newer_generation_announced() ? 1.0 : 0.0;
         world.allreduce(std::span<double>(&newer, 1), comm::ReduceOp::kMax, "elastic join vote")
             ->wait();
@@ -541,6 +573,9 @@ class ElasticTrainer {
   std::unique_ptr<optim::LRScheduler> scheduler_;
   EvalResult final_;
   comm::elastic::Generation previous_{.number = -1};  // the last generation entered
+  bool in_step_ = false;                              // inside step(): a failure discards it
+  int64_t discarded_steps_ = 0;  // steps discarded since the last state agreement
+  int64_t boundary_step_ = 0;    // the last step after which every replica was the same
   const Clock::time_point start_ = Clock::now();
   std::unique_ptr<MetricsLog> metrics_;  // rank 0's --metrics-out
 

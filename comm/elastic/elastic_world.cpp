@@ -216,6 +216,9 @@ std::shared_ptr<ProcessGroup> ElasticWorld::advance() {
     init.key_prefix = generation_prefix(g.number);
     init.embedded_server = false;
     init.shared_memory = false;
+    // A failed collective goes straight back to the caller, who moves to the next generation;
+    // waiting for a dead member's report would only delay that.
+    init.diagnose_failures = false;
     try {
       world_ = init_process_group(init);
     } catch (const CommError& e) {  // Timeout included: a member died while connecting

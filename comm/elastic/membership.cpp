@@ -99,6 +99,7 @@ Generation Generation::decode(const std::string& text) {
 
 std::string node_key(const std::string& id) { return kElasticPrefix + "node/" + id; }
 std::string left_key(const std::string& id) { return kElasticPrefix + "left/" + id; }
+std::string alive_key(const std::string& id) { return kElasticPrefix + "alive/" + id; }
 std::string generation_key(int64_t number) {
   return kElasticPrefix + "gen/" + std::to_string(number);
 }
@@ -131,9 +132,12 @@ Generation propose_generation(Store& store, const Generation& proposal) {
   return stored;
 }
 
-int64_t register_node(Store& store, const MemberNode& node) {
+int64_t register_node(Store& store, const MemberNode& node, Duration alive_linger) {
   check_word("node id", node.id);
   check_word("host", node.host);
+  // First: whoever sees the registration finds the alive key (a restarted server gets them back
+  // in this order too, owned keys first).
+  store.set_owned(alive_key(node.id), to_bytes("1"), alive_linger);
   store.set(node_key(node.id), to_bytes(node.host + " " + std::to_string(node.local_world_size)));
   const int64_t slot = store.add(kSlotsKey, 1) - 1;
   store.set(slot_key(slot), to_bytes(node.id));
@@ -152,6 +156,7 @@ std::vector<Registration> read_registrations(Store& store) {
     HSGD_CHECK_AS(CommError, record >> r.node.host >> r.node.local_world_size,
                   "elastic membership: bad node record for ", r.node.id);
     r.left = store.check({left_key(r.node.id)});
+    if (!r.left) r.connected = store.check({alive_key(r.node.id)});
     out.push_back(std::move(r));
   }
   return out;

@@ -11,14 +11,22 @@
 //   hsgd-run/elastic/node/<id>     the NodeRecord of a registered incarnation ("host lws")
 //   hsgd-run/elastic/slots         counter: registrations so far
 //   hsgd-run/elastic/slot/<j>      the id of the j-th registration (j from the counter)
+//   hsgd-run/elastic/alive/<id>    set by the incarnation's agent before it registers, as a key
+//                                  owned by its store client (Store::set_owned): the rendezvous
+//                                  server deletes it soon after that process's connections
+//                                  closed (it exited or was killed, not a host that vanished)
 //   hsgd-run/elastic/left/<id>     set once the incarnation is gone (its agent says so, or
-//                                  another agent found its heartbeat silent)
+//                                  another agent found its heartbeat silent or its alive key
+//                                  gone)
 //   hsgd-run/elastic/gen/<g>       Generation g, written once by compare_set: of two agents
 //                                  proposing generation g, the first wins and both adopt it
 //   hsgd-run/elastic/latest        decimal g of the newest generation, written after gen/<g>;
 //                                  readers follow gen/<latest+1>... in case a writer is behind
 //   hsgd-run/elastic/finished      set when a node's workers all finished training (exit 0):
 //                                  from then on nobody proposes generations
+//   hsgd-run/elastic/steps_thrown_away
+//                                  counter: worker-steps of training thrown away by membership
+//                                  changes, added by the workers (the agents report the sum)
 // Generation numbers start at 0 and grow by one; keys of old generations are never read again
 // by anyone who has seen a newer one. Workers put their own keys (process groups) under
 // generation_prefix(g).
@@ -71,11 +79,13 @@ struct Generation {
 inline const std::string kElasticPrefix = "hsgd-run/elastic/";
 std::string node_key(const std::string& id);
 std::string left_key(const std::string& id);
+std::string alive_key(const std::string& id);
 std::string generation_key(int64_t number);
 inline const std::string kSlotsKey = kElasticPrefix + "slots";
 std::string slot_key(int64_t slot);
 inline const std::string kLatestKey = kElasticPrefix + "latest";
 inline const std::string kFinishedKey = kElasticPrefix + "finished";
+inline const std::string kStepsThrownAwayKey = kElasticPrefix + "steps_thrown_away";
 // Where the workers of generation `number` keep their keys: "hsgd-run/elastic/g<number>/".
 std::string generation_prefix(int64_t number);
 
@@ -88,12 +98,16 @@ std::optional<Generation> read_latest_generation(Store& store);
 // earlier one).
 Generation propose_generation(Store& store, const Generation& proposal);
 
-// Registers an incarnation: its node record and the next slot. Returns the slot.
-int64_t register_node(Store& store, const MemberNode& node);
-// Every registered incarnation in slot order, with whether it has left (left/<id> set).
+// Registers an incarnation: its alive key (owned, lingering alive_linger after this client's
+// connections closed), its node record and the next slot. Returns the slot.
+int64_t register_node(Store& store, const MemberNode& node,
+                      Duration alive_linger = std::chrono::seconds(1));
+// Every registered incarnation in slot order, with whether it has left (left/<id> set) and,
+// while it has not, whether its alive key is still there.
 struct Registration {
   MemberNode node;
   bool left = false;
+  bool connected = true;  // alive/<id> exists (read only when not left)
 };
 std::vector<Registration> read_registrations(Store& store);
 

@@ -71,7 +71,34 @@ int ElasticAgent::run() {
     const Outcome outcome = monitor(inc);
     bool restart = false;
     const int code = run_outcome(index, outcome, restart);
-    if (!restart) return code;
+    if (!restart) {
+      report_end(code, index);
+      return code;
+    }
+  }
+}
+
+void ElasticAgent::report_end(int code, int restarts) {
+  // What the job went through, as far as the store tells; never waits for a server that is away.
+  try {
+    const NoServerWait no_wait;
+    const std::optional<Generation> latest = elastic::read_latest_generation(*store_);
+    int left = 0;
+    for (const auto& r : elastic::read_registrations(*store_)) left += r.left ? 1 : 0;
+    const int64_t thrown_away = store_->check({elastic::kStepsThrownAwayKey})
+                                    ? store_->add(elastic::kStepsThrownAwayKey, 0)
+                                    : 0;
+    logger()->info(
+        "{}: job '{}': this node ends with exit code {}: {} generation(s), {} node "
+        "incarnation(s) left before the end ({} restart(s) of this node), {} worker-step(s) of "
+        "training thrown away",
+        options_.names.agent, options_.run_id, code, latest ? latest->number + 1 : 0, left,
+        restarts, thrown_away);
+  } catch (const Error& e) {
+    logger()->warn(
+        "{}: job '{}': this node ends with exit code {} ({} restart(s)); the job's "
+        "counts are not available: {}",
+        options_.names.agent, options_.run_id, code, restarts, e.what());
   }
 }
 
@@ -127,7 +154,7 @@ void ElasticAgent::start(Incarnation& inc) {
       MemberNode{.id = host_ + "-" + std::to_string(::getpid()) + "-" + std::to_string(inc.index),
                  .host = host_,
                  .local_world_size = options_.nproc_per_node};
-  const int64_t slot = elastic::register_node(*store_, inc.self);
+  const int64_t slot = elastic::register_node(*store_, inc.self, alive_linger());
   inc.heartbeat = std::make_unique<HeartbeatBoard>(
       *store_, elastic::kElasticPrefix, inc.self.id,
       std::min<milliseconds>(milliseconds(1000), options_.heartbeat_timeout / 4),
@@ -227,6 +254,16 @@ std::optional<ElasticAgent::Outcome> ElasticAgent::observe_membership(Incarnatio
   const std::vector<std::string> silent = inc.heartbeat->tick(now, watched);
   std::vector<MemberNode> alive;
   for (auto& r : registrations) {
+    if (!r.left && !r.connected && r.node.id != inc.self.id) {
+      // Its agent's process is gone (the server saw its connections close): no need to wait
+      // for its heartbeat to stop.
+      store_->set(elastic::left_key(r.node.id), to_bytes("disconnected"));
+      r.left = true;
+      logger()->warn(
+          "{}: node {} ('{}'): its {} closed its connections to the rendezvous server "
+          "(exited or killed): it left the job",
+          names.agent, r.node.id, r.node.host, names.agent);
+    }
     if (!r.left && std::find(silent.begin(), silent.end(), r.node.id) != silent.end()) {
       store_->set(elastic::left_key(r.node.id), to_bytes("silent"));
       r.left = true;
@@ -350,8 +387,16 @@ ElasticAgent::Outcome ElasticAgent::interrupt(Incarnation& inc) {
   return Outcome::kInterrupted;
 }
 
+milliseconds ElasticAgent::alive_linger() const {
+  // Long enough to ride out a reconnection of this agent's store to the same server, short
+  // against the heartbeat timeout, which covers the hosts that vanish without closing anything.
+  return std::clamp<milliseconds>(options_.heartbeat_timeout / 10, milliseconds(100),
+                                  milliseconds(1000));
+}
+
 void ElasticAgent::leave(Incarnation& inc) {
   store_->set(elastic::left_key(inc.self.id), to_bytes("left"));
+  store_->delete_key(elastic::alive_key(inc.self.id));
   logger()->warn("{}: node {} ('{}') left job '{}'", options_.names.agent, inc.self.id, host_,
                  options_.run_id);
   // The survivors need not wait for the heartbeat timeout to see this node gone.

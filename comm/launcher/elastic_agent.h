@@ -20,6 +20,11 @@
 //      heartbeat.h). An incarnation is alive iff registered, not left and its counter changed
 //      within heartbeat_timeout on the reader's clock (a registration first seen gets a full
 //      timeout). An agent that finds another incarnation silent sets its left key and logs it.
+//      Faster for a process that is gone: each incarnation's alive key (membership.h) is owned
+//      by its agent's store client, and the rendezvous server deletes it alive_linger() after
+//      that agent's connections closed (clamp(heartbeat_timeout / 10, 0.1 s, 1 s)); an agent
+//      that finds it gone sets the left key the same way. A host that vanishes closes nothing:
+//      the heartbeat finds it.
 //   3. Generations, every monitor_interval, while the finished key is unset: the agent proposes
 //      what GenerationPlanner (elastic_generations.h) plans from the alive registrations; any
 //      agent may propose and the store keeps the first proposal of each number. While fewer than
@@ -39,7 +44,9 @@
 //      run() returns kExitPreempted (75) when the local workers exited 75 (or 0, at least one 75),
 //      else 128 + sig.
 // The agent logs one line per generation it adopts ("generation G: N nodes, W workers: ...") and
-// one per node that left or joined. Worker progress is not watched in elastic mode
+// one per node that left or joined; its last line gives run()'s exit code, the job's
+// generations, the node incarnations that left, this node's restarts and the worker-steps of
+// training thrown away. Worker progress is not watched in elastic mode
 // (worker_timeout is not used).
 //
 // Contract: every wait is bounded; store errors propagate from run() as hsgd::CommError (then no
@@ -93,6 +100,11 @@ class ElasticAgent {
   Outcome interrupt(Incarnation& inc);
   // Sets left/<id> and proposes the newest generation without this incarnation.
   void leave(Incarnation& inc);
+  // The final line: exit code, generations, node incarnations that left, this node's restarts
+  // and the worker-steps thrown away (membership.h's counter).
+  void report_end(int code, int restarts);
+  // How long this agent's alive key outlives its store connections (membership.h).
+  std::chrono::milliseconds alive_linger() const;
   void stop_workers(Incarnation& inc, int sig);
   void log_generation(const elastic::Generation& g, const std::string& self_id);
   int run_outcome(int incarnation, Outcome outcome, bool& restart);

@@ -54,6 +54,9 @@ struct InitOptions {
   // in another collective, and fails within seconds if so (ProcessGroup::Options::mismatch_check,
   // HSGD_MISMATCH_CHECK_MS; 0 turns the check off).
   Duration mismatch_check = std::chrono::seconds(2);
+  // ProcessGroup::Options::diagnose_failures: a failed collective asks the other ranks what they
+  // were doing before it throws (up to 2 s after a lost connection); false throws at once.
+  bool diagnose_failures = true;
 
   // Reads RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT,
   // HSGD_RDZV_TOKEN, HSGD_SOCKET_IFNAME, HSGD_RUN_ID, HSGD_RESTART_COUNT, HSGD_JOB_ID,

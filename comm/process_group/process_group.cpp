@@ -253,7 +253,11 @@ std::exception_ptr ProcessGroup::on_failure(const CollectiveFingerprint& fp,
                           " (ProcessGroup::abort). Cause: ", e.what())));
   }
   const bool timed_out = looks_like_timeout(e.what());
-  const std::string who = diagnose_failure(fp, timed_out);
+  const std::string who = options_.diagnose_failures
+                              ? diagnose_failure(fp, timed_out)
+                              : std::string(
+                                    "the other members were not asked (diagnose_failures "
+                                    "is off)");
   const std::string message =
       str_cat(fp.describe(), " of group '", options_.name, "' (rank ", rank(), " of ", size(), ") ",
               timed_out ? "timed out after " + std::to_string(options_.timeout.count()) + " ms"

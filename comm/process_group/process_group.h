@@ -150,6 +150,11 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
     // members are not in another collective (see the header comment); 0 turns the check off.
     // Subgroups inherit it.
     Duration mismatch_check = std::chrono::seconds(2);
+    // A failed collective asks the other members through the store what they were doing and
+    // names them in its error; that waits for their reports up to a grace (2 s after a lost
+    // connection, up to 30 s after a timeout). false skips it: the error names the cause only
+    // (an elastic world, whose membership says who is gone). Subgroups inherit it.
+    bool diagnose_failures = true;
   };
 
   // Connects to every other member (blocks until all arrived). Throws hsgd::Timeout naming the

@@ -81,9 +81,21 @@ std::string strip_brackets(const std::string& host) {
   return host;
 }
 
+// 128 random bits in hex: the owner this client names in its handshakes.
+std::string new_owner() {
+  std::random_device device;
+  std::string out;
+  for (int i = 0; i < 4; ++i) {
+    char part[9];
+    std::snprintf(part, sizeof(part), "%08x", static_cast<unsigned>(device()));
+    out += part;
+  }
+  return out;
+}
+
 bool is_write(proto::Op op) {
-  return op == proto::OP_SET || op == proto::OP_MULTI_SET || op == proto::OP_ADD ||
-         op == proto::OP_COMPARE_SET || op == proto::OP_DELETE_KEY;
+  return op == proto::OP_SET || op == proto::OP_SET_OWNED || op == proto::OP_MULTI_SET ||
+         op == proto::OP_ADD || op == proto::OP_COMPARE_SET || op == proto::OP_DELETE_KEY;
 }
 
 }  // namespace
@@ -101,6 +113,7 @@ class TcpStore::Client {
                       ? "[" + host_ + "]:" + std::to_string(options_.port)
                       : host_ + ":" + std::to_string(options_.port)),
         reconnect_timeout_(options_.reconnect_timeout.value_or(options_.connect_timeout)),
+        owner_(new_owner()),
         rng_(std::random_device{}()) {
     HSGD_CHECK(options_.port > 0 && options_.port <= 65535, "TcpStore: port ", options_.port,
                " must be in [1, 65535]");
@@ -399,6 +412,7 @@ class TcpStore::Client {
         auto socket = std::make_unique<Socket>(host_, options_.port, deadline);
         const uint64_t instance = handshake(*socket, deadline);
         republish_if_new(instance, *socket, deadline_after(options_.timeout));
+        if (had_outage()) reown_if_same(instance, *socket, deadline_after(options_.timeout));
         end_outage();
         return Connection{std::move(socket), instance};
       } catch (const SocketFailure& failure) {
@@ -453,6 +467,7 @@ class TcpStore::Client {
     hello.set_version(kProtocolVersion);
     hello.set_job_id(options_.job_id);
     hello.set_token(options_.token);
+    hello.set_owner(owner_);
     socket.write_all(encode_frame(hello, 1 << 20, "TcpStore handshake"), deadline);
     proto::HelloReply reply;
     socket.read_frame(reply, 1 << 20, deadline);
@@ -481,6 +496,20 @@ class TcpStore::Client {
         "TcpStore {}: the rendezvous server is a new instance (restarted): re-published the {} "
         "key(s) this client wrote to job '{}'",
         endpoint_, replay.keys, options_.job_id);
+  }
+
+  bool had_outage() {
+    std::lock_guard lock(mu_);
+    return outage_.has_value();
+  }
+
+  // Sets the owned keys again on the same server after this client lost its connections: the
+  // server may have expired them meanwhile (their linger passed with no connection open).
+  void reown_if_same(uint64_t instance, Socket& socket, Clock::time_point deadline) {
+    if (instance != known_instance_.load()) return;  // a new instance got them re-published
+    std::unique_lock lock(republish_mu_);
+    auto replay = journal_.replay_owned();
+    for (auto& request : replay.requests) send_republished(socket, request, deadline);
   }
 
   void send_republished(Socket& socket, proto::Request& request, Clock::time_point deadline) {
@@ -565,6 +594,7 @@ class TcpStore::Client {
   const std::string host_;
   const std::string endpoint_;
   const Duration reconnect_timeout_;
+  const std::string owner_;  // names this client to the server across its connections
 
   // Announced by the server in each handshake (the same for every connection to it).
   std::atomic<uint32_t> server_version_ = 0;
@@ -618,6 +648,13 @@ void TcpStore::set(const std::string& key, const Bytes& value) {
   auto request = make_request(proto::OP_SET, {key});
   request.add_values(to_std_string(value));
   client_->call(request, "set", {key}, std::nullopt);
+}
+
+void TcpStore::set_owned(const std::string& key, const Bytes& value, Duration linger) {
+  auto request = make_request(proto::OP_SET_OWNED, {key});
+  request.add_values(to_std_string(value));
+  request.set_linger_ms(std::clamp<int64_t>(linger.count(), 0, kMaxDuration.count()));
+  client_->call(request, "set_owned", {key}, std::nullopt);
 }
 
 Bytes TcpStore::get(const std::string& key, Duration timeout) {

@@ -91,6 +91,10 @@ class TcpStore : public Store {
   std::vector<Bytes> multi_get(const std::vector<std::string>& keys,
                                Duration timeout = kDefaultTimeout) override;
   void multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values) override;
+  // The server deletes the key once none of this client's connections has been open for
+  // linger. After a lost connection to the same server the client sets its owned keys again
+  // when it reconnects; a restarted server gets them with the rest of the journal (owned).
+  void set_owned(const std::string& key, const Bytes& value, Duration linger) override;
 
   // Round trip to the server; returns true when it answered within options.timeout, false on
   // any failure (never throws for a dead server, and never waits for one: at most one

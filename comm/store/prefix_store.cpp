@@ -58,4 +58,8 @@ void PrefixStore::multi_set(const std::vector<std::string>& keys,
   base_->multi_set(full_keys(keys), values);
 }
 
+void PrefixStore::set_owned(const std::string& key, const Bytes& value, Duration linger) {
+  base_->set_owned(full_key(key), value, linger);
+}
+
 }  // namespace hsgd::comm

@@ -36,6 +36,7 @@ class PrefixStore : public Store {
   std::vector<Bytes> multi_get(const std::vector<std::string>& keys,
                                Duration timeout = kDefaultTimeout) override;
   void multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values) override;
+  void set_owned(const std::string& key, const Bytes& value, Duration linger) override;
 
   const std::string& prefix() const { return prefix_; }
   const std::shared_ptr<Store>& base() const { return base_; }

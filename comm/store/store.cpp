@@ -17,4 +17,8 @@ void Store::multi_set(const std::vector<std::string>& keys, const std::vector<By
   for (size_t i = 0; i < keys.size(); ++i) set(keys[i], values[i]);
 }
 
+void Store::set_owned(const std::string& key, const Bytes& value, Duration /*linger*/) {
+  set(key, value);
+}
+
 }  // namespace hsgd::comm

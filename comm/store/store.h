@@ -75,6 +75,12 @@ class Store {
   virtual std::vector<Bytes> multi_get(const std::vector<std::string>& keys,
                                        Duration timeout = kDefaultTimeout);
   virtual void multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values);
+
+  // Like set(), but the key lives only as long as this client: TcpStore's server deletes it
+  // once none of the client's connections has been open for `linger` (its process died, or it
+  // lost the server for that long); any other write or a delete of the key makes it an
+  // ordinary key again. Stores without a server keep it like set() (the default).
+  virtual void set_owned(const std::string& key, const Bytes& value, Duration linger);
 };
 
 }  // namespace hsgd::comm

@@ -82,6 +82,7 @@ void RendezvousServer::Impl::Connection::close(const char* why) {
     if (auto waiter = weak.lock()) server_.state_.drop(waiter);
   }
   waiters_.clear();
+  if (session_) session_->on_close();
   server_.remove(this, handshake_done_ ? &job_ : nullptr);
 }
 

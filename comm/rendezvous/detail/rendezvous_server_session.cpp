@@ -6,6 +6,13 @@
 
 namespace hsgd::comm {
 
+namespace {
+
+// A client names itself with a few random bytes; more is not an owner but a waste of memory.
+constexpr size_t kMaxOwnerBytes = 128;
+
+}  // namespace
+
 RendezvousSession::RendezvousSession(const RendezvousServerOptions& options,
                                      const TokenTable& tokens, RendezvousState& state,
                                      asio::any_io_executor executor,
@@ -33,10 +40,14 @@ RendezvousSession::Step RendezvousSession::on_frame(std::string_view body) {
     step.kind = Step::Kind::kMalformed;
     return step;
   }
-  auto outcome = state_.handle(job_, request, executor_, async_reply_);
+  auto outcome = state_.handle(job_, request, executor_, async_reply_, owner_);
   step.response = std::move(outcome.response);
   step.waiter = std::move(outcome.waiter);
   return step;
+}
+
+void RendezvousSession::on_close() {
+  if (handshake_done_) state_.detach(job_, owner_, executor_);
 }
 
 RendezvousSession::Step RendezvousSession::on_hello(std::string_view body) {
@@ -51,6 +62,9 @@ RendezvousSession::Step RendezvousSession::on_hello(std::string_view body) {
               " is not supported; this server speaks version " + std::to_string(kProtocolVersion);
   } else if (auto problem = job_id_problem(hello.job_id())) {
     refusal = *problem;
+  } else if (hello.owner().size() > kMaxOwnerBytes) {
+    refusal = "the owner named in the handshake has " + std::to_string(hello.owner().size()) +
+              " bytes; at most " + std::to_string(kMaxOwnerBytes) + " are allowed";
   } else if (!tokens_.admits(hello.job_id(), hello.token())) {
     refusal = hello.token().empty() ? "this server requires a token and none was given"
                                     : "invalid token for job '" + hello.job_id() + "'";
@@ -63,6 +77,8 @@ RendezvousSession::Step RendezvousSession::on_hello(std::string_view body) {
   }
   handshake_done_ = true;
   job_ = hello.job_id();
+  owner_ = hello.owner();
+  state_.attach(job_, owner_);
   proto::HelloReply reply;
   reply.set_version(kProtocolVersion);
   reply.set_accepted(true);

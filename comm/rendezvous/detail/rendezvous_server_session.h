@@ -45,6 +45,9 @@ class RendezvousSession {
 
   Step on_frame(std::string_view body);
 
+  // The connection closed: the owner it attached (if any) is detached from the state. Call once.
+  void on_close();
+
   bool handshake_done() const { return handshake_done_; }
   // The job id, once the handshake is done ("" before).
   const std::string& job() const { return job_; }
@@ -64,6 +67,7 @@ class RendezvousSession {
   RendezvousState::Reply async_reply_;
   bool handshake_done_ = false;
   std::string job_;
+  std::string owner_;  // the Hello's owner, once the handshake is done
   std::string claimed_job_;
 };
 

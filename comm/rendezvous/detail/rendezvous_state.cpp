@@ -22,6 +22,11 @@ bool is_blocking(proto::Op op) {
   return op == proto::OP_GET || op == proto::OP_WAIT || op == proto::OP_MULTI_GET;
 }
 
+// Owners of different jobs are distinct (a job id holds no NUL: see job_id_problem).
+std::string owner_key(const std::string& job, const std::string& owner) {
+  return job + '\0' + owner;
+}
+
 }  // namespace
 
 namespace {
@@ -41,8 +46,8 @@ RendezvousState::RendezvousState(RendezvousLimits limits)
 RendezvousState::~RendezvousState() { clear(); }
 
 RendezvousState::Outcome RendezvousState::handle(const std::string& job_id, proto::Request& request,
-                                                 const asio::any_io_executor& executor,
-                                                 Reply reply) {
+                                                 const asio::any_io_executor& executor, Reply reply,
+                                                 const std::string& owner) {
   if (auto error = check_limits(request)) return {.response = std::move(error), .waiter = {}};
   std::lock_guard lock(mu_);
   auto& job_ptr = jobs_[job_id];
@@ -56,13 +61,14 @@ RendezvousState::Outcome RendezvousState::handle(const std::string& job_id, prot
               .waiter = {}};
     }
     job_ptr = std::make_unique<Job>();
+    job_ptr->id = job_id;
   }
   Job& job = *job_ptr;
   if (!is_blocking(request.op())) {
     if (auto error = check_quota(job_id, job, request)) {
       return {.response = std::move(error), .waiter = {}};
     }
-    return {.response = execute(job, request), .waiter = {}};
+    return {.response = execute(job, request, owner), .waiter = {}};
   }
 
   auto waiter = std::make_shared<Waiter>();
@@ -114,13 +120,27 @@ RendezvousState::Outcome RendezvousState::handle(const std::string& job_id, prot
   return {.response = std::nullopt, .waiter = std::move(waiter)};
 }
 
-proto::Response RendezvousState::execute(Job& job, proto::Request& request) {
+proto::Response RendezvousState::execute(Job& job, proto::Request& request,
+                                         const std::string& owner) {
   proto::Response response;
   response.set_id(request.id());
   auto& values = job.values;
   switch (request.op()) {
     case proto::OP_SET: {
       store_value(job, request.keys(0), std::move(*request.mutable_values(0)));
+      notify(job, request.keys(0));
+      break;
+    }
+    case proto::OP_SET_OWNED: {
+      // The owner is attached (its connection sent this), so its record exists.
+      const auto it = owner.empty() ? owners_.end() : owners_.find(owner_key(job.id, owner));
+      if (it == owners_.end()) {
+        return invalid(request,
+                       "OP_SET_OWNED needs an owner, named in the connection's Hello; none was");
+      }
+      it->second.linger_ms = std::clamp<int64_t>(request.linger_ms(), 0, kMaxWaitTimeoutMs);
+      store_value(job, request.keys(0), std::move(*request.mutable_values(0)));
+      job.owner_of[request.keys(0)] = owner;
       notify(job, request.keys(0));
       break;
     }
@@ -191,8 +211,63 @@ proto::Response RendezvousState::execute(Job& job, proto::Request& request) {
   return response;
 }
 
+void RendezvousState::attach(const std::string& job, const std::string& owner) {
+  if (owner.empty()) return;
+  std::lock_guard lock(mu_);
+  Owner& o = owners_[owner_key(job, owner)];
+  ++o.connections;
+  if (o.expiry) {
+    o.expiry->cancel();  // back before its keys expired: they stay
+    o.expiry.reset();
+  }
+}
+
+void RendezvousState::detach(const std::string& job, const std::string& owner,
+                             const asio::any_io_executor& executor) {
+  if (owner.empty()) return;
+  std::lock_guard lock(mu_);
+  const std::string id = owner_key(job, owner);
+  const auto it = owners_.find(id);
+  if (it == owners_.end() || it->second.connections == 0) return;
+  Owner& o = it->second;
+  if (--o.connections > 0) return;
+  const auto job_it = jobs_.find(job);
+  const bool owns = job_it != jobs_.end() &&
+                    std::any_of(job_it->second->owner_of.begin(), job_it->second->owner_of.end(),
+                                [&](const auto& entry) { return entry.second == owner; });
+  if (!owns) {
+    owners_.erase(it);
+    return;
+  }
+  o.expiry = std::make_unique<asio::steady_timer>(executor);
+  o.expiry->expires_after(std::chrono::milliseconds(o.linger_ms));
+  o.expiry->async_wait([this, job, owner](const auto& error) {
+    if (error) return;  // cancelled: a connection of the owner opened again, or clear()
+    std::lock_guard lock(mu_);
+    const auto again = owners_.find(owner_key(job, owner));
+    if (again == owners_.end() || again->second.connections > 0) return;
+    expire_owned(job, owner);
+    owners_.erase(again);
+  });
+}
+
+void RendezvousState::expire_owned(const std::string& job_id, const std::string& owner) {
+  const auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return;
+  Job& job = *it->second;
+  std::vector<std::string> keys;
+  for (const auto& [key, by] : job.owner_of) {
+    if (by == owner) keys.push_back(key);
+  }
+  for (const auto& key : keys) job.deletes += erase_value(job, key) ? 1 : 0;
+}
+
 void RendezvousState::clear() {
   std::lock_guard lock(mu_);
+  for (auto& [id, o] : owners_) {
+    if (o.expiry) o.expiry->cancel();
+  }
+  owners_.clear();
   for (auto& [id, job] : jobs_) {
     for (auto& [key, list] : job->waiters) {
       for (auto& waiter : list) {

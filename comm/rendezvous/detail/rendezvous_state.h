@@ -10,6 +10,12 @@
 // timer on the connection's executor answers TIMEOUT at the deadline; drop() forgets the
 // waiter of a connection that went away. Nothing polls.
 //
+// Owned keys (OP_SET_OWNED): a client that names an owner in its Hello may set keys that live as
+// long as one of its connections is open (attach/detach count them), plus the linger of its
+// last OP_SET_OWNED. When its last connection closes, a timer on that connection's executor
+// deletes its owned keys after the linger, unless a connection of the owner opened meanwhile.
+// Any other write or a delete of an owned key ends its ownership (it stays).
+//
 // Quotas: each job may hold at most max_keys_per_job keys, max_job_bytes bytes (keys + values +
 // the keys of its pending waits) and max_waits_per_job pending waits; the server at most
 // max_jobs jobs. A request that would go beyond is refused whole with INVALID_ARGUMENT naming
@@ -69,8 +75,15 @@ class RendezvousState {
 
   // Executes request in job's namespace. Deadline timers of blocking requests run on executor;
   // reply is called (at most once) when a blocking request completes or times out.
+  // owner is the connection's Hello owner ("" for none; OP_SET_OWNED is refused then).
   Outcome handle(const std::string& job, proto::Request& request,
-                 const asio::any_io_executor& executor, Reply reply);
+                 const asio::any_io_executor& executor, Reply reply, const std::string& owner = {});
+
+  // A connection of owner in job was opened / closed (nothing for an empty owner). detach of
+  // the owner's last connection starts the expiry of its owned keys on executor.
+  void attach(const std::string& job, const std::string& owner);
+  void detach(const std::string& job, const std::string& owner,
+              const asio::any_io_executor& executor);
 
   // Forgets a pending waiter (its connection closed): it will never be answered.
   void drop(const std::shared_ptr<Waiter>& waiter);
@@ -91,6 +104,7 @@ class RendezvousState {
 
  private:
   struct Job;
+  struct Owner;
 
   std::optional<proto::Response> check_limits(const proto::Request& request) const;
   // Refuses a write that would take job over its key or byte quota; requires mu_.
@@ -101,7 +115,9 @@ class RendezvousState {
   static bool erase_value(Job& job, const std::string& key);
   // Forgets a waiter's share of its job's quotas; requires mu_.
   void release(Job& job, Waiter& waiter);
-  proto::Response execute(Job& job, proto::Request& request);
+  proto::Response execute(Job& job, proto::Request& request, const std::string& owner);
+  // Deletes the keys job still has owned by owner; requires mu_.
+  void expire_owned(const std::string& job_id, const std::string& owner);
   // Registers the waiter on its missing keys; returns false when none is missing.
   bool register_waiter(Job& job, const std::shared_ptr<Waiter>& waiter);
   // Answers a waiter whose keys all exist (values read now); requires mu_.
@@ -119,6 +135,8 @@ class RendezvousState {
   mutable std::mutex mu_;
   // Guarded by mu_.
   std::unordered_map<std::string, std::unique_ptr<Job>> jobs_;
+  // By owner_key(job, owner): the owners with a connection open or owned keys awaiting expiry.
+  std::unordered_map<std::string, Owner> owners_;
   size_t num_waiters_ = 0;
 };
 

@@ -32,11 +32,20 @@ struct RendezvousState::Waiter {
 };
 
 struct RendezvousState::Job {
+  std::string id;
   std::unordered_map<std::string, std::string> values;
   std::unordered_map<std::string, std::vector<std::shared_ptr<Waiter>>> waiters;
   uint64_t deletes = 0;  // keys deleted so far: a waiter re-checks its keys only if this moved
   size_t bytes = 0;      // keys + values stored, plus the keys of pending waiters
   size_t num_waiters = 0;
+  std::unordered_map<std::string, std::string> owner_of;  // owned key -> its owner
+};
+
+// A client that named an owner in its Hello (rendezvous_state.h, "Owned keys"), in one job.
+struct RendezvousState::Owner {
+  size_t connections = 0;
+  int64_t linger_ms = 0;                       // of its last OP_SET_OWNED
+  std::unique_ptr<asio::steady_timer> expiry;  // set while no connection is open
 };
 
 namespace rendezvous_state_detail {

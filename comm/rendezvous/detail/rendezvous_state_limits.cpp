@@ -27,6 +27,7 @@ struct Arity {
 std::optional<Arity> arity(proto::Op op) {
   switch (op) {
     case proto::OP_SET:
+    case proto::OP_SET_OWNED:
       return Arity{1, 1};
     case proto::OP_GET:
       return Arity{1, 0};
@@ -103,6 +104,7 @@ std::optional<proto::Response> RendezvousState::check_quota(const std::string& j
   };
   switch (request.op()) {
     case proto::OP_SET:
+    case proto::OP_SET_OWNED:
       write(request.keys(0), request.values(0).size());
       break;
     case proto::OP_ADD:
@@ -145,6 +147,7 @@ void RendezvousState::store_value(Job& job, const std::string& key, std::string 
   }
   job.bytes += value.size();
   it->second = std::move(value);
+  job.owner_of.erase(key);  // OP_SET_OWNED owns it again right after
 }
 
 bool RendezvousState::erase_value(Job& job, const std::string& key) {
@@ -152,6 +155,7 @@ bool RendezvousState::erase_value(Job& job, const std::string& key) {
   if (it == job.values.end()) return false;
   job.bytes -= key.size() + it->second.size();
   job.values.erase(it);
+  job.owner_of.erase(key);
   return true;
 }
 

@@ -11,8 +11,13 @@ bool TcpStoreJournal::record(const proto::Request& request, const proto::Respons
         written_[request.keys(i)] = Written{.value = request.values(i)};
       }
       return true;
+    case proto::OP_SET_OWNED:
+      written_[request.keys(0)] =
+          Written{.value = request.values(0), .owned = true, .linger_ms = request.linger_ms()};
+      return true;
     case proto::OP_ADD: {
       Written& w = written_[request.keys(0)];
+      w.owned = false;  // the server ended the ownership too
       if (!w.counter && !w.value.empty()) {
         w.value = std::to_string(response.number());  // a value this client set, then added to
       } else {
@@ -50,7 +55,9 @@ TcpStoreJournal::Replay TcpStoreJournal::replay(uint64_t max_keys_per_request,
     batch_bytes = 0;
   };
   std::lock_guard lock(mu_);
+  append_owned(out);
   for (const auto& [key, written] : written_) {
+    if (written.owned) continue;
     if (written.counter) {
       if (written.contribution == 0) continue;
       proto::Request add;
@@ -72,6 +79,26 @@ TcpStoreJournal::Replay TcpStoreJournal::replay(uint64_t max_keys_per_request,
   }
   flush();
   return out;
+}
+
+TcpStoreJournal::Replay TcpStoreJournal::replay_owned() const {
+  Replay out;
+  std::lock_guard lock(mu_);
+  append_owned(out);
+  return out;
+}
+
+void TcpStoreJournal::append_owned(Replay& out) const {
+  for (const auto& [key, written] : written_) {
+    if (!written.owned) continue;
+    proto::Request set;
+    set.set_op(proto::OP_SET_OWNED);
+    set.add_keys(key);
+    set.add_values(written.value);
+    set.set_linger_ms(written.linger_ms);
+    out.requests.push_back(std::move(set));
+    ++out.keys;
+  }
 }
 
 }  // namespace hsgd::comm

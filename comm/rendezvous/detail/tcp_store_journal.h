@@ -7,7 +7,10 @@
 // sum of its add() deltas (its share of a counter; a key it set and then added to keeps the
 // value the add returned). delete_key forgets the key. replay() turns it into requests: values
 // in multi_set batches within the server's limits, counters as one add each, so that the
-// counters of a job's clients sum up again on the new server.
+// counters of a job's clients sum up again on the new server. Owned keys (set_owned) are
+// replayed first, one OP_SET_OWNED each with its linger; replay_owned() gives them alone, for a
+// server that is the same instance but may have expired them while the client had no
+// connection.
 //
 // Thread-safe (one mutex).
 
@@ -35,13 +38,19 @@ class TcpStoreJournal {
     size_t keys = 0;
   };
   Replay replay(uint64_t max_keys_per_request, uint64_t max_frame_bytes) const;
+  Replay replay_owned() const;
 
  private:
   struct Written {
     bool counter = false;  // add() deltas (contribution), else a value
     std::string value;
     int64_t contribution = 0;
+    bool owned = false;     // set with OP_SET_OWNED
+    int64_t linger_ms = 0;  // its linger, when owned
   };
+
+  // One OP_SET_OWNED per owned key; requires mu_.
+  void append_owned(Replay& out) const;
 
   mutable std::mutex mu_;
   std::map<std::string, Written> written_;  // guarded by mu_
