@@ -23,6 +23,8 @@ namespace {
 // training loop only.
 std::atomic<int> g_armed{0};
 std::atomic<int> g_signal{0};
+// Set once a check decided to stop: the process is on its way to exit 75 and stays armed.
+std::atomic<bool> g_stopping{false};
 
 sigset_t preemption_set() {
   sigset_t set;
@@ -35,7 +37,7 @@ sigset_t preemption_set() {
 // What either path does with a signal: record it when armed (async-signal-safe: lock-free atomics
 // and write(2)), else end the process by the default action.
 void take_signal(int sig) {
-  if (g_armed.load() > 0) {
+  if (g_armed.load() > 0 || g_stopping.load()) {
     int none = 0;
     if (g_signal.compare_exchange_strong(none, sig)) {
       const char* text = sig == SIGUSR1
@@ -111,7 +113,10 @@ PreemptionCheck::~PreemptionCheck() {
 
 bool PreemptionCheck::stop_now() {
   if (!armed_) return false;
-  if (world_->size() == 1) return g_signal.load() != 0;
+  if (world_->size() == 1) {
+    if (g_signal.load() != 0) g_stopping.store(true);
+    return g_signal.load() != 0;
+  }
   const auto start = std::chrono::steady_clock::now();
   bool stop = false;
   // The flag of the boundary `lag_` boundaries back decides now; it is usually long complete.
@@ -130,6 +135,7 @@ bool PreemptionCheck::stop_now() {
   }
   seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ++checks_;
+  if (stop) g_stopping.store(true);
   return stop;
 }
 

@@ -14,6 +14,9 @@
 // nothing had been installed. While one is armed, the first signal is recorded and later ones
 // are ignored (Slurm signals the workers itself as well as through hsgd-run; a second signal
 // must not cut the checkpoint short: hsgd-run's SIGKILL after --grace-period is the bound).
+// Once a check has decided to stop, the process stays that way after the check is gone: it is
+// on its way to exit 75, and a SIGTERM from an agent that learned of the preemption from
+// another node must not turn that exit into a death by the signal.
 //
 // PreemptionCheck makes the ranks agree on the step: ranks receive the signal at different
 // steps, and all must save the same one. At every step boundary each rank starts an allreduce

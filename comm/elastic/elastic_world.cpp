@@ -216,9 +216,12 @@ std::shared_ptr<ProcessGroup> ElasticWorld::advance() {
     init.key_prefix = generation_prefix(g.number);
     init.embedded_server = false;
     init.shared_memory = false;
-    // A failed collective goes straight back to the caller, who moves to the next generation;
-    // waiting for a dead member's report would only delay that.
-    init.diagnose_failures = false;
+    // A collective that lost a connection goes straight back to the caller, who moves to the
+    // next generation: waiting for a dead member's report would only delay that. After a
+    // timeout (a vanished host, a link outage) the members still say briefly who reached what,
+    // so that the error names the ranks that lost contact.
+    init.diagnosis_grace_after_loss = Duration(0);
+    init.diagnosis_grace_after_timeout = std::chrono::seconds(2);
     try {
       world_ = init_process_group(init);
     } catch (const CommError& e) {  // Timeout included: a member died while connecting

@@ -238,7 +238,8 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
   pg.allreduce_algorithm = options.allreduce_algorithm;
   pg.shared_memory = options.shared_memory;
   pg.mismatch_check = options.mismatch_check;
-  pg.diagnose_failures = options.diagnose_failures;
+  pg.diagnosis_grace_after_loss = options.diagnosis_grace_after_loss;
+  pg.diagnosis_grace_after_timeout = options.diagnosis_grace_after_timeout;
   pg.local_world_size = options.local_world_size;
   pg.node_rank = options.node_rank;
   return std::make_shared<ProcessGroup>(std::move(pg));

@@ -54,9 +54,10 @@ struct InitOptions {
   // in another collective, and fails within seconds if so (ProcessGroup::Options::mismatch_check,
   // HSGD_MISMATCH_CHECK_MS; 0 turns the check off).
   Duration mismatch_check = std::chrono::seconds(2);
-  // ProcessGroup::Options::diagnose_failures: a failed collective asks the other ranks what they
-  // were doing before it throws (up to 2 s after a lost connection); false throws at once.
-  bool diagnose_failures = true;
+  // ProcessGroup::Options::diagnosis_grace_after_loss / _after_timeout: how long a failed
+  // collective waits for the other ranks' reports of what they were doing (0: it does not ask).
+  Duration diagnosis_grace_after_loss = std::chrono::seconds(2);
+  Duration diagnosis_grace_after_timeout = std::chrono::seconds(30);
 
   // Reads RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT,
   // HSGD_RDZV_TOKEN, HSGD_SOCKET_IFNAME, HSGD_RUN_ID, HSGD_RESTART_COUNT, HSGD_JOB_ID,

@@ -253,11 +253,12 @@ std::exception_ptr ProcessGroup::on_failure(const CollectiveFingerprint& fp,
                           " (ProcessGroup::abort). Cause: ", e.what())));
   }
   const bool timed_out = looks_like_timeout(e.what());
-  const std::string who = options_.diagnose_failures
-                              ? diagnose_failure(fp, timed_out)
-                              : std::string(
-                                    "the other members were not asked (diagnose_failures "
-                                    "is off)");
+  const Duration grace =
+      std::min<Duration>(options_.timeout / 2, timed_out ? options_.diagnosis_grace_after_timeout
+                                                         : options_.diagnosis_grace_after_loss);
+  const std::string who =
+      grace.count() > 0 ? diagnose_failure(fp, grace)
+                        : std::string("the other members were not asked what they were doing");
   const std::string message =
       str_cat(fp.describe(), " of group '", options_.name, "' (rank ", rank(), " of ", size(), ") ",
               timed_out ? "timed out after " + std::to_string(options_.timeout.count()) + " ms"
@@ -275,17 +276,14 @@ std::exception_ptr ProcessGroup::on_failure(const CollectiveFingerprint& fp,
 // collective it is; a rank whose key never appears was not in a collective of this group (still
 // computing, waiting elsewhere) or is dead. After a timeout the others time out about as late,
 // so the grace is half the timeout, at most 30 s; after a lost connection or a peer that exited,
-// the others fail within moments, and a dead peer never reports, so 2 s.
+// the others fail within moments, and a dead peer never reports, so 2 s (both are options).
 Duration ProcessGroup::work_timeout() const {
   // diagnose_failure: a store barrier and a read, each bounded by the grace (at most 30 s).
   return options_.timeout + std::min<Duration>(options_.timeout, std::chrono::seconds(60)) +
          std::chrono::seconds(5);
 }
 
-std::string ProcessGroup::diagnose_failure(const CollectiveFingerprint& fp, bool timed_out) {
-  const Duration grace =
-      std::min<Duration>(options_.timeout / 2, timed_out ? Duration(std::chrono::seconds(30))
-                                                         : Duration(std::chrono::seconds(2)));
+std::string ProcessGroup::diagnose_failure(const CollectiveFingerprint& fp, Duration grace) {
   const std::string base = options_.key_prefix + "failed/";
   try {
     bool everyone = true;

@@ -151,10 +151,13 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
     // Subgroups inherit it.
     Duration mismatch_check = std::chrono::seconds(2);
     // A failed collective asks the other members through the store what they were doing and
-    // names them in its error; that waits for their reports up to a grace (2 s after a lost
-    // connection, up to 30 s after a timeout). false skips it: the error names the cause only
-    // (an elastic world, whose membership says who is gone). Subgroups inherit it.
-    bool diagnose_failures = true;
+    // names them in its error (who is in which collective, who did not report), waiting for
+    // their reports up to a grace: after a lost connection (live peers fail within moments, a
+    // dead one never reports) diagnosis_grace_after_loss; after a timeout (the others time out
+    // about as late) diagnosis_grace_after_timeout, at most half the timeout. A grace of 0 skips
+    // the question: the error names the cause only. Subgroups inherit them.
+    Duration diagnosis_grace_after_loss = std::chrono::seconds(2);
+    Duration diagnosis_grace_after_timeout = std::chrono::seconds(30);
   };
 
   // Connects to every other member (blocks until all arrived). Throws hsgd::Timeout naming the
@@ -282,7 +285,7 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   void abort_transport();
   friend class hsgd::detail::TwoLevelAllreduce;  // aborts its cross-node group
   // After a failure: what each member was doing (see process_group.cpp).
-  std::string diagnose_failure(const hsgd::detail::CollectiveFingerprint& fp, bool timed_out);
+  std::string diagnose_failure(const hsgd::detail::CollectiveFingerprint& fp, Duration grace);
   // The rank that aborted this group (abort(), here or on a peer), or -1.
   int aborted_by();
   template <typename T>
