@@ -468,9 +468,6 @@ class ElasticTrainer {
       }
       in_step_ = true;
       step(**batch_);
-      in_step_ = false;
-      // The data position is saved once the step is done: a discarded step retakes its batch.
-      replica_.loader = loader_->state_dict();
       ++*batch_;
       if (at_world_boundary()) {
         boundary_step_ = replica_.step;
@@ -499,6 +496,11 @@ class ElasticTrainer {
     replica_.correct += nn::accuracy(logits, batch.targets) * n;
     replica_.images += static_cast<int64_t>(batch.targets.size());
     ++replica_.step;
+    // The step is done: its data position goes with its count (a discarded step retakes its
+    // batch). Saved before the averaging below, so that a failed averaging, which does not undo
+    // the step, leaves the two consistent on every rank.
+    replica_.loader = loader_->state_dict();
+    in_step_ = false;
     comm::report_progress(replica_.step);
     if (lead_ && flags_.log_every > 0 && replica_.step % flags_.log_every == 0) {
       write_metrics({.train_loss = loss_value,

@@ -1,20 +1,31 @@
 #!/usr/bin/env bash
-# Usage: elastic_link_down.sh SOURCE_DIR BUILD_DIR
+# Usage: elastic_link_down.sh SOURCE_DIR BUILD_DIR [OUTAGE_SECONDS]
 # A lost host in an elastic job: two network namespaces joined by a veth pair are the nodes (the
 # rendezvous server runs in node 0), each with an hsgd-run --nnodes 1:2 of 2 train_mlp workers
-# (hierarchical 2:node,8:world, --heartbeat-timeout 3). Once rank 0 printed step 40, node 1's
-# link goes down: its processes live on but nothing reaches them. Checked:
+# (hierarchical 2:node,8:world). Once rank 0 printed step 40, node 1's link goes down: its
+# processes live on but nothing reaches them.
+#
+# Without OUTAGE_SECONDS (--heartbeat-timeout 3), checked:
 #   - node 0 goes on without node 1: the agents' heartbeat (3 s) drops node 1, node 0's watcher
 #     aborts the collectives that wait for it, rank 0 reports a generation that lost it; the time
 #     from the link going down to node 0's next step is printed (not asserted: a shared machine);
 #   - 5 s later the link comes back: node 1's workers, declared gone, stop; its hsgd-run
-#     registers it again and it rejoins with the state of a live peer;
-#   - both hsgd-runs exit 0 and rank 0's steps count 1..N once each.
+#     registers it again and it rejoins with the state of a live peer.
+# With OUTAGE_SECONDS (an outage shorter than the default --heartbeat-timeout of 30 s; the
+# collective timeout is the elastic default, 20 s): the link comes back after that many seconds.
+# The job either rides the outage out (the collectives that waited time out, the same two nodes
+# form the next generation) or drops node 1 and takes it back; checked: node 0 says which ranks
+# it lost contact with (a world collective waiting for ranks 2-3 names them, or node 1 sent no
+# heartbeat), training
+# goes on after the link is back, and the time from the link going down to rank 0's next step is
+# printed.
+# Both ways: both hsgd-runs exit 0 and rank 0's steps count 1..N once each.
 # Skipped (77), saying why, without root or network namespaces. Everything started here is
 # stopped by pid, the namespaces are removed, also on failure.
 set -euo pipefail
 src=$1
 build=$2
+outage=${3:-}
 tag=hsgdld$$
 ns=("${tag}a" "${tag}b")
 subnet=10.$((100 + $$ % 100)).$(($$ % 250)).
@@ -47,11 +58,13 @@ grep -q "listening on" "$work/rdzv.out" || fail "hsgd-rendezvous did not start: 
 
 
 agents=()
+heartbeat=3 epochs=40
+[ -n "$outage" ] && heartbeat=30 epochs=60
 for k in 0 1; do
-  ip netns exec "${ns[$k]}" timeout 150 "$run" --nnodes 1:2 --nproc-per-node 2 \
-    --rdzv-endpoint "$endpoint" --rdzv-id linkdown --rdzv-last-call 1 --heartbeat-timeout 3 \
-    --max-restarts 1 -- "$mlp" --synthetic --epochs 40 --log-every 1 --mode hierarchical \
-    --hierarchy 2:node,8:world >"$work/node$k" 2>&1 &
+  ip netns exec "${ns[$k]}" timeout 200 "$run" --nnodes 1:2 --nproc-per-node 2 \
+    --rdzv-endpoint "$endpoint" --rdzv-id linkdown --rdzv-last-call 1 \
+    --heartbeat-timeout "$heartbeat" --max-restarts 1 -- "$mlp" --synthetic --epochs "$epochs" \
+    --log-every 1 --mode hierarchical --hierarchy 2:node,8:world >"$work/node$k" 2>&1 &
   pids+=($!)
   agents+=($!)
   wait_registered "$work/node$k"
@@ -60,6 +73,34 @@ wait_for_step "$work/node0" 40
 before=$(highest_step "$work/node0")
 ip -n "${ns[1]}" link set veth1 down
 down_s=$(date +%s.%N)
+if [ -n "$outage" ]; then
+  sleep "$outage"
+  ip -n "${ns[1]}" link set veth1 up
+  # Rank 0's next step after the outage, and when.
+  for _ in $(seq 600); do
+    [ "$(highest_step "$work/node0")" -gt "$before" ] && break
+    sleep 0.1
+  done
+  after_s=$(date +%s.%N)
+  [ "$(highest_step "$work/node0")" -gt "$before" ] ||
+    fail "rank 0 printed no step within 60 s after the link came back: $(tail -n 20 "$work/node0")"
+  gap=$(awk -v a="$down_s" -v b="$after_s" 'BEGIN { printf "%.1f", b - a }')
+  rc0=0 rc1=0
+  wait "${agents[0]}" || rc0=$?
+  wait "${agents[1]}" || rc1=$?
+  [ "$rc0" -eq 0 ] || fail "node 0's hsgd-run exited $rc0: $(tail -n 30 "$work/node0")"
+  [ "$rc1" -eq 0 ] || fail "node 1's hsgd-run exited $rc1: $(tail -n 30 "$work/node1")"
+  # Which ranks node 0 lost contact with: node 1's (ranks 2-3 of the world), named while a
+  # collective waits for them, or node 1 itself through the heartbeat.
+  grep -qE "group 'world' \(rank [01] of 4\): .* has waited [0-9]+ ms; ranks 2(-|, )3 published no collective|sent no heartbeat for" "$work/node0" ||
+    fail "node 0 did not say that it lost contact with node 1: $(grep -E 'failed|timed out|heartbeat' "$work/node0" | tail -n 5)"
+  path="rode the outage out ($(grep -cE 'train_mlp: generation' "$work/node0") generations, each of both nodes)"
+  grep -qE 'generation [0-9]+:.* lost node' "$work/node0" && path="dropped node 1 and took it back"
+  last=$(check_steps "$work/node0")
+  echo "elastic_link_down: node 1's link down for $outage s at step $before; rank 0's next step" \
+    "$gap s after it went down; the job $path; steps 1..$last once each"
+  exit 0
+fi
 # The first step after `before` that rank 0 prints, and when.
 next=$((before + 1))
 for _ in $(seq 300); do

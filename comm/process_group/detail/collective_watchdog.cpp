@@ -103,7 +103,8 @@ void CollectiveWatchdog::loop() {
   while (!stopping_) {
     wake_.wait_for(lock, poll_);
     if (stopping_) break;
-    const bool overdue = running_ && !found_ && Clock::now() - since_ >= config_.threshold;
+    const comm::Duration waited = std::chrono::duration_cast<comm::Duration>(Clock::now() - since_);
+    const bool overdue = running_ && !found_ && waited >= config_.threshold;
     const CollectiveFingerprint fp = overdue ? current_ : CollectiveFingerprint{};
     const bool ended = published_ && (!running_ || current_.seq != published_seq_);
     lock.unlock();
@@ -112,7 +113,7 @@ void CollectiveWatchdog::loop() {
         config_.store->delete_key(waiting_key(config_.key_prefix, config_.rank));
         published_ = false;
       }
-      if (overdue) watch(fp);
+      if (overdue) watch(fp, waited);
     } catch (const std::exception& e) {
       // The store may be gone (the job is ending); the collective's own timeout still holds.
       comm::logger()->debug("group '{}': collective watchdog: {}", config_.group_name, e.what());
@@ -128,16 +129,19 @@ void CollectiveWatchdog::loop() {
   }
 }
 
-void CollectiveWatchdog::watch(const CollectiveFingerprint& mine) {
+void CollectiveWatchdog::watch(const CollectiveFingerprint& mine, comm::Duration waited) {
   if (!published_) {
     config_.store->set(
         waiting_key(config_.key_prefix, config_.rank),
         comm::to_bytes(str_cat(mine.seq, "|", mine.shape_hash(), "|", mine.describe())));
     published_ = true;
     published_seq_ = mine.seq;
+    noted_ = false;
     std::fill(other_seq_.begin(), other_seq_.end(), OtherSeq{});
   }
-  if (!conflicts(mine, read_peers())) {
+  const std::vector<Peer> now = read_peers();
+  if (!conflicts(mine, now)) {
+    if (!noted_ && waited >= kSilentNote * config_.threshold) note_silent(mine, now, waited);
     // A member that found a mismatch first stored its report and aborted its transport; its
     // collective then failed and its key was deleted, possibly before this rank read it. Its
     // report still holds: the group is broken (a shared-memory collective is not woken by the
@@ -171,6 +175,27 @@ void CollectiveWatchdog::watch(const CollectiveFingerprint& mine) {
     found_ = report;
   }
   on_mismatch_(*report);
+}
+
+void CollectiveWatchdog::note_silent(const CollectiveFingerprint& mine,
+                                     const std::vector<Peer>& peers, comm::Duration waited) {
+  noted_ = true;
+  std::vector<int> silent;
+  std::vector<int> with_me;
+  for (int r = 0; r < config_.size; ++r) {
+    const Peer& peer = peers[static_cast<size_t>(r)];
+    if (r == config_.rank || (peer.waiting && peer.seq == mine.seq)) {
+      with_me.push_back(r);
+    } else if (!peer.waiting && !peer.left) {
+      silent.push_back(r);
+    }
+  }
+  if (silent.empty()) return;
+  comm::logger()->warn(
+      "group '{}' (rank {} of {}): {} has waited {} ms; {} published no collective of this "
+      "group (computing, waiting elsewhere, or unreachable: a lost link or host); {} {} in it",
+      config_.group_name, config_.rank, config_.size, mine.describe(), waited.count(),
+      describe_rank_set(silent), describe_rank_set(with_me), with_me.size() == 1 ? "is" : "are");
 }
 
 std::vector<CollectiveWatchdog::Peer> CollectiveWatchdog::read_peers() {

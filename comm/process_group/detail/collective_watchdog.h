@@ -27,7 +27,10 @@
 // lowest rank), so a rank-0-only call on 4 ranks reads "barrier #7 'Checkpointer::save(step 10)'
 // was called on rank 0 only; ranks 1-3 are in allreduce (272 x float, sum) #7 'DDP bucket 0'".
 // A member that is alive but not in a collective (still computing) publishes nothing and is not
-// a mismatch: a slow rank is legal; the collective's own timeout still bounds that case.
+// a mismatch: a slow rank is legal; the collective's own timeout still bounds that case. A
+// collective that has waited kSilentNote x the threshold logs once, as a warning, which members
+// published nothing (computing, waiting elsewhere, or unreachable: a lost link or host) and
+// which wait in it too, so that a stall names the ranks it waits for long before the timeout.
 //
 // Usage (inside ProcessGroup; not compiled: uses its private members):
 //   watchdog_ = std::make_unique<CollectiveWatchdog>(
@@ -67,6 +70,8 @@ std::shared_ptr<const MismatchReport> stored_mismatch(comm::Store& store,
 
 class CollectiveWatchdog {
  public:
+  // Thresholds a collective waits before the silent members are named in a warning.
+  static constexpr int kSilentNote = 3;
   struct Config {
     std::shared_ptr<comm::Store> store = nullptr;
     std::string key_prefix = "";
@@ -104,9 +109,12 @@ class CollectiveWatchdog {
     uint64_t left_seq = 0;  // the first seq it will never run
   };
   void loop();
-  // While collective mine has waited past the threshold: publish it, read the others, and on a
-  // mismatch settle, store the report and call on_mismatch_.
-  void watch(const CollectiveFingerprint& mine);
+  // While collective mine has waited past the threshold (for `waited`): publish it, read the
+  // others, and on a mismatch settle, store the report and call on_mismatch_.
+  void watch(const CollectiveFingerprint& mine, comm::Duration waited);
+  // The warning about the members that published nothing, once per collective.
+  void note_silent(const CollectiveFingerprint& mine, const std::vector<Peer>& peers,
+                   comm::Duration waited);
   // Whether peers (as read now) show a mismatch with mine.
   bool conflicts(const CollectiveFingerprint& mine, const std::vector<Peer>& peers);
   std::vector<Peer> read_peers();
@@ -128,6 +136,7 @@ class CollectiveWatchdog {
   // Used by the watchdog thread only.
   bool published_ = false;
   uint64_t published_seq_ = 0;
+  bool noted_ = false;  // note_silent logged for published_seq_
   // Per member: the other seq it was first seen waiting at, and when (when != epoch).
   struct OtherSeq {
     uint64_t seq = 0;

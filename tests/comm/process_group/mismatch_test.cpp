@@ -26,6 +26,7 @@
 #include "comm/process_group/process_group.h"
 #include "comm/store/file_store.h"
 #include "tests/support/error_message.h"
+#include "tests/support/log_capture.h"
 #include "tests/support/multiprocess.h"
 #include "tests/support/world.h"
 
@@ -176,6 +177,24 @@ TEST(CollectiveMismatchTest, SlowRank_IsNotAMismatch) {
       pg->allreduce(std::span<float>(x), ReduceOp::kSum, "slow")->wait();
       EXPECT_EQ(x[0], 3.0f) << "rank " << rank << " round " << i;
     }
+  });
+  EXPECT_RANKS_OK(result);
+}
+
+// A collective that waits long for a member that publishes nothing (here: it sleeps; a lost link
+// looks the same) names it in a warning long before the timeout, and the ranks that wait too.
+TEST(CollectiveMismatchTest, LongWait_NamesTheMembersThatPublishedNothing) {
+  auto result = run_world(3, long_timeout(false), [&](int rank, const auto& pg) {
+    hsgd::testing::LogCapture log;
+    if (rank == 2) std::this_thread::sleep_for(std::chrono::seconds(12));
+    std::vector<float> x(8, 1.0f);
+    pg->allreduce(std::span<float>(x), ReduceOp::kSum, "waits for rank 2")->wait();
+    EXPECT_EQ(x[0], 3.0f);
+    if (rank == 2) return;
+    EXPECT_THAT(log.text(), HasSubstr("'waits for rank 2' has waited"));
+    EXPECT_THAT(log.text(),
+                HasSubstr("rank 2 published no collective of this group (computing, waiting "
+                          "elsewhere, or unreachable: a lost link or host); ranks 0, 1 are in it"));
   });
   EXPECT_RANKS_OK(result);
 }

@@ -4,7 +4,6 @@
 // in one process from the rule written in averaging_level.h and averagers.h).
 
 #include <gtest/gtest.h>
-#include <spdlog/sinks/ostream_sink.h>
 
 #include <algorithm>
 #include <cmath>
@@ -20,6 +19,7 @@
 #include "framework/distributed/model_averaging/hierarchical_model_averager.h"
 #include "tests/framework/distributed/dist_test_util.h"
 #include "tests/framework/distributed/model_averaging/reference_averager.h"
+#include "tests/support/log_capture.h"
 #include "tests/support/world.h"
 
 namespace hsgd::distributed {
@@ -472,25 +472,7 @@ TEST(LevelOptionsValidation, BadOptions_FailOnEveryRankNamingLevelAndValue) {
   EXPECT_RANKS_OK(result);
 }
 
-// What this process logs while it lives (comm::logger()'s warnings), for tests of warnings.
-class LogCapture {
- public:
-  LogCapture() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(out_)) {
-    comm::logger()->sinks().push_back(sink_);
-  }
-  ~LogCapture() {
-    auto& sinks = comm::logger()->sinks();
-    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
-  }
-  std::string text() {
-    sink_->flush();
-    return out_.str();
-  }
-
- private:
-  std::ostringstream out_;
-  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
-};
+using hsgd::testing::LogCapture;
 
 // Options that a configuration accepts but cannot apply are named in a warning: on a level that
 // was dropped, compression where nothing crosses a node, an overlap longer than the period.
