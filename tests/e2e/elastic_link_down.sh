@@ -57,6 +57,16 @@ for _ in $(seq 100); do grep -q "listening on" "$work/rdzv.out" && break; sleep 
 grep -q "listening on" "$work/rdzv.out" || fail "hsgd-rendezvous did not start: $(cat "$work/rdzv.out")"
 
 
+# Both hsgd-runs must exit 0.
+wait_agents_ok() {
+  local k rc
+  for k in 0 1; do
+    rc=0
+    wait "${agents[$k]}" || rc=$?
+    [ "$rc" -eq 0 ] || fail "node $k's hsgd-run exited $rc: $(tail -n 30 "$work/node$k")"
+  done
+}
+
 agents=()
 heartbeat=3 epochs=40
 [ -n "$outage" ] && heartbeat=30 epochs=60
@@ -85,11 +95,7 @@ if [ -n "$outage" ]; then
   [ "$(highest_step "$work/node0")" -gt "$before" ] ||
     fail "rank 0 printed no step within 60 s after the link came back: $(tail -n 20 "$work/node0")"
   gap=$(awk -v a="$down_s" -v b="$after_s" 'BEGIN { printf "%.1f", b - a }')
-  rc0=0 rc1=0
-  wait "${agents[0]}" || rc0=$?
-  wait "${agents[1]}" || rc1=$?
-  [ "$rc0" -eq 0 ] || fail "node 0's hsgd-run exited $rc0: $(tail -n 30 "$work/node0")"
-  [ "$rc1" -eq 0 ] || fail "node 1's hsgd-run exited $rc1: $(tail -n 30 "$work/node1")"
+  wait_agents_ok
   # Which ranks node 0 lost contact with: node 1's (ranks 2-3 of the world), named while a
   # collective waits for them, or node 1 itself through the heartbeat.
   grep -qE "group 'world' \(rank [01] of 4\): .* has waited [0-9]+ ms; ranks 2(-|, )3 published no collective|sent no heartbeat for" "$work/node0" ||
@@ -118,11 +124,7 @@ grep -qE 'a newer generation dropped a member; aborting' "$work/node0" ||
   fail "node 0's collectives were not aborted by the new generation: $(tail -n 20 "$work/node0")"
 sleep 5
 ip -n "${ns[1]}" link set veth1 up
-rc0=0 rc1=0
-wait "${agents[0]}" || rc0=$?
-wait "${agents[1]}" || rc1=$?
-[ "$rc0" -eq 0 ] || fail "node 0's hsgd-run exited $rc0: $(tail -n 30 "$work/node0")"
-[ "$rc1" -eq 0 ] || fail "node 1's hsgd-run exited $rc1: $(tail -n 30 "$work/node1")"
+wait_agents_ok
 grep -qE 'generation [0-9]+:.* joined node .*received the state from rank' "$work/node0" ||
   fail "node 1 did not rejoin after the link came back: $(grep -E 'generation' "$work/node0" | tail)"
 last=$(check_steps "$work/node0")

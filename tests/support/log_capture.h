@@ -4,8 +4,8 @@
 //
 // Usage:
 //   hsgd::testing::LogCapture log;
-//   ... code that warns ...
-//   EXPECT_NE(log.text().find("dropped"), std::string::npos);
+//   hsgd::comm::logger()->warn("level {} was dropped", 2);
+//   EXPECT_NE(log.text().find("was dropped"), std::string::npos);
 
 #include <spdlog/sinks/ostream_sink.h>
 
