@@ -38,6 +38,9 @@ struct ElasticAgent::Incarnation {
   // rendezvous server that its clients are re-populating); unset while every member is listed.
   std::optional<Clock::time_point> unlisted_since;
   std::optional<Clock::time_point> finish_deadline;  // the finished key appeared: wait until
+  // Since when the rendezvous server leaves requests unanswered (a silent link); unset once a
+  // round completed.
+  std::optional<Clock::time_point> store_silent_since;
 };
 
 ElasticAgent::ElasticAgent(AgentOptions options, std::shared_ptr<Store> store)
@@ -236,8 +239,23 @@ ElasticAgent::Outcome ElasticAgent::monitor(Incarnation& inc) {
     inc.next_store_check = Clock::now() + options_.monitor_interval;
     try {
       if (auto outcome = observe_membership(inc)) return *outcome;
+      inc.store_silent_since.reset();
     } catch (const ServerUnavailable&) {
       // Logged by the store when it lost the server and when it reaches it again.
+    } catch (const Timeout& e) {
+      // A request in flight when the link to the server went silent (nothing closed, so the
+      // store saw no outage): the next round tries again on a new connection, for rdzv_timeout.
+      const auto now = Clock::now();
+      if (!inc.store_silent_since) {
+        inc.store_silent_since = now;
+        logger()->warn(
+            "{}: job '{}': the rendezvous server did not answer ({}); trying again "
+            "for up to {} ms ({})",
+            options_.names.agent, options_.run_id, e.what(), options_.rdzv_timeout.count(),
+            options_.names.rdzv_timeout);
+      } else if (now - *inc.store_silent_since > options_.rdzv_timeout) {
+        throw;
+      }
     }
   }
 }

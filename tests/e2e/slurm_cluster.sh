@@ -437,7 +437,13 @@ slurm_job_test() {
 }
 
 sj_finish() {
-  local rc=$?
+  local rc=$? f
+  if [ "$rc" -ne 0 ] && [ -n "$SC_DIR" ]; then
+    # What Slurm said, for a failure that its job state alone does not explain.
+    for f in "$SC_DIR"/slurmctld.log "$SC_DIR"/slurmd-*.log; do
+      [ -f "$f" ] && { echo "--- $f (last lines)"; tail -n 15 "$f"; }
+    done >&2
+  fi
   slurm_cluster_stop || true
   if [ -n "$work" ]; then
     if [ "$rc" -ne 0 ] || [ -n "${HSGD_KEEP_OUTPUT:-}" ]; then

@@ -69,7 +69,13 @@ while :; do
     pending_s=$(date +%s)
     echo "slurm_preempt: job $id pending again $((pending_s - signal_s)) s after the signal:" \
       "$(scontrol -o show job "$id" | grep -Eo '(Reason|EligibleTime)=[^ ]*' | tr '\n' ' ')"
-    # Slurm makes a requeued job eligible only 120 s later; the test does not wait for that.
+    # Slurm makes a requeued job eligible only 120 s later; the test does not wait for that, only
+    # for the nodes to have finished the first run (a launch on a node still completing it can
+    # fail).
+    until [ -z "$(sinfo -h -N -o '%T' | grep -v '^idle$' || true)" ]; do
+      check_deadline
+      sleep 0.3
+    done
     scontrol update JobId="$id" StartTime=now >"$work/update.out" 2>&1 ||
       fail "scontrol update JobId=$id StartTime=now: $(cat "$work/update.out")"
   fi

@@ -7,10 +7,12 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <future>
 #include <sstream>
+#include <thread>
 
 #include "comm/store/hash_store.h"
 #include "shell_job.h"
@@ -197,6 +199,50 @@ TEST(ElasticAgentTest, BelowMinForRdzvTimeout_ExitsOneNamingAliveAndMin) {
     ASSERT_GT(pid, 0);
     EXPECT_FALSE(process_exists(pid)) << e.path() << " survived";
   }
+}
+
+// A store whose server leaves requests unanswered while `silent` is set: check() throws the
+// Timeout a TcpStore throws when no reply comes (a silent link; nothing was closed).
+class SilentServerStore : public HashStore {
+ public:
+  std::atomic<bool> silent{false};
+  bool check(const std::vector<std::string>& keys) override {
+    if (silent.load()) throw Timeout("TcpStore 10.0.0.1:29400: check: no reply from the server");
+    return HashStore::check(keys);
+  }
+};
+
+// A server that does not answer for a while: the agent keeps its workers and tries again; the
+// job ends normally. Silent for longer than --rdzv-timeout, the store's Timeout ends run().
+TEST(ElasticAgentTest, UnansweredStore_ShorterThanRdzvTimeout_IsRiddenOut) {
+  const auto dir = hsgd::testing::unique_temp_dir("elastic_silent_store");
+  auto store = std::make_shared<SilentServerStore>();
+  auto options = elastic_job(worker_script(dir), dir / "logs", "a", 1, 2);
+  options.rdzv_timeout = milliseconds(5000);
+  auto end = run_agent(options, store);
+  const std::optional<Generation> g0 = generation(*store, 0);
+  ASSERT_TRUE(g0.has_value());
+  ASSERT_TRUE(wait_for([&] { return count_files(dir, "env_") == 2; }, seconds(20)));
+  store->silent = true;
+  std::this_thread::sleep_for(milliseconds(1500));  // many monitor rounds
+  store->silent = false;
+  std::ofstream(dir / "finish") << "now\n";
+  const Finished f = end.get();
+  EXPECT_EQ(f.code, 0);
+  const std::string pids = lines_of(dir / ("pid_" + ids(*g0)[0] + "_0"));
+  EXPECT_EQ(std::count(pids.begin(), pids.end(), '\n'), 1) << "the worker was restarted:\n" << pids;
+}
+
+TEST(ElasticAgentTest, UnansweredStore_LongerThanRdzvTimeout_EndsRun) {
+  const auto dir = hsgd::testing::unique_temp_dir("elastic_silent_store_long");
+  auto store = std::make_shared<SilentServerStore>();
+  auto options = elastic_job(worker_script(dir), dir / "logs", "a", 1, 2);
+  options.rdzv_timeout = milliseconds(1000);
+  auto end = run_agent(options, store);
+  ASSERT_TRUE(wait_for([&] { return count_files(dir, "env_") == 2; }, seconds(20)));
+  store->silent = true;
+  EXPECT_THROW(end.get(), Timeout);
+  std::ofstream(dir / "finish") << "now\n";  // releases workers left behind
 }
 
 // A stop request is forwarded to the workers; the node leaves and exits 128 + signal.
