@@ -212,37 +212,46 @@ class SilentServerStore : public HashStore {
   }
 };
 
+// One agent (1..2 nodes) on a SilentServerStore with the given --rdzv-timeout, its generation 0
+// formed and its 2 workers started.
+struct SilentJob {
+  fs::path dir;
+  std::shared_ptr<SilentServerStore> store = std::make_shared<SilentServerStore>();
+  std::future<Finished> end;
+  std::optional<Generation> g0;
+
+  SilentJob(const std::string& name, milliseconds rdzv_timeout)
+      : dir(hsgd::testing::unique_temp_dir(name)) {
+    auto options = elastic_job(worker_script(dir), dir / "logs", "a", 1, 2);
+    options.rdzv_timeout = rdzv_timeout;
+    end = run_agent(options, store);
+    g0 = generation(*store, 0);
+  }
+  bool started() {
+    return g0.has_value() && wait_for([&] { return count_files(dir, "env_") == 2; }, seconds(20));
+  }
+  ~SilentJob() { std::ofstream(dir / "finish") << "now\n"; }  // releases workers left behind
+};
+
 // A server that does not answer for a while: the agent keeps its workers and tries again; the
 // job ends normally. Silent for longer than --rdzv-timeout, the store's Timeout ends run().
 TEST(ElasticAgentTest, UnansweredStore_ShorterThanRdzvTimeout_IsRiddenOut) {
-  const auto dir = hsgd::testing::unique_temp_dir("elastic_silent_store");
-  auto store = std::make_shared<SilentServerStore>();
-  auto options = elastic_job(worker_script(dir), dir / "logs", "a", 1, 2);
-  options.rdzv_timeout = milliseconds(5000);
-  auto end = run_agent(options, store);
-  const std::optional<Generation> g0 = generation(*store, 0);
-  ASSERT_TRUE(g0.has_value());
-  ASSERT_TRUE(wait_for([&] { return count_files(dir, "env_") == 2; }, seconds(20)));
-  store->silent = true;
+  SilentJob job("elastic_silent_store", milliseconds(5000));
+  ASSERT_TRUE(job.started());
+  job.store->silent = true;
   std::this_thread::sleep_for(milliseconds(1500));  // many monitor rounds
-  store->silent = false;
-  std::ofstream(dir / "finish") << "now\n";
-  const Finished f = end.get();
-  EXPECT_EQ(f.code, 0);
-  const std::string pids = lines_of(dir / ("pid_" + ids(*g0)[0] + "_0"));
+  job.store->silent = false;
+  std::ofstream(job.dir / "finish") << "now\n";
+  EXPECT_EQ(job.end.get().code, 0);
+  const std::string pids = lines_of(job.dir / ("pid_" + ids(*job.g0)[0] + "_0"));
   EXPECT_EQ(std::count(pids.begin(), pids.end(), '\n'), 1) << "the worker was restarted:\n" << pids;
 }
 
 TEST(ElasticAgentTest, UnansweredStore_LongerThanRdzvTimeout_EndsRun) {
-  const auto dir = hsgd::testing::unique_temp_dir("elastic_silent_store_long");
-  auto store = std::make_shared<SilentServerStore>();
-  auto options = elastic_job(worker_script(dir), dir / "logs", "a", 1, 2);
-  options.rdzv_timeout = milliseconds(1000);
-  auto end = run_agent(options, store);
-  ASSERT_TRUE(wait_for([&] { return count_files(dir, "env_") == 2; }, seconds(20)));
-  store->silent = true;
-  EXPECT_THROW(end.get(), Timeout);
-  std::ofstream(dir / "finish") << "now\n";  // releases workers left behind
+  SilentJob job("elastic_silent_store_long", milliseconds(1000));
+  ASSERT_TRUE(job.started());
+  job.store->silent = true;
+  EXPECT_THROW(job.end.get(), Timeout);
 }
 
 // A stop request is forwarded to the workers; the node leaves and exits 128 + signal.
