@@ -96,9 +96,13 @@ if [ -n "$outage" ]; then
     fail "rank 0 printed no step within 60 s after the link came back: $(tail -n 20 "$work/node0")"
   gap=$(awk -v a="$down_s" -v b="$after_s" 'BEGIN { printf "%.1f", b - a }')
   wait_agents_ok
-  # Which ranks node 0 lost contact with: node 1's (ranks 2-3 of the world), named while a
-  # collective waits for them, or node 1 itself through the heartbeat.
-  grep -qE "group 'world' \(rank [01] of 4\): .* has waited [0-9]+ ms; ranks 2(-|, )3 published no collective|sent no heartbeat for" "$work/node0" ||
+  # Which ranks node 0 lost contact with: node 1's (ranks 2 and 3 of the world, possibly with a
+  # rank of node 0 that was in another group's collective), named while a world collective waits
+  # for them or when it fails, or node 1 itself through the heartbeat.
+  named="ranks ([01], )?(2, 3|[0-2]-3) published no collective"
+  failed="ranks \\[([01], )?2, 3\\] \\(global \\[([01], )?2, 3\\]\\) did not arrive"
+  grep -qE "group 'world' \(rank [01] of 4\): .* has waited [0-9]+ ms; $named|$failed|sent no heartbeat for" \
+    "$work/node0" ||
     fail "node 0 did not say that it lost contact with node 1: $(grep -E 'failed|timed out|heartbeat' "$work/node0" | tail -n 5)"
   path="rode the outage out ($(grep -cE 'train_mlp: generation' "$work/node0") generations, each of both nodes)"
   grep -qE 'generation [0-9]+:.* lost node' "$work/node0" && path="dropped node 1 and took it back"
