@@ -59,6 +59,7 @@ std::string MetricsLog::to_json(const MetricsRecord& r) {
            ", \"count\": " + std::to_string(level.calls) +
            ", \"bytes\": " + std::to_string(level.bytes);
     append_number(out, "seconds", level.seconds);
+    append_number(out, "overlap_wait_seconds", level.overlap_wait_seconds);
     out += "}";
   }
   out += "]";

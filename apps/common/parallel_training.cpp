@@ -161,13 +161,13 @@ Parallel make_parallel(const std::shared_ptr<nn::Module>& model,
 }
 
 void print_averaging_stats(const distributed::ModelAverager& averager) {
-  std::printf("model averaging per level (rank 0): %8s %10s %8s %10s %10s\n", "period",
-              "group_size", "calls", "MB", "seconds");
+  std::printf("model averaging per level (rank 0): %8s %10s %8s %10s %10s %12s\n", "period",
+              "group_size", "calls", "MB", "seconds", "overlap_wait");
   for (const distributed::AveragingLevelStats& level : averager.level_stats()) {
-    std::printf("model averaging level: %8lld %10d %8lld %10.3f %10.3f\n",
+    std::printf("model averaging level: %8lld %10d %8lld %10.3f %10.3f %12.3f\n",
                 static_cast<long long>(level.period), level.group_size,
                 static_cast<long long>(level.calls), static_cast<double>(level.bytes) / 1e6,
-                level.seconds);
+                level.seconds, level.overlap_wait_seconds);
   }
 }
 

@@ -41,6 +41,7 @@ StateDict ModelAverager::state_dict() const {
     state.set(level + "calls", stats_[i].calls);
     state.set(level + "bytes", stats_[i].bytes);
     state.set(level + "seconds", stats_[i].seconds);
+    state.set(level + "overlap_wait_seconds", stats_[i].overlap_wait_seconds);
     if (i < levels_.size()) levels_[i]->save(state, level);
   }
   return state;
@@ -59,6 +60,9 @@ void ModelAverager::load_state_dict(const StateDict& state) {
     stats_[i].calls = state.get_int(level + "calls");
     stats_[i].bytes = state.get_int(level + "bytes");
     stats_[i].seconds = state.get_double(level + "seconds");
+    if (state.contains(level + "overlap_wait_seconds")) {
+      stats_[i].overlap_wait_seconds = state.get_double(level + "overlap_wait_seconds");
+    }
   }
   step_ = step;
   // The step before the restored one was a checkpoint's step: whether it averaged over the
@@ -141,6 +145,8 @@ void ModelAverager::complete_level(size_t level) {
   const auto start = std::chrono::steady_clock::now();
   detail::AveragingLevel& current = *levels_[level];
   const bool overlapped = current.options().overlap_steps > 0;
+  const double waited = current.receive();
+  if (overlapped) stats_[level].overlap_wait_seconds += waited;
   const std::span<const float> result = current.complete(x_);
   for (size_t below = 0; below < level; ++below) levels_[below]->reset_anchor(result);
   if (!overlapped && current.group()->size() == pg_->size()) whole_group_step_ = step_;

@@ -83,6 +83,10 @@ struct AveragingLevelStats {
   // Wall time the training thread spent inside averaging (pack, allreduce, unpack; with overlap:
   // starting, then waiting and merging, not the time the collective ran in the background).
   double seconds = 0.0;
+  // Of `seconds`: the time the training thread waited for overlapped averagings (overlap_steps
+  // > 0) that had not arrived by the step they merged at. Zero when the overlap hid the
+  // collective: its computation window (overlap_steps steps) was at least its transfer time.
+  double overlap_wait_seconds = 0.0;
 };
 
 // Base class. Usable as a Trainer post-step stage: after_step() averages the optimizer's
@@ -121,12 +125,13 @@ class ModelAverager : public PostStepStage {
   bool averaged_whole_group_last_step() const { return whole_group_step_ == step_ - 1; }
 
   // For checkpoints: "step" (int64) and per level i "levels.<i>.{calls,bytes}" (int64) and
-  // "levels.<i>.seconds" (double), so level_stats() keep counting across a resume; and the state
-  // of the level options, when it exists: "levels.<i>.anchor", "levels.<i>.outer_momentum",
-  // "levels.<i>.residual" (flat float tensors) and, for an averaging in flight,
-  // "levels.<i>.pending.{start,due,n_params,first}" (int64) with "levels.<i>.pending.mean" (the
-  // group mean D it received: state_dict() waits for it) and "levels.<i>.pending.snapshot". A
-  // resumed averager thus merges at the same step with the same values.
+  // "levels.<i>.{seconds,overlap_wait_seconds}" (double), so level_stats() keep counting across a
+  // resume; and the state of the level options, when it exists: "levels.<i>.anchor",
+  // "levels.<i>.outer_momentum", "levels.<i>.residual" (flat float tensors) and, for an averaging
+  // in flight, "levels.<i>.pending.{start,due,n_params,first}" (int64) with
+  // "levels.<i>.pending.mean" (the group mean D it received: state_dict() waits for it) and
+  // "levels.<i>.pending.snapshot". A resumed averager thus merges at the same step with the same
+  // values.
   virtual StateDict state_dict() const;
   // Restores what state_dict() stored; the level entries are optional (a state with only
   // "step", e.g. from PostLocalSGDOptimizer, restores the step). InvalidArgument when the state

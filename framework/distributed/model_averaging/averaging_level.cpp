@@ -1,6 +1,7 @@
 #include "framework/distributed/model_averaging/averaging_level.h"
 
 #include <algorithm>
+#include <chrono>
 #include <utility>
 
 #include "comm/error.h"
@@ -96,9 +97,11 @@ int64_t AveragingLevel::start(int64_t step, std::span<const float> x, int64_t n_
   return bytes;
 }
 
-void AveragingLevel::receive() {
+double AveragingLevel::receive() {
+  HSGD_CHECK(pending_.has_value(), "model averaging level ", index_, ": nothing to receive");
   Pending& p = *pending_;
-  if (p.received) return;
+  if (p.received) return 0.0;
+  const auto start = std::chrono::steady_clock::now();
   if (p.work) {
     p.work->wait(group_->timeout());
     p.work.reset();
@@ -106,6 +109,7 @@ void AveragingLevel::receive() {
     compressed_->wait();  // leaves D in mean_ (compressed_average.h)
   }
   p.received = true;
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 void AveragingLevel::outer_step(std::span<const float> gradient) {

@@ -67,6 +67,9 @@ class AveragingLevel {
   // Starts an averaging of x at step (see the file comment); the level must not be pending.
   // Returns the bytes this rank puts on the wire (its payload).
   int64_t start(int64_t step, std::span<const float> x, int64_t n_params);
+  // Waits for the pending averaging's collective (the level must be pending); returns the
+  // seconds it waited (0 when the result had arrived). complete() calls it too.
+  double receive();
   // Waits for the pending averaging and merges it into x (same n as at start). Returns R, valid
   // until the next call of a non-const method.
   std::span<const float> complete(std::span<float> x);
@@ -76,8 +79,10 @@ class AveragingLevel {
   void reset_anchor(std::span<const float> r);
 
   // Adds "<prefix>anchor", "outer_momentum", "residual" and "pending.{start,due,n_params,first,
-  // snapshot,mean}" (only those that exist). Waits for a pending collective first (all ranks of
-  // the group issued it, so this does not block on other ranks' progress).
+  // snapshot,mean}" (only those that exist). Receives a pending averaging first: a float32 one
+  // only waits for its collective, which every rank of the group issued; a compressed one also
+  // runs its last step within the node (compressed_average.h), so every rank of the group saves
+  // at the same step (as checkpoints do).
   void save(StateDict& state, const std::string& prefix);
   // Replaces the state by what save() stored under prefix (missing entries: none). A collective
   // in flight is waited for and dropped.
@@ -95,8 +100,6 @@ class AveragingLevel {
   };
 
   bool anchored() const { return is_anchored(options_); }
-  // Waits for the collective and leaves D in mean_.
-  void receive();
   void check_size(const char* what, size_t expected, size_t got) const;
   void outer_step(std::span<const float> gradient);  // on anchor_[0, gradient.size())
 

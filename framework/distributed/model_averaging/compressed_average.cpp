@@ -34,46 +34,45 @@ CompressedAverage::CompressedAverage(const std::shared_ptr<comm::ProcessGroup>& 
 }
 
 CompressedAverage::~CompressedAverage() {
-  if (!job_.valid()) return;
   try {
-    job_.get();
+    wait();
   } catch (const std::exception& e) {
     comm::logger()->warn("compressed averaging: the averaging in flight failed: {}", e.what());
   }
 }
 
 int64_t CompressedAverage::start(std::span<float> buffer, std::span<float> residual) {
-  HSGD_CHECK(!job_.valid(), "CompressedAverage: started while an averaging is in flight");
+  HSGD_CHECK(!in_flight_, "CompressedAverage: started while an averaging is in flight");
   HSGD_CHECK(residual.empty() || residual.size() == buffer.size(),
              "CompressedAverage: residual has ", residual.size(), " values, the buffer ",
              buffer.size());
-  job_ = std::async(std::launch::async, [this, buffer, residual] { run(buffer, residual); });
-  if (leaders_ == nullptr) return 0;
-  const auto c = static_cast<int64_t>((buffer.size() + nodes_ - 1) / nodes_);
-  return 2 * (nodes_ - 1) * packed_words(c) * static_cast<int64_t>(sizeof(int64_t));
-}
-
-void CompressedAverage::wait() {
-  if (job_.valid()) job_.get();
-}
-
-void CompressedAverage::run(std::span<float> buffer, std::span<float> residual) {
   // 1. node sum (float32)
   if (node_ != nullptr) {
     node_->allreduce(buffer, comm::ReduceOp::kSum, "compressed averaging: node sum")
         ->wait(node_->work_timeout());
   }
-  // 2. 16-bit ring over the leaders
-  if (leaders_ != nullptr) ring(buffer, residual);
+  in_flight_ = true;
+  buffer_ = buffer;
+  if (leaders_ == nullptr) return 0;
+  // 2. 16-bit ring over the leaders, in the background
+  job_ = std::async(std::launch::async, [this, buffer, residual] { ring(buffer, residual); });
+  const auto c = static_cast<int64_t>((buffer.size() + nodes_ - 1) / nodes_);
+  return 2 * (nodes_ - 1) * packed_words(c) * static_cast<int64_t>(sizeof(int64_t));
+}
+
+void CompressedAverage::wait() {
+  if (!in_flight_) return;
+  in_flight_ = false;
+  if (job_.valid()) job_.get();
   // 3. the leader's T to its node
   if (node_ != nullptr) {
-    if (!leader_) std::fill(buffer.begin(), buffer.end(), 0.0f);
-    node_->allreduce(buffer, comm::ReduceOp::kSum, "compressed averaging: node result")
+    if (!leader_) std::fill(buffer_.begin(), buffer_.end(), 0.0f);
+    node_->allreduce(buffer_, comm::ReduceOp::kSum, "compressed averaging: node result")
         ->wait(node_->work_timeout());
   }
   // 4. mean
   const auto g = static_cast<float>(group_size_);
-  for (float& v : buffer) v /= g;
+  for (float& v : buffer_) v /= g;
 }
 
 void CompressedAverage::ring(std::span<float> buffer, std::span<float> residual) {

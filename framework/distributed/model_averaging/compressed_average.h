@@ -8,7 +8,11 @@
 // group on one node form its node; the lowest group rank of a node is its leader. Leaders are
 // numbered 0..N-1 in group rank order.
 //
-// Rule (n values, g members, N nodes), run on a helper thread so that the caller can go on:
+// Rule (n values, g members, N nodes). Steps 1 and 3 run on the caller's thread (start() and
+// wait()): they stay within a node (shared memory, about a millisecond for a few MB), and the
+// node's members reach them together. Step 2, the part that crosses the slow links, runs on a
+// helper thread on each leader, so that the caller can go on; nothing else runs there, so the
+// transfer starts at once and no node member's thread has to be scheduled for it to finish:
 //   1. node sum: s = the float32 sum of the node's payloads (the node group's allreduce: in
 //      rank order over shared memory);
 //   2. N == 1: T = s (nothing crosses a node, nothing is rounded). N >= 2: the leaders run a
@@ -53,23 +57,27 @@ class CompressedAverage {
   // groups the helper thread uses (never `group` itself, which the caller may use meanwhile).
   CompressedAverage(const std::shared_ptr<comm::ProcessGroup>& group, Compression compression,
                     float scale);
-  // Waits for an averaging in flight (each of its collectives is bounded by the group timeout).
+  // Completes an averaging in flight as wait() does (each collective is bounded by the group
+  // timeout), logging instead of throwing its error.
   ~CompressedAverage();
   CompressedAverage(const CompressedAverage&) = delete;
   CompressedAverage& operator=(const CompressedAverage&) = delete;
 
   // Starts the averaging of buffer (n,): payload in, D out after wait(). residual is empty or
   // (n,) (error feedback; only a leader reads and writes it). Both must stay alive and untouched
-  // until wait() returned. Returns the bytes this rank will send between nodes.
+  // until wait() returned. Runs step 1 (a collective of the node: every member of the node calls
+  // start at the same point of its sequence). Returns the bytes this rank will send between
+  // nodes.
   int64_t start(std::span<float> buffer, std::span<float> residual);
-  // Waits for the averaging started last; rethrows its error. No-op when none is in flight.
+  // Completes the averaging started last: waits for the ring, then runs steps 3 and 4 (a
+  // collective of the node, like start). Rethrows the collectives' errors. No-op when none is
+  // in flight.
   void wait();
 
   int nodes() const { return nodes_; }
   bool leader() const { return leader_; }
 
  private:
-  void run(std::span<float> buffer, std::span<float> residual);
   // Step 2 on a leader: the ring over the leaders; buffer holds s in, T out.
   void ring(std::span<float> buffer, std::span<float> residual);
 
@@ -82,7 +90,9 @@ class CompressedAverage {
   std::shared_ptr<comm::ProcessGroup> node_;     // this rank's node (null: alone on it)
   std::shared_ptr<comm::ProcessGroup> leaders_;  // the leaders (null: not a leader, or N == 1)
 
-  std::future<void> job_;
+  bool in_flight_ = false;            // started, wait() not called yet
+  std::span<float> buffer_;           // the buffer of the averaging in flight
+  std::future<void> job_;             // step 2 on a leader of N >= 2 nodes
   std::vector<float> acc_;            // (c,) a, then v, of the chunk being encoded
   std::vector<int64_t> send_, recv_;  // (packed_words(c),) the ring's messages
 };

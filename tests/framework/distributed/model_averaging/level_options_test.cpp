@@ -6,10 +6,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "comm/error.h"
@@ -544,6 +546,42 @@ TEST(LevelOptionsIneffective, CompressionWithinOneNode_IsNamedAndAveragesInFloat
       }
     });
     EXPECT_RANKS_OK(result);
+  }
+}
+
+// Rank 1 reaches the averaging of step 0 kLate after rank 0. With overlap 2, rank 0 merges at
+// step 2 and waits there for rank 1's contribution: level_stats() count that wait in
+// overlap_wait_seconds (within `seconds`), and state_dict() carries it. A level without overlap
+// waits inside its averaging, which is not an overlap's wait: its overlap_wait_seconds stays 0.
+TEST(LevelOptionsStats, OverlapWait_CountsTheMergeWaitingForALatePeer) {
+  constexpr auto kLate = std::chrono::milliseconds(400);
+  for (const int64_t overlap : {2, 0}) {
+    auto result = run_world(2, [&](int rank, const auto& pg) {
+      // An outer optimizer keeps the level off the plain path, so overlap 0 completes through
+      // the same code as overlap 2, only at once.
+      const LevelOptions level{
+          .period = 10, .outer = OuterOptimizer{.lr = 1.0}, .overlap_steps = overlap};
+      PeriodicModelAverager averager(level, 0, pg);
+      Tensor p = make_param(initial_values(rank));
+      for (int64_t t = 0; t < 3; ++t) {
+        add_local_step(p, rank, t);
+        if (rank == 1 && t == 0) std::this_thread::sleep_for(kLate);
+        averager.average_parameters(std::vector<Tensor>{p});
+      }
+      const AveragingLevelStats stats = averager.level_stats()[0];
+      const double late = std::chrono::duration<double>(kLate).count();
+      if (overlap == 0) {
+        EXPECT_EQ(stats.overlap_wait_seconds, 0.0) << "rank " << rank;
+        if (rank == 0) EXPECT_GE(stats.seconds, 0.5 * late);
+      } else if (rank == 0) {
+        EXPECT_GE(stats.overlap_wait_seconds, 0.5 * late);
+        EXPECT_LE(stats.overlap_wait_seconds, stats.seconds);
+      }
+      PeriodicModelAverager resumed(level, 0, pg);
+      resumed.load_state_dict(averager.state_dict());
+      EXPECT_EQ(resumed.level_stats()[0].overlap_wait_seconds, stats.overlap_wait_seconds);
+    });
+    EXPECT_RANKS_OK(result) << "overlap " << overlap;
   }
 }
 
