@@ -406,8 +406,12 @@ std::optional<Flags> parse_flags(int argc, char** argv) {
                  "Seconds between SIGTERM and SIGKILL when stopping")
       ->envname("HSGD_GRACE_PERIOD")
       ->capture_default_str();
-  app.add_option("--heartbeat-timeout", f.heartbeat,
-                 "Seconds without a heartbeat after which another node's hsgd-run counts as dead")
+  app.add_option(
+         "--heartbeat-timeout", f.heartbeat,
+         "Seconds without a heartbeat after which another node's hsgd-run counts as "
+         "dead (its host or link is gone). In an elastic job (--nnodes MIN:MAX) an hsgd-run "
+         "that exits or is killed is seen sooner: the rendezvous server drops its alive key "
+         "once its connections close (after a tenth of this, 0.1 to 1 s)")
       ->envname("HSGD_HEARTBEAT_TIMEOUT")
       ->capture_default_str();
   app.add_option("--worker-timeout", f.worker_timeout,
