@@ -2,6 +2,7 @@
 
 #include "comm/error.h"
 #include "comm/launcher/worker_liveness.h"
+#include "comm/process_group/detail/fault_injection.h"
 
 namespace hsgd::detail {
 
@@ -118,6 +119,7 @@ void CollectiveQueue::run_task(Task& task) {
         progress;  // seen by hsgd-run's hang detection (comm/launcher/worker_liveness.h)
     if (watchdog_ != nullptr) watchdog_->begin(task.fp);
     Watched watched{watchdog_};
+    maybe_kill_in_collective(task.what);
     task.run(gloo_tag(task.fp.seq, task.fp.shape_hash()));
     task.work->finish(nullptr);
     return;

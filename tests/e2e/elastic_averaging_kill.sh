@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Usage: elastic_averaging_kill.sh SOURCE_DIR BUILD_DIR
+# A peer killed inside an averaging, at each level of an elastic hierarchical job on loopback:
+# two hsgd-runs (--nnodes 1:2) of 2 workers each, train_mlp with --hierarchy 2:node,8:world on
+# synthetic data. Node 1's worker of local rank 1 kills itself (SIGKILL) as its 3rd averaging of
+# the level starts (HSGD_FAULT_KILL_IN_COLLECTIVE, first incarnation only), so that its peers meet
+# the loss inside that collective:
+#   - node level ('averager 2:2'): its node peer is in the averaging, node 0 is not;
+#   - world level ('averager 8:4'): node 0's workers are in the same averaging when it goes.
+# Each time: the fault line names the collective of that level; node 0's workers are the same
+# processes throughout; rank 0 reports the lost node and the restarted node's join with equal
+# replica hashes on all 4 ranks (train_mlp fails the job if they differ, so a half-applied
+# averaging would stop it); both hsgd-runs exit 0; rank 0's steps run 1..N once each.
+# Every process is started here and stopped by pid; each run is bounded by `timeout`.
+set -euo pipefail
+src=$1
+build=$2
+# shellcheck source=tests/e2e/e2e_lib.sh
+source "$src/tests/e2e/e2e_lib.sh"
+e2e_init elastic_averaging_kill
+
+e2e_start_rendezvous
+
+workers_of() { pgrep -P "$1" | sort -n | tr '\n' ' '; }
+
+# $1 job id, $2 output, $3 fault spec ('' for none).
+start_node() {
+  local id=$1 out=$2 fault=$3
+  HSGD_FAULT_KILL_IN_COLLECTIVE=$fault timeout 150 "$run" --nnodes 1:2 --nproc-per-node 2 \
+    --rdzv-endpoint "$endpoint" --rdzv-id "$id" --rdzv-last-call 1 --heartbeat-timeout 3 \
+    --max-restarts 1 -- "$mlp" --synthetic --epochs 12 --log-every 1 --lr 0.05 \
+    --mode hierarchical --hierarchy "2:node,8:world" >"$out" 2>&1 &
+  pids+=($!)
+  last_pid=$!
+}
+
+for level in "averager 2:2" "averager 8:4"; do
+  name=${level#averager }
+  name=level${name%%:*}
+  start_node "$name" "$work/$name.0" ""
+  t0=$last_pid
+  wait_registered "$work/$name.0"
+  start_node "$name" "$work/$name.1" "$level#3@1"
+  t1=$last_pid
+  run0=$(hsgd_run_of "$t0")
+  wait_for_step "$work/$name.0" 2
+  before=$(workers_of "$run0")
+  for _ in $(seq 600); do
+    grep -qE '^\[rank [0-9]+\] hsgd fault injection: SIGKILL' "$work/$name.1" && break
+    sleep 0.1
+  done
+  fault=$(grep -hE '^\[rank [0-9]+\] hsgd fault injection: SIGKILL' "$work/$name.1") ||
+    fail "$level: no worker of node 1 killed itself within 60 s: $(tail -n 20 "$work/$name.1")"
+  grep -q "'$level'" <<<"$fault" || fail "$level: the kill was not in that level's averaging: $fault"
+  wait_for_step "$work/$name.0" 300
+  after=$(workers_of "$run0")
+  [ "$before" = "$after" ] || fail "$level: node 0's workers changed: '$before' then '$after'"
+  rc0=0 rc1=0
+  wait "$t0" || rc0=$?
+  wait "$t1" || rc1=$?
+  [ "$rc0" -eq 0 ] || fail "$level: node 0's hsgd-run exited $rc0: $(tail -n 30 "$work/$name.0")"
+  [ "$rc1" -eq 0 ] || fail "$level: node 1's hsgd-run exited $rc1: $(tail -n 30 "$work/$name.1")"
+  grep -qE 'generation [0-9]+:.* lost node' "$work/$name.0" ||
+    fail "$level: rank 0 did not report the lost node: $(grep generation "$work/$name.0" | head)"
+  grep -qE 'generation [0-9]+:.* joined node .* equal on all 4 ranks' "$work/$name.0" ||
+    fail "$level: rank 0 did not report the join: $(grep generation "$work/$name.0" | head)"
+  total=$(check_steps "$work/$name.0")
+  [ "$(wc -l <<<"$fault")" -eq 1 ] || fail "$level: more than one worker killed itself: $fault"
+  echo "elastic_averaging_kill: $(sed -E 's/.*SIGKILL in //; s/ \(HSGD.*//' <<<"$fault"):" \
+    "node 0 kept its workers; node 1 rejoined with equal hashes; steps 1..$total once each"
+done
