@@ -9,6 +9,7 @@
 
 #include "comm/error.h"
 #include "comm/launcher/exit_codes.h"
+#include "comm/launcher/hang_detector.h"
 #include "comm/launcher/heartbeat.h"
 #include "comm/launcher/output_router.h"
 #include "comm/launcher/worker_env.h"
@@ -32,7 +33,9 @@ struct ElasticAgent::Incarnation {
   std::vector<WorkerProcess> workers;  // by local rank
   std::vector<int> ranks;              // the RANK each worker got, its key in `output`
   std::unique_ptr<HeartbeatBoard> heartbeat;
+  std::unique_ptr<HangDetector> progress;  // the workers' progress (hang detection)
   Clock::time_point next_store_check{};
+  Clock::time_point next_progress_check{};
   std::optional<Clock::time_point> below_min_since;  // fewer than min_nodes alive since
   // Since when a member of the newest generation has no registration in the store (a restarted
   // rendezvous server that its clients are re-populating); unset while every member is listed.
@@ -171,6 +174,10 @@ void ElasticAgent::start(Incarnation& inc) {
   const std::optional<Generation> latest = elastic::read_latest_generation(*store_);
   const bool member = latest && latest->node_rank(inc.self.id) >= 0;
   inc.output = std::make_unique<OutputRouter>(options_.output, inc.index);
+  // Ranks change with the generations; messages name the rank of the first one.
+  inc.progress = std::make_unique<HangDetector>(options_.nproc_per_node,
+                                                member ? latest->rank_offset(inc.self.id) : 0,
+                                                "node " + inc.self.id + " '" + host_ + "'");
   const auto base_env = current_environment();
   for (int local = 0; local < options_.nproc_per_node; ++local) {
     const int rank = member ? latest->rank_offset(inc.self.id) + local : local;
@@ -189,6 +196,7 @@ void ElasticAgent::start(Incarnation& inc) {
                          .max_restarts = options_.max_restarts,
                          .token = options_.token,
                          .token_file = options_.token_file,
+                         .progress_file = inc.progress->path(),
                          .extra = {{"HSGD_ELASTIC_NODE_ID", inc.self.id},
                                    {"HSGD_ELASTIC_MIN_NODES", std::to_string(options_.min_nodes)},
                                    {"HSGD_ELASTIC_MAX_NODES", std::to_string(options_.max_nodes)},
@@ -225,6 +233,9 @@ ElasticAgent::Outcome ElasticAgent::monitor(Incarnation& inc) {
       } else if (!status->success()) {
         return fail_locally(inc, local);
       }
+    }
+    if (!all_succeeded) {
+      if (auto outcome = check_hang(inc)) return *outcome;
     }
     if (all_succeeded) {
       // 5. The job is done: nobody proposes from now on.
@@ -385,6 +396,33 @@ ElasticAgent::Outcome ElasticAgent::fail_locally(Incarnation& inc, int local_ran
   } else {
     logger()->error("{}: {}", options_.names.agent, last_failure_->message);
   }
+  stop_workers(inc, SIGTERM);
+  leave(inc);
+  return Outcome::kFailed;
+}
+
+std::optional<ElasticAgent::Outcome> ElasticAgent::check_hang(Incarnation& inc) {
+  const auto now = Clock::now();
+  if (options_.worker_timeout.count() == 0 || now < inc.next_progress_check) return std::nullopt;
+  inc.next_progress_check = now + options_.monitor_interval;
+  std::vector<pid_t> pids;
+  for (auto& w : inc.workers) pids.push_back(w.poll() ? -1 : w.pid());
+  inc.progress->observe(now, pids);
+  const auto hang = inc.progress->find_hung(now, options_.worker_timeout);
+  if (!hang) return std::nullopt;
+  // A hung worker holds up every collective of its node: the node leaves as if it had failed,
+  // and comes back as a joining node.
+  std::ostringstream msg;
+  msg << hang->message << " [" << options_.names.worker_timeout << " "
+      << std::chrono::duration<double>(options_.worker_timeout).count() << " s, incarnation "
+      << inc.index << "]; stopping the workers of node " << inc.self.id;
+  append_last_lines(msg, *inc.output, inc.ranks[static_cast<size_t>(hang->local_rank)]);
+  last_failure_ = FailureRecord{.kind = FailureRecord::Kind::kWorkerFailed,
+                                .node_rank = -1,
+                                .rank = inc.ranks[static_cast<size_t>(hang->local_rank)],
+                                .message = msg.str()};
+  logger()->error("{}: {}", options_.names.agent, last_failure_->message);
+  ::kill(inc.workers[static_cast<size_t>(hang->local_rank)].pid(), SIGKILL);  // stopped: no TERM
   stop_workers(inc, SIGTERM);
   leave(inc);
   return Outcome::kFailed;

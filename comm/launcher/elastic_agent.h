@@ -46,8 +46,10 @@
 // The agent logs one line per generation it adopts ("generation G: N nodes, W workers: ...") and
 // one per node that left or joined; its last line gives run()'s exit code, the job's
 // generations, the node incarnations that left, this node's restarts and the worker-steps of
-// training thrown away. Worker progress is not watched in elastic mode
-// (worker_timeout is not used).
+// training thrown away. A local worker hung for worker_timeout (hang_detector.h: stopped, or
+// silent outside a collective while another local worker waits in one) fails the node like a
+// worker that exited: its workers are stopped (the hung one with SIGKILL), the incarnation leaves,
+// and the next one joins (0 turns the check off).
 //
 // Contract: every wait is bounded; store errors propagate from run() as hsgd::CommError (then no
 // left key is written: the others find this node's heartbeat silent). Whatever way run() ends, no
@@ -97,6 +99,9 @@ class ElasticAgent {
   std::optional<Outcome> wait_after_finish(Incarnation& inc,
                                            const std::optional<elastic::Generation>& latest);
   Outcome fail_locally(Incarnation& inc, int local_rank);
+  // Every monitor_interval: a worker hung for options_.worker_timeout (hang_detector.h) makes
+  // the node fail as fail_locally does (its workers are killed); nullopt otherwise.
+  std::optional<Outcome> check_hang(Incarnation& inc);
   Outcome interrupt(Incarnation& inc);
   // Sets left/<id> and proposes the newest generation without this incarnation.
   void leave(Incarnation& inc);
