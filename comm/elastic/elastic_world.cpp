@@ -215,7 +215,6 @@ std::shared_ptr<ProcessGroup> ElasticWorld::advance() {
     init.store = store_;
     init.key_prefix = generation_prefix(g.number);
     init.embedded_server = false;
-    init.shared_memory = false;
     // A collective that lost a connection goes straight back to the caller, who moves to the
     // next generation: waiting for a dead member's report would only delay that. After a
     // timeout (a vanished host, a link outage) the members still say briefly who reached what,

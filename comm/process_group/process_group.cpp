@@ -120,7 +120,7 @@ void ProcessGroup::connect() {
   const std::string arrived = options_.key_prefix + "arrived/";
   store_barrier(
       *options_.store, arrived, rank(), size(), options_.timeout,
-      {.value = to_bytes(try_shm ? node_identity() : std::string("1")),
+      {.value = to_bytes(try_shm ? node_identity(options_.node_rank) : std::string("1")),
        .what = str_cat("ProcessGroup '", options_.name, "' (rank ", rank(), " of ", size(), ")"),
        .global_ranks = options_.ranks});
   if (size() == 1) return;  // no peers: collectives are local

@@ -159,13 +159,15 @@ void reduce_into(T* out, const std::vector<const T*>& in, size_t n, ReduceOp op)
 
 }  // namespace
 
-std::string node_identity() {
+std::string node_identity(int node_rank) {
   char host[256] = {};
   ::gethostname(host, sizeof(host) - 1);
   const char* group_rank = std::getenv("GROUP_RANK");
+  const std::string node = node_rank >= 0          ? std::to_string(node_rank)
+                           : group_rank != nullptr ? std::string(group_rank)
+                                                   : std::string();
   return std::string(host) + "|" + read_first_line("/proc/sys/kernel/random/boot_id") + "|" +
-         read_link("/proc/self/ns/mnt") + "|" + read_link("/proc/self/ns/pid") + "|" +
-         (group_rank != nullptr ? group_rank : "");
+         read_link("/proc/self/ns/mnt") + "|" + read_link("/proc/self/ns/pid") + "|" + node;
 }
 
 struct ShmAllreduce::Header {

@@ -37,10 +37,11 @@ namespace hsgd::comm {
 enum class ReduceOp;
 
 // Names this process's node for the purpose of sharing memory: host name, boot id, the mount
-// and pid namespaces (shm_open needs the same /dev/shm, liveness checks the same pids), and
-// GROUP_RANK when a launcher set it (so that two hsgd-run agents on one machine, which emulate
-// two nodes, keep their traffic on the network).
-std::string node_identity();
+// and pid namespaces (shm_open needs the same /dev/shm, liveness checks the same pids), and the
+// node rank the launcher declared: node_rank when >= 0 (ProcessGroup::Options::node_rank; an
+// elastic world's changes with the generations), else GROUP_RANK when set, so that two hsgd-run
+// agents on one machine, which emulate two nodes, keep their traffic on the network.
+std::string node_identity(int node_rank);
 
 class ShmAllreduce {
  public:

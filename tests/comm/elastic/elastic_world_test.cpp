@@ -132,6 +132,9 @@ TEST(ElasticWorldTest, LostNode_FailsCollectiveAndSurvivorsAdvance) {
     EXPECT_EQ(world->size(), 4);
     EXPECT_EQ(world->rank(), rank) << "node " << host << " local rank " << local_rank;
     EXPECT_EQ(elastic.node_rank(), rank / 2);
+    // Two nodes on one machine: the world stays on the network, each node's pair shares memory.
+    EXPECT_FALSE(world->uses_shared_memory());
+    EXPECT_TRUE(world->uses_two_level_allreduce());
     EXPECT_EQ(allreduce_rank_sum(*world), triangle(4));
 
     if (host == "b") {
@@ -154,6 +157,7 @@ TEST(ElasticWorldTest, LostNode_FailsCollectiveAndSurvivorsAdvance) {
     ASSERT_EQ(elastic.generation().number, 1);
     EXPECT_EQ(world->size(), 2);
     EXPECT_EQ(world->rank(), local_rank);
+    EXPECT_TRUE(world->uses_shared_memory()) << "generation 1 is one node";
     EXPECT_EQ(allreduce_rank_sum(*world), triangle(2));
     world->shutdown(kCollectiveTimeout);
   });
