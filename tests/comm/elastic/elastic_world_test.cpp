@@ -267,25 +267,31 @@ TEST(ElasticWorldTest, Joiner_IsAdoptedAtNextAdvance) {
   std::filesystem::remove_all(dir);
 }
 
-// 200 generations of two single-worker nodes in the same two processes. In each, rank 1 waits
-// in an allreduce that rank 0 never joins and rank 0 aborts and abandons the world: rank 1's
-// collective fails at once. Descriptors, threads and memory stay flat from generation 10 to 200.
-TEST(ElasticWorldTest, ManyGenerations_TeardownIsBoundedAndLeaksNothing) {
+// 200 generations in the same two processes. In each, rank 1 waits in an allreduce that rank 0
+// never joins and rank 0 aborts and abandons the world: rank 1's collective fails at once.
+// Descriptors, threads and memory stay flat from generation 10 to 200. one_node: both ranks are
+// the workers of one node (the world's allreduce runs in shared memory: a segment per
+// generation); else two single-worker nodes (TCP).
+void check_many_generations(bool one_node) {
   constexpr int kGenerations = 200;
   constexpr int kWarmup = 10;
   const auto dir = unique_temp_dir("elastic_teardown");
+  const std::vector<std::pair<std::string, int>> nodes =
+      one_node ? std::vector<std::pair<std::string, int>>{{"a", 2}}
+               : std::vector<std::pair<std::string, int>>{{"a", 1}, {"b", 1}};
   auto result = run_ranks(2, RunOptions{.timeout = seconds(150)}, [&](int rank) {
-    const std::string host = rank == 0 ? "a" : "b";
-    ElasticWorld elastic(options_for(dir, host, 0));
+    const std::string host = one_node || rank == 0 ? "a" : "b";
+    ElasticWorld elastic(options_for(dir, host, one_node ? rank : 0));
     Store& store = elastic.store();
     ProcessUsage warm;
     double max_failure_ms = 0;
     const auto start = Clock::now();
     for (int g = 0; g < kGenerations; ++g) {
-      propose_generation(store, make_generation(g, {{"a", 1}, {"b", 1}}));
+      propose_generation(store, make_generation(g, nodes));
       std::shared_ptr<ProcessGroup> world = elastic.advance();
       ASSERT_EQ(elastic.generation().number, g);
       ASSERT_EQ(world->rank(), rank);
+      ASSERT_EQ(world->uses_shared_memory(), one_node) << "generation " << g;
       ASSERT_EQ(allreduce_rank_sum(*world), triangle(2)) << "generation " << g;
       const std::string entered = "entered/" + std::to_string(g);
       if (rank == 1) {
@@ -315,18 +321,27 @@ TEST(ElasticWorldTest, ManyGenerations_TeardownIsBoundedAndLeaksNothing) {
     }
     const ProcessUsage end = process_usage();
     std::printf(
-        "rank %d: %d generations in %.1f s; slowest abandoned allreduce (rank 1) %.0f ms; after "
+        "%s, rank %d: %d generations in %.1f s; slowest abandoned allreduce (rank 1) %.0f ms; "
+        "after "
         "generation %d: %d fds, %d threads, %.1f MB RSS; after %d: %d fds, %d threads, %.1f MB "
         "RSS\n",
-        rank, kGenerations, std::chrono::duration<double>(Clock::now() - start).count(),
-        max_failure_ms, kWarmup, warm.fds, warm.threads, warm.rss_mb, kGenerations, end.fds,
-        end.threads, end.rss_mb);
+        one_node ? "one node" : "two nodes", rank, kGenerations,
+        std::chrono::duration<double>(Clock::now() - start).count(), max_failure_ms, kWarmup,
+        warm.fds, warm.threads, warm.rss_mb, kGenerations, end.fds, end.threads, end.rss_mb);
     EXPECT_LE(end.fds, warm.fds + 2);
     EXPECT_LE(end.threads, warm.threads + 2);
     EXPECT_LT(end.rss_mb - warm.rss_mb, 30.0);
   });
   EXPECT_RANKS_OK(result);
   std::filesystem::remove_all(dir);
+}
+
+TEST(ElasticWorldTest, ManyGenerations_TeardownIsBoundedAndLeaksNothing) {
+  check_many_generations(/*one_node=*/false);
+}
+
+TEST(ElasticWorldTest, ManyGenerationsOneNode_SharedMemoryTeardownLeaksNothing) {
+  check_many_generations(/*one_node=*/true);
 }
 
 // ProcessGroup::abort reaches the groups made from the aborted one: rank 1 waits in an
