@@ -18,6 +18,8 @@ for a ring); any other group is flat Gloo (halving-doubling up to 1 MiB, ring ab
                              checked row is off by more than 15%
   scaling_model.py --table   predicted time per epoch, communication share and bytes per node
                              for 8 ... 1,024 nodes at 1, 10 and 100 Gbit/s
+  scaling_model.py --plan    the hierarchy the model recommends for a cluster and a budget for
+                             the communication share of a step (see plan() for the rule)
 """
 
 import argparse
@@ -566,6 +568,81 @@ def table(nodes_list=NODE_COUNTS, two_level_max=64, out=sys.stdout):
     print("\nModes: " + "; ".join(f"{m} = {d}" for m, d in TABLE_MODES) + ".", file=out)
 
 
+# ---------------------------------------------------------------------------------------------
+# Planning: which hierarchy for a cluster and a communication budget
+# ---------------------------------------------------------------------------------------------
+PLAN_PERIODS = [2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]  # 1 would cost no less than DDP
+PLAN_NODE_PERIODS = [1, 2, 4]  # the node level's (shared memory); only below the top period
+# Options of the top level, in the order they are preferred at one period: each later one
+# changes the training more (bf16 rounds the pseudo-gradient; overlap merges an average that
+# is K steps old). The outer optimizer is left out: it changes what the top level computes, and
+# its longer periods are a question of accuracy, which this model does not know.
+PLAN_OPTIONS = [("", 0, False), ("bf16", 0, True), ("overlap", 2, False),
+                ("overlap,bf16", 2, True)]
+
+
+def steady_step(net, n, compute, period, node_period, overlap, bf16):
+    """(seconds per step, of which communication, bytes per node per direction per step) of a
+    hierarchy node_period:node,period:world after warm-up. overlap: steps (0: blocking)."""
+    l1 = net.blocking(net.allreduce(n, "node", idle=compute)) / node_period \
+        if net.per_node > 1 else 0.0
+    step = compute + l1
+    top = net.allreduce(n, "world", idle=compute, compressed=bf16)
+    wait = net.exposed(top, overlap * step) if overlap else net.blocking(top)
+    comm = l1 + wait / period
+    return compute + comm, comm, top[3] / period
+
+
+def hierarchy_flag(per_node, node_period, period, options, overlap):
+    """The --hierarchy of the examples for a plan row."""
+    items = []
+    if "overlap" in options:
+        items.append(f"overlap={overlap}")
+    if "bf16" in options:
+        items += ["bf16", "ef"]
+    top = f"{period}:world" + ("@" + ",".join(items) if items else "")
+    return (f"{node_period}:node,{top}" if per_node > 1 else top)
+
+
+def plan_candidates(net, n, compute, budget):
+    """DDP and every candidate (period x option): (flag, period, seconds per step, of which
+    communication, bytes per node per direction per step), and the recommendation among them:
+    DDP when it keeps the communication share within `budget`, else the smallest top period (the
+    most frequent averaging) at which some node period (smallest first) and option (the first
+    of PLAN_OPTIONS) do; None when no period up to the largest does. Overlap is half the period (an
+    averaging is merged before the level's next one, so at most the period)."""
+    ddp_comm, ddp_sent = ddp_step_comm(net, n, compute)
+    rows = [("--mode ddp", 1, compute + ddp_comm, ddp_comm, ddp_sent)]
+    best = rows[0] if ddp_comm / (compute + ddp_comm) <= budget else None
+    node_periods = PLAN_NODE_PERIODS if net.per_node > 1 else [1]
+    for period in PLAN_PERIODS:
+        for node_period in (q for q in node_periods if q < period):
+            for options, overlap_fraction, bf16 in PLAN_OPTIONS:
+                overlap = period // overlap_fraction if overlap_fraction else 0
+                t, comm, sent = steady_step(net, n, compute, period, node_period, overlap, bf16)
+                flag = "--hierarchy " + hierarchy_flag(net.per_node, node_period, period, options,
+                                                       overlap)
+                rows.append((flag, period, t, comm, sent))
+                if best is None and comm / t <= budget:
+                    best = rows[-1]
+    return rows, best
+
+
+def print_plan(rows, best, out=sys.stdout):
+    """The candidates up to 4x the recommended period (all when there is none)."""
+    last = 4 * best[1] if best is not None else PLAN_PERIODS[-1]
+    print("| flags (with --mode hierarchical --subgroup-size 1) | ms per step | communication "
+          "share | MB per node per direction per step |", file=out)
+    print("|---|---:|---:|---:|", file=out)
+    for row in rows:
+        flag, period, t, comm, sent = row
+        if period > last:
+            continue
+        mark = " **(recommended)**" if row is best else ""
+        print(f"| `{flag}`{mark} | {t * 1e3:.2f} | {100 * comm / t:.1f}% | {sent / MB:.3f} |",
+              file=out)
+
+
 def fmt_s(s):
     if s >= 1e5:
         return f"{s:.3g}"
@@ -581,29 +658,137 @@ def main(argv=None):
     p.add_argument("--check", action="store_true",
                    help="predicted vs measured for the emulated runs; exit 1 beyond 15%%")
     p.add_argument("--table", action="store_true", help="predictions for 8 ... 1,024 nodes")
-    p.add_argument("--nodes", default=",".join(map(str, NODE_COUNTS)),
-                   help="node counts of --table (comma-separated)")
+    p.add_argument("--nodes", default=None,
+                   help="node counts of --table (comma-separated; default 8,...,1024); with "
+                        "--plan: the cluster's nodes (one number)")
     p.add_argument("--two-level-max", type=int, default=64,
                    help="largest group (ranks) that uses the two-level allreduce (hsgd: 64)")
     p.add_argument("--scale-measured", type=float, default=1.0, metavar="F",
                    help="multiply the checked measurements by F (a test that --check can fail)")
+    plan_args = p.add_argument_group("--plan: the cluster and the budget")
+    plan_args.add_argument("--plan", action="store_true",
+                           help="recommend a hierarchy for a cluster and a communication budget")
+    plan_args.add_argument("--budget", type=float, default=0.10, metavar="SHARE",
+                           help="largest share of a step spent communicating (default 0.10)")
+    plan_args.add_argument("--workers", type=int, default=WORKERS_PER_NODE,
+                           help=f"workers per node (default {WORKERS_PER_NODE})")
+    plan_args.add_argument("--gbit", type=float, default=10.0,
+                           help="link rate per node and direction, Gbit/s (default 10)")
+    plan_args.add_argument("--latency-us", type=float, default=LATENCY * 1e6,
+                           help=f"seconds per message between nodes, us (default "
+                                f"{LATENCY * 1e6:.0f})")
+    plan_args.add_argument("--model", default="ResNet-18", choices=list(MODELS) + ["MLP"],
+                           help="the model's parameters and computation (default ResNet-18; MLP: "
+                                "the examples' 784-512-256-10 with batch 64 per worker)")
+    plan_args.add_argument("--step-ms", type=float, default=None,
+                           help="computation per step and worker, ms (default: the model's on "
+                                "this machine's one core, or the calibrated MLP step)")
+    plan_args.add_argument("--none-step-ms", type=float, default=None,
+                           help="with --emulated: the computation is what makes the model give "
+                                "this measured ms per step without a rate limit (a run of the "
+                                "recommended job at --rate none, at the same time as the check)")
+    plan_args.add_argument("--emulated", default=None, metavar="RATE", choices=["100mbit", "1gbit"],
+                           help="the emulated cluster instead (scripts/emulated_cluster.sh: 2 "
+                                "nodes x 2 workers on this machine, its tbf link at RATE, the "
+                                "calibrated shared-memory and TCP costs)")
     args = p.parse_args(argv)
     if not args.scale_measured > 0:
         p.error(f"--scale-measured: expected a factor > 0, got {args.scale_measured}")
-    if not args.check and not args.table:
-        p.error("give --check and/or --table")
+    if not (args.check or args.table or args.plan):
+        p.error("give --check, --table and/or --plan")
     rc = 0
     if args.check:
         rc = check(scale=args.scale_measured)
     if args.table:
         try:
-            nodes = [int(v) for v in args.nodes.split(",")]
+            nodes = [int(v) for v in (args.nodes or ",".join(map(str, NODE_COUNTS))).split(",")]
         except ValueError:
             p.error(f"--nodes: expected comma-separated integers, got '{args.nodes}'")
         if any(v < 1 for v in nodes):
             p.error(f"--nodes: expected node counts >= 1, got '{args.nodes}'")
         table(nodes, args.two_level_max)
+    if args.plan:
+        run_plan(p, args)
     return rc
+
+
+def run_plan(p, args):
+    if not 0 < args.budget < 1:
+        p.error(f"--budget: expected a share in (0, 1), e.g. 0.1, got {args.budget}")
+    if args.step_ms is not None and not args.step_ms > 0:
+        p.error(f"--step-ms: expected milliseconds > 0, got {args.step_ms}")
+    comps, x, y = calibrate()
+    if args.model == "MLP":
+        params, compute = MLP_PARAMS, comps["mlp_nodes_options_1203"]
+        what = "MLP 784-512-256-10, batch 64 per worker"
+    else:
+        params, flops, batch = MODELS[args.model]
+        compute = batch * flops / MEASURED_FLOP_RATE
+        what = f"{args.model}, batch {batch} per worker"
+    if args.step_ms is not None:
+        compute = args.step_ms / 1e3
+    if args.emulated:
+        if args.nodes not in (None, "2") or args.workers not in (WORKERS_PER_NODE, 2):
+            p.error("--emulated is 2 nodes x 2 workers; leave --nodes and --workers out")
+        net = emulated_net("nodes", args.emulated, 1.0 / y, x)
+        cluster = (f"the emulated cluster: 2 nodes x 2 workers on this machine, tbf at "
+                   f"{args.emulated} between them (calibrated shared-memory and TCP costs)")
+    else:
+        try:
+            nodes = int(args.nodes or 64)
+        except ValueError:
+            p.error(f"--nodes: expected one node count with --plan, got '{args.nodes}'")
+        if nodes < 2 or args.workers < 1 or not args.gbit > 0 or args.latency_us < 0:
+            p.error(f"--plan needs --nodes >= 2, --workers >= 1, --gbit > 0 and --latency-us >= "
+                    f"0; got {nodes}, {args.workers}, {args.gbit}, {args.latency_us}")
+        net = Net("nodes", nodes, args.workers, args.gbit * 1e9 / 8, args.latency_us * 1e-6,
+                  SHM_RATE, SHM_ALPHA, math.inf, two_level_max=args.two_level_max)
+        cluster = (f"{nodes} nodes x {args.workers} workers, {args.gbit:g} Gbit/s per node and "
+                   f"direction, {args.latency_us:g} us per message")
+    n = 4 * params
+    if args.none_step_ms is not None:
+        if not args.emulated or not args.none_step_ms > 0:
+            p.error("--none-step-ms needs --emulated and milliseconds > 0")
+        unlimited = emulated_net("nodes", "none", 1.0 / y, x)
+        for _ in range(3):  # the recommendation and the computation settle in a round or two
+            _, best = plan_candidates(net, n, compute, args.budget)
+            compute = computation_from(unlimited, n, args.none_step_ms / 1e3, best)
+        what += f" (computation from {args.none_step_ms:g} ms per step measured without a limit)"
+    print(f"Plan for {cluster}; {what}: {params / 1e6:,.2f} M parameters ({n / MB:,.2f} MB), "
+          f"computation {compute * 1e3:.2f} ms per step; budget: communication at most "
+          f"{100 * args.budget:.0f}% of a step (steady state, after warm-up).")
+    print()
+    rows, best = plan_candidates(net, n, compute, args.budget)
+    print_plan(rows, best)
+    print()
+    if best is None:
+        print(f"No hierarchy up to period {PLAN_PERIODS[-1]} keeps communication within "
+              f"{100 * args.budget:.0f}% of a step; raise the budget, or add the outer optimizer "
+              f"(outer=0.7/0.9/nesterov), which kept its accuracy at 4x longer periods here.")
+        return
+    flag, _, t, comm, sent = best
+    print(f"Recommended: {flag}  (predicted {t * 1e3:.2f} ms per step, "
+          f"{100 * comm / t:.1f}% communication, {sent / MB:.3f} MB per node per direction per "
+          f"step)")
+    print("Rule: DDP if it meets the budget; else the smallest top period (the most frequent "
+          "averaging) at which some hierarchy does; at that period the smallest node period, "
+          "then plain first, bf16, overlap, overlap + bf16.")
+
+
+def computation_from(unlimited, n, step_s, best):
+    """The computation c at which `best`'s step on the unlimited link takes step_s."""
+    flag, period = (best[0], best[1]) if best is not None else ("", PLAN_PERIODS[-1])
+    overlap = int(flag.split("overlap=")[1].split(",")[0]) if "overlap=" in flag else 0
+    node_period = int(flag.split("--hierarchy ")[1].split(":")[0]) if ":node," in flag else 1
+    bf16 = "bf16" in flag
+    c = step_s
+    for _ in range(50):
+        if flag.startswith("--mode ddp"):
+            comm = ddp_step_comm(unlimited, n, c)[0]
+        else:
+            comm = steady_step(unlimited, n, c, period, node_period, overlap, bf16)[1]
+        c = max(1e-6, step_s - comm)
+    return c
 
 
 if __name__ == "__main__":
