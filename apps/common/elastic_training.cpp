@@ -72,7 +72,11 @@ std::string configuration(const TrainingFlags& flags, const ParallelFlags& paral
   return str_cat("model ", model.state_dict().size(), " tensors, ", values, " values (shapes ",
                  model_hash, "); mode ", parallel.mode, ", hierarchy '", parallel.hierarchy,
                  "', period ", parallel.period, ", warm-up ", parallel.warmup_steps,
-                 ", subgroup size ", parallel.subgroup_size, "; ", describe_optimizer(flags),
+                 ", subgroup size ", parallel.subgroup_size, ", top level outer ",
+                 parallel.levels.outer_lr, "/", parallel.levels.outer_momentum,
+                 parallel.levels.outer_nesterov ? "/nesterov" : "", " compression ",
+                 parallel.levels.compression, "/", parallel.levels.compression_scale,
+                 parallel.levels.error_feedback ? "/ef" : "", "; ", describe_optimizer(flags),
                  ", batch ", flags.batch_size, ", schedule ", flags.schedule);
 }
 
@@ -90,10 +94,23 @@ void refuse_unsupported(const TrainingFlags& flags, const ParallelFlags& paralle
   HSGD_CHECK_AS(BadFlag, flags.eval_every == 0, "--eval-every ", flags.eval_every,
                 " is not supported in an elastic run (hsgd-run --nnodes MIN:MAX); evaluation "
                 "happens at the end of each epoch");
-  HSGD_CHECK_AS(BadFlag, !any_set(parallel.levels),
-                "--outer-lr/--outer-momentum/--overlap-steps/--compression keep state between "
-                "averagings and are not supported in an elastic run (hsgd-run --nnodes MIN:MAX)");
+  const char* why =
+      ": overlap is not supported in an elastic run (hsgd-run --nnodes MIN:MAX): an averaging in "
+      "flight when the membership changes has no common result to merge (the outer optimizer "
+      "and bf16/fp16 are supported)";
+  HSGD_CHECK_AS(BadFlag, parallel.levels.overlap_steps == 0, "--overlap-steps ",
+                parallel.levels.overlap_steps, why);
+  HSGD_CHECK_AS(BadFlag, parallel.hierarchy.find("overlap=") == std::string::npos, "--hierarchy '",
+                parallel.hierarchy, "'", why);
 }
+
+// The top level's settled state (outer anchor and momentum) with what it belongs to: the
+// level's description, so that a generation whose top level differs (levels dropped on fewer
+// ranks) starts it afresh.
+struct TopLevelCarry {
+  std::string level;  // describe(options) of the averager's last level; empty: nothing
+  StateDict state;    // "levels.<i>.anchor", "levels.<i>.outer_momentum" (settled_level_state)
+};
 
 // FNV-1a over the bytes of the model's parameters. Buffers (BatchNorm statistics) may differ
 // between replicas as optimizer state does: each rank updates them from its own batches.
@@ -354,6 +371,7 @@ class ElasticTrainer {
     parallel_ = make_parallel(run_.model, world_, parallel_flags_, run_.average_buffers);
     if (parallel_.hook_state) parallel_.hook_state->iter = replica_.step;
     if (parallel_.averager) parallel_.averager->set_step(replica_.step);
+    if (parallel_.averager) carry_top_level(world, source);
     data::DataLoaderOptions options = run_.loader;
     options.rank = world.rank();
     options.world_size = world.size();
@@ -386,15 +404,16 @@ class ElasticTrainer {
                            " (", state_bytes, " bytes)");
       }
       std::printf(
-          "%s: generation %lld:%s %zu nodes, %d workers%s, at step %lld%s; %s; agreement %.0f "
-          "ms; replica hash %016llx equal on all %d ranks\n",
+          "%s: generation %lld:%s %zu nodes, %d workers%s, at step %lld%s; %s%s; agreement "
+          "%.0f ms; replica hash %016llx equal on all %d ranks\n",
           run_.program.c_str(), static_cast<long long>(g), changes.c_str(),
           elastic_.generation().nodes.size(), world.size(), levels.c_str(),
           static_cast<long long>(replica_.step),
           any_failure
               ? str_cat(" after a failure (", thrown_away, " worker-steps thrown away)").c_str()
               : "",
-          transfer.c_str(), ms, static_cast<unsigned long long>(hash), world.size());
+          transfer.c_str(), carried_.c_str(), ms, static_cast<unsigned long long>(hash),
+          world.size());
       std::fflush(stdout);
     }
     write_metrics({.generation = MetricsRecord::Generation{
@@ -408,6 +427,46 @@ class ElasticTrainer {
                            std::chrono::duration<double, std::milli>(Clock::now() - agreement_start)
                                .count()}});
     previous_ = elastic_.generation();
+  }
+
+  // Collective over the new world: a top level that keeps state (outer optimizer, compression)
+  // continues from the source's anchor and outer momentum, on every rank (a failure during an
+  // averaging may have left the survivors' anchors apart), when the source's previous top level
+  // was the same level; else it starts afresh (its first averaging is plain). Lower levels and
+  // error-feedback residuals always start afresh: their groups change with the membership.
+  void carry_top_level(comm::ProcessGroup& world, int source) {
+    distributed::ModelAverager& averager = *parallel_.averager;
+    const size_t top = averager.level_options().size() - 1;
+    const distributed::LevelOptions& options = averager.level_options()[top];
+    carried_.clear();
+    if (!distributed::is_anchored(options)) return;
+    std::string bytes;
+    if (world.rank() == source) {
+      StateDict carry;
+      if (top_carry_.level == distributed::describe(options)) {
+        for (const auto& [key, value] : top_carry_.state.entries()) {
+          carry.set(key.substr(key.rfind('.') + 1), value);  // "anchor", "outer_momentum"
+        }
+      }
+      bytes = checkpoint::encode_state(source, replica_.step, carry).SerializeAsString();
+    }
+    broadcast_bytes(world, bytes, source);
+    checkpoint::proto::RankState proto;
+    HSGD_CHECK_AS(CommError, proto.ParseFromString(bytes),
+                  "elastic: the top level's state from rank ", source, " does not parse (",
+                  bytes.size(), " bytes)");
+    const StateDict carry =
+        checkpoint::decode_state(proto, "the top level's state of rank " + std::to_string(source));
+    if (!carry.contains("anchor")) return;
+    StateDict state;
+    state.set("step", replica_.step);
+    const std::string level = "levels." + std::to_string(top) + ".";
+    for (const auto& [key, value] : carry.entries()) state.set(level + key, value);
+    averager.load_state_dict(state);
+    carried_ =
+        str_cat("; top level ", distributed::describe(options),
+                carry.contains("outer_momentum") ? ": anchor and outer momentum" : ": anchor",
+                " from rank ", source);
   }
 
   // The workers of the previous generation entered that are not in the current one.
@@ -443,6 +502,16 @@ class ElasticTrainer {
 
   // Releases every object that holds a group of the generation, then the world itself.
   void leave_generation() {
+    // A generation whose top level keeps no state (on fewer ranks the world level may be
+    // dropped) leaves the last one that did: the anchor is the world's last common point, and
+    // the progress since is the next pseudo-gradient.
+    if (parallel_.averager &&
+        distributed::is_anchored(parallel_.averager->level_options().back())) {
+      const auto& levels = parallel_.averager->level_options();
+      top_carry_ =
+          TopLevelCarry{.level = distributed::describe(levels.back()),
+                        .state = parallel_.averager->settled_level_state(levels.size() - 1)};
+    }
     batch_.reset();
     loader_.reset();
     parallel_ = Parallel{};
@@ -578,6 +647,8 @@ class ElasticTrainer {
   bool in_step_ = false;                              // inside step(): a failure discards it
   int64_t discarded_steps_ = 0;  // steps discarded since the last state agreement
   int64_t boundary_step_ = 0;    // the last step after which every replica was the same
+  TopLevelCarry top_carry_;      // the top level's state when this rank left its last generation
+  std::string carried_;          // what carry_top_level took, for the generation line
   const Clock::time_point start_ = Clock::now();
   std::unique_ptr<MetricsLog> metrics_;  // rank 0's --metrics-out
 

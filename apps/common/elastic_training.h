@@ -42,9 +42,12 @@
 // The LR schedule continues by step. The run ends after the step count planned in generation 0
 // (--epochs x batches per rank then, capped by --max-steps) or when the epochs are done.
 //
+// Level options: the top level's outer anchor and momentum continue across generations (every
+// rank takes the source rank's at each state agreement); lower levels and error-feedback
+// residuals start afresh (docs/elastic.md, "Level options under churn").
 // Not supported in an elastic run (refused with a message naming the flag): --checkpoint-dir
-// (the live peers hold the state), --eval-every, and the averaging options that keep state
-// between averagings (--outer-lr/--outer-momentum/--overlap-steps/--compression).
+// (the live peers hold the state), --eval-every, and overlap (--overlap-steps, overlap= in
+// --hierarchy).
 //
 // Usage (a training program; train_mlp and train_resnet do this):
 //   #include "comm/elastic/elastic_world.h"

@@ -2,15 +2,20 @@
 # Usage: elastic_averaging_kill.sh SOURCE_DIR BUILD_DIR
 # A peer killed inside an averaging, at each level of an elastic hierarchical job on loopback:
 # two hsgd-runs (--nnodes 1:2) of 2 workers each, train_mlp with --hierarchy 2:node,8:world on
-# synthetic data. Node 1's worker of local rank 1 kills itself (SIGKILL) as its 3rd averaging of
-# the level starts (HSGD_FAULT_KILL_IN_COLLECTIVE, first incarnation only), so that its peers meet
-# the loss inside that collective:
-#   - node level ('averager 2:2'): its node peer is in the averaging, node 0 is not;
-#   - world level ('averager 8:4'): node 0's workers are in the same averaging when it goes.
-# Each time: the fault line names the collective of that level; node 0's workers are the same
-# processes throughout; rank 0 reports the lost node and the restarted node's join with equal
-# replica hashes on all 4 ranks (train_mlp fails the job if they differ, so a half-applied
-# averaging would stop it); both hsgd-runs exit 0; rank 0's steps run 1..N once each.
+# synthetic data. A worker of node 1 kills itself (SIGKILL) as the 3rd collective of the given
+# description starts (HSGD_FAULT_KILL_IN_COLLECTIVE, first incarnation only), so that its peers
+# meet the loss inside that collective:
+#   - node level ('averager 2:2', local rank 1): its node peer is in the averaging, node 0 not;
+#   - world level ('averager 8:4', local rank 1): node 0's workers are in the same averaging;
+#   - a world level with the outer optimizer and bf16 with error feedback
+#     (2:node,8:world@outer=0.5/0.5/nesterov,bf16,ef): node 1's leader (local rank 0) in the
+#     leaders' bf16 ring ('compressed averaging: reduce-scatter').
+# Each time: the fault line names that collective; node 0's workers are the same processes
+# throughout; rank 0 reports the lost node and the restarted node's join with equal replica
+# hashes on all 4 ranks (train_mlp fails the job if they differ, so a half-applied averaging
+# would stop it); both hsgd-runs exit 0; rank 0's steps run 1..N once each. With the outer
+# optimizer, every generation after the first continues the top level from rank 0's anchor and
+# outer momentum (the generation lines say so).
 # Every process is started here and stopped by pid; each run is bounded by `timeout`.
 set -euo pipefail
 src=$1
@@ -23,24 +28,26 @@ e2e_start_rendezvous
 
 workers_of() { pgrep -P "$1" | sort -n | tr '\n' ' '; }
 
-# $1 job id, $2 output, $3 fault spec ('' for none).
+# $1 job id, $2 output, $3 fault spec ('' for none), $4 hierarchy.
 start_node() {
-  local id=$1 out=$2 fault=$3
+  local id=$1 out=$2 fault=$3 hierarchy=$4
   HSGD_FAULT_KILL_IN_COLLECTIVE=$fault timeout 150 "$run" --nnodes 1:2 --nproc-per-node 2 \
     --rdzv-endpoint "$endpoint" --rdzv-id "$id" --rdzv-last-call 1 --heartbeat-timeout 3 \
     --max-restarts 1 -- "$mlp" --synthetic --epochs 12 --log-every 1 --lr 0.05 \
-    --mode hierarchical --hierarchy "2:node,8:world" >"$out" 2>&1 &
+    --mode hierarchical --hierarchy "$hierarchy" >"$out" 2>&1 &
   pids+=($!)
   last_pid=$!
 }
 
-for level in "averager 2:2" "averager 8:4"; do
-  name=${level#averager }
-  name=level${name%%:*}
-  start_node "$name" "$work/$name.0" ""
+plain="2:node,8:world"
+options="2:node,8:world@outer=0.5/0.5/nesterov,bf16,ef"
+for case in "node|averager 2:2|1|$plain" "world|averager 8:4|1|$plain" \
+  "options|compressed averaging: reduce-scatter|0|$options"; do
+  IFS='|' read -r name level local hierarchy <<<"$case"
+  start_node "$name" "$work/$name.0" "" "$hierarchy"
   t0=$last_pid
   wait_registered "$work/$name.0"
-  start_node "$name" "$work/$name.1" "$level#3@1"
+  start_node "$name" "$work/$name.1" "$level#3@$local" "$hierarchy"
   t1=$last_pid
   run0=$(hsgd_run_of "$t0")
   wait_for_step "$work/$name.0" 2
@@ -64,6 +71,11 @@ for level in "averager 2:2" "averager 8:4"; do
     fail "$level: rank 0 did not report the lost node: $(grep generation "$work/$name.0" | head)"
   grep -qE 'generation [0-9]+:.* joined node .* equal on all 4 ranks' "$work/$name.0" ||
     fail "$level: rank 0 did not report the join: $(grep generation "$work/$name.0" | head)"
+  if [ "$name" = options ]; then
+    grep -qE 'generation [1-9][0-9]*:.* joined node .*top level 8:4@.*: anchor and outer momentum from rank 0' \
+      "$work/$name.0" || fail "$level: the join did not continue the top level's outer state:" \
+      "$(grep generation "$work/$name.0" | head)"
+  fi
   total=$(check_steps "$work/$name.0")
   [ "$(wc -l <<<"$fault")" -eq 1 ] || fail "$level: more than one worker killed itself: $fault"
   echo "elastic_averaging_kill: $(sed -E 's/.*SIGKILL in //; s/ \(HSGD.*//' <<<"$fault"):" \

@@ -47,6 +47,14 @@ StateDict ModelAverager::state_dict() const {
   return state;
 }
 
+StateDict ModelAverager::settled_level_state(size_t level) const {
+  HSGD_CHECK(level < levels_.size(), class_name_, "::settled_level_state: level ", level,
+             " does not exist; the averager has ", levels_.size());
+  StateDict state;
+  levels_[level]->save_settled(state, "levels." + std::to_string(level) + ".");
+  return state;
+}
+
 void ModelAverager::load_state_dict(const StateDict& state) {
   const int64_t step = state.get_int("step");
   HSGD_CHECK_GE(step, 0, class_name_, "::load_state_dict: step");

@@ -174,6 +174,11 @@ void AveragingLevel::save(StateDict& state, const std::string& prefix) {
   if (!p.snapshot.empty()) state.set(prefix + "pending.snapshot", to_tensor(p.snapshot));
 }
 
+void AveragingLevel::save_settled(StateDict& state, const std::string& prefix) const {
+  if (!anchor_.empty()) state.set(prefix + "anchor", to_tensor(anchor_));
+  if (!momentum_.empty()) state.set(prefix + "outer_momentum", to_tensor(momentum_));
+}
+
 void AveragingLevel::load(const StateDict& state, const std::string& prefix) {
   if (pending_ && pending_->work) {
     pending_->work->wait(group_->timeout());

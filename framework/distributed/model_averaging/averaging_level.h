@@ -84,6 +84,9 @@ class AveragingLevel {
   // runs its last step within the node (compressed_average.h), so every rank of the group saves
   // at the same step (as checkpoints do).
   void save(StateDict& state, const std::string& prefix);
+  // Adds "<prefix>anchor" and "<prefix>outer_momentum" (those that exist): the state of the
+  // averagings that completed, never waiting for one in flight (whose collective may be broken).
+  void save_settled(StateDict& state, const std::string& prefix) const;
   // Replaces the state by what save() stored under prefix (missing entries: none). A collective
   // in flight is waited for and dropped.
   void load(const StateDict& state, const std::string& prefix);

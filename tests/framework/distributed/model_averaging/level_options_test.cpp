@@ -572,7 +572,9 @@ TEST(LevelOptionsStats, OverlapWait_CountsTheMergeWaitingForALatePeer) {
       const double late = std::chrono::duration<double>(kLate).count();
       if (overlap == 0) {
         EXPECT_EQ(stats.overlap_wait_seconds, 0.0) << "rank " << rank;
-        if (rank == 0) EXPECT_GE(stats.seconds, 0.5 * late);
+        if (rank == 0) {
+          EXPECT_GE(stats.seconds, 0.5 * late);
+        }
       } else if (rank == 0) {
         EXPECT_GE(stats.overlap_wait_seconds, 0.5 * late);
         EXPECT_LE(stats.overlap_wait_seconds, stats.seconds);
