@@ -1,147 +1,335 @@
 // rendezvous_bench: N clients each publish a key and wait for everybody's (the pattern Gloo's
-// connectFullMesh uses), against an embedded RendezvousServer; prints N vs seconds.
+// connectFullMesh uses), against a RendezvousServer in a child process; prints a table.
 //
-//   rendezvous_bench [--clients 64,128,256,512,1024] [--runs 5] [--server-threads 1]
-//                    [--value-bytes 64]
+//   rendezvous_bench [--clients 1024,4096,16384] [--runs 5] [--value-bytes 64]
+//                    [--client-processes 1] [--check bytes|protobuf] [--max-connecting 0]
+//                    [--server-threads 1] [--max-waits-per-job W] [--max-job-bytes B]
+//                    [--timeout 300]
 //
-// One run = every client thread connects (TcpStore: connect + handshake), sets "rank<i>", then
-// multi_get()s all N keys, which the server answers once the last key arrives. The time is from
-// releasing all threads together until the last one has every value. The table gives the median
-// (bench_util.h), min and max over --runs runs, and the median time by which the last client had
-// connected. Each client is a thread of
-// this process (blocking API), so N = 1024 means 1024 threads and 2048 sockets.
+// One run: a fresh server process starts (RendezvousServer, 127.0.0.1, a free port); the clients
+// (rendezvous_fleet.h: one epoll loop per client process, each client the protocol TcpStore
+// speaks) connect, set "rank<i>" and multi_get all N keys, which the server answers once the last
+// key arrived; every value of every reply is checked; then the server is killed. Times are from
+// the start of the client processes until the last client had checked its reply (total) and
+// until the last handshake was answered (connected). The server's memory is its peak RSS
+// (VmHWM, reset before the clients start) minus its RSS when idle, per client; its CPU time is
+// user + system over the run. The table gives medians over --runs runs.
+//
+// Limits: the server's quota of pending waits per job is raised to N (the default 10,000 would
+// refuse larger jobs); --max-job-bytes sets its byte quota per job (default: the server's).
+// This program raises its RLIMIT_NOFILE (to what N clients need, as root beyond the hard limit);
+// the processes it forks inherit it.
 
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <atomic>
-#include <barrier>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
-#include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "apps/bench/bench_util.h"
+#include "apps/bench/rendezvous_fleet.h"
 #include "comm/error.h"
 #include "comm/rendezvous/rendezvous_server.h"
-#include "comm/rendezvous/tcp_store.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using hsgd::comm::Bytes;
+using namespace std::chrono_literals;
 
-// 2 sockets per client (both ends live in this process) plus headroom.
+// ---- resources ----
+
+// The server holds one descriptor per client, a client process one per client of its own.
 void raise_fd_limit(size_t clients) {
+  const rlim_t needed = clients + 1024;
   rlimit limit{};
-  getrlimit(RLIMIT_NOFILE, &limit);
+  ::getrlimit(RLIMIT_NOFILE, &limit);
+  if (limit.rlim_max < needed) limit.rlim_max = needed;  // allowed to root only
   limit.rlim_cur = limit.rlim_max;
-  setrlimit(RLIMIT_NOFILE, &limit);
-  getrlimit(RLIMIT_NOFILE, &limit);
-  HSGD_CHECK(limit.rlim_cur >= 2 * clients + 64, "rendezvous_bench: ", clients,
-             " clients need about ", 2 * clients + 64, " file descriptors, the limit is ",
-             limit.rlim_cur, " (raise ulimit -Hn)");
+  if (::setrlimit(RLIMIT_NOFILE, &limit) != 0) {
+    ::getrlimit(RLIMIT_NOFILE, &limit);
+    limit.rlim_cur = limit.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &limit);
+  }
+  ::getrlimit(RLIMIT_NOFILE, &limit);
+  HSGD_CHECK(limit.rlim_cur >= needed, "rendezvous_bench: ", clients, " clients need ", needed,
+             " file descriptors per process, the limit is ", limit.rlim_cur,
+             " (run as root, or raise ulimit -Hn)");
 }
 
-struct RunTimes {
-  double connected;  // until the last client finished its handshake
-  double total;      // until the last client had every value
+// One field of /proc/PID/status in kB ("VmRSS", "VmHWM"); -1 when it cannot be read.
+double status_kb(pid_t pid, const std::string& field) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind(field + ":", 0) == 0) return std::stod(line.substr(field.size() + 1));
+  }
+  return -1;
+}
+
+double cpu_seconds(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  std::getline(stat, text);
+  std::istringstream fields(text.substr(text.rfind(')') + 2));
+  std::string field;
+  double ticks = 0;
+  for (int i = 3; i <= 15 && fields >> field; ++i) {
+    if (i >= 14) ticks += std::stod(field);  // utime, stime
+  }
+  return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+// ---- the server process ----
+
+// A RendezvousServer in a forked child, so that its RSS and CPU time are its own. It dies with
+// this process (PR_SET_PDEATHSIG) and is stopped by the destructor (SIGTERM, then SIGKILL, by
+// pid). Create it while this process has no other threads.
+class ServerProcess {
+ public:
+  explicit ServerProcess(const hsgd::comm::RendezvousServerOptions& options) {
+    int fds[2];
+    HSGD_CHECK(::pipe2(fds, O_CLOEXEC) == 0, "rendezvous_bench: pipe2 failed");
+    std::fflush(stdout);
+    std::fflush(stderr);
+    const pid_t parent = ::getpid();
+    pid_ = ::fork();
+    HSGD_CHECK(pid_ >= 0, "rendezvous_bench: fork failed");
+    if (pid_ == 0) {
+      ::close(fds[0]);
+      serve(options, parent, fds[1]);
+    }
+    ::close(fds[1]);
+    int port = 0;
+    const ssize_t n = ::read(fds[0], &port, sizeof(port));  // EOF if the child failed
+    ::close(fds[0]);
+    if (n != sizeof(port) || port <= 0) {
+      stop();
+      HSGD_THROW(hsgd::CommError, "rendezvous_bench: the server process did not start");
+    }
+    port_ = port;
+  }
+
+  ~ServerProcess() { stop(); }
+
+  ServerProcess(const ServerProcess&) = delete;
+  ServerProcess& operator=(const ServerProcess&) = delete;
+
+  int port() const { return port_; }
+  pid_t pid() const { return pid_; }
+
+  // Sets VmHWM back to the current RSS (clear_refs 5), so that it gives the peak from now on.
+  void reset_peak() const {
+    std::ofstream clear("/proc/" + std::to_string(pid_) + "/clear_refs");
+    clear << "5";
+  }
+
+ private:
+  // The child: serves until SIGTERM, or until the parent is gone.
+  [[noreturn]] static void serve(const hsgd::comm::RendezvousServerOptions& options, pid_t parent,
+                                 int port_fd) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(1);
+    sigset_t term;
+    sigemptyset(&term);
+    sigaddset(&term, SIGTERM);
+    ::pthread_sigmask(SIG_BLOCK, &term, nullptr);  // before the I/O threads exist
+    try {
+      hsgd::comm::RendezvousServer server(options);
+      server.start();
+      const int port = server.port();
+      if (::write(port_fd, &port, sizeof(port)) != sizeof(port)) ::_exit(1);
+      ::close(port_fd);
+      const timespec second{.tv_sec = 1, .tv_nsec = 0};
+      while (::sigtimedwait(&term, nullptr, &second) != SIGTERM) {
+        if (::getppid() != parent) break;
+      }
+      server.stop();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "rendezvous_bench: server process: %s\n", e.what());
+      ::_exit(1);
+    }
+    ::_exit(0);
+  }
+
+  void stop() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGTERM);
+    for (int i = 0; i < 200; ++i) {
+      if (::waitpid(pid_, nullptr, WNOHANG) == pid_) {
+        pid_ = -1;
+        return;
+      }
+      std::this_thread::sleep_for(50ms);
+    }
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+
+  pid_t pid_ = -1;
+  int port_ = 0;
 };
 
-// One rendezvous of n clients on job `job`.
-RunTimes run_once(int port, int n, const std::string& job, size_t value_bytes) {
-  std::vector<std::string> keys;
-  for (int i = 0; i < n; ++i) keys.push_back("rank" + std::to_string(i));
-  std::barrier start(n + 1);
-  std::atomic<int> failures = 0;
-  std::vector<std::string> errors(n);
-  std::vector<Clock::time_point> connected(n);
-  std::vector<std::thread> threads;
-  threads.reserve(n);
-  for (int i = 0; i < n; ++i) {
-    threads.emplace_back([&, i] {
-      start.arrive_and_wait();
-      try {
-        hsgd::comm::TcpStore store({.port = port,
-                                    .job_id = job,
-                                    .connect_timeout = std::chrono::seconds(60),
-                                    .timeout = std::chrono::seconds(60),
-                                    // Measures the server: no journal thread per client.
-                                    .republish = false});
-        connected[i] = Clock::now();
-        store.set(keys[i], Bytes(value_bytes, static_cast<uint8_t>(i)));
-        auto values = store.multi_get(keys, std::chrono::seconds(120));
-        for (int j = 0; j < n; ++j) {
-          HSGD_CHECK(values[j].size() == value_bytes && values[j][0] == static_cast<uint8_t>(j),
-                     "client ", i, " read a wrong value for ", keys[j]);
-        }
-      } catch (const std::exception& e) {
-        ++failures;
-        errors[i] = e.what();
-      }
-    });
-  }
+// ---- one run ----
+
+struct BenchOptions {
+  int runs = 5;
+  size_t value_bytes = 64;
+  int client_processes = 1;
+  hsgd::bench::FleetCheck check = hsgd::bench::FleetCheck::kBytes;
+  int max_connecting = 0;
+  int server_threads = 1;
+  size_t max_waits_per_job = 0;  // 0: the number of clients (at least the server's default)
+  size_t max_job_bytes = hsgd::comm::RendezvousServerOptions{}.max_job_bytes;
+  int timeout_s = 300;
+};
+
+struct RunResult {
+  double total = 0;       // s, until the last reply was checked
+  double connected = 0;   // s, until the last handshake was answered
+  double server_cpu = 0;  // s
+  double server_peak_mb = 0;
+  double server_kb_per_client = 0;
+};
+
+hsgd::comm::RendezvousServerOptions server_options(const BenchOptions& bench, int clients) {
+  hsgd::comm::RendezvousServerOptions options{.host = "127.0.0.1", .port = 0};
+  options.threads = bench.server_threads;
+  options.max_waits_per_job = bench.max_waits_per_job > 0 ? bench.max_waits_per_job
+                                                          : std::max(options.max_waits_per_job,
+                                                                     static_cast<size_t>(clients));
+  options.max_job_bytes = bench.max_job_bytes;
+  return options;
+}
+
+RunResult run_once(const BenchOptions& bench, int n, int run, uint64_t& connection_serial) {
+  ServerProcess server(server_options(bench, n));
+  const double idle_kb = status_kb(server.pid(), "VmRSS");
+  const double cpu_before = cpu_seconds(server.pid());
+  server.reset_peak();
+  const int processes = std::min(bench.client_processes, n);
   const auto begin = Clock::now();
-  start.arrive_and_wait();
-  for (auto& t : threads) t.join();
-  const auto end = Clock::now();
-  const auto last_connected = *std::max_element(connected.begin(), connected.end());
-  for (int i = 0; i < n; ++i) {
-    if (!errors[i].empty()) {
-      HSGD_THROW(hsgd::CommError, "rendezvous_bench: ", failures.load(), " of ", n,
-                 " clients failed; client ", i, ": ", errors[i]);
-    }
+  const auto deadline = begin + std::chrono::seconds(bench.timeout_s);
+  const uint64_t serial = connection_serial;
+  connection_serial += static_cast<uint64_t>(n);
+  const auto outputs = run_forked_ranks(
+      processes, std::chrono::seconds(bench.timeout_s + 10), "rendezvous_bench clients",
+      [&](int p) {
+        const int first = static_cast<int>(static_cast<int64_t>(n) * p / processes);
+        const int end = static_cast<int>(static_cast<int64_t>(n) * (p + 1) / processes);
+        const auto t = hsgd::bench::run_fleet({.port = server.port(),
+                                               .job = "bench-" + std::to_string(run),
+                                               .world = n,
+                                               .first = first,
+                                               .count = end - first,
+                                               .value_bytes = bench.value_bytes,
+                                               .check = bench.check,
+                                               .connection_serial = serial + first,
+                                               .max_connecting = bench.max_connecting,
+                                               .deadline = deadline});
+        return std::to_string(t.last_connected.time_since_epoch().count()) + " " +
+               std::to_string(t.last_done.time_since_epoch().count());
+      });
+  Clock::time_point connected{}, done{};
+  for (const std::string& out : outputs) {
+    std::istringstream in(out);
+    int64_t c = 0, d = 0;
+    HSGD_CHECK(static_cast<bool>(in >> c >> d), "rendezvous_bench: a client process printed '", out,
+               "'");
+    connected = std::max(connected, Clock::time_point(Clock::duration(c)));
+    done = std::max(done, Clock::time_point(Clock::duration(d)));
   }
-  return {.connected = std::chrono::duration<double>(last_connected - begin).count(),
-          .total = std::chrono::duration<double>(end - begin).count()};
+  const double peak_kb = status_kb(server.pid(), "VmHWM");
+  return {.total = std::chrono::duration<double>(done - begin).count(),
+          .connected = std::chrono::duration<double>(connected - begin).count(),
+          .server_cpu = cpu_seconds(server.pid()) - cpu_before,
+          .server_peak_mb = peak_kb / 1024.0,
+          .server_kb_per_client = (peak_kb - idle_kb) / n};
+}
+
+template <typename F>
+double median_of(const std::vector<RunResult>& runs, F field) {
+  std::vector<double> values;
+  for (const RunResult& r : runs) values.push_back(field(r));
+  return median(values);
+}
+
+void print_row(int n, const std::vector<RunResult>& runs) {
+  std::vector<double> totals;
+  for (const RunResult& r : runs) totals.push_back(r.total);
+  std::printf("%8d %10.3f %8.3f %8.3f %14.3f %14.2f %14.1f %14.2f\n", n, median(totals),
+              *std::min_element(totals.begin(), totals.end()),
+              *std::max_element(totals.begin(), totals.end()),
+              median_of(runs, [](const RunResult& r) { return r.connected; }),
+              median_of(runs, [](const RunResult& r) { return r.server_cpu; }),
+              median_of(runs, [](const RunResult& r) { return r.server_peak_mb; }),
+              median_of(runs, [](const RunResult& r) { return r.server_kb_per_client; }));
+  std::fflush(stdout);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"rendezvous_bench: N clients publish a key and wait for all others"};
-  std::vector<int> clients = {64, 128, 256, 512, 1024};
-  int runs = 5;
-  int server_threads = 1;
-  size_t value_bytes = 64;
+  std::vector<int> clients = {1024, 2048, 4096, 8192, 16384};
+  BenchOptions bench;
+  std::string check = "bytes";
   app.add_option("--clients", clients, "client counts to measure")->delimiter(',');
-  app.add_option("--runs", runs, "runs per client count (the median is reported)")
+  app.add_option("--runs", bench.runs, "runs per client count (medians are reported)")
       ->check(CLI::PositiveNumber);
-  app.add_option("--server-threads", server_threads, "I/O threads of the server")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--value-bytes", value_bytes, "size of each published value")
+  app.add_option("--value-bytes", bench.value_bytes, "size of each published value")
       ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--client-processes", bench.client_processes,
+                 "processes the clients are spread over (one epoll thread each)")
+      ->check(CLI::Range(1, 64));
+  app.add_option("--check", check,
+                 "bytes: compare each reply with the expected frame as it streams in; "
+                 "protobuf: parse each reply whole and compare its values")
+      ->check(CLI::IsMember({"bytes", "protobuf"}));
+  app.add_option("--max-connecting", bench.max_connecting,
+                 "connections opened and not yet through their handshake, per client process "
+                 "(0: all at once)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--server-threads", bench.server_threads, "I/O threads of the server")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--max-waits-per-job", bench.max_waits_per_job,
+                 "the server's quota of pending waits per job (0: the number of clients)");
+  app.add_option("--max-job-bytes", bench.max_job_bytes, "the server's byte quota per job");
+  app.add_option("--timeout", bench.timeout_s, "seconds one run may take")
+      ->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
+  bench.check =
+      check == "bytes" ? hsgd::bench::FleetCheck::kBytes : hsgd::bench::FleetCheck::kProtobuf;
 
   try {
     raise_fd_limit(static_cast<size_t>(*std::max_element(clients.begin(), clients.end())));
-    hsgd::comm::RendezvousServer server({.port = 0, .threads = server_threads});
-    server.start();
     std::printf(
-        "rendezvous_bench: %u hardware threads, server with %d I/O thread(s), "
-        "%zu-byte values, median of %d runs\n",
-        std::thread::hardware_concurrency(), server_threads, value_bytes, runs);
-    std::printf("%8s %12s %12s %12s %20s\n", "clients", "median [s]", "min [s]", "max [s]",
-                "median connected [s]");
-    int job = 0;
+        "rendezvous_bench: %u hardware threads, server process with %d I/O thread(s), "
+        "%d client process(es), %zu-byte values, check %s, median of %d runs\n",
+        std::thread::hardware_concurrency(), bench.server_threads, bench.client_processes,
+        bench.value_bytes, check.c_str(), bench.runs);
+    std::printf("%8s %10s %8s %8s %14s %14s %14s %14s\n", "clients", "median [s]", "min [s]",
+                "max [s]", "connected [s]", "server CPU [s]", "server peak MB", "KB per client");
+    uint64_t connection_serial = 0;
+    int run = 0;
     for (int n : clients) {
-      std::vector<RunTimes> times;
-      for (int r = 0; r < runs; ++r) {
-        times.push_back(run_once(server.port(), n, "bench-" + std::to_string(job++), value_bytes));
-      }
-      std::vector<double> total, connected;
-      for (const RunTimes& t : times) {
-        total.push_back(t.total);
-        connected.push_back(t.connected);
-      }
-      std::printf("%8d %12.3f %12.3f %12.3f %20.3f\n", n, median(total),
-                  *std::min_element(total.begin(), total.end()),
-                  *std::max_element(total.begin(), total.end()), median(connected));
-      std::fflush(stdout);
+      HSGD_CHECK(n >= 1, "rendezvous_bench: --clients ", n, " must be at least 1");
+      std::vector<RunResult> runs;
+      for (int r = 0; r < bench.runs; ++r)
+        runs.push_back(run_once(bench, n, run++, connection_serial));
+      print_row(n, runs);
     }
   } catch (const hsgd::Error& e) {
     std::cerr << e.what() << std::endl;

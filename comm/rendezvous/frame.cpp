@@ -20,17 +20,24 @@ uint32_t decode_frame_header(const uint8_t* header) {
 
 std::string encode_frame(const google::protobuf::MessageLite& message, size_t max_frame_bytes,
                          const char* what_for) {
-  const size_t size = message.ByteSizeLong();
+  return encode_frame_head(message, 0, max_frame_bytes, what_for);
+}
+
+std::string encode_frame_head(const google::protobuf::MessageLite& head, size_t tail_bytes,
+                              size_t max_frame_bytes, const char* what_for) {
+  const size_t head_bytes = head.ByteSizeLong();
+  const size_t size = head_bytes + tail_bytes;
   HSGD_CHECK(size <= max_frame_bytes && size <= std::numeric_limits<uint32_t>::max(), what_for,
              ": message of ", size, " bytes exceeds the frame limit of ", max_frame_bytes,
              " bytes");
-  std::string frame(kFrameHeaderBytes + size, '\0');
+  std::string frame(kFrameHeaderBytes + head_bytes, '\0');
   const auto header = encode_frame_header(static_cast<uint32_t>(size));
   frame.replace(0, kFrameHeaderBytes, reinterpret_cast<const char*>(header.data()),
                 kFrameHeaderBytes);
-  HSGD_CHECK_AS(CommError,
-                message.SerializeToArray(frame.data() + kFrameHeaderBytes, static_cast<int>(size)),
-                what_for, ": failed to serialize a message of ", size, " bytes");
+  HSGD_CHECK_AS(
+      CommError,
+      head.SerializeToArray(frame.data() + kFrameHeaderBytes, static_cast<int>(head_bytes)),
+      what_for, ": failed to serialize a message of ", head_bytes, " bytes");
   return frame;
 }
 

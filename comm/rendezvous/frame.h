@@ -30,6 +30,15 @@ uint32_t decode_frame_header(const uint8_t* header);
 std::string encode_frame(const google::protobuf::MessageLite& message, size_t max_frame_bytes,
                          const char* what_for);
 
+// The start of a frame whose body is the serialized head followed by tail_bytes more bytes that
+// the caller already holds serialized (one encoding shared by many frames): returns header +
+// serialized head; the frame is that, then the tail. Serialized messages concatenate as a merge,
+// so when every field of the tail has a higher number than every field of head, head + tail is
+// byte for byte what protobuf writes for the whole message. Throws hsgd::InvalidArgument like
+// encode_frame when the body exceeds max_frame_bytes.
+std::string encode_frame_head(const google::protobuf::MessageLite& head, size_t tail_bytes,
+                              size_t max_frame_bytes, const char* what_for);
+
 // FrameDecoder: assembles frames from bytes as they arrive, holding only what arrived.
 //
 // The length in a header is a claim, not a fact: the body buffer grows with the bytes that came

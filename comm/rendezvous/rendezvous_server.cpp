@@ -138,6 +138,7 @@ void RendezvousServer::Impl::start() {
   if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
   if (!ec) acceptor_.bind(endpoint, ec);
   if (!ec) acceptor_.listen(listen_backlog(), ec);
+  if (!ec) acceptor_.non_blocking(true, ec);  // accept() in a batch must not block (see accept)
   if (ec) {
     error_code ignored;
     acceptor_.close(ignored);
@@ -167,37 +168,50 @@ void RendezvousServer::Impl::start() {
 }
 
 void RendezvousServer::Impl::accept() {
-  if (stopped_ || !acceptor_.is_open()) return;
-  {
-    std::lock_guard lock(mu_);
-    if (connections_.size() >= max_connections_) {
-      // New clients wait in the listen backlog (their connect succeeds, their handshake waits)
-      // until remove() resumes accepting.
-      accept_paused_ = true;
-      if (auto held_back = accept_log_.allow()) {
-        logger()->warn(
-            "rendezvous: {} connections open, the limit ({}): not accepting until one closes{}",
-            connections_.size(), options_.limit_names.max_connections, held_back_note(*held_back));
-      }
-      return;
-    }
-  }
+  if (stopped_ || !acceptor_.is_open() || !room_to_accept()) return;
   acceptor_.async_accept(
       asio::make_strand(io_),
       asio::bind_executor(accept_strand_, [this](error_code ec, tcp::socket socket) {
         if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
         if (ec) return on_accept_error(ec);
         backoff_ = std::chrono::milliseconds(0);
-        error_code ignored;
-        socket.set_option(tcp::no_delay(true), ignored);
-        auto connection = std::make_shared<Connection>(*this, std::move(socket));
-        {
-          std::lock_guard lock(mu_);
-          connections_.emplace(connection.get(), connection);
+        adopt(std::move(socket));
+        // Take what else waits in the backlog now: one connection per turn of a busy event loop
+        // would have thousands of clients connecting at once wait for each other's requests.
+        // The listener is non-blocking: accept fails with would_block once the backlog is empty
+        // (and any other error is met again by the async_accept below).
+        for (int i = 1; i < kAcceptBatch && room_to_accept(); ++i) {
+          tcp::socket more = acceptor_.accept(asio::make_strand(io_), ec);
+          if (ec) break;
+          adopt(std::move(more));
         }
-        asio::dispatch(connection->executor(), [connection] { connection->start(); });
         accept();
       }));
+}
+
+bool RendezvousServer::Impl::room_to_accept() {
+  std::lock_guard lock(mu_);
+  if (connections_.size() < max_connections_) return true;
+  // New clients wait in the listen backlog (their connect succeeds, their handshake waits) until
+  // remove() resumes accepting.
+  accept_paused_ = true;
+  if (auto held_back = accept_log_.allow()) {
+    logger()->warn(
+        "rendezvous: {} connections open, the limit ({}): not accepting until one closes{}",
+        connections_.size(), options_.limit_names.max_connections, held_back_note(*held_back));
+  }
+  return false;
+}
+
+void RendezvousServer::Impl::adopt(tcp::socket socket) {
+  error_code ignored;
+  socket.set_option(tcp::no_delay(true), ignored);
+  auto connection = std::make_shared<Connection>(*this, std::move(socket));
+  {
+    std::lock_guard lock(mu_);
+    connections_.emplace(connection.get(), connection);
+  }
+  asio::dispatch(connection->executor(), [connection] { connection->start(); });
 }
 
 void RendezvousServer::Impl::on_accept_error(const error_code& ec) {

@@ -1,6 +1,7 @@
 // RendezvousServer::Impl::Connection: one client connection (see rendezvous_server_impl.h).
 
 #include <algorithm>
+#include <array>
 
 #include "comm/error.h"
 #include "comm/log.h"
@@ -34,8 +35,8 @@ void RendezvousServer::Impl::Connection::start() {
   // Runs on the strand, like every other handler of this connection.
   std::weak_ptr<Connection> weak = weak_from_this();
   session_.emplace(server_.options_, server_.tokens_, server_.state_, socket_.get_executor(),
-                   [weak](proto::Response response) {
-                     if (auto self = weak.lock()) self->send(response);
+                   [weak](const RendezvousAnswer& answer) {
+                     if (auto self = weak.lock()) self->send(answer);
                    });
   hello_timer_.expires_after(server_.options_.handshake_timeout);
   hello_timer_.async_wait([self = shared_from_this()](error_code ec) {
@@ -48,20 +49,30 @@ void RendezvousServer::Impl::Connection::start() {
 }
 
 void RendezvousServer::Impl::Connection::send(const google::protobuf::MessageLite& message) {
-  std::string frame;
+  post_write({.head = encode_frame(message, server_.options_.max_frame_bytes, "rendezvous reply"),
+              .tail = {}});
+}
+
+void RendezvousServer::Impl::Connection::send(const RendezvousAnswer& answer) {
+  const size_t max_frame_bytes = server_.options_.max_frame_bytes;
+  OutFrame frame;
   try {
-    frame = encode_frame(message, server_.options_.max_frame_bytes, "rendezvous reply");
+    frame.head = encode_frame_head(answer.response, answer.shared ? answer.shared->size() : 0,
+                                   max_frame_bytes, "rendezvous reply");
+    frame.tail = answer.shared;
   } catch (const Error& e) {
     // A reply larger than the frame limit (e.g. a huge multi_get): the client could not read
     // it either, so report it instead.
     proto::Response error;
+    error.set_id(answer.response.id());
     error.set_status(proto::STATUS_INVALID_ARGUMENT);
     error.set_error(e.what());
-    if (auto* response = dynamic_cast<const proto::Response*>(&message)) {
-      error.set_id(response->id());
-    }
-    frame = encode_frame(error, server_.options_.max_frame_bytes, "rendezvous reply");
+    frame = {.head = encode_frame(error, max_frame_bytes, "rendezvous reply"), .tail = {}};
   }
+  post_write(std::move(frame));
+}
+
+void RendezvousServer::Impl::Connection::post_write(OutFrame frame) {
   asio::post(socket_.get_executor(),
              [self = shared_from_this(), frame = std::move(frame)]() mutable {
                self->queue_write(std::move(frame));
@@ -185,14 +196,15 @@ bool RendezvousServer::Impl::Connection::on_frame() {
     send(*step.hello_reply);
     return true;
   }
-  if (step.response) {
-    if (step.response->status() == proto::STATUS_INVALID_ARGUMENT) {
+  if (step.answer) {
+    const proto::Response& response = step.answer->response;
+    if (response.status() == proto::STATUS_INVALID_ARGUMENT) {
       if (auto held_back = server_.request_log_.allow()) {
         logger()->warn("rendezvous: invalid request from {} (job '{}'): {}{}", peer_, job_,
-                       printable_excerpt(step.response->error(), 300), held_back_note(*held_back));
+                       printable_excerpt(response.error(), 300), held_back_note(*held_back));
       }
     }
-    send(*step.response);
+    send(*step.answer);
   } else if (step.waiter) {
     // Forget waiters already answered, so that a long-lived connection does not grow.
     if (waiters_.size() >= 2 * live_waiters_hint_ + 16) {
@@ -220,11 +232,11 @@ void RendezvousServer::Impl::Connection::release_unauthenticated() {
   unauthenticated_held_ = 0;
 }
 
-void RendezvousServer::Impl::Connection::queue_write(std::string frame) {
+void RendezvousServer::Impl::Connection::queue_write(OutFrame frame) {
   if (closed_) return;
   queued_bytes_ += frame.size();
   // A client that keeps sending without reading its replies would grow this queue without
-  // bound; cut it off instead.
+  // bound; cut it off instead. (A shared tail counts in full: it is what the client owes.)
   if (queued_bytes_ > 4 * server_.options_.max_frame_bytes + (1 << 20)) {
     logger()->warn("rendezvous: {} does not read its replies ({} bytes queued); closing", peer_,
                    queued_bytes_);
@@ -235,17 +247,19 @@ void RendezvousServer::Impl::Connection::queue_write(std::string frame) {
 }
 
 void RendezvousServer::Impl::Connection::write_next() {
-  asio::async_write(socket_, asio::buffer(writes_.front()),
-                    [self = shared_from_this()](error_code ec, size_t) {
-                      if (ec) return self->close(ec.message().c_str());
-                      self->queued_bytes_ -= self->writes_.front().size();
-                      self->writes_.pop_front();
-                      if (!self->writes_.empty()) {
-                        self->write_next();
-                      } else if (self->close_after_write_) {
-                        self->close("handshake refused");
-                      }
-                    });
+  const OutFrame& frame = writes_.front();
+  const std::array<asio::const_buffer, 2> buffers = {
+      asio::buffer(frame.head), frame.tail ? asio::buffer(*frame.tail) : asio::const_buffer()};
+  asio::async_write(socket_, buffers, [self = shared_from_this()](error_code ec, size_t) {
+    if (ec) return self->close(ec.message().c_str());
+    self->queued_bytes_ -= self->writes_.front().size();
+    self->writes_.pop_front();
+    if (!self->writes_.empty()) {
+      self->write_next();
+    } else if (self->close_after_write_) {
+      self->close("handshake refused");
+    }
+  });
 }
 
 }  // namespace hsgd::comm

@@ -47,13 +47,20 @@ class RendezvousServer::Impl {
  public:
   class Connection;
 
+  static constexpr int kAcceptBatch = 64;
+
   explicit Impl(RendezvousServerOptions options);
   ~Impl();
 
   void start();
   void stop();
   // Starts one async_accept unless the connection limit is reached; runs on accept_strand_.
+  // Its handler accepts up to kAcceptBatch connections waiting in the backlog.
   void accept();
+  // False (and accepting paused until remove() resumes it) at the connection limit.
+  bool room_to_accept();
+  // Registers and starts a new connection.
+  void adopt(asio::ip::tcp::socket socket);
   void on_accept_error(const boost::system::error_code& ec);
   // The connection closed; job is its job id, or nullptr before a handshake.
   void remove(const Connection* connection, const std::string* job);
@@ -111,8 +118,10 @@ class RendezvousServer::Impl::Connection : public std::enable_shared_from_this<C
 
   void start();
   asio::any_io_executor executor() { return socket_.get_executor(); }
-  // Queues a frame; safe from any thread.
+  // Queue a frame; safe from any thread. An answer's shared part is written from the buffer it
+  // shares with the other waiters' answers, never copied.
   void send(const google::protobuf::MessageLite& message);
+  void send(const RendezvousAnswer& answer);
   // Closes the socket and drops pending waits; runs on the strand or after the I/O threads
   // stopped.
   void close(const char* why);
@@ -128,7 +137,14 @@ class RendezvousServer::Impl::Connection : public std::enable_shared_from_this<C
   // Refuses the handshake (logged, throttled) and closes once the reply is written.
   void refuse(const std::string& job, const proto::HelloReply& reply);
   void release_unauthenticated();
-  void queue_write(std::string frame);
+  // A frame to write: head, then the shared tail (if any).
+  struct OutFrame {
+    std::string head;
+    std::shared_ptr<const std::string> tail;
+    size_t size() const { return head.size() + (tail ? tail->size() : 0); }
+  };
+  void post_write(OutFrame frame);
+  void queue_write(OutFrame frame);
   void write_next();
 
   Impl& server_;
@@ -143,7 +159,7 @@ class RendezvousServer::Impl::Connection : public std::enable_shared_from_this<C
   bool close_after_write_ = false;
   bool closed_ = false;
   std::string job_;
-  std::deque<std::string> writes_;
+  std::deque<OutFrame> writes_;
   size_t queued_bytes_ = 0;
   std::vector<std::weak_ptr<RendezvousState::Waiter>> waiters_;
   size_t live_waiters_hint_ = 0;

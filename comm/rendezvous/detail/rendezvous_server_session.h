@@ -32,7 +32,7 @@ class RendezvousSession {
     };
     Kind kind = Kind::kContinue;
     std::optional<proto::HelloReply> hello_reply;     // the handshake's answer
-    std::optional<proto::Response> response;          // a request answered now
+    std::optional<RendezvousAnswer> answer;           // a request answered now
     std::shared_ptr<RendezvousState::Waiter> waiter;  // a request answered later, by reply
   };
 

@@ -48,76 +48,28 @@ RendezvousState::~RendezvousState() { clear(); }
 RendezvousState::Outcome RendezvousState::handle(const std::string& job_id, proto::Request& request,
                                                  const asio::any_io_executor& executor, Reply reply,
                                                  const std::string& owner) {
-  if (auto error = check_limits(request)) return {.response = std::move(error), .waiter = {}};
+  const auto now = [](proto::Response response) {
+    return Outcome{.answer = RendezvousAnswer{.response = std::move(response), .shared = {}},
+                   .waiter = {}};
+  };
+  if (auto error = check_limits(request)) return now(std::move(*error));
   std::lock_guard lock(mu_);
   auto& job_ptr = jobs_[job_id];
   if (!job_ptr) {
     if (jobs_.size() > limits_.max_jobs) {
       jobs_.erase(job_id);
-      return {.response = invalid(request, "the server holds the keys of " +
-                                               std::to_string(limits_.max_jobs) +
-                                               " jobs, its limit (" + limits_.names.max_jobs +
-                                               "); job '" + job_id + "' cannot be added"),
-              .waiter = {}};
+      return now(invalid(request, "the server holds the keys of " +
+                                      std::to_string(limits_.max_jobs) + " jobs, its limit (" +
+                                      limits_.names.max_jobs + "); job '" + job_id +
+                                      "' cannot be added"));
     }
     job_ptr = std::make_unique<Job>();
     job_ptr->id = job_id;
   }
   Job& job = *job_ptr;
-  if (!is_blocking(request.op())) {
-    if (auto error = check_quota(job_id, job, request)) {
-      return {.response = std::move(error), .waiter = {}};
-    }
-    return {.response = execute(job, request, owner), .waiter = {}};
-  }
-
-  auto waiter = std::make_shared<Waiter>();
-  waiter->job = job_id;
-  waiter->id = request.id();
-  waiter->op = request.op();
-  waiter->keys.assign(request.keys().begin(), request.keys().end());
-  if (!register_waiter(job, waiter)) {
-    // Everything is there already: answer now through the same code path.
-    std::optional<proto::Response> now;
-    waiter->reply = [&now](proto::Response response) { now = std::move(response); };
-    complete(job, waiter);
-    return {.response = std::move(now), .waiter = {}};
-  }
-  // The waiter holds copies of its keys (twice at most: keys and missing).
-  size_t charge = 0;
-  for (const auto& key : waiter->keys) charge += 2 * key.size();
-  std::optional<std::string> refusal;
-  if (job.num_waiters >= limits_.max_waits_per_job) {
-    refusal = "job '" + job_id + "' has " + std::to_string(job.num_waiters) +
-              " pending waits, the server's limit per job (" + limits_.names.max_waits_per_job +
-              ")";
-  } else if (job.bytes + charge > limits_.max_job_bytes) {
-    refusal = "job '" + job_id + "' would hold " + std::to_string(job.bytes + charge) +
-              " bytes of keys, values and pending waits; the server allows " +
-              std::to_string(limits_.max_job_bytes) + " bytes per job (" +
-              limits_.names.max_job_bytes + ")";
-  }
-  if (refusal) {
-    unregister(job, *waiter);
-    return {.response = invalid(request, proto::Op_Name(request.op()) + ": " + *refusal),
-            .waiter = {}};
-  }
-  waiter->reply = std::move(reply);
-  waiter->charged_bytes = charge;
-  job.bytes += charge;
-  ++job.num_waiters;
-  ++num_waiters_;
-  // The deadline is a timer on the connection's executor: pending waits cost no thread and no
-  // polling. A negative timeout behaves as zero (answer TIMEOUT at once); one beyond a year is a
-  // year, since now + 2^63 ms overflows the clock (and would time out at once).
-  waiter->timer = std::make_unique<asio::steady_timer>(executor);
-  waiter->timer->expires_after(
-      std::chrono::milliseconds(std::clamp<int64_t>(request.timeout_ms(), 0, kMaxWaitTimeoutMs)));
-  waiter->timer->async_wait([this, weak = std::weak_ptr<Waiter>(waiter)](const auto& error) {
-    if (error) return;  // cancelled: the waiter completed or was dropped
-    if (auto w = weak.lock()) on_deadline(w);
-  });
-  return {.response = std::nullopt, .waiter = std::move(waiter)};
+  if (is_blocking(request.op())) return wait(job, request, executor, std::move(reply));
+  if (auto error = check_quota(job_id, job, request)) return now(std::move(*error));
+  return now(execute(job, request, owner));
 }
 
 proto::Response RendezvousState::execute(Job& job, proto::Request& request,
@@ -268,15 +220,7 @@ void RendezvousState::clear() {
     if (o.expiry) o.expiry->cancel();
   }
   owners_.clear();
-  for (auto& [id, job] : jobs_) {
-    for (auto& [key, list] : job->waiters) {
-      for (auto& waiter : list) {
-        if (waiter->done) continue;
-        waiter->done = true;
-        waiter->timer->cancel();
-      }
-    }
-  }
+  for (auto& [id, job] : jobs_) end_waits(*job);
   jobs_.clear();
   num_waiters_ = 0;
 }
@@ -285,15 +229,23 @@ void RendezvousState::erase_job(const std::string& job_id) {
   std::lock_guard lock(mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return;
-  for (auto& [key, list] : it->second->waiters) {
-    for (auto& waiter : list) {
-      if (waiter->done) continue;
-      waiter->done = true;
-      waiter->timer->cancel();
-      --num_waiters_;
-    }
-  }
+  num_waiters_ -= it->second->num_waiters;
+  end_waits(*it->second);
   jobs_.erase(it);
+}
+
+void RendezvousState::end_waits(Job& job) {
+  for (auto& [hash, set] : job.pending) {
+    for (auto& waiter : set->waiters) {
+      waiter->done = true;
+      waiter->keys.reset();
+      waiter->timer->cancel();
+    }
+    set->waiters.clear();
+  }
+  job.pending.clear();
+  job.waiters.clear();
+  job.num_waiters = 0;
 }
 
 size_t RendezvousState::num_jobs() const {

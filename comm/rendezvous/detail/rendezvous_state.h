@@ -5,10 +5,15 @@
 // rendezvous_state_waiters.cpp (pending waits); rendezvous_state_job.h holds their entries.
 //
 // Keys live in one namespace per job id. A request that can be answered now is answered by the
-// return value of handle(); a get/wait/multi_get whose keys are missing registers a Waiter on
-// each missing key. set/add/compare_set/multi_set wake the waiters of the keys they write; a
-// timer on the connection's executor answers TIMEOUT at the deadline; drop() forgets the
-// waiter of a connection that went away. Nothing polls.
+// return value of handle(); a get/wait/multi_get whose keys are missing waits. Waits that name
+// the same keys in the same order (all ranks of a job reading every rank's address) share one
+// KeySet: it is registered once on each missing key, woken once per key written, and answered
+// once, the values encoded once into a buffer that every one of its waiters' replies carries
+// (RendezvousAnswer::shared). set/add/compare_set/multi_set wake the KeySets of the keys they
+// write; a timer per waiter on its connection's executor answers TIMEOUT at its own deadline;
+// drop() forgets the waiter of a connection that went away. Nothing polls. Until the job's next
+// write or delete it also keeps its last answer (one reply's keys and values at most), so that
+// the same request arriving after every key exists gets the same buffer.
 //
 // Owned keys (OP_SET_OWNED): a client that names an owner in its Hello may set keys that live as
 // long as one of its connections is open (attach/detach count them), plus the linger of its
@@ -17,11 +22,11 @@
 // Any other write or a delete of an owned key ends its ownership (it stays).
 //
 // Quotas: each job may hold at most max_keys_per_job keys, max_job_bytes bytes (keys + values +
-// the keys of its pending waits) and max_waits_per_job pending waits; the server at most
-// max_jobs jobs. A request that would go beyond is refused whole with INVALID_ARGUMENT naming
-// the limit (requests that shrink a job are always allowed), so one job cannot grow the server
-// without bound and other jobs are unaffected. A wait's timeout_ms is clamped to
-// [0, kMaxWaitTimeoutMs], so no value overflows the clock.
+// the keys of its pending waits, each KeySet's once) and max_waits_per_job pending waits; the
+// server at most max_jobs jobs. A request that would go beyond is refused whole with
+// INVALID_ARGUMENT naming the limit (requests that shrink a job are always allowed), so one job
+// cannot grow the server without bound and other jobs are unaffected. A wait's timeout_ms is
+// clamped to [0, kMaxWaitTimeoutMs], so no value overflows the clock.
 //
 // Thread-safe: one mutex guards everything (operations are tiny; the I/O is elsewhere). Replies
 // of woken waiters are delivered through their callback while that mutex is held, so the
@@ -56,15 +61,28 @@ struct RendezvousLimits {
   RendezvousLimitNames names = {};  // how refusals name the limits
 };
 
+// An answer ready to encode: the frame's body is `response` serialized, then `shared` when set.
+// shared holds serialized Response fields numbered above every field set in `response` (the
+// values of a get/multi_get, encoded once for every waiter of the same keys; `response` holds
+// the id only then), so that the body is byte for byte protobuf's encoding of the whole answer
+// (encode_frame_head in comm/rendezvous/frame.h).
+struct RendezvousAnswer {
+  proto::Response response;
+  std::shared_ptr<const std::string> shared;
+};
+
 class RendezvousState {
  public:
-  using Reply = std::function<void(proto::Response)>;
+  using Reply = std::function<void(RendezvousAnswer)>;
+  // A pending wait, and the keys it shares with the waits for the same keys
+  // (rendezvous_state_job.h).
   struct Waiter;
+  struct KeySet;
 
   // Result of handle(): exactly one of the two is set.
   struct Outcome {
-    std::optional<proto::Response> response;  // answer now
-    std::shared_ptr<Waiter> waiter;           // answered later through the reply callback
+    std::optional<RendezvousAnswer> answer;  // answer now
+    std::shared_ptr<Waiter> waiter;          // answered later through the reply callback
   };
 
   explicit RendezvousState(RendezvousLimits limits);
@@ -110,23 +128,42 @@ class RendezvousState {
   // Refuses a write that would take job over its key or byte quota; requires mu_.
   std::optional<proto::Response> check_quota(const std::string& job_id, const Job& job,
                                              const proto::Request& request) const;
-  // Stores / erases one entry, keeping the job's byte count; requires mu_.
+  // Stores / erases one entry, keeping the job's byte count (and dropping its last answer);
+  // requires mu_.
   static void store_value(Job& job, const std::string& key, std::string value);
   static bool erase_value(Job& job, const std::string& key);
-  // Forgets a waiter's share of its job's quotas; requires mu_.
-  void release(Job& job, Waiter& waiter);
   proto::Response execute(Job& job, proto::Request& request, const std::string& owner);
   // Deletes the keys job still has owned by owner; requires mu_.
   void expire_owned(const std::string& job_id, const std::string& owner);
-  // Registers the waiter on its missing keys; returns false when none is missing.
-  bool register_waiter(Job& job, const std::shared_ptr<Waiter>& waiter);
-  // Answers a waiter whose keys all exist (values read now); requires mu_.
-  void complete(Job& job, const std::shared_ptr<Waiter>& waiter);
-  // Wakes the waiters of key after it was written; requires mu_.
+
+  // Pending waits (rendezvous_state_waiters.cpp); all require mu_.
+  // A get/wait/multi_get: answered now (every key exists), or a waiter in the KeySet of its keys.
+  Outcome wait(Job& job, proto::Request& request, const asio::any_io_executor& executor,
+               Reply reply);
+  // Refuses a wait that would take job over its quota of waits or bytes (charge: the bytes a
+  // new KeySet adds, 0 for one joined).
+  std::optional<proto::Response> check_wait_quota(const Job& job, const proto::Request& request,
+                                                  size_t charge) const;
+  // The job's pending KeySet of these keys, or null.
+  std::shared_ptr<KeySet> find_pending(const Job& job, size_t hash, bool values,
+                                       const google::protobuf::RepeatedPtrField<std::string>& keys);
+  // Registers set on its missing keys; returns false when none is missing.
+  bool register_keys(Job& job, const std::shared_ptr<KeySet>& set);
+  // Removes set from the waiter lists of its missing keys and from the pending KeySets, and
+  // gives back its bytes.
+  void unregister(Job& job, const std::shared_ptr<KeySet>& set);
+  // Answers every waiter of set, whose keys all exist (values read now), once.
+  void complete(Job& job, const std::shared_ptr<KeySet>& set);
+  // Reads set's values and encodes them once (set->body); it becomes the job's last answer.
+  void encode_answer(Job& job, const std::shared_ptr<KeySet>& set);
+  // Wakes the KeySets waiting for key after it was written.
   void notify(Job& job, const std::string& key);
   void on_deadline(const std::shared_ptr<Waiter>& waiter);
-  // Removes waiter from the waiter lists of its missing keys; requires mu_.
-  void unregister(Job& job, const Waiter& waiter);
+  // Takes a waiter out of its KeySet (unregistering the set when it was the last) and out of the
+  // counts.
+  void leave(Job& job, Waiter& waiter);
+  // Ends every pending wait of job without an answer (the job or the server goes away).
+  static void end_waits(Job& job);
 
   // Constant after construction.
   const RendezvousLimits limits_;

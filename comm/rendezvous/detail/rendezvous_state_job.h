@@ -2,7 +2,8 @@
 // The entries of a RendezvousState (rendezvous_state.h): a job's keys and its pending waits.
 // Shared by the state's sources only: rendezvous_state.cpp (requests and jobs),
 // rendezvous_state_limits.cpp (request limits and job quotas) and rendezvous_state_waiters.cpp
-// (registering, waking and expiring waits). Every field is guarded by RendezvousState::mu_.
+// (registering, waking, answering and expiring waits). Every field is guarded by
+// RendezvousState::mu_.
 
 #include <cstddef>
 #include <cstdint>
@@ -15,18 +16,31 @@
 
 namespace hsgd::comm {
 
-// A get/wait/multi_get whose keys were not all present. Registered in the waiter list of each
-// missing key; `remaining` counts the lists it is still in.
+// The keys of the pending get/wait/multi_gets of a job that named the same keys in the same
+// order and all want values (get, multi_get) or none (wait). Registered once in the waiter list
+// of each missing key; `remaining` counts the lists it is still in. Once every key exists it is
+// answered for all its waiters at once, and kept as the job's last answer.
+struct RendezvousState::KeySet {
+  std::vector<std::string> keys;     // as requested: multi_get answers in this order
+  bool values = true;                // get, multi_get; false: wait
+  size_t hash = 0;                   // of keys and values (key_set_hash)
+  std::vector<std::string> missing;  // distinct keys it is registered on
+  size_t remaining = 0;
+  bool pending = false;       // in Job::pending and the waiter lists of its missing keys
+  uint64_t deletes_seen = 0;  // Job::deletes when it last checked its keys
+  size_t charged_bytes = 0;   // its share of Job::bytes while pending (its key copies)
+  std::vector<std::shared_ptr<Waiter>> waiters;  // Waiter::index is the position here
+  std::shared_ptr<const std::string> body;       // the encoded values, once answered (values)
+};
+
+// One pending get/wait/multi_get: a member of the KeySet of its keys, with its own id, deadline
+// and connection.
 struct RendezvousState::Waiter {
   std::string job;
   uint64_t id = 0;
-  proto::Op op = proto::OP_UNSPECIFIED;
-  std::vector<std::string> keys;     // as requested: multi_get answers in this order
-  std::vector<std::string> missing;  // distinct keys it was registered on
-  size_t remaining = 0;
-  bool done = false;          // answered, timed out or dropped
-  uint64_t deletes_seen = 0;  // Job::deletes when it last checked its keys
-  size_t charged_bytes = 0;   // its share of Job::bytes while pending (its key copies)
+  std::shared_ptr<KeySet> keys;  // null once it left (answered, timed out or dropped)
+  size_t index = 0;              // in keys->waiters
+  bool done = false;             // answered, timed out or dropped
   Reply reply;
   std::unique_ptr<asio::steady_timer> timer;
 };
@@ -34,9 +48,15 @@ struct RendezvousState::Waiter {
 struct RendezvousState::Job {
   std::string id;
   std::unordered_map<std::string, std::string> values;
-  std::unordered_map<std::string, std::vector<std::shared_ptr<Waiter>>> waiters;
-  uint64_t deletes = 0;  // keys deleted so far: a waiter re-checks its keys only if this moved
-  size_t bytes = 0;      // keys + values stored, plus the keys of pending waiters
+  // By missing key: the KeySets waiting for it.
+  std::unordered_map<std::string, std::vector<std::shared_ptr<KeySet>>> waiters;
+  // By KeySet::hash: every pending KeySet, so that a wait for the same keys joins its set.
+  std::unordered_multimap<size_t, std::shared_ptr<KeySet>> pending;
+  // The last KeySet answered; dropped by the next write or delete (store_value, erase_value),
+  // so while it is here every one of its keys exists with the value it encoded.
+  std::shared_ptr<KeySet> answered;
+  uint64_t deletes = 0;  // keys deleted so far: a KeySet re-checks its keys only if this moved
+  size_t bytes = 0;      // keys + values stored, plus the keys of pending KeySets
   size_t num_waiters = 0;
   std::unordered_map<std::string, std::string> owner_of;  // owned key -> its owner
 };

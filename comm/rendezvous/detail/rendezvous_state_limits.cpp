@@ -1,6 +1,6 @@
 // RendezvousState's limits: the shape and size checks of a request (check_limits) and a job's
 // key and byte quotas (check_quota), with the bookkeeping that keeps a job's byte count
-// (store_value, erase_value, release).
+// (store_value, erase_value).
 
 #include <optional>
 #include <string>
@@ -148,6 +148,7 @@ void RendezvousState::store_value(Job& job, const std::string& key, std::string 
   job.bytes += value.size();
   it->second = std::move(value);
   job.owner_of.erase(key);  // OP_SET_OWNED owns it again right after
+  job.answered.reset();     // it may hold the old value
 }
 
 bool RendezvousState::erase_value(Job& job, const std::string& key) {
@@ -156,14 +157,26 @@ bool RendezvousState::erase_value(Job& job, const std::string& key) {
   job.bytes -= key.size() + it->second.size();
   job.values.erase(it);
   job.owner_of.erase(key);
+  job.answered.reset();  // it may hold the key
   return true;
 }
 
-void RendezvousState::release(Job& job, Waiter& waiter) {
-  job.bytes -= waiter.charged_bytes;
-  waiter.charged_bytes = 0;
-  --job.num_waiters;
-  --num_waiters_;
+std::optional<proto::Response> RendezvousState::check_wait_quota(const Job& job,
+                                                                 const proto::Request& request,
+                                                                 size_t charge) const {
+  std::optional<std::string> refusal;
+  if (job.num_waiters >= limits_.max_waits_per_job) {
+    refusal = "job '" + job.id + "' has " + std::to_string(job.num_waiters) +
+              " pending waits, the server's limit per job (" + limits_.names.max_waits_per_job +
+              ")";
+  } else if (job.bytes + charge > limits_.max_job_bytes) {
+    refusal = "job '" + job.id + "' would hold " + std::to_string(job.bytes + charge) +
+              " bytes of keys, values and pending waits; the server allows " +
+              std::to_string(limits_.max_job_bytes) + " bytes per job (" +
+              limits_.names.max_job_bytes + ")";
+  }
+  if (!refusal) return std::nullopt;
+  return invalid(request, proto::Op_Name(request.op()) + ": " + *refusal);
 }
 
 }  // namespace hsgd::comm

@@ -1,10 +1,12 @@
-// RendezvousState's pending waits: a get/wait/multi_get registers on its missing keys, a write
-// wakes them (notify, complete), and the deadline timer or a closed connection ends them
-// (on_deadline, drop).
+// RendezvousState's pending waits: a get/wait/multi_get is answered now or joins the KeySet of its
+// keys (wait), a write wakes the KeySets of its key (notify, complete), and the deadline timer or
+// a closed connection takes a waiter out (on_deadline, drop).
 
 #include <algorithm>
+#include <chrono>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "comm/rendezvous/detail/rendezvous_state.h"
@@ -12,34 +14,162 @@
 
 namespace hsgd::comm {
 
-bool RendezvousState::register_waiter(Job& job, const std::shared_ptr<Waiter>& waiter) {
-  waiter->missing.clear();
-  waiter->deletes_seen = job.deletes;
-  for (const auto& key : waiter->keys) {
-    if (job.values.contains(key)) continue;
-    auto& list = job.waiters[key];
-    if (!list.empty() && list.back() == waiter) continue;  // a key listed twice counts once
-    waiter->missing.push_back(key);
-    list.push_back(waiter);
+namespace {
+
+using Keys = google::protobuf::RepeatedPtrField<std::string>;
+
+size_t key_set_hash(const Keys& keys, bool values) {
+  size_t hash = values ? 1 : 2;
+  for (const auto& key : keys) {
+    hash ^= std::hash<std::string_view>{}(key) + 0x9e3779b97f4a7c15ULL + (hash << 6) + (hash >> 2);
   }
-  waiter->remaining = waiter->missing.size();
-  return waiter->remaining > 0;
+  return hash;
 }
 
-void RendezvousState::complete(Job& job, const std::shared_ptr<Waiter>& waiter) {
+bool same_keys(const RendezvousState::KeySet& set, size_t hash, bool values, const Keys& keys) {
+  return set.hash == hash && set.values == values &&
+         std::equal(set.keys.begin(), set.keys.end(), keys.begin(), keys.end());
+}
+
+// The answer of an answered KeySet to the request with this id.
+RendezvousAnswer answer_of(uint64_t id, const RendezvousState::KeySet& set) {
+  RendezvousAnswer answer{.response = {}, .shared = set.body};
+  answer.response.set_id(id);
+  return answer;
+}
+
+}  // namespace
+
+RendezvousState::Outcome RendezvousState::wait(Job& job, proto::Request& request,
+                                               const asio::any_io_executor& executor, Reply reply) {
+  const bool values = request.op() != proto::OP_WAIT;
+  const size_t hash = key_set_hash(request.keys(), values);
+  // 1. The same keys were answered and nothing was written since: the same answer.
+  if (job.answered && same_keys(*job.answered, hash, values, request.keys())) {
+    return {.answer = answer_of(request.id(), *job.answered), .waiter = {}};
+  }
+  // 2. Waits for the same keys are pending: join them. Else a new KeySet, answered now when
+  //    every key exists.
+  std::shared_ptr<KeySet> set = find_pending(job, hash, values, request.keys());
+  const bool joined = set != nullptr;
+  if (!joined) {
+    set = std::make_shared<KeySet>();
+    set->keys.assign(std::make_move_iterator(request.mutable_keys()->begin()),
+                     std::make_move_iterator(request.mutable_keys()->end()));
+    set->values = values;
+    set->hash = hash;
+    if (!register_keys(job, set)) {
+      encode_answer(job, set);
+      return {.answer = answer_of(request.id(), *set), .waiter = {}};
+    }
+  }
+  // 3. Within the job's quotas: a new KeySet holds copies of its keys (twice at most: keys and
+  //    missing); a waiter joining one adds no key.
+  size_t charge = 0;
+  if (!joined) {
+    for (const auto& key : set->keys) charge += 2 * key.size();
+  }
+  if (auto refusal = check_wait_quota(job, request, charge)) {
+    if (!joined) unregister(job, set);
+    return {.answer = RendezvousAnswer{.response = std::move(*refusal), .shared = {}},
+            .waiter = {}};
+  }
+  if (!joined) {
+    set->charged_bytes = charge;
+    job.bytes += charge;
+    job.pending.emplace(hash, set);
+  }
+  auto waiter = std::make_shared<Waiter>();
+  waiter->job = job.id;
+  waiter->id = request.id();
+  waiter->keys = set;
+  waiter->index = set->waiters.size();
+  waiter->reply = std::move(reply);
+  set->waiters.push_back(waiter);
+  ++job.num_waiters;
+  ++num_waiters_;
+  // 4. The deadline is a timer on the connection's executor: pending waits cost no thread and no
+  //    polling. A negative timeout behaves as zero (answer TIMEOUT at once); one beyond a year
+  //    is a year, since now + 2^63 ms overflows the clock (and would time out at once).
+  waiter->timer = std::make_unique<asio::steady_timer>(executor);
+  waiter->timer->expires_after(
+      std::chrono::milliseconds(std::clamp<int64_t>(request.timeout_ms(), 0, kMaxWaitTimeoutMs)));
+  waiter->timer->async_wait([this, weak = std::weak_ptr<Waiter>(waiter)](const auto& error) {
+    if (error) return;  // cancelled: the waiter completed or was dropped
+    if (auto w = weak.lock()) on_deadline(w);
+  });
+  return {.answer = std::nullopt, .waiter = std::move(waiter)};
+}
+
+std::shared_ptr<RendezvousState::KeySet> RendezvousState::find_pending(const Job& job, size_t hash,
+                                                                       bool values,
+                                                                       const Keys& keys) {
+  const auto [begin, end] = job.pending.equal_range(hash);
+  for (auto it = begin; it != end; ++it) {
+    if (same_keys(*it->second, hash, values, keys)) return it->second;
+  }
+  return nullptr;
+}
+
+bool RendezvousState::register_keys(Job& job, const std::shared_ptr<KeySet>& set) {
+  set->missing.clear();
+  set->deletes_seen = job.deletes;
+  for (const auto& key : set->keys) {
+    if (job.values.contains(key)) continue;
+    auto& list = job.waiters[key];
+    if (!list.empty() && list.back() == set) continue;  // a key listed twice counts once
+    set->missing.push_back(key);
+    list.push_back(set);
+  }
+  set->remaining = set->missing.size();
+  set->pending = set->remaining > 0;
+  return set->pending;
+}
+
+void RendezvousState::unregister(Job& job, const std::shared_ptr<KeySet>& set) {
+  for (const auto& key : set->missing) {
+    auto it = job.waiters.find(key);
+    if (it == job.waiters.end()) continue;
+    std::erase(it->second, set);
+    if (it->second.empty()) job.waiters.erase(it);
+  }
+  const auto [begin, end] = job.pending.equal_range(set->hash);
+  for (auto it = begin; it != end; ++it) {
+    if (it->second == set) {
+      job.pending.erase(it);
+      break;
+    }
+  }
+  job.bytes -= set->charged_bytes;
+  set->charged_bytes = 0;
+  set->pending = false;
+}
+
+void RendezvousState::complete(Job& job, const std::shared_ptr<KeySet>& set) {
   // A key seen earlier may have been deleted since: then wait for it again.
-  if (job.deletes != waiter->deletes_seen && register_waiter(job, waiter)) return;
-  waiter->done = true;
-  if (waiter->timer) {
-    release(job, *waiter);
+  if (job.deletes != set->deletes_seen && register_keys(job, set)) return;
+  unregister(job, set);  // no key list holds it any more: this leaves the pending KeySets
+  encode_answer(job, set);
+  auto waiters = std::move(set->waiters);
+  set->waiters.clear();
+  for (const auto& waiter : waiters) {
+    waiter->done = true;
+    waiter->keys.reset();
     waiter->timer->cancel();
+    --job.num_waiters;
+    --num_waiters_;
+    waiter->reply(answer_of(waiter->id, *set));
   }
-  proto::Response response;
-  response.set_id(waiter->id);
-  if (waiter->op != proto::OP_WAIT) {
-    for (const auto& key : waiter->keys) response.add_values(job.values.at(key));
+}
+
+void RendezvousState::encode_answer(Job& job, const std::shared_ptr<KeySet>& set) {
+  set->missing.clear();
+  if (set->values) {
+    proto::Response values;
+    for (const auto& key : set->keys) values.add_values(job.values.at(key));
+    set->body = std::make_shared<const std::string>(values.SerializeAsString());
   }
-  waiter->reply(std::move(response));
+  job.answered = set;
 }
 
 void RendezvousState::notify(Job& job, const std::string& key) {
@@ -47,9 +177,8 @@ void RendezvousState::notify(Job& job, const std::string& key) {
   if (it == job.waiters.end()) return;
   auto woken = std::move(it->second);
   job.waiters.erase(it);
-  for (const auto& waiter : woken) {
-    if (waiter->done) continue;
-    if (--waiter->remaining == 0) complete(job, waiter);
+  for (const auto& set : woken) {
+    if (set->pending && --set->remaining == 0) complete(job, set);
   }
 }
 
@@ -58,34 +187,36 @@ void RendezvousState::on_deadline(const std::shared_ptr<Waiter>& waiter) {
   if (waiter->done) return;
   waiter->done = true;
   Job& job = *jobs_.at(waiter->job);
-  release(job, *waiter);
-  unregister(job, *waiter);
+  const std::shared_ptr<KeySet> set = waiter->keys;
+  leave(job, *waiter);
   proto::Response response;
   response.set_id(waiter->id);
   response.set_status(proto::STATUS_TIMEOUT);
-  for (const auto& key : waiter->missing) {
+  for (const auto& key : set->missing) {
     if (!job.values.contains(key)) response.add_missing_keys(key);
   }
-  waiter->reply(std::move(response));
+  waiter->reply(RendezvousAnswer{.response = std::move(response), .shared = {}});
 }
 
-void RendezvousState::unregister(Job& job, const Waiter& waiter) {
-  for (const auto& key : waiter.missing) {
-    auto it = job.waiters.find(key);
-    if (it == job.waiters.end()) continue;
-    auto& list = it->second;
-    std::erase_if(list, [&](const auto& w) { return w.get() == &waiter; });
-    if (list.empty()) job.waiters.erase(it);
+void RendezvousState::leave(Job& job, Waiter& waiter) {
+  const std::shared_ptr<KeySet> set = std::move(waiter.keys);
+  auto& waiters = set->waiters;
+  // Swap-remove: the order of a KeySet's waiters does not matter, each has its own reply.
+  if (waiter.index + 1 != waiters.size()) {
+    waiters[waiter.index] = std::move(waiters.back());
+    waiters[waiter.index]->index = waiter.index;
   }
+  waiters.pop_back();
+  --job.num_waiters;
+  --num_waiters_;
+  if (waiters.empty()) unregister(job, set);
 }
 
 void RendezvousState::drop(const std::shared_ptr<Waiter>& waiter) {
   std::lock_guard lock(mu_);
   if (waiter->done) return;
   waiter->done = true;
-  Job& job = *jobs_.at(waiter->job);
-  release(job, *waiter);
-  unregister(job, *waiter);
+  leave(*jobs_.at(waiter->job), *waiter);
   waiter->timer->cancel();
 }
 

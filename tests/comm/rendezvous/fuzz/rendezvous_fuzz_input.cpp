@@ -52,7 +52,7 @@ Summary run_input(const uint8_t* data, size_t size) {
                                          .max_waits_per_job = options.max_waits_per_job,
                                          .max_jobs = options.max_jobs});
   RendezvousSession session(options, tokens, state, io.get_executor(),
-                            [&summary](proto::Response) { ++summary.async_replies; });
+                            [&summary](const RendezvousAnswer&) { ++summary.async_replies; });
   FrameDecoder decoder(options.max_handshake_bytes);
   std::vector<std::shared_ptr<RendezvousState::Waiter>> waiters;
 
@@ -72,8 +72,8 @@ Summary run_input(const uint8_t* data, size_t size) {
       } else if (step.hello_reply) {
         summary.accepted = true;
         decoder.set_limit(options.max_frame_bytes);
-      } else if (step.response) {
-        const auto status = step.response->status();
+      } else if (step.answer) {
+        const auto status = step.answer->response.status();
         summary.responses_ok += status == proto::STATUS_OK ? 1 : 0;
         summary.responses_invalid += status == proto::STATUS_INVALID_ARGUMENT ? 1 : 0;
         summary.responses_timeout += status == proto::STATUS_TIMEOUT ? 1 : 0;
