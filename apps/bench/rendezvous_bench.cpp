@@ -190,6 +190,8 @@ struct BenchOptions {
   int client_processes = 1;
   hsgd::bench::FleetCheck check = hsgd::bench::FleetCheck::kBytes;
   int max_connecting = 0;
+  int max_waiting = 0;
+  int receive_buffer = 0;
   int server_threads = 1;
   size_t max_waits_per_job = 0;  // 0: the number of clients (at least the server's default)
   size_t max_job_bytes = hsgd::comm::RendezvousServerOptions{}.max_job_bytes;
@@ -238,6 +240,8 @@ RunResult run_once(const BenchOptions& bench, int n, int run, uint64_t& connecti
                                                .check = bench.check,
                                                .connection_serial = serial + first,
                                                .max_connecting = bench.max_connecting,
+                                               .max_waiting = bench.max_waiting,
+                                               .receive_buffer = bench.receive_buffer,
                                                .deadline = deadline});
         return std::to_string(t.last_connected.time_since_epoch().count()) + " " +
                std::to_string(t.last_done.time_since_epoch().count());
@@ -301,6 +305,13 @@ int main(int argc, char** argv) {
   app.add_option("--max-connecting", bench.max_connecting,
                  "connections opened and not yet through their handshake, per client process "
                  "(0: all at once)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--max-waiting", bench.max_waiting,
+                 "clients with a multi_get sent and not yet answered, per client process "
+                 "(0: all at once)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--receive-buffer", bench.receive_buffer,
+                 "SO_RCVBUF of each client socket in bytes (0: the kernel's autotuning)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--server-threads", bench.server_threads, "I/O threads of the server")
       ->check(CLI::PositiveNumber);

@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <vector>
 
@@ -31,7 +32,7 @@ using hsgd::comm::kFrameHeaderBytes;
 constexpr uint32_t kMaxReplyBytes = 64u << 20;
 constexpr size_t kScratchBytes = 256 << 10;
 
-enum class Step { kIdle, kConnecting, kHello, kSet, kMultiGet, kDone };
+enum class Step { kIdle, kConnecting, kHello, kSet, kReady, kMultiGet, kDone };
 
 const char* step_name(Step step) {
   switch (step) {
@@ -43,6 +44,8 @@ const char* step_name(Step step) {
       return "handshake";
     case Step::kSet:
       return "set";
+    case Step::kReady:
+      return "set done, multi_get not sent yet";
     case Step::kMultiGet:
       return "multi_get";
     case Step::kDone:
@@ -97,6 +100,7 @@ class Fleet {
 
   FleetTimes run() {
     const int window = options_.max_connecting > 0 ? options_.max_connecting : options_.count;
+    const int waiting = options_.max_waiting > 0 ? options_.max_waiting : options_.count;
     while (next_ < options_.count && connecting_ < window) start(next_++);
     std::vector<epoll_event> events(1024);
     while (done_ < options_.count) {
@@ -110,6 +114,12 @@ class Fleet {
                     "run_fleet: epoll_wait: ", std::strerror(errno));
       for (int e = 0; e < n; ++e) on_event(events[e].data.u32, events[e].events);
       while (next_ < options_.count && connecting_ < window) start(next_++);
+      while (!ready_.empty() && waiting_ < waiting) {
+        const uint32_t i = ready_.front();
+        ready_.pop_front();
+        ++waiting_;
+        send_shared(i, Step::kMultiGet, multi_get_frame_);
+      }
     }
     return times_;
   }
@@ -148,6 +158,10 @@ class Fleet {
     if (c.fd < 0) fail(i, std::string("socket: ") + std::strerror(errno));
     const int one = 1;
     ::setsockopt(c.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (options_.receive_buffer > 0) {
+      ::setsockopt(c.fd, SOL_SOCKET, SO_RCVBUF, &options_.receive_buffer,
+                   sizeof(options_.receive_buffer));
+    }
     // The port is chosen at connect(), for this destination, not at bind().
     ::setsockopt(c.fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
     const uint64_t serial = options_.connection_serial + static_cast<uint64_t>(i);
@@ -314,7 +328,9 @@ class Fleet {
           fail(i, "set: unexpected reply (id " + std::to_string(reply.id()) + ", status " +
                       std::to_string(reply.status()) + "): " + reply.error());
         }
-        return send_shared(i, Step::kMultiGet, multi_get_frame_);
+        c.step = Step::kReady;  // run() sends the multi_get within max_waiting
+        ready_.push_back(i);
+        return;
       }
       case Step::kMultiGet:
         if (c.assemble) check_values(i);
@@ -322,6 +338,8 @@ class Fleet {
         c.step = Step::kDone;
         times_.last_done = Clock::now();
         ++done_;
+        --waiting_;
+        ::epoll_ctl(epoll_, EPOLL_CTL_DEL, c.fd, nullptr);  // open, but no longer watched
         return;
       default:
         fail(i, "a reply it did not ask for");
@@ -358,7 +376,7 @@ class Fleet {
   }
 
   [[noreturn]] void throw_timeout() {
-    std::array<int, 6> in_step{};
+    std::array<int, 7> in_step{};
     for (const Client& c : clients_) ++in_step[static_cast<size_t>(c.step)];
     std::string counts;
     for (size_t s = 0; s < in_step.size(); ++s) {
@@ -377,8 +395,10 @@ class Fleet {
   std::string multi_get_frame_;
   std::string expected_frame_;
   std::vector<char> scratch_;
-  int next_ = 0;        // the next client to start
-  int connecting_ = 0;  // started and not yet through the handshake
+  int next_ = 0;                // the next client to start
+  int connecting_ = 0;          // started and not yet through the handshake
+  int waiting_ = 0;             // multi_get sent and not yet answered
+  std::deque<uint32_t> ready_;  // set answered, multi_get not sent yet
   int done_ = 0;
   FleetTimes times_{};
 };

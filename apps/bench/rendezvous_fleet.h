@@ -49,6 +49,14 @@ struct FleetOptions {
   uint64_t connection_serial = 0;
   // Connections opened and not yet through their handshake, at most; 0: all at once.
   int max_connecting = 0;
+  // Clients with a multi_get sent and not yet answered, at most (the others wait after their
+  // set); 0: all at once. The first ones wait for the last key, the later ones find every key.
+  int max_waiting = 0;
+  // SO_RCVBUF of every client socket; 0: the kernel's autotuning. All clients share this host's
+  // TCP memory (net.ipv4.tcp_mem) with the server: 16,384 replies of 1 MiB sent at once overrun
+  // it with autotuned buffers, and the kernel then drops segments (TcpExtTCPRcvQDrop) that come
+  // again only after a retransmission timeout.
+  int receive_buffer = 0;
   std::chrono::steady_clock::time_point deadline = {};
 };
 
