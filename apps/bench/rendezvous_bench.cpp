@@ -199,9 +199,10 @@ struct BenchOptions {
 };
 
 struct RunResult {
-  double total = 0;       // s, until the last reply was checked
-  double connected = 0;   // s, until the last handshake was answered
-  double server_cpu = 0;  // s
+  double total = 0;        // s, until the last reply was checked
+  double connected = 0;    // s, until the last handshake was answered
+  double server_cpu = 0;   // s
+  double clients_cpu = 0;  // s, all client processes together
   double server_peak_mb = 0;
   double server_kb_per_client = 0;
 };
@@ -243,22 +244,31 @@ RunResult run_once(const BenchOptions& bench, int n, int run, uint64_t& connecti
                                                .max_waiting = bench.max_waiting,
                                                .receive_buffer = bench.receive_buffer,
                                                .deadline = deadline});
+        rusage usage{};
+        ::getrusage(RUSAGE_SELF, &usage);
+        const double cpu =
+            static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+            1e-6 * static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
         return std::to_string(t.last_connected.time_since_epoch().count()) + " " +
-               std::to_string(t.last_done.time_since_epoch().count());
+               std::to_string(t.last_done.time_since_epoch().count()) + " " + std::to_string(cpu);
       });
   Clock::time_point connected{}, done{};
+  double clients_cpu = 0;
   for (const std::string& out : outputs) {
     std::istringstream in(out);
     int64_t c = 0, d = 0;
-    HSGD_CHECK(static_cast<bool>(in >> c >> d), "rendezvous_bench: a client process printed '", out,
-               "'");
+    double cpu = 0;
+    HSGD_CHECK(static_cast<bool>(in >> c >> d >> cpu),
+               "rendezvous_bench: a client process printed '", out, "'");
     connected = std::max(connected, Clock::time_point(Clock::duration(c)));
     done = std::max(done, Clock::time_point(Clock::duration(d)));
+    clients_cpu += cpu;
   }
   const double peak_kb = status_kb(server.pid(), "VmHWM");
   return {.total = std::chrono::duration<double>(done - begin).count(),
           .connected = std::chrono::duration<double>(connected - begin).count(),
           .server_cpu = cpu_seconds(server.pid()) - cpu_before,
+          .clients_cpu = clients_cpu,
           .server_peak_mb = peak_kb / 1024.0,
           .server_kb_per_client = (peak_kb - idle_kb) / n};
 }
@@ -273,11 +283,12 @@ double median_of(const std::vector<RunResult>& runs, F field) {
 void print_row(int n, const std::vector<RunResult>& runs) {
   std::vector<double> totals;
   for (const RunResult& r : runs) totals.push_back(r.total);
-  std::printf("%8d %10.3f %8.3f %8.3f %14.3f %14.2f %14.1f %14.2f\n", n, median(totals),
+  std::printf("%8d %10.3f %8.3f %8.3f %14.3f %14.2f %14.2f %14.1f %14.2f\n", n, median(totals),
               *std::min_element(totals.begin(), totals.end()),
               *std::max_element(totals.begin(), totals.end()),
               median_of(runs, [](const RunResult& r) { return r.connected; }),
               median_of(runs, [](const RunResult& r) { return r.server_cpu; }),
+              median_of(runs, [](const RunResult& r) { return r.clients_cpu; }),
               median_of(runs, [](const RunResult& r) { return r.server_peak_mb; }),
               median_of(runs, [](const RunResult& r) { return r.server_kb_per_client; }));
   std::fflush(stdout);
@@ -331,8 +342,9 @@ int main(int argc, char** argv) {
         "%d client process(es), %zu-byte values, check %s, median of %d runs\n",
         std::thread::hardware_concurrency(), bench.server_threads, bench.client_processes,
         bench.value_bytes, check.c_str(), bench.runs);
-    std::printf("%8s %10s %8s %8s %14s %14s %14s %14s\n", "clients", "median [s]", "min [s]",
-                "max [s]", "connected [s]", "server CPU [s]", "server peak MB", "KB per client");
+    std::printf("%8s %10s %8s %8s %14s %14s %14s %14s %14s\n", "clients", "median [s]", "min [s]",
+                "max [s]", "connected [s]", "server CPU [s]", "client CPU [s]", "server peak MB",
+                "KB per client");
     uint64_t connection_serial = 0;
     int run = 0;
     for (int n : clients) {

@@ -1,6 +1,7 @@
 #include "comm/rendezvous/detail/rendezvous_server_session.h"
 
 #include <google/protobuf/arena.h>
+#include <google/protobuf/io/coded_stream.h>
 
 #include <memory>
 #include <utility>
@@ -28,6 +29,54 @@ char* parse_scratch() {
 
 }  // namespace
 
+std::optional<RendezvousState::BlockingRequest> scan_blocking_request(std::string_view body) {
+  // Tags of the fields read (field number << 3 | wire type): varints, and the keys.
+  constexpr uint32_t kIdTag = (1 << 3) | 0;
+  constexpr uint32_t kOpTag = (2 << 3) | 0;
+  constexpr uint32_t kKeysTag = (3 << 3) | 2;
+  constexpr uint32_t kTimeoutTag = (6 << 3) | 0;
+  google::protobuf::io::CodedInputStream in(reinterpret_cast<const uint8_t*>(body.data()),
+                                            static_cast<int>(body.size()));
+  RendezvousState::BlockingRequest request;
+  uint64_t op = 0;
+  int keys_begin = -1;
+  int keys_end = -1;
+  for (;;) {
+    const int at = in.CurrentPosition();
+    const uint32_t tag = in.ReadTag();
+    if (tag == 0) {
+      if (at != static_cast<int>(body.size())) return std::nullopt;  // malformed: parse it
+      break;
+    }
+    uint64_t value = 0;
+    uint32_t length = 0;
+    switch (tag) {
+      case kKeysTag:
+        if (keys_end >= 0 && keys_end != at) return std::nullopt;  // another field in between
+        if (!in.ReadVarint32(&length) || !in.Skip(static_cast<int>(length))) return std::nullopt;
+        if (keys_begin < 0) keys_begin = at;
+        keys_end = in.CurrentPosition();
+        break;
+      case kIdTag:
+      case kOpTag:
+      case kTimeoutTag:
+        if (!in.ReadVarint64(&value)) return std::nullopt;
+        if (tag == kIdTag) request.id = value;
+        if (tag == kOpTag) op = value;
+        if (tag == kTimeoutTag) request.timeout_ms = static_cast<int64_t>(value);
+        break;
+      default:
+        return std::nullopt;
+    }
+  }
+  if (op != proto::OP_GET && op != proto::OP_WAIT && op != proto::OP_MULTI_GET) return std::nullopt;
+  if (keys_begin < 0) return std::nullopt;
+  request.op = static_cast<proto::Op>(op);
+  request.keys_wire =
+      body.substr(static_cast<size_t>(keys_begin), static_cast<size_t>(keys_end - keys_begin));
+  return request;
+}
+
 RendezvousSession::RendezvousSession(const RendezvousServerOptions& options,
                                      const TokenTable& tokens, RendezvousState& state,
                                      asio::any_io_executor executor,
@@ -50,6 +99,14 @@ RendezvousSession::Step RendezvousSession::on_frame(std::string_view body) {
   if (body.empty()) body = std::string_view("", 0);  // a valid pointer for protobuf
   if (!handshake_done_) return on_hello(body);
   Step step;
+  // The waits of one rendezvous name the same keys: only the first one's are parsed.
+  if (auto blocking = scan_blocking_request(body)) {
+    if (auto outcome = state_.handle_known_keys(job_, *blocking, executor_, async_reply_)) {
+      step.answer = std::move(outcome->answer);
+      step.waiter = std::move(outcome->waiter);
+      return step;
+    }
+  }
   // A multi_get of a whole job names every rank's key: on an arena in reused memory its strings
   // cost no allocation each (malloc and free of them, and the heap trimming that follows, cost
   // more than the parse itself).

@@ -22,6 +22,12 @@
 
 namespace hsgd::comm {
 
+// Reads the fields of a get/wait/multi_get frame without parsing its keys: id, op, timeout_ms and
+// the bytes of its keys fields (RendezvousState::handle_known_keys). Returns std::nullopt unless
+// the frame holds only those fields, at least one key, and its keys fields one after the other
+// (as protobuf writes them); such a frame is parsed whole instead.
+std::optional<RendezvousState::BlockingRequest> scan_blocking_request(std::string_view body);
+
 class RendezvousSession {
  public:
   struct Step {

@@ -39,6 +39,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -97,6 +98,22 @@ class RendezvousState {
   Outcome handle(const std::string& job, proto::Request& request,
                  const asio::any_io_executor& executor, Reply reply, const std::string& owner = {});
 
+  // A get/wait/multi_get whose keys are given as their wire encoding: the request's keys fields
+  // (3) exactly as encode_keys_wire writes them, which is how protobuf serializes them.
+  struct BlockingRequest {
+    uint64_t id = 0;
+    proto::Op op = proto::OP_UNSPECIFIED;
+    int64_t timeout_ms = 0;
+    std::string_view keys_wire;
+  };
+  // Handles request like handle() when job holds a KeySet of exactly these keys (pending, or its
+  // last answer): the keys of the thousands of waits of one rendezvous are parsed once, not once
+  // per request. Returns std::nullopt otherwise (then parse the request and call handle()).
+  std::optional<Outcome> handle_known_keys(const std::string& job, const BlockingRequest& request,
+                                           const asio::any_io_executor& executor, Reply reply);
+  // The keys as protobuf serializes a Request's keys field (tag, length, bytes per key).
+  static std::string encode_keys_wire(const google::protobuf::RepeatedPtrField<std::string>& keys);
+
   // A connection of owner in job was opened / closed (nothing for an empty owner). detach of
   // the owner's last connection starts the expiry of its owned keys on executor.
   void attach(const std::string& job, const std::string& owner);
@@ -140,13 +157,16 @@ class RendezvousState {
   // A get/wait/multi_get: answered now (every key exists), or a waiter in the KeySet of its keys.
   Outcome wait(Job& job, proto::Request& request, const asio::any_io_executor& executor,
                Reply reply);
-  // Refuses a wait that would take job over its quota of waits or bytes (charge: the bytes a
-  // new KeySet adds, 0 for one joined).
-  std::optional<proto::Response> check_wait_quota(const Job& job, const proto::Request& request,
-                                                  size_t charge) const;
-  // The job's pending KeySet of these keys, or null.
-  std::shared_ptr<KeySet> find_pending(const Job& job, size_t hash, bool values,
-                                       const google::protobuf::RepeatedPtrField<std::string>& keys);
+  // The job's KeySet of exactly these keys: its last answer, or a pending one; null if none.
+  std::shared_ptr<KeySet> find_key_set(const Job& job, size_t hash, bool values,
+                                       std::string_view wire) const;
+  // Answers request from set now when set is answered; else adds a waiter to set (registered
+  // as a pending KeySet first when is_new), within the job's quotas.
+  Outcome join(Job& job, const std::shared_ptr<KeySet>& set, bool is_new,
+               const BlockingRequest& request, const asio::any_io_executor& executor, Reply reply);
+  // Why a wait would take job over its quota of waits or bytes (charge: the bytes a new KeySet
+  // adds, 0 for one joined), or std::nullopt.
+  std::optional<std::string> check_wait_quota(const Job& job, size_t charge) const;
   // Registers set on its missing keys; returns false when none is missing.
   bool register_keys(Job& job, const std::shared_ptr<KeySet>& set);
   // Removes set from the waiter lists of its missing keys and from the pending KeySets, and

@@ -22,8 +22,9 @@ namespace hsgd::comm {
 // answered for all its waiters at once, and kept as the job's last answer.
 struct RendezvousState::KeySet {
   std::vector<std::string> keys;     // as requested: multi_get answers in this order
+  std::string wire;                  // the keys as encode_keys_wire writes them
   bool values = true;                // get, multi_get; false: wait
-  size_t hash = 0;                   // of keys and values (key_set_hash)
+  size_t hash = 0;                   // of wire and values (key_set_hash)
   std::vector<std::string> missing;  // distinct keys it is registered on
   size_t remaining = 0;
   bool pending = false;       // in Job::pending and the waiter lists of its missing keys

@@ -161,22 +161,18 @@ bool RendezvousState::erase_value(Job& job, const std::string& key) {
   return true;
 }
 
-std::optional<proto::Response> RendezvousState::check_wait_quota(const Job& job,
-                                                                 const proto::Request& request,
-                                                                 size_t charge) const {
-  std::optional<std::string> refusal;
+std::optional<std::string> RendezvousState::check_wait_quota(const Job& job, size_t charge) const {
   if (job.num_waiters >= limits_.max_waits_per_job) {
-    refusal = "job '" + job.id + "' has " + std::to_string(job.num_waiters) +
-              " pending waits, the server's limit per job (" + limits_.names.max_waits_per_job +
-              ")";
-  } else if (job.bytes + charge > limits_.max_job_bytes) {
-    refusal = "job '" + job.id + "' would hold " + std::to_string(job.bytes + charge) +
-              " bytes of keys, values and pending waits; the server allows " +
-              std::to_string(limits_.max_job_bytes) + " bytes per job (" +
-              limits_.names.max_job_bytes + ")";
+    return "job '" + job.id + "' has " + std::to_string(job.num_waiters) +
+           " pending waits, the server's limit per job (" + limits_.names.max_waits_per_job + ")";
   }
-  if (!refusal) return std::nullopt;
-  return invalid(request, proto::Op_Name(request.op()) + ": " + *refusal);
+  if (job.bytes + charge > limits_.max_job_bytes) {
+    return "job '" + job.id + "' would hold " + std::to_string(job.bytes + charge) +
+           " bytes of keys, values and pending waits; the server allows " +
+           std::to_string(limits_.max_job_bytes) + " bytes per job (" +
+           limits_.names.max_job_bytes + ")";
+  }
+  return std::nullopt;
 }
 
 }  // namespace hsgd::comm

@@ -1,6 +1,9 @@
 // RendezvousState's pending waits: a get/wait/multi_get is answered now or joins the KeySet of its
-// keys (wait), a write wakes the KeySets of its key (notify, complete), and the deadline timer or
-// a closed connection takes a waiter out (on_deadline, drop).
+// keys (wait, handle_known_keys, join), a write wakes the KeySets of its key (notify, complete),
+// and the deadline timer or a closed connection takes a waiter out (on_deadline, drop).
+
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
 #include <algorithm>
 #include <chrono>
@@ -18,17 +21,16 @@ namespace {
 
 using Keys = google::protobuf::RepeatedPtrField<std::string>;
 
-size_t key_set_hash(const Keys& keys, bool values) {
-  size_t hash = values ? 1 : 2;
-  for (const auto& key : keys) {
-    hash ^= std::hash<std::string_view>{}(key) + 0x9e3779b97f4a7c15ULL + (hash << 6) + (hash >> 2);
-  }
-  return hash;
+// Field 3 (keys) of a Request, length-delimited: (3 << 3) | 2.
+constexpr uint8_t kKeysTag = 0x1a;
+
+size_t key_set_hash(std::string_view wire, bool values) {
+  return std::hash<std::string_view>{}(wire) ^ (values ? 0x9e3779b97f4a7c15ULL : 0);
 }
 
-bool same_keys(const RendezvousState::KeySet& set, size_t hash, bool values, const Keys& keys) {
-  return set.hash == hash && set.values == values &&
-         std::equal(set.keys.begin(), set.keys.end(), keys.begin(), keys.end());
+bool same_keys(const RendezvousState::KeySet& set, size_t hash, bool values,
+               std::string_view wire) {
+  return set.hash == hash && set.values == values && set.wire == wire;
 }
 
 // The answer of an answered KeySet to the request with this id.
@@ -38,77 +40,117 @@ RendezvousAnswer answer_of(uint64_t id, const RendezvousState::KeySet& set) {
   return answer;
 }
 
+RendezvousAnswer refusal(const RendezvousState::BlockingRequest& request, std::string error) {
+  RendezvousAnswer answer;
+  answer.response.set_id(request.id);
+  answer.response.set_status(proto::STATUS_INVALID_ARGUMENT);
+  answer.response.set_error(proto::Op_Name(request.op) + ": " + error);
+  return answer;
+}
+
 }  // namespace
+
+std::string RendezvousState::encode_keys_wire(const Keys& keys) {
+  std::string wire;
+  {
+    google::protobuf::io::StringOutputStream stream(&wire);
+    google::protobuf::io::CodedOutputStream out(&stream);
+    for (const auto& key : keys) {
+      out.WriteTag(kKeysTag);
+      out.WriteVarint32(static_cast<uint32_t>(key.size()));
+      out.WriteString(key);
+    }
+  }  // the stream writes its last bytes when destroyed
+  return wire;
+}
+
+std::optional<RendezvousState::Outcome> RendezvousState::handle_known_keys(
+    const std::string& job_id, const BlockingRequest& request,
+    const asio::any_io_executor& executor, Reply reply) {
+  std::lock_guard lock(mu_);
+  const auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return std::nullopt;
+  Job& job = *it->second;
+  const bool values = request.op != proto::OP_WAIT;
+  auto set = find_key_set(job, key_set_hash(request.keys_wire, values), values, request.keys_wire);
+  // A get of several keys is refused by the parsed path, naming its arity.
+  if (!set || (request.op == proto::OP_GET && set->keys.size() != 1)) return std::nullopt;
+  return join(job, set, /*is_new=*/false, request, executor, std::move(reply));
+}
 
 RendezvousState::Outcome RendezvousState::wait(Job& job, proto::Request& request,
                                                const asio::any_io_executor& executor, Reply reply) {
+  std::string wire = encode_keys_wire(request.keys());
+  const BlockingRequest blocking{.id = request.id(),
+                                 .op = request.op(),
+                                 .timeout_ms = request.timeout_ms(),
+                                 .keys_wire = wire};
   const bool values = request.op() != proto::OP_WAIT;
-  const size_t hash = key_set_hash(request.keys(), values);
-  // 1. The same keys were answered and nothing was written since: the same answer.
-  if (job.answered && same_keys(*job.answered, hash, values, request.keys())) {
-    return {.answer = answer_of(request.id(), *job.answered), .waiter = {}};
+  const size_t hash = key_set_hash(wire, values);
+  if (auto set = find_key_set(job, hash, values, wire)) {
+    return join(job, set, /*is_new=*/false, blocking, executor, std::move(reply));
   }
-  // 2. Waits for the same keys are pending: join them. Else a new KeySet, answered now when
-  //    every key exists.
-  std::shared_ptr<KeySet> set = find_pending(job, hash, values, request.keys());
-  const bool joined = set != nullptr;
-  if (!joined) {
-    set = std::make_shared<KeySet>();
-    set->keys.assign(std::make_move_iterator(request.mutable_keys()->begin()),
-                     std::make_move_iterator(request.mutable_keys()->end()));
-    set->values = values;
-    set->hash = hash;
-    if (!register_keys(job, set)) {
-      encode_answer(job, set);
-      return {.answer = answer_of(request.id(), *set), .waiter = {}};
-    }
+  auto set = std::make_shared<KeySet>();
+  set->keys.assign(std::make_move_iterator(request.mutable_keys()->begin()),
+                   std::make_move_iterator(request.mutable_keys()->end()));
+  set->wire = std::move(wire);
+  set->values = values;
+  set->hash = hash;
+  if (!register_keys(job, set)) encode_answer(job, set);  // every key exists: answered now
+  return join(job, set, /*is_new=*/set->pending, blocking, executor, std::move(reply));
+}
+
+std::shared_ptr<RendezvousState::KeySet> RendezvousState::find_key_set(
+    const Job& job, size_t hash, bool values, std::string_view wire) const {
+  // The last answer stands while nothing was written since (store_value and erase_value drop it).
+  if (job.answered && same_keys(*job.answered, hash, values, wire)) return job.answered;
+  const auto [begin, end] = job.pending.equal_range(hash);
+  for (auto it = begin; it != end; ++it) {
+    if (same_keys(*it->second, hash, values, wire)) return it->second;
   }
-  // 3. Within the job's quotas: a new KeySet holds copies of its keys (twice at most: keys and
+  return nullptr;
+}
+
+RendezvousState::Outcome RendezvousState::join(Job& job, const std::shared_ptr<KeySet>& set,
+                                               bool is_new, const BlockingRequest& request,
+                                               const asio::any_io_executor& executor, Reply reply) {
+  // 1. Every key exists: the encoded answer.
+  if (!set->pending) return {.answer = answer_of(request.id, *set), .waiter = {}};
+  // 2. Within the job's quotas: a new KeySet holds copies of its keys (twice at most: keys and
   //    missing); a waiter joining one adds no key.
   size_t charge = 0;
-  if (!joined) {
+  if (is_new) {
     for (const auto& key : set->keys) charge += 2 * key.size();
   }
-  if (auto refusal = check_wait_quota(job, request, charge)) {
-    if (!joined) unregister(job, set);
-    return {.answer = RendezvousAnswer{.response = std::move(*refusal), .shared = {}},
-            .waiter = {}};
+  if (auto why = check_wait_quota(job, charge)) {
+    if (is_new) unregister(job, set);
+    return {.answer = refusal(request, *why), .waiter = {}};
   }
-  if (!joined) {
+  if (is_new) {
     set->charged_bytes = charge;
     job.bytes += charge;
-    job.pending.emplace(hash, set);
+    job.pending.emplace(set->hash, set);
   }
   auto waiter = std::make_shared<Waiter>();
   waiter->job = job.id;
-  waiter->id = request.id();
+  waiter->id = request.id;
   waiter->keys = set;
   waiter->index = set->waiters.size();
   waiter->reply = std::move(reply);
   set->waiters.push_back(waiter);
   ++job.num_waiters;
   ++num_waiters_;
-  // 4. The deadline is a timer on the connection's executor: pending waits cost no thread and no
+  // 3. The deadline is a timer on the connection's executor: pending waits cost no thread and no
   //    polling. A negative timeout behaves as zero (answer TIMEOUT at once); one beyond a year
   //    is a year, since now + 2^63 ms overflows the clock (and would time out at once).
   waiter->timer = std::make_unique<asio::steady_timer>(executor);
   waiter->timer->expires_after(
-      std::chrono::milliseconds(std::clamp<int64_t>(request.timeout_ms(), 0, kMaxWaitTimeoutMs)));
+      std::chrono::milliseconds(std::clamp<int64_t>(request.timeout_ms, 0, kMaxWaitTimeoutMs)));
   waiter->timer->async_wait([this, weak = std::weak_ptr<Waiter>(waiter)](const auto& error) {
     if (error) return;  // cancelled: the waiter completed or was dropped
     if (auto w = weak.lock()) on_deadline(w);
   });
   return {.answer = std::nullopt, .waiter = std::move(waiter)};
-}
-
-std::shared_ptr<RendezvousState::KeySet> RendezvousState::find_pending(const Job& job, size_t hash,
-                                                                       bool values,
-                                                                       const Keys& keys) {
-  const auto [begin, end] = job.pending.equal_range(hash);
-  for (auto it = begin; it != end; ++it) {
-    if (same_keys(*it->second, hash, values, keys)) return it->second;
-  }
-  return nullptr;
 }
 
 bool RendezvousState::register_keys(Job& job, const std::shared_ptr<KeySet>& set) {

@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "comm/error.h"
+#include "comm/rendezvous/detail/rendezvous_server_session.h"
+#include "comm/rendezvous/detail/rendezvous_state.h"
 #include "comm/rendezvous/frame.h"
 #include "comm/rendezvous/proto/rendezvous.pb.h"
 #include "comm/rendezvous/rendezvous_server.h"
@@ -102,6 +104,44 @@ TEST(RendezvousKeySetTest, FrameHead_PlusSharedTail_IsProtobufsFrame) {
   EXPECT_EQ(encode_frame_head(head, shared.size(), 1024, "test") + shared,
             encode_frame(whole, 1024, "test"));
   EXPECT_THROW(encode_frame_head(head, 2000, 1024, "test"), InvalidArgument);
+}
+
+// The waits after the first are matched by the bytes of their keys: what the scan finds in a
+// frame protobuf wrote must be what the state encodes for the parsed keys.
+TEST(RendezvousKeySetTest, ScanOfAProtobufFrame_FindsTheKeysTheStateEncodes) {
+  proto::Request request;
+  request.set_id(300);
+  request.set_op(proto::OP_MULTI_GET);
+  for (const std::string& key : {std::string("rank0"), std::string(), std::string(200, 'k')}) {
+    request.add_keys(key);
+  }
+  request.set_timeout_ms(-1);
+  const std::string body = request.SerializeAsString();
+  const auto scanned = scan_blocking_request(body);
+  ASSERT_TRUE(scanned.has_value());
+  EXPECT_EQ(scanned->id, 300u);
+  EXPECT_EQ(scanned->op, proto::OP_MULTI_GET);
+  EXPECT_EQ(scanned->timeout_ms, -1);
+  EXPECT_EQ(std::string(scanned->keys_wire), RendezvousState::encode_keys_wire(request.keys()));
+
+  // Anything else is parsed whole: writes, other fields, keys split by another field, no keys,
+  // a truncated frame.
+  proto::Request set = request;
+  set.set_op(proto::OP_SET);
+  EXPECT_FALSE(scan_blocking_request(set.SerializeAsString()).has_value());
+  proto::Request with_value = request;
+  with_value.add_values("v");
+  EXPECT_FALSE(scan_blocking_request(with_value.SerializeAsString()).has_value());
+  proto::Request first_key, id_only;
+  first_key.add_keys("a");
+  id_only.set_id(1);
+  const std::string split =
+      request.SerializeAsString() + id_only.SerializeAsString() + first_key.SerializeAsString();
+  EXPECT_FALSE(scan_blocking_request(split).has_value());
+  proto::Request no_keys;
+  no_keys.set_op(proto::OP_WAIT);
+  EXPECT_FALSE(scan_blocking_request(no_keys.SerializeAsString()).has_value());
+  EXPECT_FALSE(scan_blocking_request(body.substr(0, body.size() - 3)).has_value());
 }
 
 // Waiters on several connections name the same keys; the keys are written by several threads
