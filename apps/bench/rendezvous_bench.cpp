@@ -1,10 +1,10 @@
 // rendezvous_bench: N clients each publish a key and wait for everybody's (the pattern Gloo's
 // connectFullMesh uses), against a RendezvousServer in a child process; prints a table.
 //
-//   rendezvous_bench [--clients 1024,4096,16384] [--runs 5] [--value-bytes 64]
-//                    [--client-processes 1] [--check bytes|protobuf] [--max-connecting 0]
-//                    [--server-threads 1] [--max-waits-per-job W] [--max-job-bytes B]
-//                    [--timeout 300]
+//   rendezvous_bench [--clients 1024,2048,4096,8192,16384] [--runs 5] [--value-bytes 64]
+//                    [--client-processes 1] [--check bytes|protobuf] [--max-connecting 2048]
+//                    [--max-waiting 0] [--receive-buffer 0] [--server-threads 1]
+//                    [--max-waits-per-job W] [--max-job-bytes B] [--timeout 300]
 //
 // One run: a fresh server process starts (RendezvousServer, 127.0.0.1, a free port); the clients
 // (rendezvous_fleet.h: one epoll loop per client process, each client the protocol TcpStore
@@ -12,8 +12,14 @@
 // key arrived; every value of every reply is checked; then the server is killed. Times are from
 // the start of the client processes until the last client had checked its reply (total) and
 // until the last handshake was answered (connected). The server's memory is its peak RSS
-// (VmHWM, reset before the clients start) minus its RSS when idle, per client; its CPU time is
-// user + system over the run. The table gives medians over --runs runs.
+// (VmHWM, reset before the clients start) minus its RSS when idle, per client; CPU times are
+// user + system over the run, of the server and of all client processes. The table gives medians
+// over --runs runs.
+//
+// Pacing: at most --max-connecting connections per client process are between connect() and the
+// handshake's answer. The kernel queues at most net.core.somaxconn (4096 here) connections the
+// server has not accepted yet and drops further SYNs, which clients send again only after 1 s,
+// 3 s, 7 s: 16,384 connects at once then measure the kernel's retry timer, not the server.
 //
 // Limits: the server's quota of pending waits per job is raised to N (the default 10,000 would
 // refuse larger jobs); --max-job-bytes sets its byte quota per job (default: the server's).
@@ -189,7 +195,7 @@ struct BenchOptions {
   size_t value_bytes = 64;
   int client_processes = 1;
   hsgd::bench::FleetCheck check = hsgd::bench::FleetCheck::kBytes;
-  int max_connecting = 0;
+  int max_connecting = 2048;
   int max_waiting = 0;
   int receive_buffer = 0;
   int server_threads = 1;
@@ -339,9 +345,10 @@ int main(int argc, char** argv) {
     raise_fd_limit(static_cast<size_t>(*std::max_element(clients.begin(), clients.end())));
     std::printf(
         "rendezvous_bench: %u hardware threads, server process with %d I/O thread(s), "
-        "%d client process(es), %zu-byte values, check %s, median of %d runs\n",
+        "%d client process(es), %zu-byte values, check %s, at most %d connecting and %d "
+        "waiting per client process (0: all), median of %d runs\n",
         std::thread::hardware_concurrency(), bench.server_threads, bench.client_processes,
-        bench.value_bytes, check.c_str(), bench.runs);
+        bench.value_bytes, check.c_str(), bench.max_connecting, bench.max_waiting, bench.runs);
     std::printf("%8s %10s %8s %8s %14s %14s %14s %14s %14s\n", "clients", "median [s]", "min [s]",
                 "max [s]", "connected [s]", "server CPU [s]", "client CPU [s]", "server peak MB",
                 "KB per client");
