@@ -8,6 +8,13 @@
 
 namespace hsgd::comm {
 
+namespace {
+
+// The body buffer a decoder keeps between frames, at most.
+constexpr size_t kKeptBufferBytes = 4096;
+
+}  // namespace
+
 std::array<uint8_t, kFrameHeaderBytes> encode_frame_header(uint32_t length) {
   return {static_cast<uint8_t>(length >> 24), static_cast<uint8_t>(length >> 16),
           static_cast<uint8_t>(length >> 8), static_cast<uint8_t>(length)};
@@ -91,7 +98,9 @@ void FrameDecoder::next() {
   announced_ = 0;
   prepared_ = 0;
   state_ = State::kNeedMore;
-  if (body_.capacity() > (64u << 10)) {
+  // Thousands of connections each holding the buffer of their last multi_get (tens of KiB with
+  // thousands of keys) would add up to hundreds of MiB; a small one is kept for the next frame.
+  if (body_.capacity() > kKeptBufferBytes) {
     std::string().swap(body_);
   } else {
     body_.clear();

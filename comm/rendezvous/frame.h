@@ -86,8 +86,8 @@ class FrameDecoder {
   uint32_t announced() const { return announced_; }
   // Bytes held for the current frame (header and body so far).
   size_t buffered_bytes() const { return header_used_ + body_.size(); }
-  // Forgets the complete frame and gives back a large buffer, so an idle connection holds
-  // nothing after one big request.
+  // Forgets the complete frame and gives back a buffer larger than 4 KiB, so an idle connection
+  // holds at most that after a big request.
   void next();
 
  private:
