@@ -5,7 +5,9 @@
 // Contract:
 // - Asynchronous (Boost.Asio) on `threads` threads it owns; one thread serves thousands of
 //   connections. Speaks the protocol of comm/rendezvous/proto/rendezvous.proto over TCP (IPv4 or
-//   IPv6, TCP_NODELAY, listen backlog = /proc/sys/net/core/somaxconn).
+//   IPv6, TCP_NODELAY, listen backlog = /proc/sys/net/core/somaxconn: the kernel drops the SYNs of
+//   clients beyond it, which retry after 1 s, so a host serving more ranks at once should raise
+//   it). Each turn of the event loop accepts up to 64 waiting connections.
 // - Every connection starts with a handshake naming its job id (1 to 256 printable ASCII bytes
 //   without spaces) and the token, when the server has tokens; keys are namespaced by job id, so
 //   two jobs never see each other's keys. With per-job tokens (job_tokens, read from a token file
@@ -24,7 +26,11 @@
 //     naming the limit;
 //   - wait timeouts are clamped to one year.
 // - get/wait/multi_get are push-based: a waiter is registered on its missing keys and woken by
-//   set/add/compare_set/multi_set; a timer answers TIMEOUT at the deadline. Nothing polls.
+//   set/add/compare_set/multi_set; a timer answers TIMEOUT at the deadline. Nothing polls. Waits
+//   of one job naming the same keys in the same order (every rank reading every rank's address)
+//   share their registration and their answer: the values are encoded once and every reply
+//   carries that one buffer, and the keys of such a request are not parsed again (see
+//   comm/rendezvous/detail/rendezvous_state.h).
 // - A client that disconnects has its pending waits dropped. An oversized or malformed frame
 //   closes that connection only; a request that breaks a key limit gets an INVALID_ARGUMENT
 //   answer and the connection stays open.
