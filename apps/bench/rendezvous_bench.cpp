@@ -3,7 +3,7 @@
 //
 //   rendezvous_bench [--clients 1024,2048,4096,8192,16384] [--runs 5] [--value-bytes 64]
 //                    [--client-processes 1] [--check bytes|protobuf] [--max-connecting 2048]
-//                    [--max-waiting 0] [--receive-buffer 0] [--server-threads 1]
+//                    [--max-waiting 0] [--server-threads 1]
 //                    [--max-waits-per-job W] [--max-job-bytes B] [--timeout 300]
 //
 // One run: a fresh server process starts (RendezvousServer, 127.0.0.1, a free port); the clients
@@ -197,7 +197,6 @@ struct BenchOptions {
   hsgd::bench::FleetCheck check = hsgd::bench::FleetCheck::kBytes;
   int max_connecting = 2048;
   int max_waiting = 0;
-  int receive_buffer = 0;
   int server_threads = 1;
   size_t max_waits_per_job = 0;  // 0: the number of clients (at least the server's default)
   size_t max_job_bytes = hsgd::comm::RendezvousServerOptions{}.max_job_bytes;
@@ -248,7 +247,6 @@ RunResult run_once(const BenchOptions& bench, int n, int run, uint64_t& connecti
                                                .connection_serial = serial + first,
                                                .max_connecting = bench.max_connecting,
                                                .max_waiting = bench.max_waiting,
-                                               .receive_buffer = bench.receive_buffer,
                                                .deadline = deadline});
         rusage usage{};
         ::getrusage(RUSAGE_SELF, &usage);
@@ -326,9 +324,6 @@ int main(int argc, char** argv) {
   app.add_option("--max-waiting", bench.max_waiting,
                  "clients with a multi_get sent and not yet answered, per client process "
                  "(0: all at once)")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--receive-buffer", bench.receive_buffer,
-                 "SO_RCVBUF of each client socket in bytes (0: the kernel's autotuning)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--server-threads", bench.server_threads, "I/O threads of the server")
       ->check(CLI::PositiveNumber);

@@ -158,10 +158,6 @@ class Fleet {
     if (c.fd < 0) fail(i, std::string("socket: ") + std::strerror(errno));
     const int one = 1;
     ::setsockopt(c.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    if (options_.receive_buffer > 0) {
-      ::setsockopt(c.fd, SOL_SOCKET, SO_RCVBUF, &options_.receive_buffer,
-                   sizeof(options_.receive_buffer));
-    }
     // The port is chosen at connect(), for this destination, not at bind().
     ::setsockopt(c.fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
     const uint64_t serial = options_.connection_serial + static_cast<uint64_t>(i);

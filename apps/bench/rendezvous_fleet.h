@@ -52,11 +52,6 @@ struct FleetOptions {
   // Clients with a multi_get sent and not yet answered, at most (the others wait after their
   // set); 0: all at once. The first ones wait for the last key, the later ones find every key.
   int max_waiting = 0;
-  // SO_RCVBUF of every client socket; 0: the kernel's autotuning. All clients share this host's
-  // TCP memory (net.ipv4.tcp_mem) with the server: 16,384 replies of 1 MiB sent at once overrun
-  // it with autotuned buffers, and the kernel then drops segments (TcpExtTCPRcvQDrop) that come
-  // again only after a retransmission timeout.
-  int receive_buffer = 0;
   std::chrono::steady_clock::time_point deadline = {};
 };
 
