@@ -1,16 +1,23 @@
-// allreduce_bench: latency and bus bandwidth of allreduce against message size, at several world
-// sizes, for
-//   hsgd   - hsgd::comm::ProcessGroup::allreduce (worker thread, size-based algorithm choice)
-//   hsgd-ring - the same forced to AllreduceAlgorithm::kRing (Gloo's zero-copy unbound ring)
+// allreduce_bench: latency of allreduce against message size, at several world sizes, for
+//   hsgd      - hsgd::comm::ProcessGroup::allreduce, default options (shared memory on one node)
+//   hsgd-tcp  - the same with shared memory off: Gloo's TCP pairs with hsgd's algorithm choice,
+//               as between nodes
+//   hsgd-ring - hsgd-tcp forced to AllreduceAlgorithm::kRing (Gloo's zero-copy unbound ring)
 //   ring / chunked / hd - Gloo's algorithm objects driven directly (gloo::AllreduceRing,
-//            AllreduceRingChunked, AllreduceHalvingDoubling), built once per size, run() in a loop
-//   torch  - PyTorch dist.all_reduce on gloo (apps/bench/allreduce_bench_torch.py,
-//   /usr/bin/python3)
-// All on 127.0.0.1, float32 sums, one process per rank. Medians (bench_util.h) of rank 0's
-// per-iteration times.
-// busbw = bytes / time * 2 (p - 1) / p (the nccl-tests convention).
+//               AllreduceRingChunked, AllreduceHalvingDoubling), built once per size, run() in a
+//               loop
+//   torch     - PyTorch dist.all_reduce on gloo (apps/bench/allreduce_bench_torch.py,
+//               /usr/bin/python3), run after the others
+// All on 127.0.0.1, float32 sums, one process per rank; rank 0's per-iteration times.
 //
-//   allreduce_bench [--quick] [--ranks 2,4,8] [--no-torch]
+// Each size runs in rounds; every round runs every contender (but torch) once, the order rotated
+// by one each round so that none always follows the same neighbour, each with the same warm-up
+// and the same number of timed iterations. A contender's time is the median of its timed
+// iterations over all rounds; the spread of tcp/gloo is the smallest and largest ratio of the
+// round medians (hsgd-tcp over the fastest raw Gloo algorithm of that round).
+//
+//   allreduce_bench [--quick] [--ranks 2,4,8] [--rounds 5] [--no-torch] [--only hsgd-tcp,hd]
+// (--only runs the named contenders alone, e.g. under perf; the others' columns then read 0.)
 
 #include <gloo/allreduce_halving_doubling.h>
 #include <gloo/allreduce_ring.h>
@@ -24,10 +31,9 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
+#include <functional>
 #include <map>
 #include <sstream>
-#include <thread>
 
 #include "apps/bench/bench_util.h"
 #include "comm/process_group/process_group.h"
@@ -39,92 +45,137 @@ namespace {
 using Clock = std::chrono::steady_clock;
 namespace comm = hsgd::comm;
 
-struct Row {
-  std::map<std::string, double> median_us;  // impl -> median time
+// The contenders in the order of the table's columns; torch is measured separately.
+const std::vector<std::string> kContenders = {"hsgd", "hsgd-tcp", "hsgd-ring",
+                                              "ring", "chunked",  "hd"};
+const std::vector<std::string> kRawGloo = {"ring", "chunked", "hd"};
+
+struct Schedule {
+  int rounds = 5;
+  bool quick = false;
+  std::vector<std::string> only;  // empty: every contender
+  // Untimed runs of each contender at the start of each round.
+  int warmup(size_t bytes) const { return bytes <= (1u << 20) ? 2 : 1; }
+  // Timed runs of each contender per round: fewer as messages grow, so that a full run (4 B to
+  // 64 MiB, 2, 4 and 8 ranks) takes a few minutes.
+  int iterations(size_t bytes) const {
+    if (bytes <= 64 * 1024) return quick ? 16 : 40;
+    if (bytes <= 1024 * 1024) return quick ? 4 : 10;
+    return std::clamp(static_cast<int>((32u << 20) / bytes), quick ? 1 : 2, 8);
+  }
 };
 
-int iterations(size_t bytes, bool quick) {
-  if (bytes <= 64 * 1024) return quick ? 50 : 200;
-  if (bytes <= 1024 * 1024) return quick ? 10 : 40;
-  const int n = static_cast<int>((256u << 20) / bytes);
-  return std::clamp(n, quick ? 3 : 5, quick ? 5 : 20);
-}
-
-template <typename Run>
-double time_median(int iters, Run&& run) {
-  for (int i = 0; i < 2; ++i) run();  // warm-up: connections, page faults, caches
-  std::vector<double> times;
-  for (int i = 0; i < iters; ++i) {
-    const auto start = Clock::now();
-    run();
-    times.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count());
+// What rank 0 measured of one contender at one size: every timed iteration, by round.
+struct Samples {
+  std::vector<std::vector<double>> rounds;  // microseconds
+  double pooled_median() const {
+    std::vector<double> all;
+    for (const auto& r : rounds) all.insert(all.end(), r.begin(), r.end());
+    return median(all);
   }
-  return median(times);
+};
+
+struct Contender {
+  std::string name;
+  std::function<void()> run;
+};
+
+// Runs the contenders in rounds (see the file comment); returns name -> samples.
+std::map<std::string, Samples> time_rounds(const std::vector<Contender>& contenders,
+                                           const Schedule& schedule, size_t bytes) {
+  std::map<std::string, Samples> out;
+  const size_t n = contenders.size();
+  if (n == 0) return out;
+  for (int round = 0; round < schedule.rounds; ++round) {
+    for (size_t k = 0; k < n; ++k) {
+      const Contender& c = contenders[(k + static_cast<size_t>(round)) % n];
+      for (int i = 0; i < schedule.warmup(bytes); ++i) c.run();
+      std::vector<double> times;
+      for (int i = 0; i < schedule.iterations(bytes); ++i) {
+        const auto start = Clock::now();
+        c.run();
+        times.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count());
+      }
+      out[c.name].rounds.push_back(std::move(times));
+    }
+  }
+  return out;
 }
 
-// One rank of one world size: measures every implementation at every size; returns, on rank 0,
-// one "impl bytes median_us" line per implementation and size.
+// One rank of one world size: measures every contender at every size; returns, on rank 0, one
+// line per contender and size: "name bytes rounds iterations t0 t1 ..." (round after round).
 std::string run_rank(int rank, int world, const std::filesystem::path& dir,
-                     const std::vector<size_t>& sizes, bool quick) {
+                     const std::vector<size_t>& sizes, const Schedule& schedule) {
   auto store = std::make_shared<comm::FileStore>(dir);
+  const auto timeout = std::chrono::seconds(120);
   auto pg = comm::init_process_group(
-      {.rank = rank, .world_size = world, .store = store, .timeout = std::chrono::seconds(120)});
+      {.rank = rank, .world_size = world, .store = store, .timeout = timeout});
   // hsgd with shared memory off: kAuto over Gloo's TCP transport, as between nodes.
   auto pg_tcp = comm::init_process_group({.rank = rank,
                                           .world_size = world,
                                           .store = store,
                                           .key_prefix = "tcp/",
-                                          .timeout = std::chrono::seconds(120),
+                                          .timeout = timeout,
                                           .shared_memory = false});
   // hsgd forced to Gloo's unbound-buffer ring (zero copy), to document the kAuto choice.
   auto pg_ring = comm::init_process_group({.rank = rank,
                                            .world_size = world,
                                            .store = store,
                                            .key_prefix = "ring/",
-                                           .timeout = std::chrono::seconds(120),
+                                           .timeout = timeout,
                                            .allreduce_algorithm = comm::AllreduceAlgorithm::kRing});
   // Raw Gloo: its own context of the same type (rendezvous::Context over TCP), own device.
   gloo::transport::tcp::attr attr;
   attr.hostname = "127.0.0.1";
   auto device = gloo::transport::tcp::CreateDevice(attr);
   auto context = std::make_shared<gloo::rendezvous::Context>(rank, world);
-  context->setTimeout(std::chrono::seconds(120));
-  auto gloo_store = comm::as_gloo_store(store, "raw/", std::chrono::seconds(120));
+  context->setTimeout(timeout);
+  auto gloo_store = comm::as_gloo_store(store, "raw/", timeout);
   context->connectFullMesh(*gloo_store, device);
 
   std::ostringstream results;
   for (size_t bytes : sizes) {
     const size_t n = std::max<size_t>(1, bytes / sizeof(float));
-    const int iters = iterations(bytes, quick);
     std::vector<float> data(n, 1.0f);
-    std::map<std::string, double> t;
-    t["hsgd"] = time_median(iters, [&] { pg->allreduce(std::span<float>(data))->wait(); });
-    t["hsgd_tcp"] = time_median(iters, [&] { pg_tcp->allreduce(std::span<float>(data))->wait(); });
-    t["hsgd_ring"] =
-        time_median(iters, [&] { pg_ring->allreduce(std::span<float>(data))->wait(); });
     const std::vector<float*> ptrs{data.data()};
-    {
-      gloo::AllreduceRing<float> algo(context, ptrs, static_cast<int>(n));
-      t["ring"] = time_median(iters, [&] { algo.run(); });
-    }
-    {
-      gloo::AllreduceRingChunked<float> algo(context, ptrs, static_cast<int>(n));
-      t["chunked"] = time_median(iters, [&] { algo.run(); });
-    }
-    {
-      gloo::AllreduceHalvingDoubling<float> algo(context, ptrs, static_cast<int>(n));
-      t["hd"] = time_median(iters, [&] { algo.run(); });
-    }
+    const int count = static_cast<int>(n);
+    gloo::AllreduceRing<float> ring(context, ptrs, count);
+    gloo::AllreduceRingChunked<float> chunked(context, ptrs, count);
+    gloo::AllreduceHalvingDoubling<float> hd(context, ptrs, count);
+    auto hsgd = [&](comm::ProcessGroup& group) {
+      return [&group, &data] { group.allreduce(std::span<float>(data))->wait(); };
+    };
+    std::vector<Contender> contenders = {{"hsgd", hsgd(*pg)},
+                                         {"hsgd-tcp", hsgd(*pg_tcp)},
+                                         {"hsgd-ring", hsgd(*pg_ring)},
+                                         {"ring", [&] { ring.run(); }},
+                                         {"chunked", [&] { chunked.run(); }},
+                                         {"hd", [&] { hd.run(); }}};
+    std::erase_if(contenders, [&](const Contender& c) {
+      return !schedule.only.empty() &&
+             std::find(schedule.only.begin(), schedule.only.end(), c.name) == schedule.only.end();
+    });
+    const auto samples = time_rounds(contenders, schedule, bytes);
     pg->barrier()->wait();
-    if (rank == 0) {
-      for (auto& [impl, us] : t) results << impl << " " << bytes << " " << us << "\n";
+    if (rank != 0) continue;
+    for (const auto& [name, s] : samples) {
+      results << name << " " << bytes << " " << s.rounds.size() << " " << s.rounds[0].size();
+      for (const auto& r : s.rounds) {
+        for (double t : r) results << " " << t;
+      }
+      results << "\n";
     }
   }
+  pg_tcp->shutdown();
+  pg_ring->shutdown();
+  pg->shutdown();
   return results.str();
 }
 
-// Forks the ranks of one world size; returns bytes -> implementation -> median us.
-std::map<size_t, Row> run_world(int world, const std::vector<size_t>& sizes, bool quick) {
+// Forks the ranks of one world size; returns bytes -> contender -> samples.
+std::map<size_t, std::map<std::string, Samples>> run_world(int world,
+                                                           const std::vector<size_t>& sizes,
+                                                           const Schedule& schedule) {
   const auto dir =
       std::filesystem::temp_directory_path() /
       ("hsgd_allreduce_bench_" + std::to_string(::getpid()) + "_" + std::to_string(world));
@@ -132,28 +183,34 @@ std::map<size_t, Row> run_world(int world, const std::vector<size_t>& sizes, boo
   std::vector<std::string> out;
   try {
     out = run_forked_ranks(world, std::chrono::minutes(20), "world " + std::to_string(world),
-                           [&](int rank) { return run_rank(rank, world, dir, sizes, quick); });
+                           [&](int rank) { return run_rank(rank, world, dir, sizes, schedule); });
   } catch (...) {
     std::filesystem::remove_all(dir);
     throw;
   }
   std::filesystem::remove_all(dir);
-  std::map<size_t, Row> rows;
+  std::map<size_t, std::map<std::string, Samples>> rows;
   std::istringstream in(out[0]);
-  std::string impl;
-  size_t bytes = 0;
-  double us = 0;
-  while (in >> impl >> bytes >> us) rows[bytes].median_us[impl] = us;
+  std::string name;
+  size_t bytes = 0, rounds = 0, iters = 0;
+  while (in >> name >> bytes >> rounds >> iters) {
+    Samples& s = rows[bytes][name];
+    s.rounds.assign(rounds, std::vector<double>(iters));
+    for (auto& r : s.rounds) {
+      for (double& t : r) in >> t;
+    }
+  }
   return rows;
 }
 
 // Runs the PyTorch script; returns bytes -> median us (empty, after printing why, on failure).
 std::map<size_t, double> run_torch(const std::string& script, int world,
-                                   const std::vector<size_t>& sizes, bool quick) {
+                                   const std::vector<size_t>& sizes, const Schedule& schedule) {
   std::string sizes_arg, iters_arg;
   for (size_t b : sizes) {
     sizes_arg += (sizes_arg.empty() ? "" : ",") + std::to_string(b);
-    iters_arg += (iters_arg.empty() ? "" : ",") + std::to_string(iterations(b, quick));
+    iters_arg +=
+        (iters_arg.empty() ? "" : ",") + std::to_string(schedule.rounds * schedule.iterations(b));
   }
   std::map<size_t, double> result;
   try {
@@ -174,17 +231,53 @@ std::string human_bytes(size_t b) {
   return std::to_string(b) + " B";
 }
 
+// One table row: the medians (0 for a contender left out with --only), hsgd-tcp / best raw Gloo
+// with its spread over rounds.
+void print_row(int world, size_t bytes, const std::map<std::string, Samples>& row,
+               double torch_us) {
+  std::map<std::string, double> t;
+  for (const auto& name : kContenders) t[name] = row.count(name) ? row.at(name).pooled_median() : 0;
+  std::string best;
+  for (const auto& name : kRawGloo) {
+    if (t[name] > 0 && (best.empty() || t[name] < t[best])) best = name;
+  }
+  double ratio = 0, lo = 0, hi = 0;
+  if (!best.empty() && t["hsgd-tcp"] > 0) {
+    ratio = t["hsgd-tcp"] / t[best];
+    lo = 1e300;
+    for (size_t r = 0; r < row.at("hsgd-tcp").rounds.size(); ++r) {
+      double best_round = 1e300;
+      for (const auto& name : kRawGloo) {
+        if (t[name] > 0) best_round = std::min(best_round, median(row.at(name).rounds[r]));
+      }
+      const double round_ratio = median(row.at("hsgd-tcp").rounds[r]) / best_round;
+      lo = std::min(lo, round_ratio);
+      hi = std::max(hi, round_ratio);
+    }
+  }
+  std::printf(
+      "%5d %7s | %9.1f %9.1f %9.1f | %9.1f %9.1f %9.1f %-9s | %9.1f | %6.2f %5.2f-%-5.2f | %6.2f\n",
+      world, human_bytes(bytes).c_str(), t["hsgd"], t["hsgd-tcp"], t["hsgd-ring"], t["ring"],
+      t["chunked"], t["hd"], ("(" + best + ")").c_str(), torch_us, ratio, lo, hi,
+      best.empty() ? 0.0 : t["hsgd"] / t[best]);
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"allreduce latency and bus bandwidth: hsgd vs raw Gloo vs PyTorch"};
-  bool quick = false, no_torch = false;
+  CLI::App app{"allreduce latency: hsgd vs raw Gloo vs PyTorch"};
+  bool no_torch = false;
+  Schedule schedule;
   std::vector<int> worlds{2, 4, 8};
   size_t min_bytes = 4, max_bytes = 64u << 20;
-  app.add_flag("--quick", quick,
-               "fewer sizes and iterations (4 B, 64 KiB, 1 MiB, 16 MiB; 2 and 4 ranks)");
+  app.add_flag("--quick", schedule.quick,
+               "fewer sizes, rounds and iterations (4 B, 64 KiB, 1 MiB, 16 MiB; 2 and 4 ranks)");
   app.add_flag("--no-torch", no_torch, "skip the PyTorch column");
   app.add_option("--ranks", worlds, "world sizes")->delimiter(',');
+  app.add_option("--rounds", schedule.rounds, "rounds per size (default 5, 3 with --quick)");
+  app.add_option("--only", schedule.only, "run only these contenders (hsgd, hsgd-tcp, ...)")
+      ->delimiter(',');
   app.add_option("--min-bytes", min_bytes, "smallest message");
   app.add_option("--max-bytes", max_bytes, "largest message");
   std::string torch_script = HSGD_BENCH_DIR "/allreduce_bench_torch.py";
@@ -192,47 +285,40 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   std::vector<size_t> sizes;
-  if (quick) {
+  if (schedule.quick) {
     sizes = {4, 64 << 10, 1 << 20, 16 << 20};
     if (app.count("--ranks") == 0) worlds = {2, 4};
+    if (app.count("--rounds") == 0) schedule.rounds = 3;
   } else {
     for (size_t b = min_bytes; b <= max_bytes; b *= 4) sizes.push_back(b);
   }
+  HSGD_CHECK(schedule.rounds >= 1, "allreduce_bench: --rounds ", schedule.rounds,
+             " must be at least 1");
 
-  std::printf("allreduce_bench: float32 sum on 127.0.0.1, medians of rank 0 (us), busbw GB/s\n");
-  std::printf("%5s %9s | %9s %9s %9s | %9s %9s %9s | %9s | %8s %8s | %9s %9s %10s\n", "ranks",
-              "bytes", "hsgd", "hsgd-tcp", "hsgd-ring", "ring", "chunked", "hd", "torch", "hsgd bw",
-              "gloo bw", "hsgd/gloo", "tcp/gloo", "torch/hsgd");
+  std::printf("allreduce_bench: float32 sum on 127.0.0.1, medians of rank 0 (us), %d rounds\n",
+              schedule.rounds);
+  std::printf("%5s %7s | %9s %9s %9s | %9s %9s %9s %-9s | %9s | %6s %11s | %6s\n", "ranks", "bytes",
+              "hsgd", "hsgd-tcp", "hsgd-ring", "ring", "chunked", "hd", "(best)", "torch", "tcp/gl",
+              "spread", "hsgd/gl");
   for (int world : worlds) {
-    std::map<size_t, Row> rows;
+    std::map<size_t, std::map<std::string, Samples>> rows;
     try {
-      rows = run_world(world, sizes, quick);
+      rows = run_world(world, sizes, schedule);
     } catch (const hsgd::Error& e) {
       std::fprintf(stderr, "world %d failed: %s\n", world, e.what());
       return 1;
     }
     const auto torch =
-        no_torch ? std::map<size_t, double>{} : run_torch(torch_script, world, sizes, quick);
-    for (auto& [b, row] : rows) {
-      auto& t = row.median_us;
-      const double best_gloo = std::min({t["ring"], t["chunked"], t["hd"]});
-      const double factor = 2.0 * (world - 1) / world;
-      auto busbw = [&](double time_us) { return b / (time_us * 1e-6) * factor / 1e9; };
-      const double torch_us = torch.count(b) ? torch.at(b) : 0.0;
-      std::printf(
-          "%5d %9s | %9.1f %9.1f %9.1f | %9.1f %9.1f %9.1f | %9.1f | %8.3f %8.3f | %9.3f %9.3f "
-          "%10.3f\n",
-          world, human_bytes(b).c_str(), t["hsgd"], t["hsgd_tcp"], t["hsgd_ring"], t["ring"],
-          t["chunked"], t["hd"], torch_us, busbw(t["hsgd"]), busbw(best_gloo),
-          t["hsgd"] / best_gloo, t["hsgd_tcp"] / best_gloo,
-          torch_us > 0 ? torch_us / t["hsgd"] : 0.0);
-      std::fflush(stdout);
+        no_torch ? std::map<size_t, double>{} : run_torch(torch_script, world, sizes, schedule);
+    for (const auto& [bytes, row] : rows) {
+      print_row(world, bytes, row, torch.count(bytes) ? torch.at(bytes) : 0.0);
     }
   }
   std::printf(
-      "hsgd: default (shared memory within the node); hsgd-tcp: HSGD_SHM=0, Gloo's TCP as between\n"
-      "nodes; hsgd-ring: forced Gloo ring. hsgd/gloo and tcp/gloo: time over the fastest raw Gloo\n"
-      "algorithm (lower is better); torch/hsgd: PyTorch time over hsgd time (above 1 = hsgd "
-      "faster).\n");
+      "hsgd: default (shared memory within the node); hsgd-tcp: shared memory off, Gloo's TCP as\n"
+      "between nodes; hsgd-ring: hsgd-tcp forced to Gloo's ring. tcp/gl: hsgd-tcp over the "
+      "fastest\n"
+      "raw Gloo algorithm (lower is better; medians over all rounds), spread: the smallest and\n"
+      "largest ratio of one round's medians; hsgd/gl: hsgd (shared memory) over the same.\n");
   return 0;
 }
