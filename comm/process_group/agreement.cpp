@@ -34,14 +34,14 @@ std::vector<std::string> gather_if_different(ProcessGroup& pg, std::string_view 
   const std::vector<int64_t> mine{static_cast<int64_t>(hsgd::detail::fnv1a(description)),
                                   static_cast<int64_t>(description.size())};
   std::vector<int64_t> all(mine.size() * static_cast<size_t>(pg.size()));
-  pg.allgather(std::span<const int64_t>(mine), std::span<int64_t>(all), label)
+  pg.allgather(std::span<const int64_t>(mine), std::span<int64_t>(all), label, RunOn::kCaller)
       ->wait(pg.work_timeout());
   bool same = true;
   for (size_t i = mine.size(); i < all.size(); ++i) same = same && all[i] == all[i % mine.size()];
   if (same) return {};
   // Every rank saw the same records, so every rank takes this path.
   std::vector<std::string> descriptions;
-  pg.allgather_bytes(description, descriptions, label)->wait(pg.work_timeout());
+  pg.allgather_bytes(description, descriptions, label, RunOn::kCaller)->wait(pg.work_timeout());
   return descriptions;
 }
 

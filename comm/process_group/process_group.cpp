@@ -39,6 +39,8 @@ const char* to_string(AllreduceAlgorithm algorithm) {
       return "ring-chunked";
     case AllreduceAlgorithm::kRing:
       return "ring";
+    case AllreduceAlgorithm::kPinnedRing:
+      return "pinned-ring";
   }
   return "?";
 }
@@ -159,7 +161,7 @@ void ProcessGroup::connect() {
                                : "TCP");
 }
 
-std::shared_ptr<Work> ProcessGroup::enqueue(CollectiveFingerprint fp,
+std::shared_ptr<Work> ProcessGroup::enqueue(CollectiveFingerprint fp, RunOn run_on,
                                             std::function<void(uint32_t tag)> run) {
   std::weak_ptr<ProcessGroup> self = weak_from_this();
   // A collective of an aborted group must not reach Gloo: a write to a connection that abort()
@@ -170,10 +172,13 @@ std::shared_ptr<Work> ProcessGroup::enqueue(CollectiveFingerprint fp,
     }
     run(tag);
   };
-  return queue_->enqueue(std::move(fp), std::move(checked),
-                         [self](const Work& w, Duration timeout) {
-                           if (auto group = self.lock()) group->queue_->help(w, timeout);
-                         });
+  auto helper = [self](const Work& w, Duration timeout) {
+    if (auto group = self.lock()) group->queue_->help(w, timeout);
+  };
+  if (run_on == RunOn::kCaller) {
+    return queue_->run_or_enqueue(std::move(fp), std::move(checked), std::move(helper));
+  }
+  return queue_->enqueue(std::move(fp), std::move(checked), std::move(helper));
 }
 
 // Runs on the watchdog thread while the worker waits in the collective: every wait of this
@@ -339,7 +344,7 @@ void ProcessGroup::shutdown(Duration timeout) {
   // Members still waiting in a collective from this seq on wait for a rank that left: their
   // watchdogs read this key and fail at once.
   const uint64_t left_at = queue_->next_seq();
-  auto last = enqueue({.kind = "shutdown drain"}, [](uint32_t) {});
+  auto last = enqueue({.kind = "shutdown drain"}, RunOn::kWorker, [](uint32_t) {});
   queue_->close();
   try {
     last->wait(timeout);

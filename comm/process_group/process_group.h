@@ -17,9 +17,12 @@
 //
 // Each group owns one worker thread: collectives are queued (FIFO) and run there, so the caller
 // can compute while they run; each returns a Work to wait on. Buffers must stay alive and
-// untouched until that Work completed. After a failed collective the group is broken (Gloo's
-// connections may hold half a message): later collectives fail at once with hsgd::CommError
-// quoting the first failure. Create a new group (or restart the job) to recover.
+// untouched until that Work completed. A caller that waits at once passes RunOn::kCaller: the
+// collective then runs on the calling thread when the group is idle, without the two thread
+// hand-offs (to the worker and back), and the call blocks until it completed. After a failed
+// collective the group is broken (Gloo's connections may hold half a message): later collectives
+// fail at once with hsgd::CommError quoting the first failure. Create a new group (or restart the
+// job) to recover.
 //
 // Ranks in different collectives are found within seconds rather than at the timeout: a
 // collective that has waited longer than Options::mismatch_check (HSGD_MISMATCH_CHECK_MS,
@@ -40,7 +43,11 @@
 // Usage:
 //   auto world = hsgd::comm::init_process_group(hsgd::comm::InitOptions::from_env());
 //   std::vector<float> grad(1000, 1.0f);
-//   world->allreduce(grad, hsgd::comm::ReduceOp::kAvg)->wait();
+//   auto work = world->allreduce(grad, hsgd::comm::ReduceOp::kAvg);   // runs on the worker
+//   // ... compute ...
+//   work->wait();
+//   world->allreduce(grad, hsgd::comm::ReduceOp::kSum, "sum", hsgd::comm::RunOn::kCaller)
+//       ->wait(world->work_timeout());                            // runs on this thread
 //   auto [node, all_nodes] = hsgd::comm::new_subgroups(world, 4);
 
 #include <atomic>
@@ -87,6 +94,19 @@ class ShmAllreduce;
 enum class ReduceOp { kSum, kAvg, kMin, kMax };
 const char* to_string(ReduceOp op);
 
+// Which thread runs a collective; either way collectives of a group run one at a time, in the
+// order they were called, with the same deadline, mismatch check and failure rules.
+// - kWorker: the group's worker thread. The call returns at once, so the caller can compute
+//   while the collective runs (DDP overlaps its buckets with backward this way).
+// - kCaller: for a caller that waits at once. When no collective of the group is queued or
+//   running, the calling thread runs it and the call returns its completed Work (a failure is
+//   in the Work, thrown by wait()); the call then blocks up to the group's deadline plus the
+//   failure report's wait, like wait(work_timeout()). When the group is busy it is queued as
+//   with kWorker. Saves the hand-off to the worker and back (tens of microseconds, more when
+//   ranks share cores). Do not use it where a peer may need this rank to go on before it joins
+//   the collective (e.g. collectives of two groups issued in different orders on two ranks).
+enum class RunOn { kWorker, kCaller };
+
 // The error of a collective when the members of its group were found in different collectives
 // (see the header comment). what() names what each rank is in, the root cause first.
 class CollectiveMismatch : public CommError {
@@ -109,16 +129,20 @@ enum class AllreduceAlgorithm {
   kHalvingDoubling,  // gloo::AllreduceHalvingDoubling: 2 log2(p) steps, for small buffers
   kRingChunked,      // gloo::AllreduceRingChunked: pipelined ring, bandwidth-optimal
   kRing,             // gloo::allreduce ring on the caller's memory (no copy, no cached state)
+  kPinnedRing,       // gloo::AllreduceRing: the whole buffer around the ring, p - 1 steps, for
+                     // small buffers on 2 ranks; on more, each rank sums in its own order, so
+                     // float sums may differ in the last bits between ranks
 };
 const char* to_string(AllreduceAlgorithm algorithm);
 
-// kAuto: buffers of at most this many bytes use halving-doubling, larger ones kRing.
-// See comm/detail/gloo_allreduce.cpp for the measurements behind the number.
-inline constexpr size_t kSmallAllreduceBytes = 1u << 20;
-// The halving-doubling and ring-chunked algorithm objects are built once per (type, count, op)
-// over a group-owned buffer (the caller's data is copied in and out) and cached, least recently
-// used first out, up to this many buffer bytes. A buffer larger than the whole cache runs
-// kRing on the caller's memory instead.
+// kAuto over Gloo: buffers of at most this many bytes use a pinned algorithm (halving-doubling,
+// or kPinnedRing up to 1 MiB on 2 ranks), larger ones kRing. See
+// comm/process_group/detail/gloo_allreduce.cpp for the measurements behind the numbers.
+inline constexpr size_t kSmallAllreduceBytes = 4u << 20;
+// The pinned algorithm objects (halving-doubling, ring-chunked, pinned ring) are built once per
+// (type, count, op) over a group-owned buffer (the caller's data is copied in and out) and
+// cached, least recently used first out, up to this many buffer bytes. A buffer larger than the
+// whole cache runs kRing on the caller's memory instead.
 inline constexpr size_t kAllreduceCacheBytes = 256u << 20;
 
 class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
@@ -181,33 +205,37 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   std::shared_ptr<Store> store() const { return options_.store; }
   const std::string& key_prefix() const { return options_.key_prefix; }
 
-  // ---- collectives: each queues the operation and returns at once ----
+  // ---- collectives: each queues the operation and returns at once (unless RunOn::kCaller) ----
 
   // label (optional, e.g. "DDP buffers", "averager 2:4") names the collective in failure
-  // reports: what the caller was doing, since the other arguments rarely say.
+  // reports: what the caller was doing, since the other arguments rarely say. run_on: which
+  // thread runs it (see RunOn).
 
   // Element-wise reduction across the group, in place. kAvg divides the sum by size().
   std::shared_ptr<Work> allreduce(std::span<float> data, ReduceOp op = ReduceOp::kSum,
-                                  std::string_view label = {});
+                                  std::string_view label = {}, RunOn run_on = RunOn::kWorker);
   std::shared_ptr<Work> allreduce(std::span<double> data, ReduceOp op = ReduceOp::kSum,
-                                  std::string_view label = {});
+                                  std::string_view label = {}, RunOn run_on = RunOn::kWorker);
 
   // Copies root's data into data on every rank. root is a rank within this group.
-  std::shared_ptr<Work> broadcast(std::span<float> data, int root, std::string_view label = {});
-  std::shared_ptr<Work> broadcast(std::span<double> data, int root, std::string_view label = {});
-  std::shared_ptr<Work> broadcast(std::span<int64_t> data, int root, std::string_view label = {});
+  std::shared_ptr<Work> broadcast(std::span<float> data, int root, std::string_view label = {},
+                                  RunOn run_on = RunOn::kWorker);
+  std::shared_ptr<Work> broadcast(std::span<double> data, int root, std::string_view label = {},
+                                  RunOn run_on = RunOn::kWorker);
+  std::shared_ptr<Work> broadcast(std::span<int64_t> data, int root, std::string_view label = {},
+                                  RunOn run_on = RunOn::kWorker);
 
   // out[r * in.size() .. (r+1) * in.size()) receives rank r's in; out.size() == size()*in.size().
   std::shared_ptr<Work> allgather(std::span<const float> in, std::span<float> out,
-                                  std::string_view label = {});
+                                  std::string_view label = {}, RunOn run_on = RunOn::kWorker);
   std::shared_ptr<Work> allgather(std::span<const int64_t> in, std::span<int64_t> out,
-                                  std::string_view label = {});
+                                  std::string_view label = {}, RunOn run_on = RunOn::kWorker);
   // Variable lengths: out (resized to size()) receives every rank's in, out[r] rank r's; each
   // rank may pass another length, "" included. Two Gloo allgathers (the lengths, then the bytes
   // padded to the longest), one queued collective. For small values exchanged once (the
   // descriptions of an agreement check, comm/process_group/agreement.h), not for bulk data.
   std::shared_ptr<Work> allgather_bytes(std::string_view in, std::vector<std::string>& out,
-                                        std::string_view label = {});
+                                        std::string_view label = {}, RunOn run_on = RunOn::kWorker);
 
   // Ring exchange: rank r sends `send` to rank (r + 1) % size() and receives into `recv` what
   // rank (r - 1 + size()) % size() sent; send.size() == recv.size(), the same on every rank. A
@@ -215,16 +243,16 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // on the wire, float32 sums, framework/distributed/model_averaging/compressed_average.h).
   // Point-to-point over Gloo's TCP pairs (never shared memory). One rank: recv = send.
   std::shared_ptr<Work> ring_exchange(std::span<const int64_t> send, std::span<int64_t> recv,
-                                      std::string_view label = {});
+                                      std::string_view label = {}, RunOn run_on = RunOn::kWorker);
 
   // Completes once every rank of the group has called barrier().
-  std::shared_ptr<Work> barrier(std::string_view label = {});
+  std::shared_ptr<Work> barrier(std::string_view label = {}, RunOn run_on = RunOn::kWorker);
   // A barrier that meets only a named_barrier of the same name: the name is part of the
   // fingerprint, so a rank that reaches this point in another named_barrier (or any other
   // collective) is reported as a mismatch after Options::mismatch_check, naming both. For
   // collective calls that must happen at the same place on every rank
   // ("Checkpointer::save(step 10)", "AveragedReplicas at train.cpp:42").
-  std::shared_ptr<Work> named_barrier(std::string_view name);
+  std::shared_ptr<Work> named_barrier(std::string_view name, RunOn run_on = RunOn::kWorker);
 
   // Call before the process exits (like torch's destroy_process_group). Waits for the queued
   // collectives, then meets the other members through the store (not through Gloo). A rank that
@@ -271,10 +299,10 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   friend std::shared_ptr<ProcessGroup> hsgd::detail::make_child_group(
       const std::shared_ptr<ProcessGroup>& parent, std::vector<int> parent_ranks);
 
-  std::shared_ptr<Work> enqueue(hsgd::detail::CollectiveFingerprint fp,
+  std::shared_ptr<Work> enqueue(hsgd::detail::CollectiveFingerprint fp, RunOn run_on,
                                 std::function<void(uint32_t tag)> run);
   // A barrier of all members with fingerprint fp (barrier and named_barrier differ only in it).
-  std::shared_ptr<Work> enqueue_barrier(hsgd::detail::CollectiveFingerprint fp);
+  std::shared_ptr<Work> enqueue_barrier(hsgd::detail::CollectiveFingerprint fp, RunOn run_on);
   // The error that breaks the group after the collective fp failed with e.
   std::exception_ptr on_failure(const hsgd::detail::CollectiveFingerprint& fp,
                                 const std::exception& e);
@@ -290,13 +318,13 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   int aborted_by();
   template <typename T>
   std::shared_ptr<Work> allreduce_impl(std::span<T> data, ReduceOp op, const char* type,
-                                       std::string_view label);
+                                       std::string_view label, RunOn run_on);
   template <typename T>
   std::shared_ptr<Work> broadcast_impl(std::span<T> data, int root, const char* type,
-                                       std::string_view label);
+                                       std::string_view label, RunOn run_on);
   template <typename T>
   std::shared_ptr<Work> allgather_impl(std::span<const T> in, std::span<T> out, const char* type,
-                                       std::string_view label);
+                                       std::string_view label, RunOn run_on);
   void connect();
 
   // Constant after construction.

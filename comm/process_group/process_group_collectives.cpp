@@ -23,11 +23,11 @@ using hsgd::detail::CollectiveFingerprint;
 
 template <typename T>
 std::shared_ptr<Work> ProcessGroup::allreduce_impl(std::span<T> data, ReduceOp op, const char* type,
-                                                   std::string_view label) {
+                                                   std::string_view label, RunOn run_on) {
   CollectiveFingerprint fp{
       .kind = "allreduce", .dtype = type, .count = data.size(), .args = to_string(op)};
   fp.label = label;
-  return enqueue(std::move(fp), [this, data, op](uint32_t tag) {
+  return enqueue(std::move(fp), run_on, [this, data, op](uint32_t tag) {
     if (size() == 1 || data.empty()) return;
     const AllreduceAlgorithm algorithm = options_.allreduce_algorithm;
     if (algorithm == AllreduceAlgorithm::kAuto && shm_ != nullptr) {
@@ -41,18 +41,18 @@ std::shared_ptr<Work> ProcessGroup::allreduce_impl(std::span<T> data, ReduceOp o
 }
 
 std::shared_ptr<Work> ProcessGroup::allreduce(std::span<float> data, ReduceOp op,
-                                              std::string_view label) {
-  return allreduce_impl(data, op, "float", label);
+                                              std::string_view label, RunOn run_on) {
+  return allreduce_impl(data, op, "float", label, run_on);
 }
 
 std::shared_ptr<Work> ProcessGroup::allreduce(std::span<double> data, ReduceOp op,
-                                              std::string_view label) {
-  return allreduce_impl(data, op, "double", label);
+                                              std::string_view label, RunOn run_on) {
+  return allreduce_impl(data, op, "double", label, run_on);
 }
 
 template <typename T>
 std::shared_ptr<Work> ProcessGroup::broadcast_impl(std::span<T> data, int root, const char* type,
-                                                   std::string_view label) {
+                                                   std::string_view label, RunOn run_on) {
   HSGD_CHECK(root >= 0 && root < size(), "ProcessGroup '", name(), "': broadcast root ", root,
              " must be a rank of the group, in [0, ", size(), ")");
   CollectiveFingerprint fp{.kind = "broadcast",
@@ -60,7 +60,7 @@ std::shared_ptr<Work> ProcessGroup::broadcast_impl(std::span<T> data, int root, 
                            .count = data.size(),
                            .args = "root " + std::to_string(root)};
   fp.label = label;
-  return enqueue(std::move(fp), [this, data, root](uint32_t tag) {
+  return enqueue(std::move(fp), run_on, [this, data, root](uint32_t tag) {
     if (size() == 1 || data.empty()) return;
     gloo::BroadcastOptions opts(context_);
     opts.setOutput(data.data(), data.size());
@@ -72,27 +72,28 @@ std::shared_ptr<Work> ProcessGroup::broadcast_impl(std::span<T> data, int root, 
 }
 
 std::shared_ptr<Work> ProcessGroup::broadcast(std::span<float> data, int root,
-                                              std::string_view label) {
-  return broadcast_impl(data, root, "float", label);
+                                              std::string_view label, RunOn run_on) {
+  return broadcast_impl(data, root, "float", label, run_on);
 }
 std::shared_ptr<Work> ProcessGroup::broadcast(std::span<double> data, int root,
-                                              std::string_view label) {
-  return broadcast_impl(data, root, "double", label);
+                                              std::string_view label, RunOn run_on) {
+  return broadcast_impl(data, root, "double", label, run_on);
 }
 std::shared_ptr<Work> ProcessGroup::broadcast(std::span<int64_t> data, int root,
-                                              std::string_view label) {
-  return broadcast_impl(data, root, "int64", label);
+                                              std::string_view label, RunOn run_on) {
+  return broadcast_impl(data, root, "int64", label, run_on);
 }
 
 template <typename T>
 std::shared_ptr<Work> ProcessGroup::allgather_impl(std::span<const T> in, std::span<T> out,
-                                                   const char* type, std::string_view label) {
+                                                   const char* type, std::string_view label,
+                                                   RunOn run_on) {
   HSGD_CHECK(out.size() == in.size() * static_cast<size_t>(size()), "ProcessGroup '", name(),
              "': allgather output has ", out.size(),
              " elements; expected size() * input = ", size(), " * ", in.size());
   CollectiveFingerprint fp{.kind = "allgather", .dtype = type, .count = in.size()};
   fp.label = label;
-  return enqueue(std::move(fp), [this, in, out](uint32_t tag) {
+  return enqueue(std::move(fp), run_on, [this, in, out](uint32_t tag) {
     if (size() == 1 || in.empty()) {
       std::copy(in.begin(), in.end(), out.begin());
       return;
@@ -107,12 +108,12 @@ std::shared_ptr<Work> ProcessGroup::allgather_impl(std::span<const T> in, std::s
 }
 
 std::shared_ptr<Work> ProcessGroup::allgather(std::span<const float> in, std::span<float> out,
-                                              std::string_view label) {
-  return allgather_impl(in, out, "float", label);
+                                              std::string_view label, RunOn run_on) {
+  return allgather_impl(in, out, "float", label, run_on);
 }
 std::shared_ptr<Work> ProcessGroup::allgather(std::span<const int64_t> in, std::span<int64_t> out,
-                                              std::string_view label) {
-  return allgather_impl(in, out, "int64", label);
+                                              std::string_view label, RunOn run_on) {
+  return allgather_impl(in, out, "int64", label, run_on);
 }
 
 // The lengths travel first, under the collective's tag; the bytes then under the tag with the
@@ -122,11 +123,11 @@ constexpr uint32_t kSecondPhaseTagBit = 1u << 31;
 
 std::shared_ptr<Work> ProcessGroup::allgather_bytes(std::string_view in,
                                                     std::vector<std::string>& out,
-                                                    std::string_view label) {
+                                                    std::string_view label, RunOn run_on) {
   // Lengths may differ between ranks, so the fingerprint holds none (no count, no type).
   CollectiveFingerprint fp{.kind = "allgather of bytes"};
   fp.label = label;
-  return enqueue(std::move(fp), [this, in, &out](uint32_t tag) {
+  return enqueue(std::move(fp), run_on, [this, in, &out](uint32_t tag) {
     out.assign(static_cast<size_t>(size()), std::string());
     if (size() == 1) {
       out[0] = in;
@@ -161,12 +162,13 @@ std::shared_ptr<Work> ProcessGroup::allgather_bytes(std::string_view in,
 constexpr uint8_t kRingExchangeSlotPrefix = 0x21;
 
 std::shared_ptr<Work> ProcessGroup::ring_exchange(std::span<const int64_t> send,
-                                                  std::span<int64_t> recv, std::string_view label) {
+                                                  std::span<int64_t> recv, std::string_view label,
+                                                  RunOn run_on) {
   HSGD_CHECK(send.size() == recv.size(), "ProcessGroup '", name(), "': ring_exchange sends ",
              send.size(), " elements but receives ", recv.size(), "; expected the same count");
   CollectiveFingerprint fp{.kind = "ring exchange", .dtype = "int64", .count = send.size()};
   fp.label = label;
-  return enqueue(std::move(fp), [this, send, recv](uint32_t tag) {
+  return enqueue(std::move(fp), run_on, [this, send, recv](uint32_t tag) {
     if (size() == 1 || send.empty()) {
       std::copy(send.begin(), send.end(), recv.begin());
       return;
@@ -188,21 +190,21 @@ std::shared_ptr<Work> ProcessGroup::ring_exchange(std::span<const int64_t> send,
   });
 }
 
-std::shared_ptr<Work> ProcessGroup::barrier(std::string_view label) {
+std::shared_ptr<Work> ProcessGroup::barrier(std::string_view label, RunOn run_on) {
   CollectiveFingerprint fp{.kind = "barrier"};
   fp.label = label;
-  return enqueue_barrier(std::move(fp));
+  return enqueue_barrier(std::move(fp), run_on);
 }
 
-std::shared_ptr<Work> ProcessGroup::named_barrier(std::string_view name) {
+std::shared_ptr<Work> ProcessGroup::named_barrier(std::string_view name, RunOn run_on) {
   // The name is in args (part of the shape hash and of the Gloo tag) and is the label.
   CollectiveFingerprint fp{.kind = "barrier", .args = std::string(name)};
   fp.label = name;
-  return enqueue_barrier(std::move(fp));
+  return enqueue_barrier(std::move(fp), run_on);
 }
 
-std::shared_ptr<Work> ProcessGroup::enqueue_barrier(CollectiveFingerprint fp) {
-  return enqueue(std::move(fp), [this](uint32_t tag) {
+std::shared_ptr<Work> ProcessGroup::enqueue_barrier(CollectiveFingerprint fp, RunOn run_on) {
+  return enqueue(std::move(fp), run_on, [this](uint32_t tag) {
     if (size() == 1) return;
     gloo::BarrierOptions opts(context_);
     opts.setTag(tag);

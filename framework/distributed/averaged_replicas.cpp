@@ -31,7 +31,7 @@ void meet_at(comm::ProcessGroup& pg, const std::source_location& where) {
       str_cat(std::filesystem::path(where.file_name()).filename().string(), ":", where.line());
   const std::string name = "AveragedReplicas at " + place;
   try {
-    pg.named_barrier(name)->wait(pg.work_timeout());
+    pg.named_barrier(name, comm::RunOn::kCaller)->wait(pg.work_timeout());
   } catch (const comm::CollectiveMismatch& e) {
     throw comm::CollectiveMismatch(
         str_cat("AveragedReplicas constructed at ", place, " on ",

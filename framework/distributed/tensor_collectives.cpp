@@ -40,25 +40,29 @@ void on_many(const std::vector<Tensor>& tensors, const char* what, Collective co
 }  // namespace
 
 void allreduce(comm::ProcessGroup& pg, Tensor& tensor, comm::ReduceOp op, std::string_view label) {
-  on_one(tensor, "distributed::allreduce",
-         [&](std::span<float> data) { pg.allreduce(data, op, label)->wait(pg.work_timeout()); });
+  on_one(tensor, "distributed::allreduce", [&](std::span<float> data) {
+    pg.allreduce(data, op, label, comm::RunOn::kCaller)->wait(pg.work_timeout());
+  });
 }
 
 void allreduce(comm::ProcessGroup& pg, const std::vector<Tensor>& tensors, comm::ReduceOp op,
                std::string_view label) {
-  on_many(tensors, "distributed::allreduce",
-          [&](std::span<float> data) { pg.allreduce(data, op, label)->wait(pg.work_timeout()); });
+  on_many(tensors, "distributed::allreduce", [&](std::span<float> data) {
+    pg.allreduce(data, op, label, comm::RunOn::kCaller)->wait(pg.work_timeout());
+  });
 }
 
 void broadcast(comm::ProcessGroup& pg, Tensor& tensor, int root, std::string_view label) {
-  on_one(tensor, "distributed::broadcast",
-         [&](std::span<float> data) { pg.broadcast(data, root, label)->wait(pg.work_timeout()); });
+  on_one(tensor, "distributed::broadcast", [&](std::span<float> data) {
+    pg.broadcast(data, root, label, comm::RunOn::kCaller)->wait(pg.work_timeout());
+  });
 }
 
 void broadcast(comm::ProcessGroup& pg, const std::vector<Tensor>& tensors, int root,
                std::string_view label) {
-  on_many(tensors, "distributed::broadcast",
-          [&](std::span<float> data) { pg.broadcast(data, root, label)->wait(pg.work_timeout()); });
+  on_many(tensors, "distributed::broadcast", [&](std::span<float> data) {
+    pg.broadcast(data, root, label, comm::RunOn::kCaller)->wait(pg.work_timeout());
+  });
 }
 
 }  // namespace hsgd::distributed

@@ -27,26 +27,58 @@ CollectiveQueue::~CollectiveQueue() {
   if (worker_.joinable()) worker_.join();
 }
 
+std::shared_ptr<Work> CollectiveQueue::refused(CollectiveFingerprint& fp) const {
+  fp.seq = next_seq_;
+  const std::string what = fp.describe();
+  auto work = std::make_shared<Work>(what + " of group '" + group_name_ + "'");
+  work->finish(std::make_exception_ptr(CommError(
+      str_cat(what, " of group '", group_name_, "' was not run: the group was shut down"))));
+  return work;
+}
+
+CollectiveQueue::Task CollectiveQueue::make_task(CollectiveFingerprint fp, Run run,
+                                                 Work::Helper helper) {
+  fp.seq = next_seq_++;
+  std::string what = fp.describe();
+  auto work = std::make_shared<Work>(what + " of group '" + group_name_ + "'", std::move(helper));
+  return Task{std::move(work), std::move(fp), std::move(what), std::move(run)};
+}
+
 std::shared_ptr<Work> CollectiveQueue::enqueue(CollectiveFingerprint fp, Run run,
                                                Work::Helper helper) {
   std::shared_ptr<Work> work;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (closed_) {
-      fp.seq = next_seq_;  // the number it would have had; not consumed
-      const std::string what = fp.describe();
-      work = std::make_shared<Work>(what + " of group '" + group_name_ + "'");
-      work->finish(std::make_exception_ptr(CommError(
-          str_cat(what, " of group '", group_name_, "' was not run: the group was shut down"))));
-      return work;
-    }
-    fp.seq = next_seq_++;
-    std::string what = fp.describe();
-    work = std::make_shared<Work>(what + " of group '" + group_name_ + "'", std::move(helper));
-    queue_.push_back(Task{work, std::move(fp), std::move(what), std::move(run)});
+    if (closed_) return refused(fp);
+    queue_.push_back(make_task(std::move(fp), std::move(run), std::move(helper)));
+    work = queue_.back().work;
   }
   wake_.notify_one();
   return work;
+}
+
+std::shared_ptr<Work> CollectiveQueue::run_or_enqueue(CollectiveFingerprint fp, Run run,
+                                                      Work::Helper helper) {
+  // With exec_mu_ held and the queue empty, no task runs and none waits, so this one is next in
+  // order; tasks queued meanwhile get later numbers and run after it (whoever runs them needs
+  // exec_mu_).
+  std::unique_lock<std::mutex> exec(exec_mu_, std::try_to_lock);
+  if (!exec.owns_lock()) return enqueue(std::move(fp), std::move(run), std::move(helper));
+  Task task;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return refused(fp);
+    if (!queue_.empty()) {
+      exec.unlock();
+      queue_.push_back(make_task(std::move(fp), std::move(run), std::move(helper)));
+      std::shared_ptr<Work> work = queue_.back().work;
+      wake_.notify_one();
+      return work;
+    }
+    task = make_task(std::move(fp), std::move(run), std::move(helper));
+  }
+  run_task(task);
+  return task.work;
 }
 
 uint64_t CollectiveQueue::next_seq() const {

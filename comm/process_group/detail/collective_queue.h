@@ -2,12 +2,17 @@
 // CollectiveQueue: the FIFO of one ProcessGroup's collectives and the worker thread that runs
 // them (comm-internal; ProcessGroup is the interface).
 //
-// Tasks run one at a time and in the order queued, whichever thread runs them: the worker, or a
-// thread waiting on a task's Work (help(): when the worker is idle and the waiter allows at least
-// the group's timeout, the waiter runs the queued tasks itself, which saves two thread
-// hand-offs when the caller waits at once). Each task gets a sequence number, which with its
-// fingerprint (collective_fingerprint.h) makes its Gloo tag and its description
-// ("allreduce (1000 x float, sum) #7 'DDP bucket 0'").
+// Tasks run one at a time and in the order queued, whichever thread runs them: the worker, or the
+// calling thread in two cases that save the two thread hand-offs (to the worker and back) of a
+// caller that waits at once:
+// - run_or_enqueue(): when no task is queued or running, the task runs on the calling thread
+//   before the call returns (its Work is then complete);
+// - help(), called by Work::wait: when the worker is idle and the waiter allows at least the
+//   group's timeout, the waiter runs the queued tasks itself.
+// Each task gets a sequence number, which with its fingerprint (collective_fingerprint.h) makes
+// its Gloo tag and its description ("allreduce (1000 x float, sum) #7 'DDP bucket 0'"). The
+// watchdog, hsgd-run's progress slot and the failure rules below see a task the same way on
+// every thread.
 //
 // Failures: a task that throws hsgd::InvalidArgument sent nothing, so only its Work fails. Any
 // other exception breaks the queue (Gloo's connections may hold half a message): on_failure
@@ -17,6 +22,7 @@
 // Usage (inside ProcessGroup; not compiled: uses its private members):
 //   queue_ = std::make_unique<CollectiveQueue>(name, timeout, on_failure);
 //   auto work = queue_->enqueue({.kind = "barrier"}, [&](uint32_t tag) { ... }, helper);
+//   auto done = queue_->run_or_enqueue({.kind = "barrier"}, [&](uint32_t tag) { ... }, helper);
 
 #include <atomic>
 #include <condition_variable>
@@ -61,6 +67,15 @@ class CollectiveQueue {
   // Work that already failed with hsgd::CommError.
   std::shared_ptr<comm::Work> enqueue(CollectiveFingerprint fp, Run run, comm::Work::Helper helper);
 
+  // For a caller that waits at once. When no task is queued or running, numbers fp like
+  // enqueue and runs the task on the calling thread (watchdog, progress slot, failure rules as
+  // on the worker), then returns its completed Work: the call blocks for as long as the
+  // collective takes (up to the group's deadline, plus the failure report's own wait when it
+  // fails). Otherwise (another task is queued or running on any thread) it is queued exactly
+  // like enqueue and the call returns at once. Never busy-waits.
+  std::shared_ptr<comm::Work> run_or_enqueue(CollectiveFingerprint fp, Run run,
+                                             comm::Work::Helper helper);
+
   // The sequence number the next queued task gets.
   uint64_t next_seq() const;
 
@@ -82,6 +97,11 @@ class CollectiveQueue {
     Run run;
   };
 
+  // Under mu_: a Work that already failed because the queue is closed (fp gets the number it
+  // would have had, not consumed).
+  std::shared_ptr<comm::Work> refused(CollectiveFingerprint& fp) const;
+  // Under mu_: numbers fp and builds its task.
+  Task make_task(CollectiveFingerprint fp, Run run, comm::Work::Helper helper);
   void worker_loop();
   // Pops the task at the head of the queue and runs it, holding exec_mu_ throughout, so tasks
   // run one at a time and in order whichever thread runs them. False if the queue was empty.
@@ -99,7 +119,7 @@ class CollectiveQueue {
   std::string broken_what_;
   std::atomic<bool> broken_flag_{false};  // broken_ is set; read by any thread
 
-  std::mutex exec_mu_;  // held while a task is popped and run
+  std::mutex exec_mu_;  // held while a task is popped (or numbered, when run directly) and run
   mutable std::mutex mu_;
   std::condition_variable wake_;
   std::deque<Task> queue_;  // guarded by mu_

@@ -2,6 +2,7 @@
 
 #include <gloo/allreduce.h>
 #include <gloo/allreduce_halving_doubling.h>
+#include <gloo/allreduce_ring.h>
 #include <gloo/allreduce_ring_chunked.h>
 #include <gloo/context.h>
 #include <gloo/math.h>
@@ -16,19 +17,46 @@
 #include <vector>
 
 // ---- algorithm choice (kAuto) ----
-// Up to kSmallAllreduceBytes (1 MiB): Gloo's AllreduceHalvingDoubling, 2 log2(p) steps. It is a
-// "pinned buffer" algorithm: the sender writes straight into a slot the receiver registered
-// once, no per-message handshake, so it wins while latency dominates. It is built once per
-// (type, count, op) over a group-owned buffer and cached; the caller's data is copied in and out
-// (cheap at these sizes). Above 1 MiB: Gloo's gloo::allreduce ring (kRing) on the caller's
-// memory: no copy, no cached state, 2 (p-1)/p of the data per link, segments pipelined.
-// Measured with apps/bench/allreduce_bench and a 2-rank probe on this 2-core machine (loopback,
-// medians, under a load average of 12-20 from parallel builds, so +-2x noise):
-//   1 MiB, 2 ranks:  halving-doubling 0.50 ms, ring-chunked 0.73-1.1 ms, kRing 2.9-4.0 ms
-//   16 MiB, 2 ranks: kRing 19-25 ms, halving-doubling 52-89 ms, ring-chunked 69-108 ms
-//   16 MiB, 4 ranks: kRing 45-53 ms, halving-doubling 62-86 ms, ring-chunked 55-136 ms
-// (kRing pays a receive-ready round trip per segment, which costs at 1 MiB and vanishes at
-// 16 MiB, where the pinned algorithms' extra copies through their inboxes dominate instead.)
+// Pinned algorithms (gloo::AllreduceRing, AllreduceHalvingDoubling, AllreduceRingChunked): the
+// sender writes straight into a slot the receiver registered once, no per-message handshake, so
+// they win while latency dominates. Each is built once per (type, count, op) over a group-owned
+// buffer and cached; the caller's data is copied in and out. Above kSmallAllreduceBytes (4 MiB):
+// gloo::allreduce's ring (kRing) on the caller's memory: no copy, no cached state, 2 (p-1)/p of
+// the data per link, segments pipelined, but a receive-ready round trip per segment, which costs
+// milliseconds at small sizes.
+//
+// Steps in sequence: pinned ring p - 1 (each carries the whole buffer), halving-doubling
+// 2 log2(p). So the pinned ring wins for small buffers on 2 ranks (1 step against 2), and would on
+// 3 and 4 (2 or 3 against 4) but for one flaw: each rank sums the contributions in its own order,
+// so on 3 or more ranks the ranks' sums may differ in the last bits, and hsgd promises the same
+// bits on every rank (replicas must stay identical; shm_allreduce_test checks it). On 2 ranks
+// each computes a + b or b + a, which IEEE addition makes equal. Halving-doubling reduces each
+// element on one rank and sends it to the others, so its bits agree everywhere.
+//
+// Measured with apps/bench/allreduce_bench (the raw Gloo columns: each algorithm on the caller's
+// buffer; kRing: the hsgd-ring column) on the 2-core development VM over loopback, medians of 5
+// rounds; ranges are two runs under a load average of 6-17 from other jobs:
+//   small, us     pinned ring  halving-doubling
+//   2 ranks 16 KiB   110-133     223-314
+//   2 ranks 1 MiB    460-814     483-1084
+//   3 ranks 16 KiB   394         386            (64 KiB: 476 against 391)
+//   4 ranks 16 B     667         769            (4 B, one element: 786 against 546)
+//   4 ranks 16 KiB   729-777     890-1000
+//   4 ranks 64 KiB   889-952     841-929
+//   4 ranks 256 KiB  1120-1271   911-1113
+//   8 ranks 64 KiB   4470-5761   2569-3744
+//   large, ms     halving-doubling  ring-chunked  kRing
+//   2 ranks 4 MiB    3.4-4.0          3.8-5.1       5.1-5.7
+//   4 ranks 4 MiB    7.5-9.6          10.2-10.8     8.8-12.6
+//   8 ranks 4 MiB    16.0-20.7        31.7-32.3     23.1-23.2
+//   2 ranks 16 MiB   12.3-16.1        13.2-14.7     14.6-16.9
+//   8 ranks 16 MiB   68-103           97-156        71-103
+//   2 ranks 64 MiB   59-86            69-75         57-74
+//   4 ranks 64 MiB   193-282          273-317       170-212
+//   8 ranks 64 MiB   444-550          496-561       352-537
+// Halving-doubling, copies included, stays ahead of kRing up to 4 MiB on every rank count; at
+// 16 MiB they tie and from 64 MiB kRing's zero-copy pipeline wins. The pinned ring carries the
+// whole buffer p - 1 times and falls far behind at large sizes (2.3 s at 8 ranks, 64 MiB).
 
 namespace hsgd::detail {
 
@@ -72,13 +100,21 @@ std::atomic<int> sizings_run{0};  // calls of size_send_buffers in this process
 
 }  // namespace
 
+// kPinnedRing on 2 ranks up to this many bytes; see the measurements above.
+constexpr size_t kPinnedRingBytes = size_t{1} << 20;
+
 AllreduceAlgorithm choose_gloo_algorithm(AllreduceAlgorithm requested, size_t count,
-                                         size_t element_bytes) {
+                                         size_t element_bytes, int ranks) {
   const size_t bytes = count * element_bytes;
   AllreduceAlgorithm algorithm = requested;
   if (algorithm == AllreduceAlgorithm::kAuto) {
-    algorithm = bytes <= comm::kSmallAllreduceBytes ? AllreduceAlgorithm::kHalvingDoubling
-                                                    : AllreduceAlgorithm::kRing;
+    if (bytes > comm::kSmallAllreduceBytes) {
+      algorithm = AllreduceAlgorithm::kRing;
+    } else if (ranks == 2 && bytes <= kPinnedRingBytes) {
+      algorithm = AllreduceAlgorithm::kPinnedRing;
+    } else {
+      algorithm = AllreduceAlgorithm::kHalvingDoubling;
+    }
   }
   if (bytes > comm::kAllreduceCacheBytes ||
       count > static_cast<size_t>(std::numeric_limits<int>::max())) {
@@ -91,14 +127,14 @@ namespace {
 
 // Sizes the send buffer of every pair before the first pinned message, so that large allreduces
 // never go through a small socket buffer. Gloo's TCP pair sets SO_SNDBUF to the size of the first
-// message sent from a pinned buffer (the halving-doubling and ring-chunked algorithms of the
-// cache) and raises it only for larger ones, which turns off Linux's send-buffer autotuning for
-// the pair for good. A small first pinned message (DDP's last bucket: tens of KB) would leave
-// that small buffer for every later large allreduce (the ring, which sends from unbound buffers
-// and never resizes), and each of its many hand-offs between the two ranks' Gloo threads waits for
-// a time slice when ranks oversubscribe the cores (apps/bench/ddp_bench shows the cost). So the
-// first pinned message of every pair is a kPinnedSendBytes exchange here, which fixes the send
-// buffer at min(2 x kPinnedSendBytes, 2 x net.core.wmem_max).
+// message sent from a pinned buffer (the algorithms of the cache) and raises it only for larger
+// ones, which turns off Linux's send-buffer autotuning for the pair for good. A small first pinned
+// message (DDP's last bucket: tens of KB) would leave that small buffer for every later large
+// allreduce (the ring, which sends from unbound buffers and never resizes), and each of its many
+// hand-offs between the two ranks' Gloo threads waits for a time slice when ranks oversubscribe the
+// cores (apps/bench/ddp_bench shows the cost). So the first pinned message of every pair is a
+// kPinnedSendBytes exchange here, which fixes the send buffer at min(2 x kPinnedSendBytes, 2 x
+// net.core.wmem_max).
 //
 // It runs when the first cached algorithm is built, not when the group connects: a group that
 // never allreduces through the cache (a group of node leaders that only runs ring_exchange, the
@@ -171,6 +207,9 @@ class GlooAllreduce::Cache {
     if (algorithm == AllreduceAlgorithm::kHalvingDoubling) {
       entry.algorithm = std::make_unique<gloo::AllreduceHalvingDoubling<T>>(
           context, ptrs, n, reduction_function<T>(algo_op));
+    } else if (algorithm == AllreduceAlgorithm::kPinnedRing) {
+      entry.algorithm = std::make_unique<gloo::AllreduceRing<T>>(context, ptrs, n,
+                                                                 reduction_function<T>(algo_op));
     } else {
       entry.algorithm = std::make_unique<gloo::AllreduceRingChunked<T>>(
           context, ptrs, n, reduction_function<T>(algo_op));
@@ -197,7 +236,8 @@ GlooAllreduce::~GlooAllreduce() = default;
 template <typename T>
 void GlooAllreduce::allreduce_impl(std::span<T> data, ReduceOp op, AllreduceAlgorithm requested,
                                    uint32_t tag) {
-  const AllreduceAlgorithm algorithm = choose_gloo_algorithm(requested, data.size(), sizeof(T));
+  const AllreduceAlgorithm algorithm =
+      choose_gloo_algorithm(requested, data.size(), sizeof(T), context_->size);
   if (algorithm != AllreduceAlgorithm::kRing) {
     auto& entry = cache_->get<T>(context_, data.size(), op, algorithm);
     T* buffer = reinterpret_cast<T*>(entry.storage.data());

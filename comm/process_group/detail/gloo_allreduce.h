@@ -24,12 +24,13 @@ class Context;
 
 namespace hsgd::detail {
 
-// The algorithm an allreduce of count elements of element_bytes each runs when the group asks
-// for `requested`: kAuto picks halving-doubling up to kSmallAllreduceBytes and kRing above; a
-// buffer larger than the cache (kAllreduceCacheBytes) or than Gloo's int count always runs kRing.
-// Never returns kAuto.
+// The algorithm an allreduce of count elements of element_bytes each over `ranks` ranks runs when
+// the group asks for `requested`: kAuto picks kPinnedRing for small buffers on 2 ranks,
+// halving-doubling for the other buffers up to kSmallAllreduceBytes and kRing above (the
+// thresholds and their measurements are in gloo_allreduce.cpp); a buffer larger than the cache
+// (kAllreduceCacheBytes) or than Gloo's int count always runs kRing. Never returns kAuto.
 comm::AllreduceAlgorithm choose_gloo_algorithm(comm::AllreduceAlgorithm requested, size_t count,
-                                               size_t element_bytes);
+                                               size_t element_bytes, int ranks);
 
 // How many times a GlooAllreduce has sized its context's send buffers in this process (for
 // tests): once per context, before its first allreduce through the cache of pinned algorithms

@@ -90,7 +90,9 @@ void TwoLevelAllreduce::allreduce_impl(std::span<T> data, ReduceOp op) {
   const size_t per = (data.size() + shards - 1) / shards;
   const size_t begin = std::min(data.size(), per * static_cast<size_t>(index_));
   const size_t end = std::min(data.size(), begin + per);
-  cross_->allreduce(data.subspan(begin, end - begin), inner)->wait(timeout_);  // 2. across
+  // 2. across, on this thread (the group's task), which waits for it anyway
+  cross_->allreduce(data.subspan(begin, end - begin), inner, {}, comm::RunOn::kCaller)
+      ->wait(timeout_);
   const T identity = inner == ReduceOp::kMin   ? std::numeric_limits<T>::infinity()
                      : inner == ReduceOp::kMax ? -std::numeric_limits<T>::infinity()
                                                : T(0);

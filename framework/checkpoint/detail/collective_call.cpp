@@ -7,7 +7,7 @@ namespace hsgd::checkpoint::detail {
 void meet_in_call(comm::ProcessGroup& pg, const std::string& call) {
   if (pg.size() == 1) return;
   try {
-    pg.named_barrier(call)->wait(pg.work_timeout());
+    pg.named_barrier(call, comm::RunOn::kCaller)->wait(pg.work_timeout());
   } catch (const comm::CollectiveMismatch& e) {
     throw comm::CollectiveMismatch(
         str_cat(call, " was called on ", hsgd::detail::describe_rank_set(e.same_ranks()),

@@ -48,7 +48,9 @@ int64_t CompressedAverage::start(std::span<float> buffer, std::span<float> resid
              buffer.size());
   // 1. node sum (float32)
   if (node_ != nullptr) {
-    node_->allreduce(buffer, comm::ReduceOp::kSum, "compressed averaging: node sum")
+    node_
+        ->allreduce(buffer, comm::ReduceOp::kSum, "compressed averaging: node sum",
+                    comm::RunOn::kCaller)
         ->wait(node_->work_timeout());
   }
   in_flight_ = true;
@@ -67,7 +69,9 @@ void CompressedAverage::wait() {
   // 3. the leader's T to its node
   if (node_ != nullptr) {
     if (!leader_) std::fill(buffer_.begin(), buffer_.end(), 0.0f);
-    node_->allreduce(buffer_, comm::ReduceOp::kSum, "compressed averaging: node result")
+    node_
+        ->allreduce(buffer_, comm::ReduceOp::kSum, "compressed averaging: node result",
+                    comm::RunOn::kCaller)
         ->wait(node_->work_timeout());
   }
   // 4. mean
@@ -98,7 +102,8 @@ void CompressedAverage::ring(std::span<float> buffer, std::span<float> residual)
                static_cast<size_t>(packed_words(static_cast<int64_t>(size)))));
   };
   const auto exchange = [&](const char* label) {
-    leaders_->ring_exchange(send_, recv_, label)->wait(leaders_->work_timeout());
+    leaders_->ring_exchange(send_, recv_, label, comm::RunOn::kCaller)
+        ->wait(leaders_->work_timeout());
   };
   // Reduce-scatter: at step s send chunk i - s, receive chunk i - s - 1.
   for (int s = 0; s < nodes_ - 1; ++s) {

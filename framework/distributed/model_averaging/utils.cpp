@@ -54,7 +54,8 @@ int64_t FlatAverager::average(const std::vector<Tensor>& params, const std::vect
   const int64_t buffers_at = flatten_into(params, flat, divisor);
   flatten_into(buffers, flat.subspan(static_cast<size_t>(buffers_at)), divisor);
 
-  group.allreduce(flat, comm::ReduceOp::kSum, label)->wait(group.work_timeout());
+  group.allreduce(flat, comm::ReduceOp::kSum, label, comm::RunOn::kCaller)
+      ->wait(group.work_timeout());
 
   unflatten_from(flat, params);
   unflatten_from(flat.subspan(static_cast<size_t>(buffers_at)), buffers);

@@ -109,6 +109,34 @@ TEST(CollectiveMismatchTest, OneRankInAnotherCollective_EveryRankFailsWithinSeco
   }
 }
 
+// The same with the collectives run on the calling threads (RunOn::kCaller): the watchdog sees
+// them and aborts the transport under them as under the worker; the call returns the failed Work.
+TEST(CollectiveMismatchTest, RunOnCaller_EveryRankFailsWithinSeconds) {
+  for (const bool shm : {true, false}) {
+    auto result = run_world(3, long_timeout(shm), [&](int rank, const auto& pg) {
+      std::vector<float> x(16, 1.0f);
+      pg->allreduce(std::span<float>(x), ReduceOp::kSum, {}, RunOn::kCaller)->wait();
+      std::vector<float> metric(1, 1.0f);
+      std::vector<float> buffers(98, 1.0f);
+      const auto start = Clock::now();
+      std::shared_ptr<Work> work =
+          rank == 0 ? pg->allreduce(std::span<float>(metric), ReduceOp::kSum, "rank0 only metric",
+                                    RunOn::kCaller)
+                    : pg->broadcast(std::span<float>(buffers), 0, "DDP buffers", RunOn::kCaller);
+      EXPECT_TRUE(work->is_completed()) << "rank " << rank;
+      const std::string message = error_message<CollectiveMismatch>([&] { work->wait(); });
+      EXPECT_LT(seconds_since(start), kMuchSoonerSeconds) << "rank " << rank << " shm " << shm;
+      EXPECT_THAT(message, HasSubstr("allreduce (1 x float, sum) #1 'rank0 only metric' was "
+                                     "called on rank 0 only; ranks 1, 2 are in broadcast (98 x "
+                                     "float, root 0) #1 'DDP buffers'"))
+          << "rank " << rank << " shm " << shm;
+      EXPECT_THROW(pg->allreduce(std::span<float>(x), ReduceOp::kSum, {}, RunOn::kCaller)->wait(),
+                   CommError);
+    });
+    EXPECT_RANKS_OK(result);
+  }
+}
+
 // Two against two: the root cause is the set with the lowest rank, on every rank and every run.
 TEST(CollectiveMismatchTest, EvenSplit_TheRootCauseIsTheSameInEveryRun) {
   for (int run = 0; run < 2; ++run) {

@@ -110,8 +110,10 @@ TEST_P(CollectivesTest, AllOpsMatchClosedForm) {
     ASSERT_EQ(pg->rank(), rank);
     ASSERT_EQ(pg->size(), world);
     ASSERT_EQ(pg->uses_shared_memory(), shm && world > 1);
-    // 1,000,000 elements on every other world size keeps 8 processes on 2 cores fast; 1 and
-    // 1000 (small path) and 1,000,000 (ring path) cover both algorithms everywhere they run.
+    // 1,000,000 elements on every other world size keeps 8 processes on 2 cores fast. Over TCP,
+    // 1, 1000 and 100000 take the pinned ring on 2 ranks, halving-doubling on more, and so does
+    // 1,000,000 (4 MB); kAuto's ring above 4 MiB is in
+    // SendBuffersAreSizedOnlyBeforeTheFirstPinnedAllreduce, every algorithm forced below.
     std::vector<size_t> sizes{1, 1000, 100000};
     if (world % 2 == 1 || world == 8) sizes.push_back(1000000);
     for (size_t n : sizes) {
@@ -143,7 +145,7 @@ TEST(ProcessGroupTest, EveryAllreduceAlgorithmAtEverySize) {
     auto result = run_ranks(world, std::chrono::seconds(60), [&](int rank) {
       auto store = std::make_shared<FileStore>(dir);
       for (auto algorithm : {AllreduceAlgorithm::kHalvingDoubling, AllreduceAlgorithm::kRingChunked,
-                             AllreduceAlgorithm::kRing}) {
+                             AllreduceAlgorithm::kRing, AllreduceAlgorithm::kPinnedRing}) {
         auto pg = init_process_group({.rank = rank,
                                       .world_size = world,
                                       .store = store,
@@ -164,6 +166,40 @@ TEST(ProcessGroupTest, EveryAllreduceAlgorithmAtEverySize) {
   }
 }
 
+// kAuto over Gloo as gloo_allreduce.cpp derives it from measurements: the pinned ring up to 1 MiB
+// on 2 ranks only (on more its sums may differ in the last bits between ranks), halving-doubling
+// up to 4 MiB, the ring on the caller's memory above; forced choices stand unless the buffer
+// exceeds the cache.
+TEST(ProcessGroupTest, AutoAlgorithmFollowsSizeAndRanks) {
+  using hsgd::detail::choose_gloo_algorithm;
+  const auto pinned_ring = AllreduceAlgorithm::kPinnedRing;
+  const auto hd = AllreduceAlgorithm::kHalvingDoubling;
+  const auto ring = AllreduceAlgorithm::kRing;
+  const auto auto_ = AllreduceAlgorithm::kAuto;
+  struct Case {
+    size_t count;
+    int ranks;
+    AllreduceAlgorithm expected;
+  };
+  for (const Case& c : std::vector<Case>{{1, 2, pinned_ring},
+                                         {size_t{1} << 18, 2, pinned_ring},  // 1 MiB
+                                         {(size_t{1} << 18) + 1, 2, hd},
+                                         {1, 3, hd},
+                                         {4, 4, hd},
+                                         {4096, 4, hd},
+                                         {4, 8, hd},
+                                         {size_t{1} << 20, 8, hd},  // 4 MiB
+                                         {(size_t{1} << 20) + 1, 2, ring},
+                                         {(size_t{1} << 20) + 1, 8, ring}}) {
+    EXPECT_EQ(choose_gloo_algorithm(auto_, c.count, sizeof(float), c.ranks), c.expected)
+        << c.count << " floats on " << c.ranks << " ranks: expected " << to_string(c.expected);
+  }
+  EXPECT_EQ(choose_gloo_algorithm(AllreduceAlgorithm::kRingChunked, 1, sizeof(float), 8),
+            AllreduceAlgorithm::kRingChunked);
+  EXPECT_EQ(choose_gloo_algorithm(pinned_ring, kAllreduceCacheBytes / 4 + 1, sizeof(float), 2),
+            ring);
+}
+
 TEST(ProcessGroupTest, QueuedCollectivesRunInOrder_WaitOnLastOnly) {
   auto result = run_world(3, [&](int rank, const auto& pg) {
     // Each step doubles the previous result: only FIFO execution gives 3^k * (rank sum).
@@ -175,6 +211,37 @@ TEST(ProcessGroupTest, QueuedCollectivesRunInOrder_WaitOnLastOnly) {
     EXPECT_EQ(x[0], 3.0 * 81.0);  // (0+1+2) after the first, times 3 for each of four more
   });
   EXPECT_RANKS_OK(result);
+}
+
+// Collectives run on the calling thread (RunOn::kCaller) mixed with queued ones that nobody
+// waits for one by one: one order on every rank (each allreduce triples the previous sum), and a
+// direct call on an idle group returns a completed Work.
+TEST(ProcessGroupTest, RunOnCaller_InterleavedWithQueued_KeepsTheOrder) {
+  for (const bool shm : {false, true}) {
+    auto result = run_world(3, {.shared_memory = shm}, [&](int rank, const auto& pg) {
+      std::vector<double> x{static_cast<double>(rank)};
+      auto first = pg->allreduce(std::span<double>(x), ReduceOp::kSum, "first", RunOn::kCaller);
+      EXPECT_TRUE(first->is_completed()) << "an idle group queued a RunOn::kCaller collective";
+      EXPECT_EQ(x[0], 3.0);
+      std::vector<std::shared_ptr<Work>> works;
+      for (int k = 0; k < 8; ++k) {
+        works.push_back(pg->allreduce(std::span<double>(x), ReduceOp::kSum, {},
+                                      k % 2 == 0 ? RunOn::kWorker : RunOn::kCaller));
+      }
+      for (auto& w : works) w->wait(pg->work_timeout());
+      EXPECT_EQ(x[0], 3.0 * 6561.0) << "rank " << rank << " shm " << shm;  // 3 * 3^8
+      std::vector<float> root(5, rank == 2 ? 7.0f : 0.0f);
+      pg->broadcast(std::span<float>(root), 2, "root 2", RunOn::kCaller)->wait();
+      EXPECT_EQ(root, std::vector<float>(5, 7.0f)) << "rank " << rank;
+      std::vector<int64_t> mine{rank}, all(3, -1);
+      pg->allgather(std::span<const int64_t>(mine), std::span<int64_t>(all), {}, RunOn::kCaller)
+          ->wait();
+      EXPECT_EQ(all, (std::vector<int64_t>{0, 1, 2})) << "rank " << rank;
+      pg->barrier("end", RunOn::kCaller)->wait();
+      pg->shutdown(std::chrono::seconds(20));
+    });
+    EXPECT_RANKS_OK(result) << "shm " << shm;
+  }
 }
 
 // The harness itself: a rank that fails is reported with its reason, and its peers, left
