@@ -1,8 +1,9 @@
 #pragma once
 // Work: the handle of one collective queued on a ProcessGroup (like torch's c10d Work). The
 // collective runs on the group's worker thread; the caller may compute meanwhile and then
-// wait(). The buffers passed to the collective must stay alive and untouched until the Work
-// has completed.
+// wait(). (With RunOn::kCaller on an idle group it ran on the calling thread, and the Work is
+// complete when returned.) The buffers passed to the collective must stay alive and untouched
+// until the Work has completed.
 //
 // Usage:
 //   std::vector<float> grads(1000, 1.0f);
@@ -49,7 +50,7 @@ class Work {
 
   const std::string& description() const { return description_; }
 
-  // Called once by the worker thread when the collective ends (error = nullptr on success).
+  // Called once by the thread that ran the collective when it ends (error = nullptr on success).
   void finish(std::exception_ptr error);
 
  private:
