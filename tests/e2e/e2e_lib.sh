@@ -13,6 +13,7 @@
 #   wait_registered FILE  waits (10 s) until the hsgd-run writing FILE registered its node
 #   hsgd_run_of PID       the hsgd-run under `timeout` pid PID
 #   check_steps FILE      FILE's step lines are 1..N once each, in order; prints N
+#   workers_of PID        the workers (children) of hsgd-run pid PID, sorted, on one line
 
 e2e_init() {
   e2e_name=$1
@@ -89,3 +90,5 @@ check_steps() {
     fail "rank 0's steps in $1 are not 1..$last once each: $(echo "$got" | head -c 300)"
   echo "$last"
 }
+
+workers_of() { pgrep -P "$1" | sort -n | tr '\n' ' '; }

@@ -26,8 +26,6 @@ e2e_init elastic_averaging_kill
 
 e2e_start_rendezvous
 
-workers_of() { pgrep -P "$1" | sort -n | tr '\n' ' '; }
-
 # $1 job id, $2 output, $3 fault spec ('' for none), $4 hierarchy.
 start_node() {
   local id=$1 out=$2 fault=$3 hierarchy=$4

@@ -23,8 +23,6 @@ e2e_cleanup() {
 
 e2e_start_rendezvous
 
-workers_of() { pgrep -P "$1" | sort -n | tr '\n' ' '; }
-
 start_node() {  # $1 output
   timeout 150 "$run" --nnodes 1:2 --nproc-per-node 2 --rdzv-endpoint "$endpoint" --rdzv-id hang \
     --rdzv-last-call 1 --heartbeat-timeout 3 --worker-timeout 4 --max-restarts 1 -- "$mlp" \

@@ -24,9 +24,6 @@ e2e_init elastic_local
 
 e2e_start_rendezvous
 
-# The workers (children) of hsgd-run pid $1, sorted.
-workers_of() { pgrep -P "$1" | sort -n | tr '\n' ' '; }
-
 elastic=(--nnodes 1:2 --nproc-per-node 2 --rdzv-endpoint "$endpoint" --rdzv-last-call 1
   --heartbeat-timeout 3 --max-restarts 1)
 epochs=12
