@@ -20,7 +20,8 @@
 // Usage (one process running clients 0..1023 of a 1024-client job):
 //   const FleetTimes t = run_fleet({.port = 29400, .job = "bench-0", .world = 1024,
 //                                   .count = 1024,
-//                                   .deadline = std::chrono::steady_clock::now() + 60s});
+//                                   .deadline = std::chrono::steady_clock::now() +
+//                                               std::chrono::seconds(60)});
 
 #include <chrono>
 #include <cstddef>

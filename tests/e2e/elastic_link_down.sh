@@ -68,10 +68,12 @@ wait_agents_ok() {
 }
 
 agents=()
-heartbeat=3 epochs=40
+# Node 0 alone must still be training when node 1 rejoins (its workers first wait out the
+# collective timeout, 20 s).
+heartbeat=3 epochs=70
 [ -n "$outage" ] && heartbeat=30 epochs=60
 for k in 0 1; do
-  ip netns exec "${ns[$k]}" timeout 200 "$run" --nnodes 1:2 --nproc-per-node 2 \
+  ip netns exec "${ns[$k]}" timeout 250 "$run" --nnodes 1:2 --nproc-per-node 2 \
     --rdzv-endpoint "$endpoint" --rdzv-id linkdown --rdzv-last-call 1 \
     --heartbeat-timeout "$heartbeat" --max-restarts 1 -- "$mlp" --synthetic --epochs "$epochs" \
     --log-every 1 --mode hierarchical --hierarchy 2:node,8:world >"$work/node$k" 2>&1 &

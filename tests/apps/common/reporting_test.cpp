@@ -36,19 +36,24 @@ std::filesystem::path temp_file(const std::string& name) {
 }
 
 TEST(MetricsLogTest, ToJsonWritesEveryFieldAndNullForNonFinite) {
-  MetricsRecord r{
-      .step = 7,
-      .epoch = 2,
-      .wall_s = 1.5,
-      .train_s = 1.25,
-      .train_loss = std::nan(""),
-      .lr = 0.1,
-      .test_accuracy = 0.875,
-      .averaging = {{.period = 2, .group_size = 4, .calls = 3, .bytes = 96, .seconds = 0.5}}};
+  MetricsRecord r{.step = 7,
+                  .epoch = 2,
+                  .wall_s = 1.5,
+                  .train_s = 1.25,
+                  .train_loss = std::nan(""),
+                  .lr = 0.1,
+                  .test_accuracy = 0.875,
+                  .averaging = {{.period = 2,
+                                 .group_size = 4,
+                                 .calls = 3,
+                                 .bytes = 96,
+                                 .seconds = 0.5,
+                                 .overlap_wait_seconds = 0.25}}};
   EXPECT_EQ(MetricsLog::to_json(r),
             "{\"step\": 7, \"epoch\": 2, \"wall_s\": 1.5, \"train_s\": 1.25, \"train_loss\": null, "
             "\"lr\": 0.1, \"test_accuracy\": 0.875, \"averaging\": [{\"period\": 2, "
-            "\"group_size\": 4, \"count\": 3, \"bytes\": 96, \"seconds\": 0.5}]}");
+            "\"group_size\": 4, \"count\": 3, \"bytes\": 96, \"seconds\": 0.5, "
+            "\"overlap_wait_seconds\": 0.25}]}");
 }
 
 TEST(MetricsLogTest, FreshRunTruncatesAndResumeKeepsRecordsUpToTheStep) {
