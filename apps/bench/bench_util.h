@@ -13,6 +13,8 @@
 //     const double ms = std::stod(fields.at(0));
 //   }
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <functional>
 #include <string>
@@ -42,3 +44,9 @@ std::vector<std::string> run_forked_ranks(int world, std::chrono::steady_clock::
 std::vector<std::vector<std::string>> run_python_results(const std::string& script,
                                                          const std::vector<std::string>& args,
                                                          int timeout_s);
+
+// One field of /proc/PID/status in kB ("VmRSS", "VmHWM"); -1 when it cannot be read.
+double process_status_kb(pid_t pid, const std::string& field);
+
+// User + system CPU seconds of process pid so far (/proc/PID/stat); -1 when it cannot be read.
+double process_cpu_seconds(pid_t pid);

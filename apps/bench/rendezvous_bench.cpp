@@ -74,29 +74,6 @@ void raise_fd_limit(size_t clients) {
              " (run as root, or raise ulimit -Hn)");
 }
 
-// One field of /proc/PID/status in kB ("VmRSS", "VmHWM"); -1 when it cannot be read.
-double status_kb(pid_t pid, const std::string& field) {
-  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind(field + ":", 0) == 0) return std::stod(line.substr(field.size() + 1));
-  }
-  return -1;
-}
-
-double cpu_seconds(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string text;
-  std::getline(stat, text);
-  std::istringstream fields(text.substr(text.rfind(')') + 2));
-  std::string field;
-  double ticks = 0;
-  for (int i = 3; i <= 15 && fields >> field; ++i) {
-    if (i >= 14) ticks += std::stod(field);  // utime, stime
-  }
-  return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
-}
-
 // ---- the server process ----
 
 // A RendezvousServer in a forked child, so that its RSS and CPU time are its own. It dies with
@@ -224,8 +201,8 @@ hsgd::comm::RendezvousServerOptions server_options(const BenchOptions& bench, in
 
 RunResult run_once(const BenchOptions& bench, int n, int run, uint64_t& connection_serial) {
   ServerProcess server(server_options(bench, n));
-  const double idle_kb = status_kb(server.pid(), "VmRSS");
-  const double cpu_before = cpu_seconds(server.pid());
+  const double idle_kb = process_status_kb(server.pid(), "VmRSS");
+  const double cpu_before = process_cpu_seconds(server.pid());
   server.reset_peak();
   const int processes = std::min(bench.client_processes, n);
   const auto begin = Clock::now();
@@ -268,10 +245,10 @@ RunResult run_once(const BenchOptions& bench, int n, int run, uint64_t& connecti
     done = std::max(done, Clock::time_point(Clock::duration(d)));
     clients_cpu += cpu;
   }
-  const double peak_kb = status_kb(server.pid(), "VmHWM");
+  const double peak_kb = process_status_kb(server.pid(), "VmHWM");
   return {.total = std::chrono::duration<double>(done - begin).count(),
           .connected = std::chrono::duration<double>(connected - begin).count(),
-          .server_cpu = cpu_seconds(server.pid()) - cpu_before,
+          .server_cpu = process_cpu_seconds(server.pid()) - cpu_before,
           .clients_cpu = clients_cpu,
           .server_peak_mb = peak_kb / 1024.0,
           .server_kb_per_client = (peak_kb - idle_kb) / n};

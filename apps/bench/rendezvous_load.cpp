@@ -93,26 +93,8 @@ class ServerProcess {
   }
   int port() const { return port_; }
 
-  double rss_mb() const {
-    std::ifstream status("/proc/" + std::to_string(pid_) + "/status");
-    std::string line;
-    while (std::getline(status, line)) {
-      if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
-    }
-    return -1;
-  }
-  double cpu_seconds() const {
-    std::ifstream stat("/proc/" + std::to_string(pid_) + "/stat");
-    std::string text;
-    std::getline(stat, text);
-    std::istringstream fields(text.substr(text.rfind(')') + 2));
-    std::string field;
-    double ticks = 0;
-    for (int i = 3; i <= 15 && fields >> field; ++i) {
-      if (i >= 14) ticks += std::stod(field);
-    }
-    return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
-  }
+  double rss_mb() const { return process_status_kb(pid_, "VmRSS") / 1024.0; }
+  double cpu_seconds() const { return process_cpu_seconds(pid_); }
 
  private:
   pid_t pid_ = -1;

@@ -23,17 +23,10 @@ namespace hsgd::comm {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::client_options;
 using testing::eventually;
 using testing::RawClient;
 using testing::start_server;
-
-TcpStoreOptions client_options(const RendezvousServer& server, std::string job = "job") {
-  return {.host = server.host(),
-          .port = server.port(),
-          .job_id = std::move(job),
-          .connect_timeout = 10s,
-          .timeout = 20s};
-}
 
 std::string request_frame(uint64_t id, proto::Op op, const std::vector<std::string>& keys,
                           int64_t timeout_ms) {

@@ -23,17 +23,8 @@ using namespace std::chrono_literals;
 using testing::eventually;
 using testing::RawClient;
 
+using testing::client_options;
 using testing::start_server;
-
-TcpStoreOptions client_options(const RendezvousServer& server, std::string job,
-                               std::string token = "") {
-  return {.host = server.host(),
-          .port = server.port(),
-          .job_id = std::move(job),
-          .token = std::move(token),
-          .connect_timeout = 10s,
-          .timeout = 20s};
-}
 
 std::string hello_payload(const std::string& job) {
   proto::Hello hello;

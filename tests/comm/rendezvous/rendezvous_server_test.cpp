@@ -25,15 +25,8 @@ using namespace std::chrono_literals;
 using testing::eventually;
 using testing::RawClient;
 
+using testing::client_options;
 using testing::start_server;
-
-TcpStoreOptions client_options(const RendezvousServer& server, std::string job = "job") {
-  return {.host = server.host(),
-          .port = server.port(),
-          .job_id = std::move(job),
-          .connect_timeout = 10s,
-          .timeout = 20s};
-}
 
 // A healthy client can still do a full round trip.
 void expect_serves(const RendezvousServer& server) {

@@ -20,6 +20,15 @@
 
 namespace hsgd::comm::testing {
 
+TcpStoreOptions client_options(const RendezvousServer& server, std::string job, std::string token) {
+  return {.host = server.host(),
+          .port = server.port(),
+          .job_id = std::move(job),
+          .token = std::move(token),
+          .connect_timeout = std::chrono::seconds(10),
+          .timeout = std::chrono::seconds(20)};
+}
+
 std::unique_ptr<RendezvousServer> start_server(RendezvousServerOptions options) {
   options.port = 0;
   auto server = std::make_unique<RendezvousServer>(options);

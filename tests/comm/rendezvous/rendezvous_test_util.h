@@ -14,11 +14,16 @@
 
 #include "comm/rendezvous/proto/rendezvous.pb.h"
 #include "comm/rendezvous/rendezvous_server.h"
+#include "comm/rendezvous/tcp_store.h"
 
 namespace hsgd::comm::testing {
 
 // An in-process server on a free port (options.port is overridden), started.
 std::unique_ptr<RendezvousServer> start_server(RendezvousServerOptions options = {});
+
+// A TcpStore client of `server` for `job` (10 s to connect, 20 s per request).
+TcpStoreOptions client_options(const RendezvousServer& server, std::string job = "job",
+                               std::string token = "");
 
 // Waits until condition() is true or the deadline passes; returns the last value. Used only for
 // conditions the server reaches asynchronously (connection counts), never for timing claims.
