@@ -115,10 +115,18 @@ def main():
                         help="job logs and metrics (default: a new directory under /tmp)")
     parser.add_argument("--out", default=None, help="also write the rows as JSON to this file")
     args = parser.parse_args()
-    args.overlaps = [int(v) for v in args.overlaps.split(",")]
+    try:
+        args.overlaps = [int(v) for v in args.overlaps.split(",")]
+    except ValueError:
+        parser.error(f"--overlaps: expected comma-separated integers, got '{args.overlaps}'")
+    if any(v < 0 for v in args.overlaps):
+        parser.error(f"--overlaps: expected values >= 0, got {args.overlaps}")
     args.rates = args.rates.split(",")
     for rate in args.rates:
-        cb.rate_bits(rate)  # ValueError naming a bad rate before anything runs
+        try:
+            cb.rate_bits(rate)
+        except ValueError as e:
+            parser.error(f"--rates: {e}")
     if args.rounds < 1:
         parser.error(f"--rounds must be >= 1, got {args.rounds}")
     args.log_dir = args.log_dir or tempfile.mkdtemp(prefix="hsgd-overlap-")
