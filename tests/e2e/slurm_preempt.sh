@@ -13,7 +13,7 @@
 #     first step S + 1, its last the planned 640, a final test accuracy;
 #   - the job ends COMPLETED with ExitCode=0:0.
 # Slurm makes a requeued job eligible again 120 s after the requeue (Reason=BeginTime); the test
-# sets StartTime=now once the job is pending again instead of waiting. 15-30 s.
+# sets StartTime=now once the job is pending again and its nodes are idle, 2 s later. 15-35 s.
 # Skipped (77), saying why, without root, network namespaces or the Slurm packages. Everything
 # stops by pid, also on failure and at the deadline (HSGD_SLURM_PREEMPT_DEADLINE seconds after the
 # start, default 240, below ctest's TIMEOUT of 300).
@@ -29,7 +29,7 @@ slurm_cluster_start 2
 
 checkpoints=$work/checkpoints
 fail() {
-  cat "$out" 2>/dev/null | grep -Ev '\] +step [0-9]+ loss' || true
+  grep -Ev '\] +step [0-9]+ loss' "$out" 2>/dev/null || true
   echo "slurm_preempt: FAILED: $*" >&2
   exit 1
 }
@@ -71,11 +71,14 @@ while :; do
       "$(scontrol -o show job "$id" | grep -Eo '(Reason|EligibleTime)=[^ ]*' | tr '\n' ' ')"
     # Slurm makes a requeued job eligible only 120 s later; the test does not wait for that, only
     # for the nodes to have finished the first run (a launch on a node still completing it can
-    # fail).
+    # fail) and then 2 s more: slurmd revokes the first run's credential with a time stamp in
+    # whole seconds and refuses any credential of the same job created in that second or before
+    # ("Job credential revoked"), which fails the job.
     until [ -z "$(sinfo -h -N -o '%T' | grep -v '^idle$' || true)" ]; do
       check_deadline
       sleep 0.3
     done
+    sleep 2
     scontrol update JobId="$id" StartTime=now >"$work/update.out" 2>&1 ||
       fail "scontrol update JobId=$id StartTime=now: $(cat "$work/update.out")"
   fi
