@@ -69,15 +69,15 @@ std::string configuration(const TrainingFlags& flags, const ParallelFlags& paral
   }
   char model_hash[17];
   std::snprintf(model_hash, sizeof model_hash, "%016llx", static_cast<unsigned long long>(h));
-  return str_cat("model ", model.state_dict().size(), " tensors, ", values, " values (shapes ",
-                 model_hash, "); mode ", parallel.mode, ", hierarchy '", parallel.hierarchy,
-                 "', period ", parallel.period, ", warm-up ", parallel.warmup_steps,
-                 ", subgroup size ", parallel.subgroup_size, ", top level outer ",
-                 parallel.levels.outer_lr, "/", parallel.levels.outer_momentum,
-                 parallel.levels.outer_nesterov ? "/nesterov" : "", " compression ",
-                 parallel.levels.compression, "/", parallel.levels.compression_scale,
-                 parallel.levels.error_feedback ? "/ef" : "", "; ", describe_optimizer(flags),
-                 ", batch ", flags.batch_size, ", schedule ", flags.schedule);
+  return str_cat(
+      "model ", model.state_dict().size(), " tensors, ", values, " values (shapes ", model_hash,
+      "); mode ", parallel.mode, ", hierarchy '", parallel.hierarchy, "', period ", parallel.period,
+      ", warm-up ", parallel.warmup_steps, ", subgroup size ", parallel.subgroup_size,
+      ", top level outer ", parallel.levels.outer_lr, "/", parallel.levels.outer_momentum,
+      parallel.levels.outer_nesterov ? "/nesterov" : "", " compression ",
+      parallel.levels.compression, "/", parallel.levels.compression_scale,
+      parallel.levels.error_feedback ? "/ef" : "", " overlap ", parallel.levels.overlap_steps, "; ",
+      describe_optimizer(flags), ", batch ", flags.batch_size, ", schedule ", flags.schedule);
 }
 
 // Set (by rank 0) once a generation agreed on a state: from then on a joiner has none.
@@ -86,22 +86,13 @@ const std::string kTrainingStartedKey = comm::elastic::kElasticPrefix + "trainin
 // Why the loop leaves a generation.
 enum class Leave { kFinished, kFailed, kJoin };
 
-void refuse_unsupported(const TrainingFlags& flags, const ParallelFlags& parallel,
-                        const ElasticRun& run) {
+void refuse_unsupported(const TrainingFlags& flags, const ElasticRun& run) {
   HSGD_CHECK_AS(BadFlag, run.checkpoint_dir.empty(), "--checkpoint-dir ", run.checkpoint_dir,
                 " is not supported in an elastic run (hsgd-run --nnodes MIN:MAX): a joining "
                 "node receives the state from a live peer, not from disk");
   HSGD_CHECK_AS(BadFlag, flags.eval_every == 0, "--eval-every ", flags.eval_every,
                 " is not supported in an elastic run (hsgd-run --nnodes MIN:MAX); evaluation "
                 "happens at the end of each epoch");
-  const char* why =
-      ": overlap is not supported in an elastic run (hsgd-run --nnodes MIN:MAX): an averaging in "
-      "flight when the membership changes has no common result to merge (the outer optimizer "
-      "and bf16/fp16 are supported)";
-  HSGD_CHECK_AS(BadFlag, parallel.levels.overlap_steps == 0, "--overlap-steps ",
-                parallel.levels.overlap_steps, why);
-  HSGD_CHECK_AS(BadFlag, parallel.hierarchy.find("overlap=") == std::string::npos, "--hierarchy '",
-                parallel.hierarchy, "'", why);
 }
 
 // The top level's settled state (outer anchor and momentum) with what it belongs to: the
@@ -363,7 +354,7 @@ class ElasticTrainer {
     const int lost_workers = lost_worker_count();
     const int64_t thrown_away =
         discarded + lost_workers * std::max<int64_t>(0, top - boundary_step_);
-    boundary_step_ = replica_.step;
+    boundary_step_ = overlapped_start_step_ = replica_.step;
     if (world.rank() == 0) {
       elastic_.store().set(kTrainingStartedKey, comm::to_bytes("1"));
       if (thrown_away > 0) elastic_.store().add(comm::elastic::kStepsThrownAwayKey, thrown_away);
@@ -525,6 +516,13 @@ class ElasticTrainer {
     return parallel_.averager && parallel_.averager->averaged_whole_group_last_step();
   }
 
+  // An averaging of the whole world started in the last step and is in flight (overlap): the
+  // replicas are equal once it completes, which a join makes happen at once.
+  bool overlapped_world_start() const {
+    return parallel_.averager && parallel_.averager->started_whole_group_averaging_last_step() &&
+           parallel_.averager->has_pending();
+  }
+
   // Trains until the run ends (kFinished), a collective fails (throws) or the ranks agree to move
   // to a newer generation (kJoin).
   Leave train_generation() {
@@ -538,12 +536,22 @@ class ElasticTrainer {
       in_step_ = true;
       step(**batch_);
       ++*batch_;
-      if (at_world_boundary()) {
-        boundary_step_ = replica_.step;
+      const bool overlapped = overlapped_world_start();
+      if (overlapped || at_world_boundary()) {
+        // With overlap, the snapshot of the previous world averaging is merged into every
+        // replica by now (a level merges before it starts again).
+        boundary_step_ = overlapped ? overlapped_start_step_ : replica_.step;
+        if (overlapped) overlapped_start_step_ = replica_.step;
         double newer = elastic_.newer_generation_announced() ? 1.0 : 0.0;
         world.allreduce(std::span<double>(&newer, 1), comm::ReduceOp::kMax, "elastic join vote")
             ->wait();
-        if (newer > 0) return Leave::kJoin;
+        if (newer > 0) {
+          // No local step since the snapshot: completing the averaging now leaves every replica
+          // at the group's result, the same as an averaging without overlap.
+          if (overlapped) parallel_.averager->finish_pending(run_.model->parameters());
+          boundary_step_ = replica_.step;
+          return Leave::kJoin;
+        }
       }
     }
     finish();
@@ -609,6 +617,9 @@ class ElasticTrainer {
   }
 
   EvalResult evaluate_average(bool keep) {
+    // An overlapped averaging still in flight is merged first when keeping (as the fixed-size
+    // loop does).
+    if (keep && parallel_.averager) parallel_.averager->finish_pending(run_.model->parameters());
     distributed::AveragedReplicas average(world_, run_.model);
     if (keep) average.keep();
     // Every rank evaluates a shard of the test set: no rank waits in a collective while another
@@ -645,10 +656,11 @@ class ElasticTrainer {
   EvalResult final_;
   comm::elastic::Generation previous_{.number = -1};  // the last generation entered
   bool in_step_ = false;                              // inside step(): a failure discards it
-  int64_t discarded_steps_ = 0;  // steps discarded since the last state agreement
-  int64_t boundary_step_ = 0;    // the last step after which every replica was the same
-  TopLevelCarry top_carry_;      // the top level's state when this rank left its last generation
-  std::string carried_;          // what carry_top_level took, for the generation line
+  int64_t discarded_steps_ = 0;        // steps discarded since the last state agreement
+  int64_t boundary_step_ = 0;          // the last step after which every replica was the same
+  int64_t overlapped_start_step_ = 0;  // the last step that started an overlapped world averaging
+  TopLevelCarry top_carry_;  // the top level's state when this rank left its last generation
+  std::string carried_;      // what carry_top_level took, for the generation line
   const Clock::time_point start_ = Clock::now();
   std::unique_ptr<MetricsLog> metrics_;  // rank 0's --metrics-out
 
@@ -669,7 +681,7 @@ class ElasticTrainer {
 }  // namespace
 
 int train_elastic(const TrainingFlags& flags, const ParallelFlags& parallel, ElasticRun run) {
-  refuse_unsupported(flags, parallel, run);
+  refuse_unsupported(flags, run);
   const std::string program = run.program;
   ElasticTrainer trainer(flags, parallel, std::move(run));
   try {

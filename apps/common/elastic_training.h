@@ -36,6 +36,12 @@
 //   - a join: at the next step where every replica is the same (every step in --mode ddp and
 //     during warm-up, else after an averaging over the whole world), the ranks agree (one 8-byte
 //     allreduce) whether the agents announced a newer generation, and move to it together.
+//     With overlap, the vote is at the step that starts an averaging over the whole world; to
+//     move, every rank completes that averaging at once (no local step since its snapshot: the
+//     replicas are then equal, as without overlap), so nothing is in flight at a join.
+// Overlap under a failure: an averaging in flight in the failed world is dropped with it (ranks
+// that merged it before the failure keep it); the survivors' average at the next state agreement
+// makes the replicas equal either way.
 // When no member of a generation holds a training state (every node that trained is gone, only
 // joiners are left), the job cannot go on from a live peer and keeps no checkpoint: every worker
 // exits comm::launcher::kExitWillRepeat (78) naming the generation.
@@ -46,8 +52,7 @@
 // rank takes the source rank's at each state agreement); lower levels and error-feedback
 // residuals start afresh (docs/elastic.md, "Level options under churn").
 // Not supported in an elastic run (refused with a message naming the flag): --checkpoint-dir
-// (the live peers hold the state), --eval-every, and overlap (--overlap-steps, overlap= in
-// --hierarchy).
+// (the live peers hold the state) and --eval-every.
 //
 // Usage (a training program; train_mlp and train_resnet do this):
 //   #include "comm/elastic/elastic_world.h"

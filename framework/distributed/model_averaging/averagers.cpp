@@ -76,6 +76,7 @@ void ModelAverager::load_state_dict(const StateDict& state) {
   // The step before the restored one was a checkpoint's step: whether it averaged over the
   // whole group is not recorded, so do not claim it.
   whole_group_step_ = -1;
+  whole_group_start_step_ = -1;
 }
 
 void ModelAverager::after_step(StepContext& context) {
@@ -104,7 +105,7 @@ void ModelAverager::average_at_level(size_t level, const std::vector<Tensor>& pa
   const int64_t bytes =
       flat_.average(to_average, options_.average_buffers, *group, level_labels_[level]);
   const std::chrono::duration<double> spent = std::chrono::steady_clock::now() - start;
-  if (group->size() == pg_->size()) whole_group_step_ = step_;
+  if (group->size() == pg_->size()) whole_group_step_ = whole_group_start_step_ = step_;
   AveragingLevelStats& s = stats_.at(level);
   s.calls += 1;
   s.bytes += bytes;
@@ -196,6 +197,7 @@ void ModelAverager::average_step(int level, const std::vector<Tensor>& params) {
       const auto start = std::chrono::steady_clock::now();
       stats_[top].calls += 1;
       stats_[top].bytes += current.start(step_, x_, n_params);
+      if (current.group()->size() == pg_->size()) whole_group_start_step_ = step_;
       const std::chrono::duration<double> spent = std::chrono::steady_clock::now() - start;
       stats_[top].seconds += spent.count();
       if (current.options().overlap_steps == 0) complete_level(top);

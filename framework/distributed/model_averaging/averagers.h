@@ -123,6 +123,13 @@ class ModelAverager : public PostStepStage {
   // every replica's parameters are equal now (a checkpoint then may resume on another world
   // size; see framework/checkpoint/checkpointer.h).
   bool averaged_whole_group_last_step() const { return whole_group_step_ == step_ - 1; }
+  // Whether the last average_parameters call started an averaging over the whole process group,
+  // completed at once or in flight (overlap_steps > 0). With an overlapped one in flight, a
+  // finish_pending() right after this call leaves every replica's parameters equal (the group's
+  // result: no local step since the snapshot), as if the averaging had not overlapped.
+  bool started_whole_group_averaging_last_step() const {
+    return whole_group_start_step_ == step_ - 1;
+  }
 
   // For checkpoints: "step" (int64) and per level i "levels.<i>.{calls,bytes}" (int64) and
   // "levels.<i>.{seconds,overlap_wait_seconds}" (double), so level_stats() keep counting across a
@@ -169,7 +176,8 @@ class ModelAverager : public PostStepStage {
   const char* const class_name_;
 
   int64_t step_ = 0;
-  int64_t whole_group_step_ = -1;  // the last step whose averaging covered the whole group
+  int64_t whole_group_step_ = -1;        // the last step whose averaging covered the whole group
+  int64_t whole_group_start_step_ = -1;  // the last step that started one (overlapped or not)
   std::vector<AveragingLevelStats> stats_;
 
  private:

@@ -199,6 +199,52 @@ TEST_P(LevelOptionsTest, Overlap_HandComputedFirstMerge) {
   EXPECT_RANKS_OK(result);
 }
 
+TEST_P(LevelOptionsTest, Overlap_FinishRightAfterAWorldStartLeavesEqualReplicas) {
+  // started_whole_group_averaging_last_step() names the steps that start a world averaging
+  // (overlapped: nothing merged yet); finish_pending() right then leaves every replica at the
+  // group mean of the values at that step, as an averaging without overlap would (what an
+  // elastic join relies on). A pair level below (world 4) must not count as the world.
+  const int world = GetParam();
+  auto result = run_world(world, [&](int rank, const auto& pg) {
+    std::vector<LevelOptions> levels = {{.period = 4, .group_size = world, .overlap_steps = 2}};
+    if (world == 4) {
+      levels.insert(levels.begin(), LevelOptions{.period = 1, .group_size = 2, .overlap_steps = 1});
+    }
+    HierarchicalModelAverager averager(levels, 1, pg);
+    Tensor p = make_param(initial_values(rank));
+    for (int64_t t = 0; t < 9; ++t) {
+      add_local_step(p, rank, t);
+      const Values before = p.to_vector();
+      averager.average_parameters(std::vector<Tensor>{p});
+      const bool world_start = t >= 1 && t % 4 == 0;
+      EXPECT_EQ(averager.started_whole_group_averaging_last_step(), world_start) << "step " << t;
+      EXPECT_FALSE(averager.averaged_whole_group_last_step()) << "step " << t;
+      if (t != 4) continue;
+      // The values every rank averaged: its own at this step, after the pair level's merges.
+      std::vector<float> all(kNumel * static_cast<size_t>(world));
+      pg->allgather(std::span<const float>(before), std::span<float>(all), "test values")->wait();
+      ASSERT_TRUE(averager.has_pending());
+      averager.finish_pending(std::vector<Tensor>{p});
+      EXPECT_FALSE(averager.has_pending());
+      const Values mine = p.to_vector();
+      std::vector<float> after(kNumel * static_cast<size_t>(world));
+      pg->allgather(std::span<const float>(mine), std::span<float>(after), "test result")->wait();
+      for (int r = 0; r < world; ++r) {
+        for (size_t i = 0; i < kNumel; ++i) {
+          EXPECT_EQ(after[r * kNumel + i], mine[i]) << "rank " << r << " element " << i;
+        }
+      }
+      if (world == 4) continue;  // the pair level merged into `before` on the way
+      for (size_t i = 0; i < kNumel; ++i) {
+        float mean = 0;
+        for (int r = 0; r < world; ++r) mean += all[r * kNumel + i];
+        EXPECT_NEAR(mine[i], mean / static_cast<float>(world), 1e-6f) << "element " << i;
+      }
+    }
+  });
+  EXPECT_RANKS_OK(result);
+}
+
 TEST_P(LevelOptionsTest, Compression_MatchesReferenceAndCountsBytes) {
   const int world = GetParam();
   // A rank per node (a 16-bit ring over all ranks); then 2 nodes, {0, 1} and the rest (float32
