@@ -14,6 +14,8 @@
 #   hsgd_run_of PID       the hsgd-run under `timeout` pid PID
 #   check_steps FILE      FILE's step lines are 1..N once each, in order; prints N
 #   workers_of PID        the workers (children) of hsgd-run pid PID, sorted, on one line
+#   expect_exit PID CODE FILE  waits for PID (an hsgd-run writing FILE); fails with FILE's last
+#                         lines unless it exited CODE
 
 e2e_init() {
   e2e_name=$1
@@ -92,3 +94,9 @@ check_steps() {
 }
 
 workers_of() { pgrep -P "$1" | sort -n | tr '\n' ' '; }
+
+expect_exit() {
+  local rc=0
+  wait "$1" || rc=$?
+  [ "$rc" -eq "$2" ] || fail "hsgd-run ($3) exited $rc, expected $2: $(tail -n 30 "$3")"
+}

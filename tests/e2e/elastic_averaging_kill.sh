@@ -96,12 +96,8 @@ wait_for_step "$work/join.0" 30
 grep -qE 'train_mlp: generation 0: 1 nodes, 2 workers, levels \{8:2\}' "$work/join.0" ||
   fail "join: generation 0 is not node 0 alone with the world level: $(grep -E 'train_mlp: generation' "$work/join.0")"
 start_node join "$work/join.1" "" "$world_only" --subgroup-size 1
-j1=$last_pid
-rc0=0 rc1=0
-wait "$j0" || rc0=$?
-wait "$j1" || rc1=$?
-[ "$rc0" -eq 0 ] || fail "join: node 0's hsgd-run exited $rc0: $(tail -n 30 "$work/join.0")"
-[ "$rc1" -eq 0 ] || fail "join: node 1's hsgd-run exited $rc1: $(tail -n 30 "$work/join.1")"
+expect_exit "$j0" 0 "$work/join.0"
+expect_exit "$last_pid" 0 "$work/join.1"
 line=$(grep -E 'train_mlp: generation 1: joined node' "$work/join.0") ||
   fail "join: no join in generation 1: $(grep -E 'train_mlp: generation' "$work/join.0")"
 grep -qE 'levels \{8:4\}.* received the state from rank 0 .* equal on all 4 ranks' <<<"$line" ||

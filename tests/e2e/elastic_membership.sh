@@ -25,11 +25,6 @@ e2e_init elastic_membership
 
 e2e_start_rendezvous
 
-expect_exit() {  # pid, code, file
-  local rc=0
-  wait "$1" || rc=$?
-  [ "$rc" -eq "$2" ] || fail "hsgd-run ($3) exited $rc, expected $2: $(tail -n 30 "$3")"
-}
 # $1 job id, $2 output, $3.. hsgd-run flags before "--", then train_mlp flags after "::".
 start() {
   local id=$1 out=$2
