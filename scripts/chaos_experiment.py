@@ -2,7 +2,8 @@
 """What does a lost node cost? Elastic training against today's full restart, on loopback.
 
 Starts an hsgd-rendezvous and 4 nodes (one hsgd-run each, one worker per node) on this machine
-and trains the MLP example (apps/train_mlp) on Fashion-MNIST with local SGD (models averaged
+and trains the MLP example (apps/train_mlp), or with --model resnet20 a ResNet-20
+(apps/train_resnet, one thread per worker), on Fashion-MNIST with local SGD (models averaged
 over the whole world every 8 steps), three times:
 
   A  elastic (--nnodes 2:4), no fault: the baseline.
@@ -62,9 +63,9 @@ NODES = 4
 PERIOD = 8  # local SGD: the whole world averages every PERIOD steps
 MODE = ["--mode", "local-sgd", "--period", str(PERIOD)]
 
-STEP_RE = re.compile(r"(?:\[train_mlp\] |\]\s+)step (\d+) loss (\S+)"
+STEP_RE = re.compile(r"(?:\[train_(?:mlp|resnet)\] |\]\s+)step (\d+) loss (\S+)"
                      r"(?: \(generation (\d+), (\d+) ranks\))?")
-GEN_RE = re.compile(r"train_mlp: generation (\d+): (.*)")
+GEN_RE = re.compile(r"train_(?:mlp|resnet): generation (\d+): (.*)")
 EPOCH_RE = re.compile(r"\]\s+(\d+)\s+(\d+)\s+([0-9.]+)\s+([0-9.]+)%\s+([0-9.]+)\s+([0-9.]+)%")
 FINAL_RE = re.compile(r"final test accuracy: ([0-9.]+)%")
 AGENT_GEN_RE = re.compile(r"hsgd-run: generation (\d+): (.*)")
@@ -155,7 +156,7 @@ def is_our_worker(pid):
             cmd = f.read()
     except OSError:
         return False
-    return b"train_mlp" in cmd or b"hsgd-run" in cmd
+    return b"train_mlp" in cmd or b"train_resnet" in cmd or b"hsgd-run" in cmd
 
 
 class Stalled(RuntimeError):
@@ -242,8 +243,8 @@ class Run:
         argv = [a.run_bin, "--nnodes", nnodes, "--nproc-per-node", "1", "--rdzv-endpoint",
                 endpoint, "--rdzv-id", f"chaos-{self.name}", "--heartbeat-timeout", "3",
                 "--rdzv-last-call", "1", "--max-restarts", str(a.max_restarts), "--",
-                a.mlp_bin, "--data-dir", a.data_dir, "--epochs", str(a.epochs), "--log-every",
-                "1", "--seed", str(a.seed), "--metrics-out", metrics] + MODE
+                a.train_bin, "--data-dir", a.data_dir, "--epochs", str(a.epochs), "--log-every",
+                "1", "--seed", str(a.seed), "--metrics-out", metrics] + MODE + a.model_flags
         if a.train_subset:
             argv += ["--train-subset", str(a.train_subset)]
         if not self.elastic:
@@ -504,6 +505,11 @@ def analyse_failures(run, base, ws_s):
                 f["pause_s"] = pause
                 f["wasted_worker_s_dedicated"] = (NODES * pause
                                                   + NODES * f["steps_recomputed"] * t_step)
+            # the same less the killed node's own absence until its hsgd-run is started again
+            # (the restart delay): a failure costs that under any recovery; what is left is what
+            # the recovery itself wastes (C: the survivors idle meanwhile, B: they train on)
+            f["wasted_worker_s_recovery"] = (f["wasted_worker_s_dedicated"]
+                                             - run.args.restart_delay)
         out.append(f)
     return out
 
@@ -613,6 +619,20 @@ def table(results):
         f"(mean {fmt(mean(b, 'wasted_worker_s_dedicated'))})",
         f"{per_failure(c, 'wasted_worker_s_dedicated')} "
         f"(mean {fmt(mean(c, 'wasted_worker_s_dedicated'))})")
+    row("wasted worker-s per failure, one core per worker, less the killed node's restart "
+        "delay (modelled)", "-",
+        f"{per_failure(b, 'wasted_worker_s_recovery')} "
+        f"(mean {fmt(mean(b, 'wasted_worker_s_recovery'))})",
+        f"{per_failure(c, 'wasted_worker_s_recovery')} "
+        f"(mean {fmt(mean(c, 'wasted_worker_s_recovery'))})")
+
+    def ratio(key):
+        mb, mc = mean(b, key), mean(c, key)
+        return fmt(mc / mb, ".1f") + "x" if mb and mc is not None else "-"
+
+    row("C's waste per failure / B's (means): shared, one core per worker, less the delay", "-",
+        f"{ratio('wasted_worker_s_shared')}, {ratio('wasted_worker_s_dedicated')}, "
+        f"{ratio('wasted_worker_s_recovery')}", "-")
     row("training efficiency, shared cores, vs A's pace (measured)", "1.00",
         fmt(b["efficiency_shared"], ".2f"), fmt(c["efficiency_shared"], ".2f"))
     row("training efficiency, shared cores, vs the run's own pace before the first kill", "1.00",
@@ -639,7 +659,10 @@ Definitions (times are when this script read the line from the hsgd-runs' stdout
 - wasted worker-s, one core per worker (model): B: 3 survivors x the pauses in rank 0's steps
   (gaps > 5x A's median step, less one step) + the killed slot from the kill until it joins +
   its lost local steps x A's step time; C: 4 x the pauses + 4 x the recomputed steps x A's step.
-  Both include the script's restart delay in the killed node's absence.
+  Both include the script's restart delay in the killed node's absence. "Less the delay"
+  subtracts it once (the killed slot's own absence, which no recovery avoids): what is left is
+  the waste of the recovery itself. With N nodes, counting the delay caps the ratio C/B near N
+  (B wastes at least the delay, C at most N times it plus the restart).
 - training efficiency: useful worker-steps (unique steps x their world size, less lost local
   steps) over the worker-steps an unfaulted run makes in the same time; shared cores: in the
   measured wall time at A's pace, or at the run's own pace before its first kill (the other
@@ -647,7 +670,7 @@ Definitions (times are when this script read the line from the hsgd-runs' stdout
   incl. repeats x A's median step + the pauses)."""
 
 
-def plot(runs, results, path):
+def plot(runs, results, path, model="MLP"):
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -696,7 +719,7 @@ def plot(runs, results, path):
     ax2.set_ylim(max(lo - 1, 0), None)
     ax2.grid(alpha=0.3)
     ax2.legend(fontsize=8)
-    fig.suptitle("Chaos experiment: 4 nodes x 1 worker on loopback, MLP on Fashion-MNIST, "
+    fig.suptitle(f"Chaos experiment: 4 nodes x 1 worker on loopback, {model} on Fashion-MNIST, "
                  f"local SGD period {PERIOD}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -707,6 +730,12 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--build", default="build", help="build directory (default build)")
     p.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
+    p.add_argument("--model", choices=["mlp", "resnet20"], default="mlp",
+                   help="mlp: apps/train_mlp (default); resnet20: apps/train_resnet --model "
+                   "resnet20 on Fashion-MNIST, one thread per worker, --batch-size images per "
+                   "step (results as chaos_experiment_resnet20.*)")
+    p.add_argument("--batch-size", type=int, default=32, help="resnet20: images per step and "
+                   "worker (default 32)")
     p.add_argument("--epochs", type=int, default=40)
     p.add_argument("--train-subset", type=int, default=0, help="0: all 60000 examples")
     p.add_argument("--kills", type=int, default=3)
@@ -738,8 +767,12 @@ def main():
     build = os.path.abspath(args.build)
     args.run_bin = os.path.join(build, "apps", "hsgd-run", "hsgd-run")
     args.rdzv_bin = os.path.join(build, "apps", "hsgd-rendezvous", "hsgd-rendezvous")
-    args.mlp_bin = os.path.join(build, "apps", "train_mlp", "train_mlp")
-    for b in (args.run_bin, args.rdzv_bin, args.mlp_bin):
+    program = "train_mlp" if args.model == "mlp" else "train_resnet"
+    args.train_bin = os.path.join(build, "apps", program, program)
+    args.model_flags = [] if args.model == "mlp" else [
+        "--model", "resnet20", "--dataset", "fashion-mnist", "--batch-size",
+        str(args.batch_size), "--lr", "0.05", "--threads", "1"]
+    for b in (args.run_bin, args.rdzv_bin, args.train_bin):
         if not os.access(b, os.X_OK):
             sys.exit(f"chaos_experiment: {b} is missing; build it or pass --build")
     work = args.work or tempfile.mkdtemp(prefix="hsgd-chaos.")
@@ -782,7 +815,7 @@ def main():
 
     raw = {"date": time.strftime("%Y-%m-%d"), "command": " ".join(sys.argv), "work": work,
            "seconds": total, "settings": {k: v for k, v in vars(args).items()},
-           "mode": MODE, "results": results, "incidents": incidents,
+           "mode": MODE + args.model_flags, "results": results, "incidents": incidents,
            "events": {n: {"kills": r.kills, "generations": r.gens, "agent_generations":
                           r.agent_gens, "epochs": r.epochs, "other": r.other[:200],
                           "t_first": r.t_first,
@@ -790,7 +823,8 @@ def main():
                           "seconds since the first step, step, loss, generation, world, node":
                           sampled_steps(r)}
                       for n, r in runs.items()}}
-    with open(os.path.join(out, "chaos_experiment.json"), "w") as f:
+    stem = "chaos_experiment" if args.model == "mlp" else f"chaos_experiment_{args.model}"
+    with open(os.path.join(out, stem + ".json"), "w") as f:
         json.dump(raw, f, indent=1, default=str)
     for inc in incidents:
         print(f"\nINCIDENT: run {inc['run']} attempt {inc['attempt']}: {inc['error']}; "
@@ -802,8 +836,9 @@ def main():
         print(table(results))
         print()
         print(DEFINITIONS)
-    drew = plot(runs, results, os.path.join(out, "chaos_experiment.png"))
-    print(f"\nwrote {out}/chaos_experiment.json" + (" and .png" if drew else "") +
+    drew = plot(runs, results, os.path.join(out, stem + ".png"),
+                "MLP" if args.model == "mlp" else "ResNet-20")
+    print(f"\nwrote {out}/{stem}.json" + (" and .png" if drew else "") +
           f"; {total:.0f} s in all; logs in {work}")
 
 
