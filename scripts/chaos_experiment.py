@@ -391,9 +391,11 @@ def median_gap(run):
 
 def pauses(run, t0, t1, normal, dead):
     """Seconds of rank 0's step-line gaps in [t0, t1] beyond 5x the normal step time; the dead
-    node's lines count at the kill (t0)."""
+    node's lines count at the kill (t0). A gap with an epoch line in it is the epoch's
+    evaluation, which the unfaulted run has too: not a pause. Returns (pauses, evaluations)."""
     ts = sorted(min(s[0], t0) if s[5] == dead else s[0] for s in run.steps)
-    total = 0.0
+    evaluations = [e[0] for e in run.epochs]
+    total = evaluating = 0.0
     prev = max([t for t in ts if t <= t0], default=t0)
     for t in ts:
         if t <= t0:
@@ -402,9 +404,12 @@ def pauses(run, t0, t1, normal, dead):
             break
         gap = t - prev
         if gap > 5 * normal:
-            total += gap - normal
+            if any(prev < e <= t for e in evaluations):
+                evaluating += gap - normal
+            else:
+                total += gap - normal
         prev = t
-    return total
+    return total, evaluating
 
 
 def analyse_failures(run, base, ws_s):
@@ -488,13 +493,15 @@ def analyse_failures(run, base, ws_s):
                           + (f["rank0_unprinted_steps"] or 0) * f["survivors"])
             else:
                 useful = 0  # steps before the resume are lost, the resume itself is a repeat
-            f["wasted_worker_s_shared"] = NODES * (t_back - t_kill) - useful * ws_s
             # dedicated cores (modelled): survivors idle during the pauses, the killed node's
             # slot idle until it is back, lost or recomputed steps at A's step time
             # the pause ends at the survivors' first step after it (B: the step after the
             # generation line)
             t_resumed = t_kill + (f["kill_to_survivors_step_s"] or 0)
-            pause = pauses(run, t_kill, max(t_back, t_resumed), base["step_s"], dead)
+            pause, evaluating = pauses(run, t_kill, max(t_back, t_resumed), base["step_s"], dead)
+            f["evaluation_s_in_window"] = evaluating
+            f["wasted_worker_s_shared"] = (NODES * (t_back - t_kill - evaluating)
+                                           - useful * ws_s)
             if run.elastic:
                 n_surv = f["survivors"]
                 f["pause_s"] = pause
@@ -651,13 +658,13 @@ Definitions (times are when this script read the line from the hsgd-runs' stdout
   the survivors made between the kill and the restart ("recomputed").
 - killed node training again: B: rank 0's generation line that reports a joined node; C: the
   first step after the restart (every node trains again).
-- wasted worker-s, shared cores: 4 x (seconds from the kill until the killed node trains again)
-  minus the run's own seconds per worker-step before its first kill x the useful worker-steps
+- wasted worker-s, shared cores: 4 x (seconds from the kill until the killed node trains again,
+  less the epoch evaluations in them) minus the run's own seconds per worker-step before its first kill x the useful worker-steps
   done in that window (each step
   counts its world size; B subtracts the killed worker's local steps since its last averaging).
   The survivors use the absent node's core, so this counts only pauses and lost work.
 - wasted worker-s, one core per worker (model): B: 3 survivors x the pauses in rank 0's steps
-  (gaps > 5x A's median step, less one step) + the killed slot from the kill until it joins +
+  (gaps > 5x A's median step, less one step; a gap with an epoch's evaluation in it is not one) + the killed slot from the kill until it joins +
   its lost local steps x A's step time; C: 4 x the pauses + 4 x the recomputed steps x A's step.
   Both include the script's restart delay in the killed node's absence. "Less the delay"
   subtracts it once (the killed slot's own absence, which no recovery avoids): what is left is
@@ -736,8 +743,9 @@ def main():
                    "step (results as chaos_experiment_resnet20.*)")
     p.add_argument("--batch-size", type=int, default=32, help="resnet20: images per step and "
                    "worker (default 32)")
-    p.add_argument("--epochs", type=int, default=40)
-    p.add_argument("--train-subset", type=int, default=0, help="0: all 60000 examples")
+    p.add_argument("--epochs", type=int, default=None, help="default: 40 (mlp), 8 (resnet20)")
+    p.add_argument("--train-subset", type=int, default=None, help="0: all 60000 examples "
+                   "(default: 0 for mlp, 12000 for resnet20)")
     p.add_argument("--kills", type=int, default=3)
     p.add_argument("--kill-interval", type=float, nargs=2, default=[20.0, 40.0],
                    metavar=("MIN", "MAX"), help="seconds between kills (the first after the "
@@ -756,12 +764,18 @@ def main():
     p.add_argument("--out", default=os.path.join(ROOT, "docs", "results"))
     p.add_argument("--work", default=None, help="directory of the logs (default: a new one "
                    "under /tmp, kept)")
-    p.add_argument("--quick", action="store_true", help="smoke run: 12000 examples, 16 epochs, "
-                   "1 kill after 4-6 s, restart delay 2 s, checkpoints every 40 steps; results "
+    p.add_argument("--quick", action="store_true", help="smoke run: 12000 examples, 16 epochs "
+                   "(resnet20: 4000, 3), 1 kill after 4-6 s, restart delay 2 s, checkpoints every 40 steps; results "
                    "under the work directory")
     args = p.parse_args()
+    resnet = args.model == "resnet20"
+    if args.epochs is None:
+        args.epochs = 8 if resnet else 40
+    if args.train_subset is None:
+        args.train_subset = 12000 if resnet else 0
     if args.quick:
-        args.train_subset, args.epochs, args.kills = 12000, 16, 1
+        args.train_subset, args.epochs = (4000, 3) if resnet else (12000, 16)
+        args.kills = 1
         args.kill_interval, args.restart_delay, args.checkpoint_every = [4.0, 6.0], 2.0, 40
         args.run_timeout, args.stall_timeout = 180.0, 40.0
     build = os.path.abspath(args.build)
@@ -771,7 +785,7 @@ def main():
     args.train_bin = os.path.join(build, "apps", program, program)
     args.model_flags = [] if args.model == "mlp" else [
         "--model", "resnet20", "--dataset", "fashion-mnist", "--batch-size",
-        str(args.batch_size), "--lr", "0.05", "--threads", "1"]
+        str(args.batch_size), "--lr", "0.05", "--threads", "1", "--max-eval", "2000"]
     for b in (args.run_bin, args.rdzv_bin, args.train_bin):
         if not os.access(b, os.X_OK):
             sys.exit(f"chaos_experiment: {b} is missing; build it or pass --build")
