@@ -12,7 +12,8 @@ Communication follows hsgd (docs/communication.md): within a node an allreduce g
 shared memory; a group spanning N nodes with w >= 2 members on each and at most 64 ranks uses
 the two-level allreduce (reduce in the node, shard i of w allreduced over TCP by member i of
 every node, assemble in the node: each node's link carries 2 (N-1)/N x the buffer per direction
-for a ring); any other group is flat Gloo (halving-doubling up to 1 MiB, ring above).
+for a ring); any other group is flat Gloo with kAuto's choice (Net.gloo_latency_msgs: on 2 ranks
+the pinned ring up to 512 KiB, else halving-doubling up to 1 MiB, the ring above).
 
   scaling_model.py --check   predicted vs measured for the emulated-cluster runs; exit 1 when a
                              checked row is off by more than 15%
@@ -28,6 +29,11 @@ import sys
 
 MB = 1e6
 MiB = 1 << 20
+# kAuto's Gloo algorithm by size, as comm/process_group/process_group.h states it: the pinned ring
+# on 2 ranks up to kPinnedRingAllreduceBytes, halving-doubling up to kSmallAllreduceBytes, the
+# ring above.
+PINNED_RING_ALLREDUCE_BYTES = 512 * 1024
+SMALL_ALLREDUCE_BYTES = MiB
 TOLERANCE = 0.15
 
 # ---------------------------------------------------------------------------------------------
@@ -204,7 +210,9 @@ class Net:
         """Messages in sequence of hsgd's kAuto Gloo allreduce of p ranks."""
         if p <= 1:
             return 0
-        if nbytes <= MiB:
+        if p == 2 and nbytes <= PINNED_RING_ALLREDUCE_BYTES:
+            return p - 1  # pinned ring: one step carrying the whole buffer
+        if nbytes <= SMALL_ALLREDUCE_BYTES:
             return 2 * math.ceil(math.log2(p))  # halving-doubling
         return 2 * (p - 1)  # ring
 
@@ -223,7 +231,7 @@ class Net:
             # direction, each crossing one ring edge.
             sent_total = p * per_edge * (2 if group == "node" else 1)
             cpu = sent_total / self.tcp_cpu_rate
-            msgs = 2 * (p - 1) if (compressed or nbytes > MiB) else 2 * math.ceil(math.log2(p))
+            msgs = 2 * (p - 1) if compressed else self.gloo_latency_msgs(p, nbytes)
             wire = self.wire(per_edge, link_rate, idle) + msgs * self.alpha
             # bytes between the racks: a rack group sends none
             return 0.0, cpu, wire, (0.0 if group == "node" else per_edge)

@@ -11,6 +11,10 @@
 //               loop
 //   torch     - PyTorch dist.all_reduce on gloo (apps/bench/allreduce_bench_torch.py,
 //               /usr/bin/python3), run after the others
+//   tcp-NAME  - with --tcp-algorithms NAME,...: hsgd-tcp forced to the AllreduceAlgorithm of that
+//               name (to_string's: halving-doubling, ring-chunked, ring, pinned-ring), as
+//               another contender of the same rounds; printed in a second table, to compare
+//               what kAuto could choose
 // All on 127.0.0.1, float32 sums, one process per rank; rank 0's per-iteration times.
 //
 // Each size runs in rounds; every round runs every contender (but torch) once, the order rotated
@@ -20,7 +24,9 @@
 // round medians (hsgd-tcp over the fastest raw Gloo algorithm of that round).
 //
 //   allreduce_bench [--quick] [--ranks 2,4,8] [--rounds 5] [--no-torch] [--only hsgd-tcp,hd]
-// (--only runs the named contenders alone, e.g. under perf; the others' columns then read 0.)
+//                   [--tcp-algorithms pinned-ring,halving-doubling]
+// (--only runs the named contenders alone, e.g. under perf; the others' columns then read 0.
+// It does not filter the tcp-NAME contenders.)
 
 #include <gloo/allreduce_halving_doubling.h>
 #include <gloo/allreduce_ring.h>
@@ -57,6 +63,8 @@ struct Schedule {
   int rounds = 5;
   bool quick = false;
   std::vector<std::string> only;  // empty: every contender
+  // hsgd-tcp forced to each of these algorithms, contenders "tcp-" + to_string(algorithm).
+  std::vector<hsgd::comm::AllreduceAlgorithm> tcp_algorithms;
   // Untimed runs of each contender at the start of each round.
   int warmup(size_t bytes) const { return bytes <= (1u << 20) ? 2 : 1; }
   // Timed runs of each contender per round: fewer as messages grow, so that a full run (4 B to
@@ -127,6 +135,18 @@ std::string run_rank(int rank, int world, const std::filesystem::path& dir,
                                            .key_prefix = "ring/",
                                            .timeout = timeout,
                                            .allreduce_algorithm = comm::AllreduceAlgorithm::kRing});
+  // hsgd-tcp forced to each algorithm of --tcp-algorithms.
+  std::vector<std::pair<std::string, std::shared_ptr<comm::ProcessGroup>>> pg_forced;
+  for (auto algorithm : schedule.tcp_algorithms) {
+    const std::string name = std::string("tcp-") + comm::to_string(algorithm);
+    pg_forced.emplace_back(name, comm::init_process_group({.rank = rank,
+                                                           .world_size = world,
+                                                           .store = store,
+                                                           .key_prefix = name + "/",
+                                                           .timeout = timeout,
+                                                           .allreduce_algorithm = algorithm,
+                                                           .shared_memory = false}));
+  }
   // Raw Gloo: its own context of the same type (rendezvous::Context over TCP), own device.
   gloo::transport::tcp::attr attr;
   attr.hostname = "127.0.0.1";
@@ -162,6 +182,7 @@ std::string run_rank(int rank, int world, const std::filesystem::path& dir,
       return !schedule.only.empty() &&
              std::find(schedule.only.begin(), schedule.only.end(), c.name) == schedule.only.end();
     });
+    for (const auto& [name, group] : pg_forced) contenders.push_back({name, hsgd(*group, caller)});
     const auto samples = time_rounds(contenders, schedule, bytes);
     pg->barrier()->wait();
     if (rank != 0) continue;
@@ -173,6 +194,7 @@ std::string run_rank(int rank, int world, const std::filesystem::path& dir,
       results << "\n";
     }
   }
+  for (const auto& forced : pg_forced) forced.second->shutdown();
   pg_tcp->shutdown();
   pg_ring->shutdown();
   pg->shutdown();
@@ -238,16 +260,29 @@ std::string human_bytes(size_t b) {
   return std::to_string(b) + " B";
 }
 
-// One table row: the medians (0 for a contender left out with --only), hsgd-tcp / best raw Gloo
-// with its spread over rounds.
-void print_row(int world, size_t bytes, const std::map<std::string, Samples>& row,
-               double torch_us) {
+// The medians of one size by contender name, 0 for a contender that did not run.
+std::map<std::string, double> medians(const std::map<std::string, Samples>& row) {
   std::map<std::string, double> t;
-  for (const auto& name : kContenders) t[name] = row.count(name) ? row.at(name).pooled_median() : 0;
+  for (const auto& name : kContenders) t[name] = 0;
+  for (const auto& [name, samples] : row) t[name] = samples.pooled_median();
+  return t;
+}
+
+// The fastest raw Gloo algorithm that ran ("" when none did).
+std::string best_raw_gloo(std::map<std::string, double>& t) {
   std::string best;
   for (const auto& name : kRawGloo) {
     if (t[name] > 0 && (best.empty() || t[name] < t[best])) best = name;
   }
+  return best;
+}
+
+// One table row: the medians (0 for a contender left out with --only), hsgd-tcp / best raw Gloo
+// with its spread over rounds.
+void print_row(int world, size_t bytes, const std::map<std::string, Samples>& row,
+               double torch_us) {
+  std::map<std::string, double> t = medians(row);
+  const std::string best = best_raw_gloo(t);
   double ratio = 0, lo = 0, hi = 0;
   if (!best.empty() && t["hsgd-tcp"] > 0) {
     ratio = t["hsgd-tcp"] / t[best];
@@ -271,6 +306,20 @@ void print_row(int world, size_t bytes, const std::map<std::string, Samples>& ro
   std::fflush(stdout);
 }
 
+// One row of the second table (--tcp-algorithms): hsgd-tcp and each tcp-NAME, median and ratio
+// over the fastest raw Gloo algorithm of the same rounds.
+void print_forced_row(int world, size_t bytes, const std::map<std::string, Samples>& row,
+                      const std::vector<std::string>& forced) {
+  std::map<std::string, double> t = medians(row);
+  const std::string best = best_raw_gloo(t);
+  std::printf("%5d %7s |", world, human_bytes(bytes).c_str());
+  for (const auto& name : forced) {
+    const double ratio = best.empty() || t[best] == 0 ? 0 : t[name] / t[best];
+    std::printf(" %9.1f %5.2f |", t[name], ratio);
+  }
+  std::printf(" %9.1f %-9s\n", best.empty() ? 0 : t[best], ("(" + best + ")").c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -288,9 +337,20 @@ int main(int argc, char** argv) {
       ->delimiter(',');
   app.add_option("--min-bytes", min_bytes, "smallest message");
   app.add_option("--max-bytes", max_bytes, "largest message");
+  std::vector<std::string> tcp_algorithm_names;
+  app.add_option("--tcp-algorithms", tcp_algorithm_names,
+                 "also run hsgd-tcp forced to each of these algorithms (contenders tcp-NAME; "
+                 "halving-doubling, ring-chunked, ring, pinned-ring), shown in a second table")
+      ->delimiter(',')
+      ->check(CLI::IsMember(allreduce_algorithm_names()));
   std::string torch_script = HSGD_BENCH_DIR "/allreduce_bench_torch.py";
   app.add_option("--torch-script", torch_script, "path of allreduce_bench_torch.py");
   CLI11_PARSE(app, argc, argv);
+  std::vector<std::string> forced = {"hsgd-tcp"};  // the second table's contenders
+  for (const auto& name : tcp_algorithm_names) {
+    schedule.tcp_algorithms.push_back(allreduce_algorithm_named(name));
+    forced.push_back("tcp-" + name);
+  }
 
   std::vector<size_t> sizes;
   if (schedule.quick) {
@@ -308,8 +368,9 @@ int main(int argc, char** argv) {
   std::printf("%5s %7s | %9s %9s %10s %9s | %9s %9s %9s %-9s | %9s | %6s %11s | %6s\n", "ranks",
               "bytes", "hsgd", "hsgd-tcp", "tcp-worker", "hsgd-ring", "ring", "chunked", "hd",
               "(best)", "torch", "tcp/gl", "spread", "hsgd/gl");
+  std::map<int, std::map<size_t, std::map<std::string, Samples>>> all_rows;  // by world, bytes
   for (int world : worlds) {
-    std::map<size_t, std::map<std::string, Samples>> rows;
+    std::map<size_t, std::map<std::string, Samples>>& rows = all_rows[world];
     try {
       rows = run_world(world, sizes, schedule);
     } catch (const hsgd::Error& e) {
@@ -328,5 +389,14 @@ int main(int argc, char** argv) {
       "the group's worker thread; hsgd-ring: hsgd-tcp forced to Gloo's ring. tcp/gl: hsgd-tcp\n"
       "over the fastest raw Gloo algorithm (lower is better; medians over all rounds), spread:\n"
       "the smallest and largest ratio of one round's medians; hsgd/gl: hsgd over the same.\n");
+  if (forced.size() == 1) return 0;
+  std::printf(
+      "\nhsgd-tcp forced to each algorithm, in the same rounds: median us and / best raw Gloo\n");
+  std::printf("%5s %7s |", "ranks", "bytes");
+  for (const auto& name : forced) std::printf(" %-15s |", name.c_str());
+  std::printf(" %-19s\n", "best raw Gloo");
+  for (const auto& [world, rows] : all_rows) {
+    for (const auto& [bytes, row] : rows) print_forced_row(world, bytes, row, forced);
+  }
   return 0;
 }

@@ -6,6 +6,7 @@
 // the resident-memory growth of a rank over the timed calls.
 //
 //   averaging_bench [--world 4] [--iters-small 100] [--iters-large 10] [--quick] [--no-torch]
+//                   [--algorithm auto|halving-doubling|ring-chunked|ring|pinned-ring]
 
 #include <unistd.h>
 
@@ -166,8 +167,8 @@ int main(int argc, char** argv) {
   app.add_option("--torch-script", script, "the PyTorch side");
   std::string algorithm_name = "auto";
   app.add_option("--algorithm", algorithm_name,
-                 "hsgd allreduce: auto, ring, ring-chunked, halving-doubling")
-      ->check(CLI::IsMember({"auto", "ring", "ring-chunked", "halving-doubling"}));
+                 "hsgd allreduce: auto, halving-doubling, ring-chunked, ring, pinned-ring")
+      ->check(CLI::IsMember(allreduce_algorithm_names()));
   app.add_flag("--quick", quick, "few iterations");
   app.add_flag("--no-torch", no_torch, "skip PyTorch");
   bool no_tcp = false;
@@ -179,12 +180,7 @@ int main(int argc, char** argv) {
               << "\n";
     return 2;
   }
-  using hsgd::comm::AllreduceAlgorithm;
-  const AllreduceAlgorithm algorithm =
-      algorithm_name == "ring"               ? AllreduceAlgorithm::kRing
-      : algorithm_name == "ring-chunked"     ? AllreduceAlgorithm::kRingChunked
-      : algorithm_name == "halving-doubling" ? AllreduceAlgorithm::kHalvingDoubling
-                                             : AllreduceAlgorithm::kAuto;
+  const hsgd::comm::AllreduceAlgorithm algorithm = allreduce_algorithm_named(algorithm_name);
   if (quick) {
     iters_small = 10;
     iters_large = 3;

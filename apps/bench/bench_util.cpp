@@ -187,3 +187,28 @@ double process_cpu_seconds(pid_t pid) {
   }
   return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
+
+namespace {
+
+constexpr hsgd::comm::AllreduceAlgorithm kAllreduceAlgorithms[] = {
+    hsgd::comm::AllreduceAlgorithm::kAuto, hsgd::comm::AllreduceAlgorithm::kHalvingDoubling,
+    hsgd::comm::AllreduceAlgorithm::kRingChunked, hsgd::comm::AllreduceAlgorithm::kRing,
+    hsgd::comm::AllreduceAlgorithm::kPinnedRing};
+
+}  // namespace
+
+std::vector<std::string> allreduce_algorithm_names() {
+  std::vector<std::string> names;
+  for (auto algorithm : kAllreduceAlgorithms) names.emplace_back(hsgd::comm::to_string(algorithm));
+  return names;
+}
+
+hsgd::comm::AllreduceAlgorithm allreduce_algorithm_named(const std::string& name) {
+  for (auto algorithm : kAllreduceAlgorithms) {
+    if (name == hsgd::comm::to_string(algorithm)) return algorithm;
+  }
+  std::string valid;
+  for (const auto& n : allreduce_algorithm_names()) valid += (valid.empty() ? "" : ", ") + n;
+  throw hsgd::InvalidArgument("unknown allreduce algorithm '" + name + "', expected one of " +
+                              valid);
+}

@@ -1,7 +1,7 @@
 #pragma once
 // What every benchmark under apps/bench/ shares: the median its tables report, a runner that forks
-// ranks (or one measurement) with a deadline, and the call of a PyTorch script whose results come
-// back as "RESULT ..." lines.
+// ranks (or one measurement) with a deadline, the call of a PyTorch script whose results come
+// back as "RESULT ..." lines, and the names of the allreduce algorithms a benchmark may force.
 //
 // Usage:
 //   const std::vector<std::string> out = run_forked_ranks(2, std::chrono::minutes(1), "demo",
@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "comm/error.h"
+#include "comm/process_group/process_group.h"
 
 // The median of `values`: the middle value of an odd count, the mean of the two middle values of
 // an even count (Python's statistics.median, which the PyTorch scripts use). Throws
@@ -50,3 +51,12 @@ double process_status_kb(pid_t pid, const std::string& field);
 
 // User + system CPU seconds of process pid so far (/proc/PID/stat); -1 when it cannot be read.
 double process_cpu_seconds(pid_t pid);
+
+// Every hsgd::comm::AllreduceAlgorithm by the name to_string gives it ("auto", "halving-doubling",
+// "ring-chunked", "ring", "pinned-ring"), in declaration order: the choices of a benchmark's
+// --algorithm option.
+std::vector<std::string> allreduce_algorithm_names();
+
+// The algorithm whose to_string is `name`; throws hsgd::InvalidArgument naming `name` and the
+// valid names otherwise.
+hsgd::comm::AllreduceAlgorithm allreduce_algorithm_named(const std::string& name);

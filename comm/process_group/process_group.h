@@ -135,14 +135,24 @@ enum class AllreduceAlgorithm {
 };
 const char* to_string(AllreduceAlgorithm algorithm);
 
-// kAuto over Gloo: buffers of at most this many bytes use a pinned algorithm (halving-doubling,
-// or kPinnedRing up to 1 MiB on 2 ranks), larger ones kRing. See
-// comm/process_group/detail/gloo_allreduce.cpp for the measurements behind the numbers.
-inline constexpr size_t kSmallAllreduceBytes = 4u << 20;
+// kAuto over Gloo (shared memory off, or members on several nodes) picks by the buffer's bytes
+// and the group's size, the same on every rank:
+// - up to kPinnedRingAllreduceBytes on 2 ranks: kPinnedRing, one step where halving-doubling
+//   needs two. Above it, one message of the whole buffer loses to halving-doubling's two halves.
+//   Not on more ranks, whose sums could differ in the last bits (see kPinnedRing).
+// - up to kSmallAllreduceBytes: kHalvingDoubling, 2 log2(p) steps without a per-message
+//   handshake.
+// - above: kRing on the caller's memory. It skips halving-doubling's copy in and out and
+//   pipelines its segments, which from here on outweighs its receive-ready round trip per
+//   segment (milliseconds on small buffers).
+// The measurements behind the numbers: docs/benchmarks.md, "Allreduce".
+inline constexpr size_t kPinnedRingAllreduceBytes = 512u << 10;
+inline constexpr size_t kSmallAllreduceBytes = 1u << 20;
 // The pinned algorithm objects (halving-doubling, ring-chunked, pinned ring) are built once per
-// (type, count, op) over a group-owned buffer (the caller's data is copied in and out) and
-// cached, least recently used first out, up to this many buffer bytes. A buffer larger than the
-// whole cache runs kRing on the caller's memory instead.
+// (type, count, op) and cached, least recently used first out, up to this many buffer bytes;
+// halving-doubling and ring-chunked run on a group-owned buffer (the caller's data is copied in
+// and out), the pinned ring on the caller's. A buffer larger than the whole cache runs kRing on
+// the caller's memory instead.
 inline constexpr size_t kAllreduceCacheBytes = 256u << 20;
 
 class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {

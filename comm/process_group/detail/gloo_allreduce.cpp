@@ -19,8 +19,10 @@
 // ---- algorithm choice (kAuto) ----
 // Pinned algorithms (gloo::AllreduceRing, AllreduceHalvingDoubling, AllreduceRingChunked): the
 // sender writes straight into a slot the receiver registered once, no per-message handshake, so
-// they win while latency dominates. Each is built once per (type, count, op) over a group-owned
-// buffer and cached; the caller's data is copied in and out. Above kSmallAllreduceBytes (4 MiB):
+// they win while latency dominates. Each is built once per (type, count, op) and cached;
+// halving-doubling and ring-chunked register a group-owned buffer, into and out of which the
+// caller's data is copied, the pinned ring only its own inbox and outbox, so it reduces the
+// caller's buffer (CallerBufferRing). Above kSmallAllreduceBytes:
 // gloo::allreduce's ring (kRing) on the caller's memory: no copy, no cached state, 2 (p-1)/p of
 // the data per link, segments pipelined, but a receive-ready round trip per segment, which costs
 // milliseconds at small sizes.
@@ -31,32 +33,9 @@
 // so on 3 or more ranks the ranks' sums may differ in the last bits, and hsgd promises the same
 // bits on every rank (replicas must stay identical; shm_allreduce_test checks it). On 2 ranks
 // each computes a + b or b + a, which IEEE addition makes equal. Halving-doubling reduces each
-// element on one rank and sends it to the others, so its bits agree everywhere.
-//
-// Measured with apps/bench/allreduce_bench (the raw Gloo columns: each algorithm on the caller's
-// buffer; kRing: the hsgd-ring column) on the 2-core development VM over loopback, medians of 5
-// rounds; ranges are two runs under a load average of 6-17 from other jobs:
-//   small, us     pinned ring  halving-doubling
-//   2 ranks 16 KiB   110-133     223-314
-//   2 ranks 1 MiB    460-814     483-1084
-//   3 ranks 16 KiB   394         386            (64 KiB: 476 against 391)
-//   4 ranks 16 B     667         769            (4 B, one element: 786 against 546)
-//   4 ranks 16 KiB   729-777     890-1000
-//   4 ranks 64 KiB   889-952     841-929
-//   4 ranks 256 KiB  1120-1271   911-1113
-//   8 ranks 64 KiB   4470-5761   2569-3744
-//   large, ms     halving-doubling  ring-chunked  kRing
-//   2 ranks 4 MiB    3.4-4.0          3.8-5.1       5.1-5.7
-//   4 ranks 4 MiB    7.5-9.6          10.2-10.8     8.8-12.6
-//   8 ranks 4 MiB    16.0-20.7        31.7-32.3     23.1-23.2
-//   2 ranks 16 MiB   12.3-16.1        13.2-14.7     14.6-16.9
-//   8 ranks 16 MiB   68-103           97-156        71-103
-//   2 ranks 64 MiB   59-86            69-75         57-74
-//   4 ranks 64 MiB   193-282          273-317       170-212
-//   8 ranks 64 MiB   444-550          496-561       352-537
-// Halving-doubling, copies included, stays ahead of kRing up to 4 MiB on every rank count; at
-// 16 MiB they tie and from 64 MiB kRing's zero-copy pipeline wins. The pinned ring carries the
-// whole buffer p - 1 times and falls far behind at large sizes (2.3 s at 8 ranks, 64 MiB).
+// element on one rank and sends it to the others, so its bits agree everywhere. The thresholds
+// (process_group.h) come from apps/bench/allreduce_bench --tcp-algorithms; its tables are in
+// docs/benchmarks.md, "Allreduce".
 
 namespace hsgd::detail {
 
@@ -100,9 +79,6 @@ std::atomic<int> sizings_run{0};  // calls of size_send_buffers in this process
 
 }  // namespace
 
-// kPinnedRing on 2 ranks up to this many bytes; see the measurements above.
-constexpr size_t kPinnedRingBytes = size_t{1} << 20;
-
 AllreduceAlgorithm choose_gloo_algorithm(AllreduceAlgorithm requested, size_t count,
                                          size_t element_bytes, int ranks) {
   const size_t bytes = count * element_bytes;
@@ -110,7 +86,7 @@ AllreduceAlgorithm choose_gloo_algorithm(AllreduceAlgorithm requested, size_t co
   if (algorithm == AllreduceAlgorithm::kAuto) {
     if (bytes > comm::kSmallAllreduceBytes) {
       algorithm = AllreduceAlgorithm::kRing;
-    } else if (ranks == 2 && bytes <= kPinnedRingBytes) {
+    } else if (ranks == 2 && bytes <= comm::kPinnedRingAllreduceBytes) {
       algorithm = AllreduceAlgorithm::kPinnedRing;
     } else {
       algorithm = AllreduceAlgorithm::kHalvingDoubling;
@@ -164,13 +140,30 @@ void size_send_buffers(gloo::Context& context) {
 
 }  // namespace
 
+// gloo::AllreduceRing on the caller's buffer (kPinnedRing without hsgd's copy in and out): the
+// ring registers only its own inbox and outbox with the pairs and touches ptrs_[0] through memcpy
+// and the reduction within run(), so ptrs_[0] can point at each call's data.
+template <typename T>
+class CallerBufferRing : public gloo::AllreduceRing<T> {
+ public:
+  using gloo::AllreduceRing<T>::AllreduceRing;
+  // data is (count,) as constructed; reduced in place.
+  void run_on(T* data) {
+    this->ptrs_[0] = data;
+    this->run();
+    this->ptrs_[0] = nullptr;  // never read outside run_on
+  }
+};
+
 // Gloo algorithm objects with the buffer they reduce, least recently used evicted first. The
 // sequence of (type, count, op) is the same on every rank (the group contract), so hits, misses
 // and evictions, and with them Gloo's slot numbers, agree across ranks.
 class GlooAllreduce::Cache {
  public:
   struct Entry {
-    std::vector<double> storage;  // the buffer the algorithm reduces (double keeps alignment)
+    // The buffer the algorithm reduces (double keeps alignment); empty for kPinnedRing
+    // (CallerBufferRing), which reduces the caller's.
+    std::vector<double> storage;
     std::unique_ptr<gloo::Algorithm> algorithm;
     size_t bytes = 0;
   };
@@ -200,16 +193,17 @@ class GlooAllreduce::Cache {
     lru_.push_front(key);
     Entry entry;
     entry.bytes = bytes;
-    entry.storage.resize((bytes + sizeof(double) - 1) / sizeof(double) + 1);
-    T* ptr = reinterpret_cast<T*>(entry.storage.data());
-    const std::vector<T*> ptrs{ptr};
+    if (algorithm != AllreduceAlgorithm::kPinnedRing) {
+      entry.storage.resize((bytes + sizeof(double) - 1) / sizeof(double) + 1);
+    }
+    const std::vector<T*> ptrs{reinterpret_cast<T*>(entry.storage.data())};
     const int n = static_cast<int>(count);
     if (algorithm == AllreduceAlgorithm::kHalvingDoubling) {
       entry.algorithm = std::make_unique<gloo::AllreduceHalvingDoubling<T>>(
           context, ptrs, n, reduction_function<T>(algo_op));
     } else if (algorithm == AllreduceAlgorithm::kPinnedRing) {
-      entry.algorithm = std::make_unique<gloo::AllreduceRing<T>>(context, ptrs, n,
-                                                                 reduction_function<T>(algo_op));
+      entry.algorithm =
+          std::make_unique<CallerBufferRing<T>>(context, ptrs, n, reduction_function<T>(algo_op));
     } else {
       entry.algorithm = std::make_unique<gloo::AllreduceRingChunked<T>>(
           context, ptrs, n, reduction_function<T>(algo_op));
@@ -238,7 +232,10 @@ void GlooAllreduce::allreduce_impl(std::span<T> data, ReduceOp op, AllreduceAlgo
                                    uint32_t tag) {
   const AllreduceAlgorithm algorithm =
       choose_gloo_algorithm(requested, data.size(), sizeof(T), context_->size);
-  if (algorithm != AllreduceAlgorithm::kRing) {
+  if (algorithm == AllreduceAlgorithm::kPinnedRing) {
+    auto& entry = cache_->get<T>(context_, data.size(), op, algorithm);
+    static_cast<CallerBufferRing<T>&>(*entry.algorithm).run_on(data.data());
+  } else if (algorithm != AllreduceAlgorithm::kRing) {
     auto& entry = cache_->get<T>(context_, data.size(), op, algorithm);
     T* buffer = reinterpret_cast<T*>(entry.storage.data());
     std::copy(data.begin(), data.end(), buffer);

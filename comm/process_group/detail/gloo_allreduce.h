@@ -1,7 +1,7 @@
 #pragma once
 // GlooAllreduce: the Gloo side of ProcessGroup::allreduce (comm-internal): which Gloo algorithm
 // an allreduce runs (choose_gloo_algorithm) and the cache of Gloo's pinned-buffer algorithm
-// objects. The measurements behind the choice are in gloo_allreduce.cpp.
+// objects. The measurements behind the choice are in docs/benchmarks.md, "Allreduce".
 //
 // CONTRACT: the same sequence of calls (type, count, op, algorithm) on every rank of the
 // context, one at a time (the group's collective queue runs them). Errors are Gloo's
@@ -25,10 +25,10 @@ class Context;
 namespace hsgd::detail {
 
 // The algorithm an allreduce of count elements of element_bytes each over `ranks` ranks runs when
-// the group asks for `requested`: kAuto picks kPinnedRing for small buffers on 2 ranks,
-// halving-doubling for the other buffers up to kSmallAllreduceBytes and kRing above (the
-// thresholds and their measurements are in gloo_allreduce.cpp); a buffer larger than the cache
-// (kAllreduceCacheBytes) or than Gloo's int count always runs kRing. Never returns kAuto.
+// the group asks for `requested`: kAuto picks kPinnedRing up to kPinnedRingAllreduceBytes on 2
+// ranks, halving-doubling for the other buffers up to kSmallAllreduceBytes and kRing above (the
+// rule and its reasons are at those constants in process_group.h); a buffer larger than the
+// cache (kAllreduceCacheBytes) or than Gloo's int count always runs kRing. Never returns kAuto.
 comm::AllreduceAlgorithm choose_gloo_algorithm(comm::AllreduceAlgorithm requested, size_t count,
                                                size_t element_bytes, int ranks);
 

@@ -111,9 +111,8 @@ TEST_P(CollectivesTest, AllOpsMatchClosedForm) {
     ASSERT_EQ(pg->size(), world);
     ASSERT_EQ(pg->uses_shared_memory(), shm && world > 1);
     // 1,000,000 elements on every other world size keeps 8 processes on 2 cores fast. Over TCP,
-    // 1, 1000 and 100000 take the pinned ring on 2 ranks, halving-doubling on more, and so does
-    // 1,000,000 (4 MB); kAuto's ring above 4 MiB is in
-    // SendBuffersAreSizedOnlyBeforeTheFirstPinnedAllreduce, every algorithm forced below.
+    // 1, 1000 and 100000 take the pinned ring on 2 ranks, halving-doubling on more, and
+    // 1,000,000 (4 MB) the ring on the caller's memory; every algorithm forced below.
     std::vector<size_t> sizes{1, 1000, 100000};
     if (world % 2 == 1 || world == 8) sizes.push_back(1000000);
     for (size_t n : sizes) {
@@ -166,33 +165,40 @@ TEST(ProcessGroupTest, EveryAllreduceAlgorithmAtEverySize) {
   }
 }
 
-// kAuto over Gloo as gloo_allreduce.cpp derives it from measurements: the pinned ring up to 1 MiB
+// kAuto over Gloo as process_group.h states it: the pinned ring up to kPinnedRingAllreduceBytes
 // on 2 ranks only (on more its sums may differ in the last bits between ranks), halving-doubling
-// up to 4 MiB, the ring on the caller's memory above; forced choices stand unless the buffer
-// exceeds the cache.
+// up to kSmallAllreduceBytes, the ring on the caller's memory above; forced choices stand unless
+// the buffer exceeds the cache.
 TEST(ProcessGroupTest, AutoAlgorithmFollowsSizeAndRanks) {
   using hsgd::detail::choose_gloo_algorithm;
   const auto pinned_ring = AllreduceAlgorithm::kPinnedRing;
   const auto hd = AllreduceAlgorithm::kHalvingDoubling;
   const auto ring = AllreduceAlgorithm::kRing;
   const auto auto_ = AllreduceAlgorithm::kAuto;
+  const size_t pinned_floats = kPinnedRingAllreduceBytes / sizeof(float);
+  const size_t small_floats = kSmallAllreduceBytes / sizeof(float);
   struct Case {
     size_t count;
     int ranks;
     AllreduceAlgorithm expected;
   };
   for (const Case& c : std::vector<Case>{{1, 2, pinned_ring},
-                                         {size_t{1} << 18, 2, pinned_ring},  // 1 MiB
-                                         {(size_t{1} << 18) + 1, 2, hd},
+                                         {pinned_floats, 2, pinned_ring},
+                                         {pinned_floats + 1, 2, hd},
+                                         {small_floats, 2, hd},
+                                         {small_floats + 1, 2, ring},
                                          {1, 3, hd},
                                          {4, 4, hd},
                                          {4096, 4, hd},
+                                         {pinned_floats, 4, hd},
+                                         {small_floats, 4, hd},
+                                         {small_floats + 1, 4, ring},
                                          {4, 8, hd},
-                                         {size_t{1} << 20, 8, hd},  // 4 MiB
-                                         {(size_t{1} << 20) + 1, 2, ring},
-                                         {(size_t{1} << 20) + 1, 8, ring}}) {
+                                         {small_floats, 8, hd},
+                                         {small_floats + 1, 8, ring}}) {
     EXPECT_EQ(choose_gloo_algorithm(auto_, c.count, sizeof(float), c.ranks), c.expected)
-        << c.count << " floats on " << c.ranks << " ranks: expected " << to_string(c.expected);
+        << c.count << " floats on " << c.ranks << " ranks: expected " << to_string(c.expected)
+        << ", got " << to_string(choose_gloo_algorithm(auto_, c.count, sizeof(float), c.ranks));
   }
   EXPECT_EQ(choose_gloo_algorithm(AllreduceAlgorithm::kRingChunked, 1, sizeof(float), 8),
             AllreduceAlgorithm::kRingChunked);
@@ -359,7 +365,7 @@ TEST(ProcessGroupTest, SendBuffersAreSizedOnlyBeforeTheFirstPinnedAllreduce) {
     check_broadcast(*pg, 1000, 1);
     check_allgather(*pg, 1000);
     pg->barrier()->wait();
-    std::vector<float> big(size_t{1} << 22, 1.0f);  // beyond the cache: the unbound ring
+    std::vector<float> big(size_t{1} << 22, 1.0f);  // above kSmallAllreduceBytes: the unbound ring
     pg->allreduce(std::span<float>(big), ReduceOp::kSum)->wait();
     EXPECT_EQ(big.front(), 3.0f);
     EXPECT_EQ(hsgd::detail::send_buffer_sizings(), 0) << "unbound collectives sized them";
