@@ -78,7 +78,8 @@ TEST(LaunchAgentTest, TwoNodes_FailureOnOneStopsBothWithOneRootCause) {
   // pids (at most 5 s), so that every rank is known to have started; everyone else would sleep
   // for a minute.
   const std::string d = dir.string();
-  const std::string script = "echo $$ > " + d +
+  // The pid is written under another name and renamed: pid_$RANK exists only once it holds it.
+  const std::string script = "echo $$ > " + d + "/tmp_$RANK && mv " + d + "/tmp_$RANK " + d +
                              "/pid_$RANK; "
                              "if [ $RANK = 2 ]; then for i in $(seq 500); do [ -e " +
                              d + "/pid_0 ] && [ -e " + d + "/pid_1 ] && [ -e " + d +
@@ -116,7 +117,9 @@ TEST(LaunchAgentTest, TwoNodes_FailureOnOneStopsBothWithOneRootCause) {
 TEST(LaunchAgentTest, StopRequest_ForwardsSignalThenKillsAfterGrace) {
   const auto dir = hsgd::testing::unique_temp_dir("agent_stop");
   // Rank 0 ignores SIGTERM (needs the SIGKILL), rank 1 dies of it.
-  const std::string script = "echo $$ > " + dir.string() +
+  // The pid is written under another name and renamed: pid_$RANK exists only once it holds it.
+  const std::string d = dir.string();
+  const std::string script = "echo $$ > " + d + "/tmp_$RANK && mv " + d + "/tmp_$RANK " + d +
                              "/pid_$RANK; "
                              "if [ $RANK = 0 ]; then trap '' TERM; fi; sleep 60";
   auto options = shell_job(script, dir / "logs");
