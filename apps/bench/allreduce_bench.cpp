@@ -121,31 +121,26 @@ std::string run_rank(int rank, int world, const std::filesystem::path& dir,
   const auto timeout = std::chrono::seconds(120);
   auto pg = comm::init_process_group(
       {.rank = rank, .world_size = world, .store = store, .timeout = timeout});
+  // A group of its own (keys under prefix) with the given allreduce algorithm and shared memory.
+  const auto group = [&](const std::string& prefix, comm::AllreduceAlgorithm algorithm,
+                         bool shared_memory) {
+    return comm::init_process_group({.rank = rank,
+                                     .world_size = world,
+                                     .store = store,
+                                     .key_prefix = prefix,
+                                     .timeout = timeout,
+                                     .allreduce_algorithm = algorithm,
+                                     .shared_memory = shared_memory});
+  };
   // hsgd with shared memory off: kAuto over Gloo's TCP transport, as between nodes.
-  auto pg_tcp = comm::init_process_group({.rank = rank,
-                                          .world_size = world,
-                                          .store = store,
-                                          .key_prefix = "tcp/",
-                                          .timeout = timeout,
-                                          .shared_memory = false});
+  auto pg_tcp = group("tcp/", comm::AllreduceAlgorithm::kAuto, false);
   // hsgd forced to Gloo's unbound-buffer ring (zero copy), to document the kAuto choice.
-  auto pg_ring = comm::init_process_group({.rank = rank,
-                                           .world_size = world,
-                                           .store = store,
-                                           .key_prefix = "ring/",
-                                           .timeout = timeout,
-                                           .allreduce_algorithm = comm::AllreduceAlgorithm::kRing});
+  auto pg_ring = group("ring/", comm::AllreduceAlgorithm::kRing, true);
   // hsgd-tcp forced to each algorithm of --tcp-algorithms.
   std::vector<std::pair<std::string, std::shared_ptr<comm::ProcessGroup>>> pg_forced;
   for (auto algorithm : schedule.tcp_algorithms) {
     const std::string name = std::string("tcp-") + comm::to_string(algorithm);
-    pg_forced.emplace_back(name, comm::init_process_group({.rank = rank,
-                                                           .world_size = world,
-                                                           .store = store,
-                                                           .key_prefix = name + "/",
-                                                           .timeout = timeout,
-                                                           .allreduce_algorithm = algorithm,
-                                                           .shared_memory = false}));
+    pg_forced.emplace_back(name, group(name + "/", algorithm, false));
   }
   // Raw Gloo: its own context of the same type (rendezvous::Context over TCP), own device.
   gloo::transport::tcp::attr attr;
