@@ -1,6 +1,7 @@
 #include "apps/common/elastic_training.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -95,13 +96,21 @@ void refuse_unsupported(const TrainingFlags& flags, const ElasticRun& run) {
                 "happens at the end of each epoch");
 }
 
-// The top level's settled state (outer anchor and momentum) with what it belongs to: the
-// level's description, so that a generation whose top level differs (levels dropped on fewer
-// ranks) starts it afresh.
+// The top level's settled state (outer anchor and momentum, this rank's residual) with what it
+// belongs to: the level's description, so that a generation whose top level differs (levels
+// dropped on fewer ranks) starts it afresh.
 struct TopLevelCarry {
-  std::string level;  // describe(options) of the averager's last level; empty: nothing
-  StateDict state;    // "levels.<i>.anchor", "levels.<i>.outer_momentum" (settled_level_state)
+  std::string level;  // carry_key() of the averager's last level; empty: nothing
+  StateDict state;    // "levels.<i>.anchor", "outer_momentum", "residual" (settled_level_state)
 };
+
+// The level's description with a group of the whole world spelled "world": a world level is the
+// same level on any number of ranks (its anchor is the world's last common point), while a
+// fixed-size level that now spans the world (4:4 on 4 ranks) keeps its size.
+std::string carry_key(distributed::LevelOptions level, int world_size) {
+  if (level.group_size == world_size) level.group_size = distributed::kWholeGroup;
+  return distributed::describe(level);
+}
 
 // FNV-1a over the bytes of the model's parameters. Buffers (BatchNorm statistics) may differ
 // between replicas as optimizer state does: each rank updates them from its own batches.
@@ -423,8 +432,14 @@ class ElasticTrainer {
   // Collective over the new world: a top level that keeps state (outer optimizer, compression)
   // continues from the source's anchor and outer momentum, on every rank (a failure during an
   // averaging may have left the survivors' anchors apart), when the source's previous top level
-  // was the same level; else it starts afresh (its first averaging is plain). Lower levels and
-  // error-feedback residuals always start afresh: their groups change with the membership.
+  // was the same level; else it starts afresh (its first averaging is plain). With it, each rank
+  // keeps its own error-feedback residual when its previous top level was the same level and
+  // left one settled (no averaging pending there, see settled_level_state): the residual is the
+  // part of this rank's past contributions that rounding kept back, and adding it to the next
+  // averaging delivers it whatever the group (it is in units of the group's sum, so it enters
+  // the next mean divided by the new group size). A joiner has contributed nothing and starts at
+  // zero; so does a rank whose ring was interrupted. Lower levels always start afresh: their
+  // groups change with the membership.
   void carry_top_level(comm::ProcessGroup& world, int source) {
     distributed::ModelAverager& averager = *parallel_.averager;
     const size_t top = averager.level_options().size() - 1;
@@ -434,9 +449,10 @@ class ElasticTrainer {
     std::string bytes;
     if (world.rank() == source) {
       StateDict carry;
-      if (top_carry_.level == distributed::describe(options)) {
+      if (top_carry_.level == carry_key(options, world.size())) {
         for (const auto& [key, value] : top_carry_.state.entries()) {
-          carry.set(key.substr(key.rfind('.') + 1), value);  // "anchor", "outer_momentum"
+          const std::string name = key.substr(key.rfind('.') + 1);
+          if (name == "anchor" || name == "outer_momentum") carry.set(name, value);
         }
       }
       bytes = checkpoint::encode_state(source, replica_.step, carry).SerializeAsString();
@@ -453,11 +469,36 @@ class ElasticTrainer {
     state.set("step", replica_.step);
     const std::string level = "levels." + std::to_string(top) + ".";
     for (const auto& [key, value] : carry.entries()) state.set(level + key, value);
+    // {kept a residual, kept a non-zero one} on this rank.
+    std::array<int64_t, 2> mine{0, 0};
+    if (top_carry_.level == carry_key(options, world.size())) {
+      for (const auto& [key, value] : top_carry_.state.entries()) {
+        if (!key.ends_with(".residual")) continue;
+        state.set(level + "residual", value);
+        mine[0] = 1;
+        for (const float e : top_carry_.state.get_tensor(key).to_vector()) {
+          mine[1] |= static_cast<int64_t>(e != 0.0f);
+        }
+      }
+    }
     averager.load_state_dict(state);
+    std::vector<int64_t> all(2 * static_cast<size_t>(world.size()));
+    world.allgather(std::span<const int64_t>(mine), std::span<int64_t>(all), "elastic residuals")
+        ->wait();
+    int64_t kept = 0;
+    int64_t nonzero = 0;
+    for (size_t r = 0; r < all.size(); r += 2) {
+      kept += all[r];
+      nonzero += all[r + 1];
+    }
     carried_ =
         str_cat("; top level ", distributed::describe(options),
                 carry.contains("outer_momentum") ? ": anchor and outer momentum" : ": anchor",
                 " from rank ", source);
+    if (options.error_feedback) {
+      carried_ += str_cat(", error-feedback residuals kept on ", kept, " of ", world.size(),
+                          " ranks (non-zero on ", nonzero, ")");
+    }
   }
 
   // The workers of the previous generation entered that are not in the current one.
@@ -499,9 +540,9 @@ class ElasticTrainer {
     if (parallel_.averager &&
         distributed::is_anchored(parallel_.averager->level_options().back())) {
       const auto& levels = parallel_.averager->level_options();
-      top_carry_ =
-          TopLevelCarry{.level = distributed::describe(levels.back()),
-                        .state = parallel_.averager->settled_level_state(levels.size() - 1)};
+      top_carry_ = TopLevelCarry{
+          .level = carry_key(levels.back(), parallel_.averager->process_group()->size()),
+          .state = parallel_.averager->settled_level_state(levels.size() - 1)};
     }
     batch_.reset();
     loader_.reset();

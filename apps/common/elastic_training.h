@@ -49,8 +49,10 @@
 // (--epochs x batches per rank then, capped by --max-steps) or when the epochs are done.
 //
 // Level options: the top level's outer anchor and momentum continue across generations (every
-// rank takes the source rank's at each state agreement); lower levels and error-feedback
-// residuals start afresh (docs/elastic.md, "Level options under churn").
+// rank takes the source rank's at each state agreement; a world level is the same level on any
+// number of ranks), and each rank keeps its own error-feedback residual when no averaging of
+// that level was pending as it left (joiners start at zero); lower levels start afresh
+// (docs/elastic.md, "Level options under churn").
 // Not supported in an elastic run (refused with a message naming the flag): --checkpoint-dir
 // (the live peers hold the state) and --eval-every.
 //

@@ -17,7 +17,10 @@
 # hashes on all 4 ranks (train_mlp fails the job if they differ, so a half-applied averaging
 # would stop it); both hsgd-runs exit 0; rank 0's steps run 1..N once each. With the outer
 # optimizer, every generation after the first continues the top level from rank 0's anchor and
-# outer momentum (the generation lines say so).
+# outer momentum (the generation lines say so), and no rank keeps an error-feedback residual (the
+# survivors' ring was interrupted, the joiners start at zero).
+# Then a node joins a running job of 2 one-worker nodes with an overlapped bf16 world level (see
+# there).
 # Every process is started here and stopped by pid; each run is bounded by `timeout`.
 set -euo pipefail
 src=$1
@@ -28,10 +31,12 @@ e2e_init elastic_averaging_kill
 
 e2e_start_rendezvous
 
-# $1 job id, $2 output, $3 fault spec ('' for none), $4 hierarchy, $5.. more train_mlp flags.
+# $1 job id, $2 output, $3 fault spec ('' for none), $4 hierarchy, $5.. more train_mlp flags;
+# --nnodes $nnodes, --nproc-per-node $nproc.
+nnodes=1:2 nproc=2
 start_node() {
   local id=$1 out=$2 fault=$3 hierarchy=$4
-  HSGD_FAULT_KILL_IN_COLLECTIVE=$fault timeout 150 "$run" --nnodes 1:2 --nproc-per-node 2 \
+  HSGD_FAULT_KILL_IN_COLLECTIVE=$fault timeout 150 "$run" --nnodes "$nnodes" --nproc-per-node "$nproc" \
     --rdzv-endpoint "$endpoint" --rdzv-id "$id" --rdzv-last-call 1 --heartbeat-timeout 3 \
     --max-restarts 1 -- "$mlp" --synthetic --epochs 12 --log-every 1 --lr 0.05 \
     --mode hierarchical --hierarchy "$hierarchy" "${@:5}" >"$out" 2>&1 &
@@ -74,7 +79,7 @@ for case in "node|averager 2:2|1|$plain" "world|averager 8:4|1|$plain" \
   grep -qE 'generation [0-9]+:.* joined node .* equal on all 4 ranks' "$work/$name.0" ||
     fail "$level: rank 0 did not report the join: $(grep generation "$work/$name.0" | head)"
   if [ "$name" = options ] || [ "$name" = overlap ]; then
-    grep -qE 'generation [1-9][0-9]*:.* joined node .*top level 8:4@.*: anchor and outer momentum from rank 0' \
+    grep -qE 'generation [1-9][0-9]*:.* joined node .*top level 8:4@.*: anchor and outer momentum from rank 0, error-feedback residuals kept on 0 of 4 ranks' \
       "$work/$name.0" || fail "$level: the join did not continue the top level's outer state:" \
       "$(grep generation "$work/$name.0" | head)"
   fi
@@ -84,28 +89,41 @@ for case in "node|averager 2:2|1|$plain" "world|averager 8:4|1|$plain" \
     "node 0 kept its workers; node 1 rejoined with equal hashes; steps 1..$total once each"
 done
 
-# ---- a join while node 0 trains alone with an overlapped world level (8:world, no node level,
-# so that the world level is kept on node 0's 2 ranks; --subgroup-size 1: no gradient averaging
-# within the node, so that its replicas differ between averagings): the vote is at a step that
-# starts the world's averaging (steps 1, 9, 17, ...), which then completes at once for the join
-# (else rank 1 would keep its own model and the replica hashes would differ).
+# ---- a join into a running job with an overlapped bf16 world level with error feedback: nodes A
+# and B of one worker each train (--nnodes 1:3), so that their replicas differ between
+# averagings and their leaders' residuals hold rounding errors of the ring between them; then
+# node C joins. Checked: the vote is at a step that starts the world's averaging (1, 9, 17, ...),
+# which then completes at once for the join (else the replica hashes would differ); the top
+# level's anchor and outer momentum come from rank 0; A and B keep their non-zero residuals and
+# C starts at zero (kept on 2 of 3 ranks).
 world_only="8:world@outer=0.5/0.5/nesterov,overlap=4,bf16,ef"
-start_node join "$work/join.0" "" "$world_only" --subgroup-size 1
-j0=$last_pid
-wait_for_step "$work/join.0" 30
-grep -qE 'train_mlp: generation 0: 1 nodes, 2 workers, levels \{8:2\}' "$work/join.0" ||
-  fail "join: generation 0 is not node 0 alone with the world level: $(grep -E 'train_mlp: generation' "$work/join.0")"
-start_node join "$work/join.1" "" "$world_only" --subgroup-size 1
-expect_exit "$j0" 0 "$work/join.0"
-expect_exit "$last_pid" 0 "$work/join.1"
-line=$(grep -E 'train_mlp: generation 1: joined node' "$work/join.0") ||
-  fail "join: no join in generation 1: $(grep -E 'train_mlp: generation' "$work/join.0")"
-grep -qE 'levels \{8:4\}.* received the state from rank 0 .* equal on all 4 ranks' <<<"$line" ||
+nnodes=1:3 nproc=1
+start_node join "$work/join.a" "" "$world_only"
+ja=$last_pid
+wait_registered "$work/join.a"
+start_node join "$work/join.b" "" "$world_only"
+jb=$last_pid
+for _ in $(seq 600); do
+  grep -qE 'train_mlp: generation [0-9]+:.* 2 nodes, 2 workers' "$work/join.a" && break
+  sleep 0.1
+done
+two=$(grep -E 'train_mlp: generation [0-9]+:.* 2 nodes, 2 workers' "$work/join.a") ||
+  fail "join: nodes A and B did not form a generation within 60 s: $(grep -E 'generation' "$work/join.a")"
+wait_for_step "$work/join.a" $(($(sed -E 's/.* at step ([0-9]+).*/\1/' <<<"$two") + 30))
+start_node join "$work/join.c" "" "$world_only"
+expect_exit "$ja" 0 "$work/join.a"
+expect_exit "$jb" 0 "$work/join.b"
+expect_exit "$last_pid" 0 "$work/join.c"
+line=$(grep -E 'train_mlp: generation [0-9]+: joined node .* 3 nodes, 3 workers' "$work/join.a") ||
+  fail "join: node C did not join: $(grep -E 'train_mlp: generation' "$work/join.a")"
+grep -qE 'levels \{8:3\}.* received the state from rank 0 .* equal on all 3 ranks' <<<"$line" ||
   fail "join: not a join from rank 0's state with equal hashes: $line"
+grep -qE "top level 8:3@outer=0.5/0.5/nesterov,overlap=4,bf16,ef: anchor and outer momentum from rank 0, error-feedback residuals kept on 2 of 3 ranks \(non-zero on 2\)" <<<"$line" ||
+  fail "join: the top level's anchor, momentum and the survivors' residuals were not carried: $line"
 join_step=$(sed -E 's/.* at step ([0-9]+).*/\1/' <<<"$line")
-if [ $(((join_step - 1) % 8)) -ne 0 ] || [ "$join_step" -le 30 ]; then
-  fail "join: at step $join_step, not at a world averaging's start after step 30: $line"
-fi
-total=$(check_steps "$work/join.0")
-echo "elastic_averaging_kill: node 1 joined node 0's overlapped run at step $join_step with" \
-  "equal hashes on 4 ranks; steps 1..$total once each"
+[ $(((join_step - 1) % 8)) -eq 0 ] ||
+  fail "join: at step $join_step, not at a world averaging's start: $line"
+total=$(check_steps "$work/join.a")
+echo "elastic_averaging_kill: node C joined A and B's overlapped bf16 run at step $join_step with" \
+  "equal hashes on 3 ranks, the top level's state and A's and B's residuals carried; steps" \
+  "1..$total once each"

@@ -142,7 +142,9 @@ class ModelAverager : public PostStepStage {
   virtual StateDict state_dict() const;
   // "levels.<level>.anchor" and "levels.<level>.outer_momentum" (those that exist), as in
   // state_dict(), of the averagings that completed: never waits, so it may be called after the
-  // group failed (an averaging in flight is left out). load_state_dict() takes it.
+  // group failed (an averaging in flight is left out). With no averaging of the level pending,
+  // also this rank's "levels.<level>.residual" (error feedback; left out while one is pending,
+  // whose ring may have changed it halfway). load_state_dict() takes it.
   StateDict settled_level_state(size_t level) const;
   // Restores what state_dict() stored; the level entries are optional (a state with only
   // "step", e.g. from PostLocalSGDOptimizer, restores the step). InvalidArgument when the state

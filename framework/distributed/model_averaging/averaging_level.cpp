@@ -177,6 +177,7 @@ void AveragingLevel::save(StateDict& state, const std::string& prefix) {
 void AveragingLevel::save_settled(StateDict& state, const std::string& prefix) const {
   if (!anchor_.empty()) state.set(prefix + "anchor", to_tensor(anchor_));
   if (!momentum_.empty()) state.set(prefix + "outer_momentum", to_tensor(momentum_));
+  if (!pending_ && !residual_.empty()) state.set(prefix + "residual", to_tensor(residual_));
 }
 
 void AveragingLevel::load(const StateDict& state, const std::string& prefix) {

@@ -85,7 +85,9 @@ class AveragingLevel {
   // at the same step (as checkpoints do).
   void save(StateDict& state, const std::string& prefix);
   // Adds "<prefix>anchor" and "<prefix>outer_momentum" (those that exist): the state of the
-  // averagings that completed, never waiting for one in flight (whose collective may be broken).
+  // averagings that completed, never waiting for one in flight (whose collective may be broken);
+  // and "<prefix>residual" when no averaging is pending (a ring in flight, or one that failed,
+  // may have changed the residual halfway; then it is left out).
   void save_settled(StateDict& state, const std::string& prefix) const;
   // Replaces the state by what save() stored under prefix (missing entries: none). A collective
   // in flight is waited for and dropped.

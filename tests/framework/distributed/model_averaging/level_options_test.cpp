@@ -443,6 +443,61 @@ TEST(LevelOptionsState, StateDictRoundTripMidOverlap_World4TwoNodes) {
   check_state_dict_round_trip(4, {.local_world_size = 2});
 }
 
+// The settled state (what an elastic run carries to its next generation) holds the rank's
+// error-feedback residual only while no averaging is pending; loaded into a new averager at such
+// a step, it continues exactly as the original, residual included.
+TEST(LevelOptionsState, SettledState_HoldsTheResidualOnlyWhenNothingIsPending) {
+  const int world = 4;
+  auto result = run_world(world, {.local_world_size = 1}, [&](int rank, const auto& pg) {
+    const std::vector<LevelOptions> levels = {
+        {.period = 3,
+         .group_size = world,
+         .outer = OuterOptimizer{.lr = 0.7, .momentum = 0.9, .nesterov = true},
+         .overlap_steps = 1,
+         .compression = Compression::kBF16,
+         .error_feedback = true}};
+    HierarchicalModelAverager original(levels, 0, pg);
+    Tensor p = make_param(initial_values(rank));
+    bool saw_pending = false;
+    bool saw_settled = false;
+    for (int64_t t = 0; t < 11; ++t) {
+      add_local_step(p, rank, t);
+      original.average_parameters(std::vector<Tensor>{p});
+      const StateDict settled = original.settled_level_state(0);
+      if (t < 3) continue;  // before the second averaging the residual does not exist
+      if (original.has_pending()) {
+        saw_pending = true;
+        EXPECT_FALSE(settled.contains("levels.0.residual")) << "step " << t;
+        EXPECT_TRUE(settled.contains("levels.0.anchor")) << "step " << t;
+      } else {
+        saw_settled = true;
+        ASSERT_TRUE(settled.contains("levels.0.residual")) << "step " << t;
+        EXPECT_EQ(settled.get_tensor("levels.0.residual").to_vector(),
+                  original.state_dict().get_tensor("levels.0.residual").to_vector())
+            << "step " << t;
+      }
+    }
+    ASSERT_TRUE(saw_pending && saw_settled);
+    ASSERT_FALSE(original.has_pending());  // step 11 merged the averaging started at 10
+    StateDict state = original.settled_level_state(0);
+    bool rounded = false;
+    for (const float e : state.get_tensor("levels.0.residual").to_vector()) rounded |= e != 0.0f;
+    EXPECT_TRUE(rounded) << "no rounding error was kept back; the test shows nothing";
+    state.set("step", original.step());
+    HierarchicalModelAverager carried(levels, 0, pg);
+    carried.load_state_dict(state);
+    Tensor q = make_param(p.to_vector());
+    for (int64_t t = 11; t < 25; ++t) {
+      add_local_step(p, rank, t);
+      add_local_step(q, rank, t);
+      original.average_parameters(std::vector<Tensor>{p});
+      carried.average_parameters(std::vector<Tensor>{q});
+      ASSERT_EQ(p.to_vector(), q.to_vector()) << "step " << t;
+    }
+  });
+  EXPECT_RANKS_OK(result);
+}
+
 template <typename Make>
 void expect_invalid(Make make, const std::string& expected, const std::string& what) {
   try {
