@@ -71,13 +71,14 @@ agents=()
 # Node 0 alone must still be training when node 1 rejoins: node 1's workers notice the loss only
 # when the link is back (their connections are reset), then restart and join; node 0 alone, with
 # shared memory, trains 70 epochs in about 15 s on an idle machine, which was too short.
+# --lr 0.02: the default 0.05 can let the synthetic loss grow without bound over 120 epochs.
 heartbeat=3 epochs=120
 [ -n "$outage" ] && heartbeat=30 epochs=60
 for k in 0 1; do
   ip netns exec "${ns[$k]}" timeout 250 "$run" --nnodes 1:2 --nproc-per-node 2 \
     --rdzv-endpoint "$endpoint" --rdzv-id linkdown --rdzv-last-call 1 \
     --heartbeat-timeout "$heartbeat" --max-restarts 1 -- "$mlp" --synthetic --epochs "$epochs" \
-    --log-every 1 --mode hierarchical --hierarchy 2:node,8:world >"$work/node$k" 2>&1 &
+    --lr 0.02 --log-every 1 --mode hierarchical --hierarchy 2:node,8:world >"$work/node$k" 2>&1 &
   pids+=($!)
   agents+=($!)
   wait_registered "$work/node$k"

@@ -26,6 +26,8 @@ e2e_init elastic_membership
 e2e_start_rendezvous
 
 # $1 job id, $2 output, $3.. hsgd-run flags before "--", then train_mlp flags after "::".
+# --lr 0.02: with the default 0.05 (momentum 0.9) a lone worker's loss on the synthetic set can
+# grow without bound after a few hundred steps, and train_mlp then stops at a non-finite loss.
 start() {
   local id=$1 out=$2
   shift 2
@@ -35,7 +37,7 @@ start() {
   train=("$@")
   timeout 150 "$run" --nproc-per-node 1 --rdzv-endpoint "$endpoint" --rdzv-id "$id" \
     --rdzv-last-call 1 --heartbeat-timeout 3 "${agent[@]}" -- "$mlp" --synthetic --log-every 1 \
-    "${train[@]}" >"$out" 2>&1 &
+    --lr 0.02 "${train[@]}" >"$out" 2>&1 &
   pids+=($!)
   last_pid=$!
 }
