@@ -40,7 +40,8 @@ Options:
   --port PORT          port of hsgd-rendezvous on node 0 (default: 29400)
   --subnet A.B.C       node K gets A.B.C.(K+1)/24 (default: 10.77.0)
   --log-dir DIR        per-rank logs under DIR/node<K>/ instead of the terminal
-  --stats FILE         write link statistics as key=value lines (rate, bytes each way, seconds)
+  --stats FILE         write link statistics as key=value lines (rate, bytes each way, seconds,
+                       per node TCP retransmissions and timeouts and the packets tbf dropped)
   --timeout S          stop the job after S seconds, exit code 124 (default: 1800)
   --build DIR          hsgd build tree (default: $root/build)
   -h, --help           this help
@@ -305,6 +306,20 @@ if [ -n "$stats_file" ]; then
       echo "bytes_rack0_to_rack1=$bytes01"
       echo "bytes_rack1_to_rack0=$bytes10"
     fi
+    # Per node, its kernel's TCP loss recovery over the job (segments sent again, retransmission
+    # timeouts, tail loss probes, fast retransmits), and the packets its rate limit dropped.
+    for k in $(seq 0 $((nodes - 1))); do
+      ip netns exec "${ns[$k]}" nstat -asz TcpRetransSegs TcpExtTCPTimeouts TcpExtTCPLossProbes \
+        TcpExtTCPFastRetrans 2>/dev/null | awk -v k="$k" '
+          $1 == "TcpRetransSegs" { print "node" k "_tcp_retrans_segs=" $2 }
+          $1 == "TcpExtTCPTimeouts" { print "node" k "_tcp_timeouts=" $2 }
+          $1 == "TcpExtTCPLossProbes" { print "node" k "_tcp_loss_probes=" $2 }
+          $1 == "TcpExtTCPFastRetrans" { print "node" k "_tcp_fast_retrans=" $2 }'
+      dev=veth0
+      [ "$racks" -eq 1 ] && dev=veth$k
+      echo "node${k}_qdisc_dropped=$(tc -s -n "${ns[$k]}" qdisc show dev "$dev" |
+        sed -nE 's/.*dropped ([0-9]+).*/\1/p' | head -1)"
+    done
   } >"$stats_file"
 fi
 exit "$rc"
