@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""What does a lost node cost? Elastic training against today's full restart, on loopback.
+"""What does a lost node cost? Elastic training against today's full restart.
 
 Starts an hsgd-rendezvous and 4 nodes (one hsgd-run each, one worker per node) on this machine
 and trains the MLP example (apps/train_mlp), or with --model resnet20 a ResNet-20
@@ -13,6 +13,21 @@ over the whole world every 8 steps), three times:
   C  fixed-size (--nnodes 4) with --checkpoint-dir, the same kill schedule (same seed: the same
      nodes at the same seconds after the first step): the survivors restart the whole job, which
      resumes from the newest checkpoint once the killed node's hsgd-run is back.
+
+Network (--network): in namespace mode (netns; the default when root and `ip netns add` works)
+node slot K runs in its own network namespace, whose only link (a veth) leads to a bridge in a
+further "switch" namespace that also holds hsgd-rendezvous's address; the namespaces (named
+after this script's pid, subnet 10.200-249.x.0/24) are removed at the end, also on an error,
+Ctrl-C or SIGTERM. There, one failure of the schedule (--link-down-at K, default the 2nd) is a
+lost host instead of a kill: `ip -n NS link set eth0 down` in the node's namespace, and up
+again --restart-delay s later. Its hsgd-run and worker live on: B's survivors drop the node
+through the agents' heartbeat (--heartbeat-timeout 3) and a watcher aborts their collectives
+(bound: the collective timeout, 20 s in an elastic job, + 2 s); once the link is back the
+isolated worker, cut off, stops and its hsgd-run registers the node again. C's survivors' agents
+find its heartbeat silent and restart the whole job, which the isolated hsgd-run joins once it
+reaches the rendezvous server again. Reported as a "link down" failure, apart from the kills.
+In loopback mode (--network loopback, or without root) everything runs on 127.0.0.1 and every
+failure is a kill.
 
 Why local SGD (--mode local-sgd --period 8): with one worker per node, `node` levels and a
 gradient allreduce inside the node are empty, so a hierarchy like 2:node,8:world degenerates;
@@ -37,12 +52,14 @@ A's median step time, an absent worker's slot is idle, and the pauses are the me
 
 Writes under --out: chaos_experiment.json (raw numbers, events, sampled step lines), the .png
 (train loss, smoothed, and test accuracy at epoch ends vs seconds since the first step, kills
-as vertical lines) and prints the table as Markdown. Logs of every process stay in --work.
+as vertical lines, a link-down as a thick dash-dot line with the outage shaded) and prints the
+table as Markdown. Logs of every process stay in --work.
 Run with Debian's /usr/bin/python3 (matplotlib); about 6-7 minutes on 2 shared cores with the
 defaults (more when other jobs load the machine).
 
   scripts/chaos_experiment.py --build build
   scripts/chaos_experiment.py --build build --quick       # smoke run, about 1.5 minutes
+  scripts/chaos_experiment.py --build build --network loopback   # kills only, on 127.0.0.1
 """
 
 import argparse
@@ -903,6 +920,8 @@ def plot(runs, results, path, model="MLP", netns=False):
     colors = {"A": "tab:blue", "B": "tab:orange", "C": "tab:red"}
     labels = {"A": "A: elastic, no fault", "B": "B: elastic, kill -9 of a node",
               "C": "C: fixed size, full restart from checkpoints"}
+    if netns:
+        labels["B"] = "B: elastic, kill -9 of a node or its link down"
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 8), sharex=True)
     for name, run in runs.items():
         if not run.steps:
@@ -925,11 +944,14 @@ def plot(runs, results, path, model="MLP", netns=False):
         ex = [e[0] - t0 for e in run.epochs]
         ey = [e[3] for e in run.epochs]
         ax2.plot(ex, ey, "o-", color=colors[name], label=labels[name], ms=3)
+        # B and C fail at the same seconds: B's lines in the upper half of each panel, C's in
+        # the lower half
+        half = {"ymin": 0.5} if name == "B" else {"ymax": 0.5}
         kills = [k for k in run.kills if k.get("kind", "kill") == "kill"]
         for i, k in enumerate(kills):
             for ax in (ax1, ax2):
                 ax.axvline(k["t"] - t0, color=colors[name], ls="--" if name == "B" else ":",
-                           lw=1,
+                           lw=1, **half,
                            label=f"{name}: kills" if (i == 0 and ax is ax1) else None)
         # a link-down: a thick dash-dot line where it went down, the outage shaded
         downs = [k for k in run.kills if k.get("kind") == "link down"]
@@ -937,10 +959,10 @@ def plot(runs, results, path, model="MLP", netns=False):
             up = k.get("t_up") or k["t"]
             for ax in (ax1, ax2):
                 first = i == 0 and ax is ax1
-                ax.axvline(k["t"] - t0, color=colors[name], ls="-.", lw=2.2,
+                ax.axvline(k["t"] - t0, color=colors[name], ls="-.", lw=2.2, **half,
                            label=f"{name}: link down ({up - k['t']:.0f} s, shaded)"
                            if first else None)
-                ax.axvspan(k["t"] - t0, up - t0, color=colors[name], alpha=0.12, lw=0)
+                ax.axvspan(k["t"] - t0, up - t0, color=colors[name], alpha=0.15, lw=0, **half)
     ax1.set_ylabel("train loss (rank 0, mean of 25 steps)")
     ax1.set_yscale("log")
     ax1.legend(fontsize=8)
@@ -1000,8 +1022,9 @@ def main():
     p.add_argument("--work", default=None, help="directory of the logs (default: a new one "
                    "under /tmp, kept)")
     p.add_argument("--quick", action="store_true", help="smoke run: 12000 examples, 16 epochs "
-                   "(resnet20: 4000, 3), 1 kill after 4-6 s, restart delay 2 s, checkpoints every 40 steps; results "
-                   "under the work directory")
+                   "(resnet20: 4000, 3), 1 kill after 4-6 s, restart delay 2 s (namespace mode: a "
+                   "link-down after 4-6 s, a kill 4-6 s later, delay 4 s), checkpoints every 40 "
+                   "steps; results under the work directory")
     args = p.parse_args()
     resnet = args.model == "resnet20"
     if args.epochs is None:
