@@ -640,7 +640,6 @@ def analyse_failures(run, base, ws_s):
                                                    else (k["step_at_kill"] - 1) % PERIOD)
             f["steps_thrown_away"] = f["rank0_repeated_steps"]
             t_back = join[0] if join else None
-            resume_step = None
         else:
             # the first repeated step number after the kill is the resumed one + 1
             prev_max = k["step_at_kill"]
@@ -898,7 +897,9 @@ Definitions (times are when this script read the line from the hsgd-runs' stdout
   steps) over the worker-steps an unfaulted run makes in the same time; shared cores: in the
   measured wall time at A's pace, or at the run's own pace before its first kill (the other
   jobs on the machine change the pace from run to run); one core per worker: in (step lines
-  incl. repeats x A's median step + the pauses).
+  incl. repeats x A's median step + the pauses)."""
+
+LINK_DOWN_DEFINITION = """\
 - link down (namespace mode): the node's only link is set down for --restart-delay s instead of
   a kill; its processes live on. The same definitions, from the link going down: the survivors'
   step must come within the collective timeout + 2 s; "training again" is B's generation line
@@ -1133,6 +1134,8 @@ def experiment(args, work, out, net, network):
         print(table(results))
         print()
         print(DEFINITIONS)
+        if any(k.get("kind") == "link down" for r in runs.values() for k in r.kills):
+            print(LINK_DOWN_DEFINITION)
     drew = plot(runs, results, os.path.join(out, stem + ".png"),
                 "MLP" if args.model == "mlp" else "ResNet-20", net is not None)
     print(f"\nwrote {out}/{stem}.json" + (" and .png" if drew else "") +
