@@ -583,7 +583,9 @@ def analyse_failures(run, base, ws_s):
             return s[0] <= t_kill or (not link and s[5] == dead)
 
         after = [s for s in run.steps if t_kill < s[0] < t_next_kill and not failed(s)]
-        at_kill = max((s[1] for s in run.steps if before(s)), default=0)
+        # the job's step at the failure: rank 0's last step line written before it (C may be
+        # recomputing steps after an earlier restart: not the highest step ever printed)
+        at_kill = ([s[1] for s in run.steps if before(s)] or [0])[-1]
         k["step_at_kill"] = at_kill
         f = {"kill_s": t_kill - run.t_first, "kind": k.get("kind", "kill"), "node": dead,
              "step_at_kill": at_kill}
