@@ -192,6 +192,9 @@ def network_or_loopback(choice):
         if choice == "netns":
             sys.exit(f"chaos_experiment: cannot create the network namespaces: {e}")
         return None, f"loopback (network namespaces unavailable: {e}; no link-down failure)"
+    except BaseException:
+        net.remove()  # interrupted while creating them
+        raise
     return net, (f"network namespaces {net.nodes[0][:-1]}0-{NODES - 1} on a bridge in "
                  f"{net.switch}, subnet {net.subnet}.0/24, rendezvous at {net.server_addr}")
 
