@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""What does a lost node cost? Elastic training against today's full restart, on loopback.
+"""What does a lost node cost? Elastic training against today's full restart.
 
 Starts an hsgd-rendezvous and 4 nodes (one hsgd-run each, one worker per node) on this machine
 and trains the MLP example (apps/train_mlp), or with --model resnet20 a ResNet-20
@@ -13,6 +13,21 @@ over the whole world every 8 steps), three times:
   C  fixed-size (--nnodes 4) with --checkpoint-dir, the same kill schedule (same seed: the same
      nodes at the same seconds after the first step): the survivors restart the whole job, which
      resumes from the newest checkpoint once the killed node's hsgd-run is back.
+
+Network (--network): in namespace mode (netns; the default when root and `ip netns add` works)
+node slot K runs in its own network namespace, whose only link (a veth) leads to a bridge in a
+further "switch" namespace that also holds hsgd-rendezvous's address; the namespaces (named
+after this script's pid, subnet 10.200-249.x.0/24) are removed at the end, also on an error,
+Ctrl-C or SIGTERM. There, one failure of the schedule (--link-down-at K, default the 2nd) is a
+lost host instead of a kill: `ip -n NS link set eth0 down` in the node's namespace, and up
+again --restart-delay s later. Its hsgd-run and worker live on: B's survivors drop the node
+through the agents' heartbeat (--heartbeat-timeout 3) and a watcher aborts their collectives
+(bound: the collective timeout, 20 s in an elastic job, + 2 s); once the link is back the
+isolated worker, cut off, stops and its hsgd-run registers the node again. C's survivors' agents
+find its heartbeat silent and restart the whole job, which the isolated hsgd-run joins once it
+reaches the rendezvous server again. Reported as a "link down" failure, apart from the kills.
+In loopback mode (--network loopback, or without root) everything runs on 127.0.0.1 and every
+failure is a kill.
 
 Why local SGD (--mode local-sgd --period 8): with one worker per node, `node` levels and a
 gradient allreduce inside the node are empty, so a hierarchy like 2:node,8:world degenerates;
@@ -37,12 +52,14 @@ A's median step time, an absent worker's slot is idle, and the pauses are the me
 
 Writes under --out: chaos_experiment.json (raw numbers, events, sampled step lines), the .png
 (train loss, smoothed, and test accuracy at epoch ends vs seconds since the first step, kills
-as vertical lines) and prints the table as Markdown. Logs of every process stay in --work.
+as vertical lines, a link-down as a thick dash-dot line with the outage shaded) and prints the
+table as Markdown. Logs of every process stay in --work.
 Run with Debian's /usr/bin/python3 (matplotlib); about 6-7 minutes on 2 shared cores with the
 defaults (more when other jobs load the machine).
 
   scripts/chaos_experiment.py --build build
   scripts/chaos_experiment.py --build build --quick       # smoke run, about 1.5 minutes
+  scripts/chaos_experiment.py --build build --network loopback   # kills only, on 127.0.0.1
 """
 
 import argparse
@@ -62,6 +79,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NODES = 4
 PERIOD = 8  # local SGD: the whole world averages every PERIOD steps
 MODE = ["--mode", "local-sgd", "--period", str(PERIOD)]
+# the workers' collective timeout (HSGD_TIMEOUT_MS, not set here: the defaults) by elastic: a
+# link-down must cost the survivors at most this + 2 s
+COLLECTIVE_TIMEOUT_S = {True: 20.0, False: 300.0}
 
 STEP_RE = re.compile(r"(?:\[train_(?:mlp|resnet)\] |\]\s+)step (\d+) loss (\S+)"
                      r"(?: \(generation (\d+), (\d+) ranks\))?")
@@ -98,6 +118,85 @@ def kill_pid(pid):
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+
+
+class Netns:
+    """The nodes' network in namespace mode: node slot K in its own network namespace, whose
+    only link (NODE_DEV, a veth) leads to a bridge in a further "switch" namespace; the bridge
+    holds the rendezvous server's address, which never goes down. Names and the /24 subnet
+    derive from this script's pid (unique per run; nothing is sent outside these namespaces).
+    remove() deletes every namespace create() made, also after a partial create()."""
+
+    NODE_DEV = "eth0"
+
+    def __init__(self):
+        pid = os.getpid()
+        self.switch = f"hsgdchaos{pid}sw"
+        self.nodes = [f"hsgdchaos{pid}n{k}" for k in range(NODES)]
+        # 10.200-249.x.0/24: apart from the end-to-end tests' 10.100-199 range
+        self.subnet = f"10.{200 + pid % 50}.{pid % 250}"
+        self.server_addr = f"{self.subnet}.254"
+        self.created = []
+
+    @staticmethod
+    def ip(*argv):
+        r = subprocess.run(["ip", *argv], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError(f"ip {' '.join(argv)}: {r.stderr.strip()}")
+
+    def create(self):
+        sw = self.switch
+        self.ip("netns", "add", sw)
+        self.created.append(sw)
+        self.ip("-n", sw, "link", "set", "lo", "up")
+        self.ip("-n", sw, "link", "add", "br0", "type", "bridge")
+        self.ip("-n", sw, "addr", "add", f"{self.server_addr}/24", "dev", "br0")
+        self.ip("-n", sw, "link", "set", "br0", "up")
+        for k, ns in enumerate(self.nodes):
+            self.ip("netns", "add", ns)
+            self.created.append(ns)
+            self.ip("-n", ns, "link", "set", "lo", "up")
+            self.ip("-n", ns, "link", "add", self.NODE_DEV, "type", "veth", "peer", "name",
+                    f"port{k}", "netns", sw)
+            self.ip("-n", sw, "link", "set", f"port{k}", "master", "br0", "up")
+            self.ip("-n", ns, "addr", "add", f"{self.subnet}.{k + 1}/24", "dev", self.NODE_DEV)
+            self.ip("-n", ns, "link", "set", self.NODE_DEV, "up")
+
+    def link(self, slot, up):
+        """ip -n NS link set NODE_DEV up|down: node slot's only link to the others."""
+        self.ip("-n", self.nodes[slot], "link", "set", self.NODE_DEV, "up" if up else "down")
+
+    def remove(self):
+        for ns in reversed(self.created):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        self.created = []
+
+    def exec_argv(self, ns):
+        """`ip netns exec NS` execs the program: the Popen pid is the program's."""
+        return ["ip", "netns", "exec", ns]
+
+
+def network_or_loopback(choice):
+    """A created Netns, or None for loopback, and why (printed)."""
+    if choice == "loopback":
+        return None, "loopback (--network loopback)"
+    if os.geteuid() != 0:
+        if choice == "netns":
+            sys.exit("chaos_experiment: --network netns needs root")
+        return None, "loopback (not root: no network namespaces, no link-down failure)"
+    net = Netns()
+    try:
+        net.create()
+    except RuntimeError as e:
+        net.remove()
+        if choice == "netns":
+            sys.exit(f"chaos_experiment: cannot create the network namespaces: {e}")
+        return None, f"loopback (network namespaces unavailable: {e}; no link-down failure)"
+    except BaseException:
+        net.remove()  # interrupted while creating them
+        raise
+    return net, (f"network namespaces {net.nodes[0][:-1]}0-{NODES - 1} on a bridge in "
+                 f"{net.switch}, subnet {net.subnet}.0/24, rendezvous at {net.server_addr}")
 
 
 class Proc:
@@ -166,8 +265,9 @@ class Stalled(RuntimeError):
 class Run:
     """One job (A, B or C): its processes, the events read from them, the kills."""
 
-    def __init__(self, name, args, work, elastic, kills, attempt=0):
+    def __init__(self, name, args, work, elastic, kills, attempt=0, net=None):
         self.name = name
+        self.net = net  # Netns, or None: loopback
         self.args = args
         self.dir = os.path.join(work, name if attempt == 0 else f"{name}.retry{attempt}")
         os.makedirs(self.dir, exist_ok=True)
@@ -180,7 +280,7 @@ class Run:
         self.epochs = []  # (t, epoch, steps, test accuracy)
         self.final_acc = None
         self.other = []  # (t, label, line) of restarts, resumes, errors
-        self.kills = []  # dicts
+        self.kills = []  # dicts, one per failure: "kind" is "kill" or "link down"
         self.procs = []
         self.nodes = [None] * NODES  # current Proc per node slot
         self.incarnation = [0] * NODES
@@ -224,8 +324,12 @@ class Run:
 
     def start_rendezvous(self):
         log = os.path.join(self.dir, "rdzv.log")
-        self.rdzv = Proc("rdzv", [self.args.rdzv_bin, "--host", "127.0.0.1", "--port", "0"],
-                         log, lambda *_: None)
+        if self.net is None:
+            argv = [self.args.rdzv_bin, "--host", "127.0.0.1", "--port", "0"]
+        else:
+            argv = self.net.exec_argv(self.net.switch) + [
+                self.args.rdzv_bin, "--host", self.net.server_addr, "--port", "0"]
+        self.rdzv = Proc("rdzv", argv, log, lambda *_: None)
         self.procs.append(self.rdzv)
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
@@ -254,7 +358,10 @@ class Run:
 
     def start_node(self, endpoint, slot):
         label = f"node{slot}.{self.incarnation[slot]}"
-        proc = Proc(label, self.node_argv(endpoint, slot),
+        argv = self.node_argv(endpoint, slot)
+        if self.net is not None:
+            argv = self.net.exec_argv(self.net.nodes[slot]) + argv
+        proc = Proc(label, argv,
                     os.path.join(self.dir, f"{label}.log"), self.on_line)
         self.procs.append(proc)
         self.nodes[slot] = proc
@@ -264,12 +371,17 @@ class Run:
         """Runs the job and its kill schedule; returns when every node's hsgd-run exited."""
         a = self.args
         self.loadavg = [read_loadavg()]
+        if self.net is not None:
+            for slot in range(NODES):
+                self.net.link(slot, up=True)
         endpoint = self.start_rendezvous()
         for slot in range(NODES):
             self.start_node(endpoint, slot)
         t_start = time.monotonic()
         plan = list(self.kill_plan)
         pending_restarts = []  # (time, slot)
+        pending_links = []  # (time, slot, the failure's event): links to bring up
+        failure_no = 0  # entries of the schedule taken so far
         last_scan = 0.0
         while True:
             now = time.monotonic()
@@ -292,12 +404,15 @@ class Run:
                               f"step {max_step} (logs in {self.dir})")
             if plan and t_first is not None and now >= t_first + plan[0][0]:
                 _, slot = plan.pop(0)
+                failure_no += 1
+                kind = "link down" if failure_no == a.link_down_at else "kill"
                 proc = self.nodes[slot]
-                if proc.popen.poll() is None:
+                if proc.popen.poll() is None and kind == "kill":
                     victims = proc.kill_all()
-                    self.kills.append({"t": now, "slot": slot, "label": proc.label,
-                                       "pids": victims, "step_at_kill": max_step,
-                                       "generation_at_kill": gen_now, "world_at_kill": world})
+                    self.kills.append({"t": now, "kind": kind, "slot": slot,
+                                       "label": proc.label, "pids": victims,
+                                       "step_at_kill": max_step, "generation_at_kill": gen_now,
+                                       "world_at_kill": world})
                     print(f"  [{self.name}] {now - t_first:6.1f} s: kill -9 {proc.label} "
                           f"(pids {victims}) at step {max_step}", flush=True)
                     try:
@@ -306,9 +421,32 @@ class Run:
                         pass
                     self.incarnation[slot] += 1
                     pending_restarts.append((now + a.restart_delay, slot))
+                elif proc.popen.poll() is None:
+                    # A lost host: its processes live on, nothing reaches them until the link
+                    # is back (--restart-delay s later); then it rejoins by itself.
+                    self.net.link(slot, up=False)
+                    self.kills.append({"t": now, "kind": kind, "slot": slot,
+                                       "label": proc.label, "pid": proc.pid,
+                                       "netns": self.net.nodes[slot],
+                                       "step_at_kill": max_step, "generation_at_kill": gen_now,
+                                       "world_at_kill": world})
+                    print(f"  [{self.name}] {now - t_first:6.1f} s: link down: {proc.label} "
+                          f"({self.net.nodes[slot]} {Netns.NODE_DEV}) at step {max_step}",
+                          flush=True)
+                    pending_links.append((now + a.restart_delay, slot, self.kills[-1]))
                 else:
-                    print(f"  [{self.name}] kill of node {slot} skipped: its hsgd-run has "
+                    print(f"  [{self.name}] {kind} of node {slot} skipped: its hsgd-run has "
                           f"exited", flush=True)
+            for item in list(pending_links):
+                if now >= item[0]:
+                    pending_links.remove(item)
+                    self.net.link(item[1], up=True)
+                    item[2]["t_up"] = now
+                    with self.lock:
+                        self.other.append((now, self.nodes[item[1]].label,
+                                           "link up by chaos_experiment"))
+                    print(f"  [{self.name}] {now - t_first:6.1f} s: link up: "
+                          f"{self.nodes[item[1]].label}", flush=True)
             for item in list(pending_restarts):
                 if now >= item[0]:
                     pending_restarts.remove(item)
@@ -318,7 +456,7 @@ class Run:
                     print(f"  [{self.name}] {now - t_first:6.1f} s: started {p.label}",
                           flush=True)
             running = [p for p in self.nodes if p.popen.poll() is None]
-            if not running and not pending_restarts:
+            if not running and not pending_restarts and not pending_links:
                 break
             time.sleep(0.05)
         for p in self.nodes:
@@ -329,6 +467,12 @@ class Run:
     def stop_all(self):
         for p in self.procs:
             p.stop()
+        if self.net is not None:
+            for slot in range(NODES):
+                try:
+                    self.net.link(slot, up=True)
+                except RuntimeError:
+                    pass
 
 
 def read_loadavg():
@@ -389,11 +533,13 @@ def median_gap(run):
     return statistics.median(gaps) if gaps else float("nan")
 
 
-def pauses(run, t0, t1, normal, dead):
-    """Seconds of rank 0's step-line gaps in [t0, t1] beyond 5x the normal step time; the dead
-    node's lines count at the kill (t0). A gap with an epoch line in it is the epoch's
-    evaluation, which the unfaulted run has too: not a pause. Returns (pauses, evaluations)."""
-    ts = sorted(min(s[0], t0) if s[5] == dead else s[0] for s in run.steps)
+def pauses(run, t0, t1, normal, failed):
+    """Seconds of rank 0's step-line gaps in [t0, t1] beyond 5x the normal step time; the
+    failed node's lines (failed(s)) count at the failure (t0): a killed node's were written
+    before it, an isolated node's are not the survivors' progress. A gap with an epoch line in
+    it is the epoch's evaluation, which the unfaulted run has too: not a pause. Returns
+    (pauses, evaluations)."""
+    ts = sorted(min(s[0], t0) if failed(s) else s[0] for s in run.steps)
     evaluations = [e[0] for e in run.epochs]
     total = evaluating = 0.0
     prev = max([t for t in ts if t <= t0], default=t0)
@@ -421,24 +567,58 @@ def analyse_failures(run, base, ws_s):
     for i, k in enumerate(kills):
         t_kill = k["t"]
         t_next_kill = kills[i + 1]["t"] if i + 1 < len(kills) else float("inf")
-        # Lines of the killed node read after the kill were written before it (the pipe): they
-        # count as before the kill.
         dead = k["label"]
-        after = [s for s in run.steps if t_kill < s[0] < t_next_kill and s[5] != dead]
-        at_kill = max((s[1] for s in run.steps if s[0] <= t_kill or s[5] == dead), default=0)
+        link = k.get("kind") == "link down"
+        g0 = k["generation_at_kill"]
+        t_up = k.get("t_up") or float("inf")
+
+        def failed(s):
+            """A line of the failed node that is not the survivors' progress: a killed node's
+            (read after the kill, written before it: the pipe), an isolated node's until its
+            link is back (its steps of the old generation, alone)."""
+            if s[5] != dead:
+                return False
+            return not link or s[0] < t_up or (s[3] is not None and g0 is not None
+                                                and s[3] <= g0)
+
+        def before(s):
+            """A line written before the failure (an isolated node's are read at once)."""
+            return s[0] <= t_kill or (not link and s[5] == dead)
+
+        after = [s for s in run.steps if t_kill < s[0] < t_next_kill and not failed(s)]
+        # the job's step at the failure: rank 0's last step line written before it (C may be
+        # recomputing steps after an earlier restart: not the highest step ever printed)
+        at_kill = ([s[1] for s in run.steps if before(s)] or [0])[-1]
         k["step_at_kill"] = at_kill
-        f = {"kill_s": t_kill - run.t_first, "node": dead, "step_at_kill": at_kill}
+        f = {"kill_s": t_kill - run.t_first, "kind": k.get("kind", "kill"), "node": dead,
+             "step_at_kill": at_kill}
+        if link:
+            f["link_up_s"] = t_up - run.t_first if t_up != float("inf") else None
+            f["isolated_node_steps_alone"] = sorted(
+                {s[1] for s in run.steps if s[5] == dead and t_kill < s[0] < t_up})
         first = after[0] if after else None
         f["kill_to_first_step_line_s"] = first[0] - t_kill if first else None
         if run.elastic:
-            g0 = k["generation_at_kill"]
             lost = next((g for g in run.gens if g[0] > t_kill and "lost node" in g[2]), None)
             newgen = next((s for s in after if s[3] is not None and s[3] > g0), None)
-            join = next((g for g in run.gens if g[0] > t_kill and g[0] < t_next_kill
-                         and "joined node" in g[2]), None)
+            if link:
+                # the isolated hsgd-run registers its node again (node ids are HOST-PID-N)
+                join = next((g for g in run.gens if g[0] > t_kill and "joined node" in g[2]
+                             and f"-{k['pid']}-" in g[2]), None)
+            else:
+                join = next((g for g in run.gens if g[0] > t_kill and g[0] < t_next_kill
+                             and "joined node" in g[2]), None)
             old = [s for s in after if newgen is None or s[0] < newgen[0]]
             f["kill_to_lost_generation_s"] = lost[0] - t_kill if lost else None
-            f["kill_to_survivors_step_s"] = newgen[0] - t_kill if newgen else None
+            if newgen is None and link and lost is None:
+                # an outage the job rode out (no generation dropped the node): the survivors'
+                # first step that needed the averaging the outage held up
+                boundary = at_kill + (-(at_kill - 1) % PERIOD or PERIOD)
+                rode = next((s for s in after if s[1] >= boundary), None)
+                f["rode_out_outage"] = True
+                f["kill_to_survivors_step_s"] = rode[0] - t_kill if rode else None
+            else:
+                f["kill_to_survivors_step_s"] = newgen[0] - t_kill if newgen else None
             f["survivors_steps_before_new_generation"] = len(old)
             f["kill_to_node_back_s"] = join[0] - t_kill if join else None
             f["join_generation"] = join[1] if join else None
@@ -450,19 +630,21 @@ def analyse_failures(run, base, ws_s):
             f["join_agreement_ms"] = float(m.group(1)) if m else None
             # rank 0's repeats in the window: the elastic contract says none
             window_steps = [s[1] for s in after]
-            before = {s[1] for s in run.steps if s[0] <= t_kill or s[5] == dead}
+            done = {s[1] for s in run.steps if before(s)}
             # steps that no rank 0 printed: the survivors' local steps after the loss of the
             # node that ran rank 0, up to the averaging that failed
             f["rank0_unprinted_steps"] = (newgen[1] - at_kill - 1 - len(old)) if newgen else None
             f["survivors"] = (old[0][4] if old else k["world_at_kill"]) - 1
-            f["rank0_repeated_steps"] = sum(1 for s in window_steps if s in before) + (
+            f["rank0_repeated_steps"] = sum(1 for s in window_steps if s in done) + (
                 len(window_steps) - len(set(window_steps)))
             # the killed worker's local steps since its last world averaging (steps 1, 9, 17,
-            # ...: the averager counts its calls from 0); it was at about rank 0's step
-            f["killed_worker_local_steps_lost"] = (k["step_at_kill"] - 1) % PERIOD
+            # ...: the averager counts its calls from 0); it was at about rank 0's step. An
+            # isolated worker trains on alone up to the averaging that cannot complete: all of
+            # a period's local steps are lost.
+            f["killed_worker_local_steps_lost"] = (PERIOD - 1 if link
+                                                   else (k["step_at_kill"] - 1) % PERIOD)
             f["steps_thrown_away"] = f["rank0_repeated_steps"]
             t_back = join[0] if join else None
-            resume_step = None
         else:
             # the first repeated step number after the kill is the resumed one + 1
             prev_max = k["step_at_kill"]
@@ -473,11 +655,20 @@ def analyse_failures(run, base, ws_s):
                     resume = s
                     break
                 hi = s[1]
+            if resume is None:
+                # no step again: the survivors stopped at a step boundary with a checkpoint
+                # (their agent's SIGTERM, when no collective held them); the restart's first
+                # step comes after the agents' "restarting all nodes"
+                t_restart = next((o[0] for o in run.other
+                                  if t_kill < o[0] < t_next_kill and "restarting all" in o[2]),
+                                 None)
+                resume = next((s for s in after if t_restart and s[0] > t_restart), None)
+                hi = max([s[1] for s in after if resume and s[0] < resume[0]] + [prev_max])
             f["steps_after_kill_before_restart"] = hi - prev_max
             f["resumed_from_step"] = resume[1] - 1 if resume else None
             f["kill_to_survivors_step_s"] = resume[0] - t_kill if resume else None
             f["kill_to_node_back_s"] = f["kill_to_survivors_step_s"]
-            f["steps_thrown_away"] = prev_max - (resume[1] - 1) if resume else None
+            f["steps_thrown_away"] = max(0, prev_max - (resume[1] - 1)) if resume else None
             f["steps_recomputed"] = hi - (resume[1] - 1) if resume else None
             recovered = next((s for s in after if resume and s[0] >= resume[0] and s[1] > hi),
                              None)
@@ -492,13 +683,17 @@ def analyse_failures(run, base, ws_s):
                 useful = (sum(s[4] for s in win) - f["killed_worker_local_steps_lost"]
                           + (f["rank0_unprinted_steps"] or 0) * f["survivors"])
             else:
-                useful = 0  # steps before the resume are lost, the resume itself is a repeat
+                # steps before the resume are lost unless the checkpoint resumed from holds
+                # them (survivors that stopped at a step boundary); the resume is a repeat
+                kept = f["resumed_from_step"]
+                useful = sum(s[4] for s in win if s[0] < t_back and s[1] <= kept)
             # dedicated cores (modelled): survivors idle during the pauses, the killed node's
             # slot idle until it is back, lost or recomputed steps at A's step time
             # the pause ends at the survivors' first step after it (B: the step after the
             # generation line)
             t_resumed = t_kill + (f["kill_to_survivors_step_s"] or 0)
-            pause, evaluating = pauses(run, t_kill, max(t_back, t_resumed), base["step_s"], dead)
+            pause, evaluating = pauses(run, t_kill, max(t_back, t_resumed), base["step_s"],
+                                       failed)
             f["evaluation_s_in_window"] = evaluating
             f["wasted_worker_s_shared"] = (NODES * (t_back - t_kill - evaluating)
                                            - useful * ws_s)
@@ -517,6 +712,11 @@ def analyse_failures(run, base, ws_s):
             # the recovery itself wastes (C: the survivors idle meanwhile, B: they train on)
             f["wasted_worker_s_recovery"] = (f["wasted_worker_s_dedicated"]
                                              - run.args.restart_delay)
+        if link:
+            bound = COLLECTIVE_TIMEOUT_S[run.elastic] + 2
+            f["bound_s"] = bound
+            v = f.get("kill_to_survivors_step_s")
+            f["within_bound"] = v is not None and v <= bound
         out.append(f)
     return out
 
@@ -582,12 +782,15 @@ def table(results):
     def row(name, fa, fb, fc):
         lines.append(f"| {name} | {fa} | {fb} | {fc} |")
 
-    def per_failure(r, key, spec=".1f"):
-        vals = [f.get(key) for f in r["failures"]]
+    def failures(r, kind="kill"):
+        return [f for f in r["failures"] if f.get("kind", "kill") == kind]
+
+    def per_failure(r, key, spec=".1f", kind="kill"):
+        vals = [f.get(key) for f in failures(r, kind)]
         return ", ".join(fmt(v, spec) for v in vals) if vals else "-"
 
     def mean(r, key):
-        vals = [f.get(key) for f in r["failures"] if f.get(key) is not None]
+        vals = [f.get(key) for f in failures(r) if f.get(key) is not None]
         return sum(vals) / len(vals) if vals else None
 
     row("final test accuracy (%)", fmt(a["final_test_accuracy"], ".2f"),
@@ -600,8 +803,8 @@ def table(results):
         *(f"{fmt(r['worker_steps_per_s_before_first_kill'], '.0f')} / "
           f"{', '.join(fmt(x) for x in r['loadavg_start_end'])}" for r in (a, b, c)))
     row("kills (s after the first step: node)", "-",
-        ", ".join(f"{f['kill_s']:.0f}: {f['node']}" for f in b["failures"]) or "-",
-        ", ".join(f"{f['kill_s']:.0f}: {f['node']}" for f in c["failures"]) or "-")
+        ", ".join(f"{f['kill_s']:.0f}: {f['node']}" for f in failures(b)) or "-",
+        ", ".join(f"{f['kill_s']:.0f}: {f['node']}" for f in failures(c)) or "-")
     row("kill -> survivors' first step of the next generation / after the restart (s)", "-",
         per_failure(b, "kill_to_survivors_step_s"), per_failure(c, "kill_to_survivors_step_s"))
     row("kill -> rank 0's first step line, any (s)", "-",
@@ -617,7 +820,7 @@ def table(results):
         per_failure(c, "kill_to_node_back_s"))
     row("state sent to the joiner (bytes) / agreement (ms)", "-",
         ", ".join(f"{fmt(f.get('join_state_bytes'), 'd')} / {fmt(f.get('join_agreement_ms'))}"
-                  for f in b["failures"]) or "-", "-")
+                  for f in failures(b)) or "-", "-")
     row("wasted worker-s per failure, shared cores (measured)", "-",
         *(f"{per_failure(r, 'wasted_worker_s_shared')} "
           f"(mean {fmt(mean(r, 'wasted_worker_s_shared'))})" for r in (b, c)))
@@ -632,6 +835,31 @@ def table(results):
         f"(mean {fmt(mean(b, 'wasted_worker_s_recovery'))})",
         f"{per_failure(c, 'wasted_worker_s_recovery')} "
         f"(mean {fmt(mean(c, 'wasted_worker_s_recovery'))})")
+
+    if failures(b, "link down") or failures(c, "link down"):
+        def down(key, spec=".1f"):
+            return [per_failure(r, key, spec, "link down") for r in (b, c)]
+
+        row("link down (s after the first step: node; back up at s)", "-",
+            *(", ".join(f"{f['kill_s']:.0f}: {f['node']}; {fmt(f.get('link_up_s'), '.0f')}"
+                        for f in failures(r, "link down")) or "-" for r in (b, c)))
+        row("link down -> survivors' first step of the next generation / after the restart "
+            "(s) (bound: the collective timeout + 2 s)", "-",
+            *(", ".join(f"{fmt(f.get('kill_to_survivors_step_s'))} "
+                        f"({'within' if f.get('within_bound') else 'NOT within'} "
+                        f"{fmt(f.get('bound_s'), '.0f')})"
+                        for f in failures(r, "link down")) or "-" for r in (b, c)))
+        row("link down: steps thrown away (as for kills)", "-", *down("steps_thrown_away", "d"))
+        row("link down: isolated worker's local steps lost (B) / steps recomputed (C)", "-",
+            per_failure(b, "killed_worker_local_steps_lost", "d", "link down"),
+            per_failure(c, "steps_recomputed", "d", "link down"))
+        row("link down -> node training again (s)", "-", *down("kill_to_node_back_s"))
+        row("link down: wasted worker-s, shared cores (measured)", "-",
+            *down("wasted_worker_s_shared"))
+        row("link down: wasted worker-s, one core per worker (modelled)", "-",
+            *down("wasted_worker_s_dedicated"))
+        row("link down: wasted worker-s, one core per worker, less the outage of "
+            "--restart-delay s (modelled)", "-", *down("wasted_worker_s_recovery"))
 
     def ratio(key):
         mb, mc = mean(b, key), mean(c, key)
@@ -676,8 +904,17 @@ Definitions (times are when this script read the line from the hsgd-runs' stdout
   jobs on the machine change the pace from run to run); one core per worker: in (step lines
   incl. repeats x A's median step + the pauses)."""
 
+LINK_DOWN_DEFINITION = """\
+- link down (namespace mode): the node's only link is set down for --restart-delay s instead of
+  a kill; its processes live on. The same definitions, from the link going down: the survivors'
+  step must come within the collective timeout + 2 s; "training again" is B's generation line
+  that reports the node's return (its hsgd-run registers it again once its workers, cut off,
+  stopped), C's first step after the restart. The isolated worker's lines until the link is
+  back are not the survivors' progress; it trains on alone up to the averaging that cannot
+  complete, so B counts a whole period's local steps (PERIOD - 1) as lost."""
 
-def plot(runs, results, path, model="MLP"):
+
+def plot(runs, results, path, model="MLP", netns=False):
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -689,6 +926,8 @@ def plot(runs, results, path, model="MLP"):
     colors = {"A": "tab:blue", "B": "tab:orange", "C": "tab:red"}
     labels = {"A": "A: elastic, no fault", "B": "B: elastic, kill -9 of a node",
               "C": "C: fixed size, full restart from checkpoints"}
+    if netns:
+        labels["B"] = "B: elastic, kill -9 of a node or its link down"
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 8), sharex=True)
     for name, run in runs.items():
         if not run.steps:
@@ -711,11 +950,25 @@ def plot(runs, results, path, model="MLP"):
         ex = [e[0] - t0 for e in run.epochs]
         ey = [e[3] for e in run.epochs]
         ax2.plot(ex, ey, "o-", color=colors[name], label=labels[name], ms=3)
-        for i, k in enumerate(run.kills):
+        # B and C fail at the same seconds: B's lines in the upper half of each panel, C's in
+        # the lower half
+        half = {"ymin": 0.5} if name == "B" else {"ymax": 0.5}
+        kills = [k for k in run.kills if k.get("kind", "kill") == "kill"]
+        for i, k in enumerate(kills):
             for ax in (ax1, ax2):
                 ax.axvline(k["t"] - t0, color=colors[name], ls="--" if name == "B" else ":",
-                           lw=1,
+                           lw=1, **half,
                            label=f"{name}: kills" if (i == 0 and ax is ax1) else None)
+        # a link-down: a thick dash-dot line where it went down, the outage shaded
+        downs = [k for k in run.kills if k.get("kind") == "link down"]
+        for i, k in enumerate(downs):
+            up = k.get("t_up") or k["t"]
+            for ax in (ax1, ax2):
+                first = i == 0 and ax is ax1
+                ax.axvline(k["t"] - t0, color=colors[name], ls="-.", lw=2.2, **half,
+                           label=f"{name}: link down ({up - k['t']:.0f} s, shaded)"
+                           if first else None)
+                ax.axvspan(k["t"] - t0, up - t0, color=colors[name], alpha=0.15, lw=0, **half)
     ax1.set_ylabel("train loss (rank 0, mean of 25 steps)")
     ax1.set_yscale("log")
     ax1.legend(fontsize=8)
@@ -726,7 +979,8 @@ def plot(runs, results, path, model="MLP"):
     ax2.set_ylim(max(lo - 1, 0), None)
     ax2.grid(alpha=0.3)
     ax2.legend(fontsize=8)
-    fig.suptitle(f"Chaos experiment: 4 nodes x 1 worker on loopback, {model} on Fashion-MNIST, "
+    where = "in network namespaces" if netns else "on loopback"
+    fig.suptitle(f"Chaos experiment: 4 nodes x 1 worker {where}, {model} on Fashion-MNIST, "
                  f"local SGD period {PERIOD}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -750,7 +1004,16 @@ def main():
     p.add_argument("--kill-interval", type=float, nargs=2, default=[20.0, 40.0],
                    metavar=("MIN", "MAX"), help="seconds between kills (the first after the "
                    "first step), uniform")
-    p.add_argument("--restart-delay", type=float, default=5.0)
+    p.add_argument("--restart-delay", type=float, default=5.0, help="seconds from a kill to "
+                   "the node's restart, and from a link-down to the link's return (default 5)")
+    p.add_argument("--network", choices=["auto", "netns", "loopback"], default="auto",
+                   help="netns: every node in its own network namespace behind a bridge, and "
+                   "one failure is a link-down (needs root); loopback: all on 127.0.0.1, kills "
+                   "only; auto (default): netns when root and `ip netns add` works, else "
+                   "loopback")
+    p.add_argument("--link-down-at", type=int, default=None, metavar="K", help="namespace "
+                   "mode: the K-th failure of the schedule takes the node's link down instead "
+                   "of a kill (default 2; --quick 1; 0: none)")
     p.add_argument("--max-restarts", type=int, default=5)
     p.add_argument("--checkpoint-every", type=int, default=100, help="run C: steps between "
                    "checkpoints")
@@ -765,8 +1028,9 @@ def main():
     p.add_argument("--work", default=None, help="directory of the logs (default: a new one "
                    "under /tmp, kept)")
     p.add_argument("--quick", action="store_true", help="smoke run: 12000 examples, 16 epochs "
-                   "(resnet20: 4000, 3), 1 kill after 4-6 s, restart delay 2 s, checkpoints every 40 steps; results "
-                   "under the work directory")
+                   "(resnet20: 4000, 3), 1 kill after 4-6 s, restart delay 2 s (namespace mode: a "
+                   "link-down after 4-6 s, a kill 4-6 s later, delay 4 s), checkpoints every 40 "
+                   "steps; results under the work directory")
     args = p.parse_args()
     resnet = args.model == "resnet20"
     if args.epochs is None:
@@ -778,6 +1042,8 @@ def main():
         args.kills = 1
         args.kill_interval, args.restart_delay, args.checkpoint_every = [4.0, 6.0], 2.0, 40
         args.run_timeout, args.stall_timeout = 180.0, 40.0
+    if args.link_down_at is None:
+        args.link_down_at = 1 if args.quick else 2
     build = os.path.abspath(args.build)
     args.run_bin = os.path.join(build, "apps", "hsgd-run", "hsgd-run")
     args.rdzv_bin = os.path.join(build, "apps", "hsgd-rendezvous", "hsgd-rendezvous")
@@ -795,6 +1061,26 @@ def main():
     os.makedirs(out, exist_ok=True)
     print(f"chaos_experiment: logs in {work}", flush=True)
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    signal.signal(signal.SIGHUP, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    net, network = network_or_loopback(args.network)
+    try:
+        experiment(args, work, out, net, network)
+    finally:
+        # every run's processes are stopped by then (Run.stop_all in a finally)
+        if net is not None:
+            net.remove()
+            print(f"chaos_experiment: removed the network namespaces of {net.switch[:-2]}",
+                  flush=True)
+
+
+def experiment(args, work, out, net, network):
+    """Runs A, B and C as --runs says, writes the JSON and the plot, prints the table."""
+    print(f"chaos_experiment: network: {network}", flush=True)
+    if net is None:
+        args.link_down_at = 0
+    elif args.quick:
+        # the link-down and a kill; an outage longer than the heartbeat timeout (3 s)
+        args.kills, args.restart_delay = 2, 4.0
 
     plan = plan_kills(args)
     runs, results, incidents = {}, {}, []
@@ -803,10 +1089,12 @@ def main():
         elastic = name in ("A", "B")
         kills = [] if name == "A" else plan
         for attempt in range(args.attempts):
-            run = Run(name, args, work, elastic, kills, attempt)
+            run = Run(name, args, work, elastic, kills, attempt, net)
             runs[name] = run
+            down = (f" (failure {args.link_down_at} a link-down)"
+                    if kills and 0 < args.link_down_at <= len(kills) else "")
             print(f"run {name}: {'elastic 2:4' if elastic else 'fixed size 4'}, kills {kills}"
-                  f", logs in {run.dir}", flush=True)
+                  f"{down}, logs in {run.dir}", flush=True)
             t = time.monotonic()
             try:
                 run.execute()
@@ -829,6 +1117,7 @@ def main():
 
     raw = {"date": time.strftime("%Y-%m-%d"), "command": " ".join(sys.argv), "work": work,
            "seconds": total, "settings": {k: v for k, v in vars(args).items()},
+           "network": network,
            "mode": MODE + args.model_flags, "results": results, "incidents": incidents,
            "events": {n: {"kills": r.kills, "generations": r.gens, "agent_generations":
                           r.agent_gens, "epochs": r.epochs, "other": r.other[:200],
@@ -850,8 +1139,10 @@ def main():
         print(table(results))
         print()
         print(DEFINITIONS)
+        if any(k.get("kind") == "link down" for r in runs.values() for k in r.kills):
+            print(LINK_DOWN_DEFINITION)
     drew = plot(runs, results, os.path.join(out, stem + ".png"),
-                "MLP" if args.model == "mlp" else "ResNet-20")
+                "MLP" if args.model == "mlp" else "ResNet-20", net is not None)
     print(f"\nwrote {out}/{stem}.json" + (" and .png" if drew else "") +
           f"; {total:.0f} s in all; logs in {work}")
 
