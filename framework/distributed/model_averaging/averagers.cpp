@@ -86,15 +86,6 @@ void ModelAverager::after_step(StepContext& context) {
 void ModelAverager::average_at_level(size_t level, const std::vector<Tensor>& params,
                                      comm::ProcessGroup* group) {
   const std::vector<Tensor> to_average = get_params_to_average(params);
-  if (!tensors_checked_) {
-    // Once, over the whole group: every rank averages at the same step (same schedule).
-    std::vector<detail::TensorEntry> entries = detail::describe_tensors(to_average, "parameter");
-    const auto buffers = detail::describe_tensors(options_.average_buffers, "buffer");
-    entries.insert(entries.end(), buffers.begin(), buffers.end());
-    detail::check_same_tensors(*pg_, class_name_, entries,
-                               "what to average (parameters with a gradient, then buffers)");
-    tensors_checked_ = true;
-  }
   if (group == nullptr) return;
   if (level_labels_.size() <= level) level_labels_.resize(stats_.size());
   if (level_labels_[level].empty()) {
@@ -163,7 +154,19 @@ void ModelAverager::complete_level(size_t level) {
   stats_[level].seconds += spent.count();
 }
 
+void ModelAverager::check_tensors_once(const std::vector<Tensor>& params) {
+  if (tensors_checked_) return;
+  const std::vector<Tensor> to_average = get_params_to_average(params);
+  std::vector<detail::TensorEntry> entries = detail::describe_tensors(to_average, "parameter");
+  const auto buffers = detail::describe_tensors(options_.average_buffers, "buffer");
+  entries.insert(entries.end(), buffers.begin(), buffers.end());
+  detail::check_same_tensors(*pg_, class_name_, entries,
+                             "what to average (parameters with a gradient, then buffers)");
+  tensors_checked_ = true;
+}
+
 void ModelAverager::average_step(int level, const std::vector<Tensor>& params) {
+  check_tensors_once(params);
   bool due = false, settle = false, anchored_below = false;
   for (size_t l = 0; l < levels_.size(); ++l) {
     const bool at_or_below = level >= 0 && l <= static_cast<size_t>(level);

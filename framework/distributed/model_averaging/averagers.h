@@ -166,8 +166,13 @@ class ModelAverager : public PostStepStage {
   void add_level(const LevelOptions& options, std::shared_ptr<comm::ProcessGroup> group);
   // One call of the schedule (see the file comment): `level` averages at step_ (-1: none).
   // Plain levels without pending or anchored levels below take average_at_level, unchanged.
-  // Does not advance step_.
+  // Does not advance step_. The first call checks the tensors (check_tensors_once).
   void average_step(int level, const std::vector<Tensor>& params);
+  // Collective over pg_, once (the first call; later calls return at once): every rank averages
+  // parameters and buffers of the same shapes. It runs before the first averaging starts, so
+  // it never queues on pg_ behind an overlapped averaging in flight (a lower level's first
+  // averaging would otherwise wait for the whole transfer of a higher one).
+  void check_tensors_once(const std::vector<Tensor>& params);
   // Collective over pg_: every rank passed average_buffers of the same shapes. Called by the
   // subclasses' constructors after their configuration check.
   void check_buffers_on_all_ranks();
@@ -193,7 +198,7 @@ class ModelAverager : public PostStepStage {
   std::vector<LevelOptions> level_options_;
   std::vector<std::unique_ptr<detail::AveragingLevel>> levels_;
   std::vector<float> x_;                   // (n,) the averaged tensors, flat, during average_step
-  bool tensors_checked_ = false;           // the first averaging compared the tensors across ranks
+  bool tensors_checked_ = false;           // check_tensors_once ran
   std::vector<std::string> level_labels_;  // "averager 2:4" per level, for failure reports
 };
 

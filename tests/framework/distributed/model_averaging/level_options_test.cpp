@@ -498,6 +498,34 @@ TEST(LevelOptionsState, SettledState_HoldsTheResidualOnlyWhenNothingIsPending) {
   EXPECT_RANKS_OK(result);
 }
 
+// A lower level's first averaging does not queue behind a higher level's overlapped averaging
+// in flight. Rank 3 calls the averager kLate after the others. Ranks 0-2 start the world
+// level's overlapped averaging only once rank 3 arrived (the first call's tensor check over the
+// world waits for it), so at step 1 the pair level's averaging over {0, 1} has nothing to wait
+// for. Were the check made lazily at the first plain averaging, it would queue on the world
+// group behind the averaging in flight and ranks 0 and 1 would wait about kLate at step 1.
+TEST(LevelOptionsSchedule, LowerLevelsFirstAveragingDoesNotWaitForAHigherOneInFlight) {
+  constexpr auto kLate = std::chrono::milliseconds(2000);
+  auto result = run_world(4, [&](int rank, const auto& pg) {
+    const std::vector<LevelOptions> levels = {
+        {.period = 1, .group_size = 2},
+        {.period = 4, .group_size = 4, .outer = OuterOptimizer{.lr = 1.0}, .overlap_steps = 2}};
+    HierarchicalModelAverager averager(levels, 0, pg);
+    Tensor p = make_param(initial_values(rank));
+    add_local_step(p, rank, 0);
+    if (rank == 3) std::this_thread::sleep_for(kLate);
+    averager.average_parameters(std::vector<Tensor>{p});  // step 0: the world level starts
+    add_local_step(p, rank, 1);
+    const auto start = std::chrono::steady_clock::now();
+    averager.average_parameters(std::vector<Tensor>{p});  // step 1: the pair level
+    const auto waited = std::chrono::steady_clock::now() - start;
+    EXPECT_LT(waited, kLate / 2) << "rank " << rank << ": the pair level's averaging at step 1 "
+                                 << "waited for the world level's averaging in flight";
+    averager.finish_pending(std::vector<Tensor>{p});
+  });
+  EXPECT_RANKS_OK(result);
+}
+
 template <typename Make>
 void expect_invalid(Make make, const std::string& expected, const std::string& what) {
   try {
@@ -650,10 +678,11 @@ TEST(LevelOptionsIneffective, CompressionWithinOneNode_IsNamedAndAveragesInFloat
   }
 }
 
-// Rank 1 reaches the averaging of step 0 kLate after rank 0. With overlap 2, rank 0 merges at
-// step 2 and waits there for rank 1's contribution: level_stats() count that wait in
-// overlap_wait_seconds (within `seconds`), and state_dict() carries it. A level without overlap
-// waits inside its averaging, which is not an overlap's wait: its overlap_wait_seconds stays 0.
+// Rank 1 reaches the averaging of step 10 kLate after rank 0 (at step 0 the first call's
+// tensor check would absorb it). With overlap 2, rank 0 merges at step 12 and waits there for
+// rank 1's contribution: level_stats() count that wait in overlap_wait_seconds (within
+// `seconds`), and state_dict() carries it. A level without overlap waits inside its averaging,
+// which is not an overlap's wait: its overlap_wait_seconds stays 0.
 TEST(LevelOptionsStats, OverlapWait_CountsTheMergeWaitingForALatePeer) {
   constexpr auto kLate = std::chrono::milliseconds(400);
   for (const int64_t overlap : {2, 0}) {
@@ -664,9 +693,9 @@ TEST(LevelOptionsStats, OverlapWait_CountsTheMergeWaitingForALatePeer) {
           .period = 10, .outer = OuterOptimizer{.lr = 1.0}, .overlap_steps = overlap};
       PeriodicModelAverager averager(level, 0, pg);
       Tensor p = make_param(initial_values(rank));
-      for (int64_t t = 0; t < 3; ++t) {
+      for (int64_t t = 0; t < 13; ++t) {
         add_local_step(p, rank, t);
-        if (rank == 1 && t == 0) std::this_thread::sleep_for(kLate);
+        if (rank == 1 && t == 10) std::this_thread::sleep_for(kLate);
         averager.average_parameters(std::vector<Tensor>{p});
       }
       const AveragingLevelStats stats = averager.level_stats()[0];
