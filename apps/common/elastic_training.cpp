@@ -104,9 +104,10 @@ struct TopLevelCarry {
   StateDict state;    // "levels.<i>.anchor", "outer_momentum", "residual" (settled_level_state)
 };
 
-// The level's description with a group of the whole world spelled "world": a world level is the
-// same level on any number of ranks (its anchor is the world's last common point), while a
-// fixed-size level that now spans the world (4:4 on 4 ranks) keeps its size.
+// The level's description with a group of the whole world spelled "world": a level over the
+// whole world is the same level on any number of ranks (its anchor is the world's last common
+// point), while a level over part of the world keeps its size (8:4 on 8 ranks is not the 8:4
+// that spanned a world of 4).
 std::string carry_key(distributed::LevelOptions level, int world_size) {
   if (level.group_size == world_size) level.group_size = distributed::kWholeGroup;
   return distributed::describe(level);
