@@ -1,16 +1,16 @@
 #!/usr/bin/python3
 """What does a lost node cost? Elastic training against today's full restart.
 
-Starts an hsgd-rendezvous and 4 nodes (one hsgd-run each, one worker per node) on this machine
-and trains the MLP example (apps/train_mlp), or with --model resnet20 a ResNet-20
+Starts an hsgd-rendezvous and --nodes nodes (default 4; one hsgd-run each, one worker per node)
+on this machine and trains the MLP example (apps/train_mlp), or with --model resnet20 a ResNet-20
 (apps/train_resnet, one thread per worker), on Fashion-MNIST with local SGD (models averaged
 over the whole world every 8 steps), three times:
 
-  A  elastic (--nnodes 2:4), no fault: the baseline.
-  B  elastic (--nnodes 2:4), a kill schedule: kill -9 of one node's hsgd-run and its workers,
+  A  elastic (--nnodes 2:N, N = --nodes), no fault: the baseline.
+  B  elastic (--nnodes 2:N), a kill schedule: kill -9 of one node's hsgd-run and its workers,
      the first 20-40 s after the first step, then every 20-40 s (--kills of them, node chosen at
      random with --seed); the same hsgd-run command is started again --restart-delay s later.
-  C  fixed-size (--nnodes 4) with --checkpoint-dir, the same kill schedule (same seed: the same
+  C  fixed-size (--nnodes N) with --checkpoint-dir, the same kill schedule (same seed: the same
      nodes at the same seconds after the first step): the survivors restart the whole job, which
      resumes from the newest checkpoint once the killed node's hsgd-run is back.
 
@@ -76,7 +76,7 @@ import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-NODES = 4
+NODES = 4  # --nodes sets it before anything else runs
 PERIOD = 8  # local SGD: the whole world averages every PERIOD steps
 MODE = ["--mode", "local-sgd", "--period", str(PERIOD)]
 # the workers' collective timeout (HSGD_TIMEOUT_MS, not set here: the defaults) by elastic: a
@@ -561,7 +561,7 @@ def pauses(run, t0, t1, normal, failed):
 def analyse_failures(run, base, ws_s):
     """One dict per kill; base is the analysis of the unfaulted run A, ws_s the run's own
     seconds per worker-step before its first kill."""
-    t_step = base["step_s"]  # A's median seconds per step (4 workers)
+    t_step = base["step_s"]  # A's median seconds per step (NODES workers)
     out = []
     kills = run.kills
     for i, k in enumerate(kills):
@@ -675,7 +675,7 @@ def analyse_failures(run, base, ws_s):
             f["kill_to_progress_recovered_s"] = recovered[0] - t_kill if recovered else None
             t_back = resume[0] if resume else None
         # Worker-seconds wasted, two ways.
-        # shared cores (measured): the 4 worker slots' seconds from the kill until the node is
+        # shared cores (measured): the NODES worker slots' seconds from the kill until the node is
         # back, minus what A needed for the useful worker-steps done in that window.
         if t_back is not None:
             win = [s for s in after if s[0] <= t_back]
@@ -878,7 +878,8 @@ def table(results):
 
 
 DEFINITIONS = """\
-Definitions (times are when this script read the line from the hsgd-runs' stdout):
+Definitions (N: the nodes, --nodes; times are when this script read the line from the
+hsgd-runs' stdout):
 - survivors' step: B: rank 0's first step line of a generation newer than the one at the kill;
   C: rank 0's first step line after the restart (a step number seen before).
 - steps thrown away: B: step numbers rank 0 prints again (the elastic contract: 0); C: the
@@ -886,14 +887,14 @@ Definitions (times are when this script read the line from the hsgd-runs' stdout
   the survivors made between the kill and the restart ("recomputed").
 - killed node training again: B: rank 0's generation line that reports a joined node; C: the
   first step after the restart (every node trains again).
-- wasted worker-s, shared cores: 4 x (seconds from the kill until the killed node trains again,
+- wasted worker-s, shared cores: N x (seconds from the kill until the killed node trains again,
   less the epoch evaluations in them) minus the run's own seconds per worker-step before its first kill x the useful worker-steps
   done in that window (each step
   counts its world size; B subtracts the killed worker's local steps since its last averaging).
   The survivors use the absent node's core, so this counts only pauses and lost work.
-- wasted worker-s, one core per worker (model): B: 3 survivors x the pauses in rank 0's steps
+- wasted worker-s, one core per worker (model): B: N - 1 survivors x the pauses in rank 0's steps
   (gaps > 5x A's median step, less one step; a gap with an epoch's evaluation in it is not one) + the killed slot from the kill until it joins +
-  its lost local steps x A's step time; C: 4 x the pauses + 4 x the recomputed steps x A's step.
+  its lost local steps x A's step time; C: N x the pauses + N x the recomputed steps x A's step.
   Both include the script's restart delay in the killed node's absence. "Less the delay"
   subtracts it once (the killed slot's own absence, which no recovery avoids): what is left is
   the waste of the recovery itself. With N nodes, counting the delay caps the ratio C/B near N
@@ -980,7 +981,7 @@ def plot(runs, results, path, model="MLP", netns=False):
     ax2.grid(alpha=0.3)
     ax2.legend(fontsize=8)
     where = "in network namespaces" if netns else "on loopback"
-    fig.suptitle(f"Chaos experiment: 4 nodes x 1 worker {where}, {model} on Fashion-MNIST, "
+    fig.suptitle(f"Chaos experiment: {NODES} nodes x 1 worker {where}, {model} on Fashion-MNIST, "
                  f"local SGD period {PERIOD}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -1000,6 +1001,8 @@ def main():
     p.add_argument("--epochs", type=int, default=None, help="default: 40 (mlp), 8 (resnet20)")
     p.add_argument("--train-subset", type=int, default=None, help="0: all 60000 examples "
                    "(default: 0 for mlp, 12000 for resnet20)")
+    p.add_argument("--nodes", type=int, default=4, help="nodes of one worker each (default 4; "
+                   "other counts write chaos_experiment[_MODEL]_<N>nodes.*)")
     p.add_argument("--kills", type=int, default=3)
     p.add_argument("--kill-interval", type=float, nargs=2, default=[20.0, 40.0],
                    metavar=("MIN", "MAX"), help="seconds between kills (the first after the "
@@ -1032,6 +1035,10 @@ def main():
                    "link-down after 4-6 s, a kill 4-6 s later, delay 4 s), checkpoints every 40 "
                    "steps; results under the work directory")
     args = p.parse_args()
+    if not 2 <= args.nodes <= 16:
+        p.error(f"--nodes {args.nodes} is not in [2, 16]")
+    global NODES
+    NODES = args.nodes
     resnet = args.model == "resnet20"
     if args.epochs is None:
         args.epochs = 8 if resnet else 40
@@ -1093,8 +1100,8 @@ def experiment(args, work, out, net, network):
             runs[name] = run
             down = (f" (failure {args.link_down_at} a link-down)"
                     if kills and 0 < args.link_down_at <= len(kills) else "")
-            print(f"run {name}: {'elastic 2:4' if elastic else 'fixed size 4'}, kills {kills}"
-                  f"{down}, logs in {run.dir}", flush=True)
+            size = f"elastic 2:{NODES}" if elastic else f"fixed size {NODES}"
+            print(f"run {name}: {size}, kills {kills}{down}, logs in {run.dir}", flush=True)
             t = time.monotonic()
             try:
                 run.execute()
@@ -1127,6 +1134,8 @@ def experiment(args, work, out, net, network):
                           sampled_steps(r)}
                       for n, r in runs.items()}}
     stem = "chaos_experiment" if args.model == "mlp" else f"chaos_experiment_{args.model}"
+    if NODES != 4:
+        stem += f"_{NODES}nodes"
     with open(os.path.join(out, stem + ".json"), "w") as f:
         json.dump(raw, f, indent=1, default=str)
     for inc in incidents:
