@@ -533,12 +533,22 @@ def median_gap(run):
     return statistics.median(gaps) if gaps else float("nan")
 
 
-def pauses(run, t0, t1, normal, failed):
+def evaluation_gap(run):
+    """Median seconds of rank 0's step-line gaps that hold an epoch line: an epoch's evaluation
+    (with the step before it) in a run without faults."""
+    ts = sorted(s[0] for s in run.steps)
+    evaluations = [e[0] for e in run.epochs]
+    gaps = [b - a for a, b in zip(ts, ts[1:]) if any(a < e <= b for e in evaluations)]
+    return statistics.median(gaps) if gaps else 0.0
+
+
+def pauses(run, t0, t1, normal, failed, eval_gap):
     """Seconds of rank 0's step-line gaps in [t0, t1] beyond 5x the normal step time; the
     failed node's lines (failed(s)) count at the failure (t0): a killed node's were written
     before it, an isolated node's are not the survivors' progress. A gap with an epoch line in
-    it is the epoch's evaluation, which the unfaulted run has too: not a pause. Returns
-    (pauses, evaluations)."""
+    it holds the epoch's evaluation, which the unfaulted run has too (eval_gap, its typical
+    gap): only what exceeds that is a pause (a failure may stall the job across an epoch's
+    end). Returns (pauses, evaluations)."""
     ts = sorted(min(s[0], t0) if failed(s) else s[0] for s in run.steps)
     evaluations = [e[0] for e in run.epochs]
     total = evaluating = 0.0
@@ -551,7 +561,8 @@ def pauses(run, t0, t1, normal, failed):
         gap = t - prev
         if gap > 5 * normal:
             if any(prev < e <= t for e in evaluations):
-                evaluating += gap - normal
+                evaluating += min(gap, eval_gap)
+                total += max(0.0, gap - eval_gap - normal)
             else:
                 total += gap - normal
         prev = t
@@ -693,7 +704,7 @@ def analyse_failures(run, base, ws_s):
             # generation line)
             t_resumed = t_kill + (f["kill_to_survivors_step_s"] or 0)
             pause, evaluating = pauses(run, t_kill, max(t_back, t_resumed), base["step_s"],
-                                       failed)
+                                       failed, base["evaluation_gap_s"])
             f["evaluation_s_in_window"] = evaluating
             f["wasted_worker_s_shared"] = (NODES * (t_back - t_kill - evaluating)
                                            - useful * ws_s)
@@ -728,6 +739,7 @@ def analyse(run, base=None):
     r = {"name": run.name, "elastic": run.elastic, "final_test_accuracy": run.final_acc,
          "steps": max(seen) if seen else 0, "step_lines": executed, "repeated_step_lines":
          len(repeats), "train_wall_s": wall, "step_s": median_gap(run),
+         "evaluation_gap_s": evaluation_gap(run),
          "generations": len({g[1] for g in run.gens}), "exit_codes": run.exit_codes,
          "kill_plan": run.kill_plan, "loadavg_start_end": run.loadavg}
     # useful worker-steps: every unique step times the world that ran it
@@ -893,8 +905,9 @@ hsgd-runs' stdout):
   counts its world size; B subtracts the killed worker's local steps since its last averaging).
   The survivors use the absent node's core, so this counts only pauses and lost work.
 - wasted worker-s, one core per worker (model): B: N - 1 survivors x the pauses in rank 0's steps
-  (gaps > 5x A's median step, less one step; a gap with an epoch's evaluation in it is not one) + the killed slot from the kill until it joins +
-  its lost local steps x A's step time; C: N x the pauses + N x the recomputed steps x A's step.
+  (gaps > 5x A's median step, less one step; a gap with an epoch's evaluation in it counts only
+  beyond A's median such gap) + the killed slot from the kill until it joins + its lost local
+  steps x A's step time; C: N x the pauses + N x the recomputed steps x A's step.
   Both include the script's restart delay in the killed node's absence. "Less the delay"
   subtracts it once (the killed slot's own absence, which no recovery avoids): what is left is
   the waste of the recovery itself. With N nodes, counting the delay caps the ratio C/B near N
