@@ -8,6 +8,7 @@
 #include <cstring>
 #include <optional>
 #include <span>
+#include <variant>
 
 #include "apps/common/level_options.h"
 #include "apps/common/metrics_log.h"
@@ -447,10 +448,12 @@ class ElasticTrainer {
     const distributed::LevelOptions& options = averager.level_options()[top];
     carried_.clear();
     if (!distributed::is_anchored(options)) return;
+    // This rank's previous top level is the same level (its carried state applies).
+    const bool same_level = top_carry_.level == carry_key(options, world.size());
     std::string bytes;
     if (world.rank() == source) {
       StateDict carry;
-      if (top_carry_.level == carry_key(options, world.size())) {
+      if (same_level) {
         for (const auto& [key, value] : top_carry_.state.entries()) {
           const std::string name = key.substr(key.rfind('.') + 1);
           if (name == "anchor" || name == "outer_momentum") carry.set(name, value);
@@ -472,12 +475,12 @@ class ElasticTrainer {
     for (const auto& [key, value] : carry.entries()) state.set(level + key, value);
     // {kept a residual, kept a non-zero one} on this rank.
     std::array<int64_t, 2> mine{0, 0};
-    if (top_carry_.level == carry_key(options, world.size())) {
+    if (same_level) {
       for (const auto& [key, value] : top_carry_.state.entries()) {
         if (!key.ends_with(".residual")) continue;
         state.set(level + "residual", value);
         mine[0] = 1;
-        for (const float e : top_carry_.state.get_tensor(key).to_vector()) {
+        for (const float e : std::get<Tensor>(value).to_vector()) {
           mine[1] |= static_cast<int64_t>(e != 0.0f);
         }
       }
