@@ -29,10 +29,10 @@ import sys
 
 MB = 1e6
 MiB = 1 << 20
-# kAuto's Gloo algorithm by size, as comm/process_group/process_group.h states it: the pinned ring
-# on 2 ranks up to kPinnedRingAllreduceBytes, halving-doubling up to kSmallAllreduceBytes, the
-# ring above.
-PINNED_RING_ALLREDUCE_BYTES = 512 * 1024
+# kAuto's Gloo algorithm by size, as comm/process_group/process_group.h states it: the direct
+# exchange while each rank sends (p - 1) x the buffer <= kDirectAllreduceBytes, halving-doubling up
+# to kSmallAllreduceBytes, the ring above.
+DIRECT_ALLREDUCE_BYTES = 512 * 1024
 SMALL_ALLREDUCE_BYTES = MiB
 TOLERANCE = 0.15
 
@@ -210,8 +210,8 @@ class Net:
         """Messages in sequence of hsgd's kAuto Gloo allreduce of p ranks."""
         if p <= 1:
             return 0
-        if p == 2 and nbytes <= PINNED_RING_ALLREDUCE_BYTES:
-            return p - 1  # pinned ring: one step carrying the whole buffer
+        if (p - 1) * nbytes <= DIRECT_ALLREDUCE_BYTES:
+            return 1  # direct exchange: the whole buffer to every peer in one step
         if nbytes <= SMALL_ALLREDUCE_BYTES:
             return 2 * math.ceil(math.log2(p))  # halving-doubling
         return 2 * (p - 1)  # ring

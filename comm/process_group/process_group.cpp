@@ -41,6 +41,8 @@ const char* to_string(AllreduceAlgorithm algorithm) {
       return "ring";
     case AllreduceAlgorithm::kPinnedRing:
       return "pinned-ring";
+    case AllreduceAlgorithm::kDirect:
+      return "direct";
   }
   return "?";
 }

@@ -132,24 +132,29 @@ enum class AllreduceAlgorithm {
   kPinnedRing,       // gloo::AllreduceRing: the whole buffer around the ring, p - 1 steps, for
                      // small buffers on 2 ranks; on more, each rank sums in its own order, so
                      // float sums may differ in the last bits between ranks
+  kDirect,           // every rank sends its buffer to every other in one round and sums them in
+                     // rank order: one step, (p - 1) x the buffer per rank, for small buffers
 };
 const char* to_string(AllreduceAlgorithm algorithm);
 
 // kAuto over Gloo (shared memory off, or members on several nodes) picks by the buffer's bytes
 // and the group's size, the same on every rank:
-// - up to kPinnedRingAllreduceBytes on 2 ranks: kPinnedRing, one step where halving-doubling
-//   needs two. Above it, one message of the whole buffer loses to halving-doubling's two halves.
-//   Not on more ranks, whose sums could differ in the last bits (see kPinnedRing).
+// - while each rank sends (p - 1) x bytes <= kDirectAllreduceBytes: kDirect, one step where
+//   halving-doubling needs 2 log2(p) and Gloo's ring p - 1 (each with a notification back). On 2
+//   ranks it sends what any allreduce sends; on more it sends (p - 1) x the buffer where
+//   halving-doubling sends 2 (p - 1) / p x, so the bound keeps it to buffers whose bytes cost
+//   less than the steps it saves (on a 100 Mbit/s link the worst case, 4 ranks at 170 KiB, sends
+//   255 KiB more: about 20 ms).
 // - up to kSmallAllreduceBytes: kHalvingDoubling, 2 log2(p) steps without a per-message
 //   handshake.
 // - above: kRing on the caller's memory. It skips halving-doubling's copy in and out and
 //   pipelines its segments, which from here on outweighs its receive-ready round trip per
 //   segment (milliseconds on small buffers).
 // The measurements behind the numbers: docs/benchmarks.md, "Allreduce".
-inline constexpr size_t kPinnedRingAllreduceBytes = 512u << 10;
+inline constexpr size_t kDirectAllreduceBytes = 512u << 10;
 inline constexpr size_t kSmallAllreduceBytes = 1u << 20;
-// The pinned algorithm objects (halving-doubling, ring-chunked, pinned ring) are built once per
-// (type, count, op) and cached, least recently used first out, up to this many buffer bytes;
+// The pinned algorithm objects (halving-doubling, ring-chunked, pinned ring, direct) are built once
+// per (type, count, op) and cached, least recently used first out, up to this many buffer bytes;
 // halving-doubling and ring-chunked run on a group-owned buffer (the caller's data is copied in
 // and out), the pinned ring on the caller's. A buffer larger than the whole cache runs kRing on
 // the caller's memory instead.

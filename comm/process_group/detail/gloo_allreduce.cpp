@@ -17,25 +17,24 @@
 #include <vector>
 
 // ---- algorithm choice (kAuto) ----
-// Pinned algorithms (gloo::AllreduceRing, AllreduceHalvingDoubling, AllreduceRingChunked): the
-// sender writes straight into a slot the receiver registered once, no per-message handshake, so
-// they win while latency dominates. Each is built once per (type, count, op) and cached;
-// halving-doubling and ring-chunked register a group-owned buffer, into and out of which the
-// caller's data is copied, the pinned ring only its own inbox and outbox, so it reduces the
-// caller's buffer (CallerBufferRing). Above kSmallAllreduceBytes:
+// Pinned algorithms (DirectExchange below, gloo::AllreduceRing, AllreduceHalvingDoubling,
+// AllreduceRingChunked): the sender writes straight into a slot the receiver registered once, no
+// per-message handshake, so they win while latency dominates. Each is built once per (type,
+// count, op) and cached; halving-doubling and ring-chunked register a group-owned buffer, into
+// and out of which the caller's data is copied, the direct exchange and the pinned ring only
+// their own inboxes and outboxes, so they reduce the caller's buffer. Above kSmallAllreduceBytes:
 // gloo::allreduce's ring (kRing) on the caller's memory: no copy, no cached state, 2 (p-1)/p of
 // the data per link, segments pipelined, but a receive-ready round trip per segment, which costs
 // milliseconds at small sizes.
 //
-// Steps in sequence: pinned ring p - 1 (each carries the whole buffer), halving-doubling
-// 2 log2(p). So the pinned ring wins for small buffers on 2 ranks (1 step against 2), and would on
-// 3 and 4 (2 or 3 against 4) but for one flaw: each rank sums the contributions in its own order,
-// so on 3 or more ranks the ranks' sums may differ in the last bits, and hsgd promises the same
-// bits on every rank (replicas must stay identical; shm_allreduce_test checks it). On 2 ranks
-// each computes a + b or b + a, which IEEE addition makes equal. Halving-doubling reduces each
-// element on one rank and sends it to the others, so its bits agree everywhere. The thresholds
-// (process_group.h) come from apps/bench/allreduce_bench --tcp-algorithms; its tables are in
-// docs/benchmarks.md, "Allreduce".
+// Steps in sequence: direct exchange 1 (the whole buffer to every peer at once), pinned ring
+// p - 1 (each carries the whole buffer and waits for a notification back), halving-doubling
+// 2 log2(p). Every rank must end with the same bits (replicas must stay identical;
+// shm_allreduce_test checks it): the direct exchange sums the buffers in rank order on every
+// rank, halving-doubling reduces each element on one rank and sends it to the others; the pinned
+// ring does not (each rank sums in its own order, equal only on 2 ranks, where a + b = b + a), so
+// kAuto never picks it. The thresholds (process_group.h) come from apps/bench/allreduce_bench
+// --tcp-algorithms; its tables are in docs/benchmarks.md, "Allreduce".
 
 namespace hsgd::detail {
 
@@ -86,13 +85,15 @@ AllreduceAlgorithm choose_gloo_algorithm(AllreduceAlgorithm requested, size_t co
   if (algorithm == AllreduceAlgorithm::kAuto) {
     if (bytes > comm::kSmallAllreduceBytes) {
       algorithm = AllreduceAlgorithm::kRing;
-    } else if (ranks == 2 && bytes <= comm::kPinnedRingAllreduceBytes) {
-      algorithm = AllreduceAlgorithm::kPinnedRing;
+    } else if (static_cast<size_t>(ranks - 1) * bytes <= comm::kDirectAllreduceBytes) {
+      algorithm = AllreduceAlgorithm::kDirect;
     } else {
       algorithm = AllreduceAlgorithm::kHalvingDoubling;
     }
   }
-  if (bytes > comm::kAllreduceCacheBytes ||
+  const size_t held =
+      algorithm == AllreduceAlgorithm::kDirect ? 2 * static_cast<size_t>(ranks) * bytes : bytes;
+  if (held > comm::kAllreduceCacheBytes ||
       count > static_cast<size_t>(std::numeric_limits<int>::max())) {
     algorithm = AllreduceAlgorithm::kRing;
   }
@@ -155,6 +156,78 @@ class CallerBufferRing : public gloo::AllreduceRing<T> {
   }
 };
 
+// Every rank sends its whole buffer to every other rank in one round and sums the n buffers in
+// rank order (r0 + r1 + ... + r(n-1)), so every rank computes the same bits: one message latency
+// where gloo::AllreduceRing needs p - 1 rounds of a message and a notification and
+// halving-doubling 2 log2(p). Each rank sends and receives (p - 1) x the buffer, so it is for
+// small buffers.
+//
+// Flow control without notifications: the inboxes alternate between two slots, one per parity
+// of the call. A rank that sends call k + 2 into a peer's inbox of call k has received that
+// peer's call k + 1 message, which the peer sent only after it had summed call k: the inbox is
+// free. The outbox is this rank's region of the same buffer, sent before the call returns.
+template <typename T>
+class DirectExchange : public gloo::Algorithm {
+ public:
+  // count elements per call; op is sum, min or max (kAvg divides afterwards).
+  DirectExchange(const std::shared_ptr<gloo::Context>& context, size_t count,
+                 const gloo::ReductionFunction<T>* fn)
+      : gloo::Algorithm(context), count_(count), fn_(fn) {
+    const size_t n = static_cast<size_t>(contextSize_);
+    const size_t bytes = count_ * sizeof(T);
+    for (Round& round : rounds_) {
+      round.regions.resize(n * count_);  // (n, count): region r holds rank r's buffer
+      round.send.resize(n);
+      round.recv.resize(n);
+      const int slot = context->nextSlot();
+      T* mine = round.regions.data() + static_cast<size_t>(contextRank_) * count_;
+      for (int r = 0; r < contextSize_; ++r) {
+        if (r == contextRank_) continue;
+        T* theirs = round.regions.data() + static_cast<size_t>(r) * count_;
+        round.recv[static_cast<size_t>(r)] = getPair(r)->createRecvBuffer(slot, theirs, bytes);
+        round.send[static_cast<size_t>(r)] = getPair(r)->createSendBuffer(slot, mine, bytes);
+      }
+    }
+  }
+
+  void run() override { throw std::logic_error("DirectExchange::run: use run_on(data)"); }
+
+  // data is (count,); reduced in place.
+  void run_on(T* data) {
+    Round& round = rounds_[parity_];
+    parity_ ^= 1;
+    T* regions = round.regions.data();
+    std::copy(data, data + count_, regions + static_cast<size_t>(contextRank_) * count_);
+    // Send this rank's buffer to every peer, then wait for theirs.
+    for (auto& send : round.send) {
+      if (send) send->send();
+    }
+    for (auto& recv : round.recv) {
+      if (recv) recv->waitRecv();
+    }
+    // Sum in rank order, the same on every rank.
+    std::copy(regions, regions + count_, data);
+    for (int r = 1; r < contextSize_; ++r) {
+      fn_->call(data, regions + static_cast<size_t>(r) * count_, count_);
+    }
+    // The outbox is reused two calls later: the sends must have left it.
+    for (auto& send : round.send) {
+      if (send) send->waitSend();
+    }
+  }
+
+ private:
+  struct Round {
+    std::vector<T> regions;
+    std::vector<std::unique_ptr<gloo::transport::Buffer>> send;  // by peer rank; own empty
+    std::vector<std::unique_ptr<gloo::transport::Buffer>> recv;  // by peer rank; own empty
+  };
+  const size_t count_;
+  const gloo::ReductionFunction<T>* const fn_;
+  Round rounds_[2];
+  int parity_ = 0;
+};
+
 // Gloo algorithm objects with the buffer they reduce, least recently used evicted first. The
 // sequence of (type, count, op) is the same on every rank (the group contract), so hits, misses
 // and evictions, and with them Gloo's slot numbers, agree across ranks.
@@ -162,7 +235,7 @@ class GlooAllreduce::Cache {
  public:
   struct Entry {
     // The buffer the algorithm reduces (double keeps alignment); empty for kPinnedRing
-    // (CallerBufferRing), which reduces the caller's.
+    // (CallerBufferRing) and kDirect (DirectExchange), which reduce the caller's.
     std::vector<double> storage;
     std::unique_ptr<gloo::Algorithm> algorithm;
     size_t bytes = 0;
@@ -178,7 +251,10 @@ class GlooAllreduce::Cache {
       lru_.splice(lru_.begin(), lru_, it->second.first);
       return it->second.second;
     }
-    const size_t bytes = count * sizeof(T);
+    // DirectExchange holds every rank's buffer twice (two rounds of inboxes).
+    const size_t bytes =
+        count * sizeof(T) *
+        (algorithm == AllreduceAlgorithm::kDirect ? 2 * static_cast<size_t>(context->size) : 1);
     while (!lru_.empty() &&
            (entries_.size() >= kMaxEntries || total_bytes_ + bytes > comm::kAllreduceCacheBytes)) {
       auto victim = entries_.find(lru_.back());
@@ -193,7 +269,7 @@ class GlooAllreduce::Cache {
     lru_.push_front(key);
     Entry entry;
     entry.bytes = bytes;
-    if (algorithm != AllreduceAlgorithm::kPinnedRing) {
+    if (algorithm != AllreduceAlgorithm::kPinnedRing && algorithm != AllreduceAlgorithm::kDirect) {
       entry.storage.resize((bytes + sizeof(double) - 1) / sizeof(double) + 1);
     }
     const std::vector<T*> ptrs{reinterpret_cast<T*>(entry.storage.data())};
@@ -204,6 +280,9 @@ class GlooAllreduce::Cache {
     } else if (algorithm == AllreduceAlgorithm::kPinnedRing) {
       entry.algorithm =
           std::make_unique<CallerBufferRing<T>>(context, ptrs, n, reduction_function<T>(algo_op));
+    } else if (algorithm == AllreduceAlgorithm::kDirect) {
+      entry.algorithm =
+          std::make_unique<DirectExchange<T>>(context, count, reduction_function<T>(algo_op));
     } else {
       entry.algorithm = std::make_unique<gloo::AllreduceRingChunked<T>>(
           context, ptrs, n, reduction_function<T>(algo_op));
@@ -235,6 +314,9 @@ void GlooAllreduce::allreduce_impl(std::span<T> data, ReduceOp op, AllreduceAlgo
   if (algorithm == AllreduceAlgorithm::kPinnedRing) {
     auto& entry = cache_->get<T>(context_, data.size(), op, algorithm);
     static_cast<CallerBufferRing<T>&>(*entry.algorithm).run_on(data.data());
+  } else if (algorithm == AllreduceAlgorithm::kDirect) {
+    auto& entry = cache_->get<T>(context_, data.size(), op, algorithm);
+    static_cast<DirectExchange<T>&>(*entry.algorithm).run_on(data.data());
   } else if (algorithm != AllreduceAlgorithm::kRing) {
     auto& entry = cache_->get<T>(context_, data.size(), op, algorithm);
     T* buffer = reinterpret_cast<T*>(entry.storage.data());

@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <numeric>
+#include <thread>
 #include <tuple>
 
 #include "comm/error.h"
@@ -144,7 +146,8 @@ TEST(ProcessGroupTest, EveryAllreduceAlgorithmAtEverySize) {
     auto result = run_ranks(world, std::chrono::seconds(60), [&](int rank) {
       auto store = std::make_shared<FileStore>(dir);
       for (auto algorithm : {AllreduceAlgorithm::kHalvingDoubling, AllreduceAlgorithm::kRingChunked,
-                             AllreduceAlgorithm::kRing, AllreduceAlgorithm::kPinnedRing}) {
+                             AllreduceAlgorithm::kRing, AllreduceAlgorithm::kPinnedRing,
+                             AllreduceAlgorithm::kDirect}) {
         auto pg = init_process_group({.rank = rank,
                                       .world_size = world,
                                       .store = store,
@@ -165,35 +168,83 @@ TEST(ProcessGroupTest, EveryAllreduceAlgorithmAtEverySize) {
   }
 }
 
-// kAuto over Gloo as process_group.h states it: the pinned ring up to kPinnedRingAllreduceBytes
-// on 2 ranks only (on more its sums may differ in the last bits between ranks), halving-doubling
-// up to kSmallAllreduceBytes, the ring on the caller's memory above; forced choices stand unless
-// the buffer exceeds the cache.
+// kDirect sums the ranks' buffers in rank order on every rank, so each rank holds exactly
+// ((x0 + x1) + x2) + ..., bit for bit, where the inputs make the order matter (sums of values
+// of very different magnitude). The calls alternate between its two inboxes and one rank falls
+// behind now and then (a faster rank writing into an inbox still being read may show here).
+TEST(ProcessGroupTest, DirectExchange_SumsInRankOrderOnEveryRank) {
+  for (int world : {3, 5}) {
+    const auto dir = unique_temp_dir("direct");
+    auto result = run_ranks(world, std::chrono::seconds(60), [&](int rank) {
+      auto store = std::make_shared<FileStore>(dir);
+      auto pg = init_process_group({.rank = rank,
+                                    .world_size = world,
+                                    .store = store,
+                                    .timeout = std::chrono::seconds(30),
+                                    .allreduce_algorithm = AllreduceAlgorithm::kDirect});
+      // Rank r's value at index i of call c: magnitudes 1e-8 to 1e8, different per rank.
+      auto value = [](int r, size_t i, int c) {
+        const int k = (r * 7 + static_cast<int>(i) * 3 + c) % 17 - 8;
+        return static_cast<float>((r + 1.25 + 0.001 * static_cast<double>(i)) * std::pow(10.0, k));
+      };
+      for (int call = 0; call < 60; ++call) {
+        const size_t n = call % 3 == 0 ? 1 : (call % 3 == 1 ? 257 : 4096);
+        if (rank == call % world && call % 4 == 0) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+        std::vector<float> data(n);
+        for (size_t i = 0; i < n; ++i) data[i] = value(rank, i, call);
+        pg->allreduce(std::span<float>(data))->wait();
+        for (size_t i = 0; i < n; ++i) {
+          float expected = value(0, i, call);
+          for (int r = 1; r < world; ++r) expected += value(r, i, call);
+          if (std::memcmp(&data[i], &expected, sizeof(float)) != 0) {
+            ADD_FAILURE() << "call " << call << " n=" << n << " world=" << world << " rank=" << rank
+                          << ": index " << i << " expected " << expected << " got " << data[i];
+            return;
+          }
+        }
+      }
+      pg->barrier()->wait();
+    });
+    EXPECT_RANKS_OK(result) << "world " << world;
+    std::filesystem::remove_all(dir);
+  }
+}
+
+// kAuto over Gloo as process_group.h states it: the direct exchange while each rank sends
+// (p - 1) x the buffer <= kDirectAllreduceBytes, halving-doubling up to kSmallAllreduceBytes, the
+// ring on the caller's memory above; forced choices stand unless the buffer (for the direct
+// exchange: what it holds, 2 p x the buffer) exceeds the cache.
 TEST(ProcessGroupTest, AutoAlgorithmFollowsSizeAndRanks) {
   using hsgd::detail::choose_gloo_algorithm;
-  const auto pinned_ring = AllreduceAlgorithm::kPinnedRing;
+  const auto direct = AllreduceAlgorithm::kDirect;
   const auto hd = AllreduceAlgorithm::kHalvingDoubling;
   const auto ring = AllreduceAlgorithm::kRing;
   const auto auto_ = AllreduceAlgorithm::kAuto;
-  const size_t pinned_floats = kPinnedRingAllreduceBytes / sizeof(float);
+  const size_t direct_floats = kDirectAllreduceBytes / sizeof(float);  // sent per rank
   const size_t small_floats = kSmallAllreduceBytes / sizeof(float);
   struct Case {
     size_t count;
     int ranks;
     AllreduceAlgorithm expected;
   };
-  for (const Case& c : std::vector<Case>{{1, 2, pinned_ring},
-                                         {pinned_floats, 2, pinned_ring},
-                                         {pinned_floats + 1, 2, hd},
+  for (const Case& c : std::vector<Case>{{1, 2, direct},
+                                         {direct_floats, 2, direct},
+                                         {direct_floats + 1, 2, hd},
                                          {small_floats, 2, hd},
                                          {small_floats + 1, 2, ring},
-                                         {1, 3, hd},
-                                         {4, 4, hd},
-                                         {4096, 4, hd},
-                                         {pinned_floats, 4, hd},
+                                         {1, 3, direct},
+                                         {direct_floats / 2, 3, direct},
+                                         {direct_floats / 2 + 1, 3, hd},
+                                         {4, 4, direct},
+                                         {direct_floats / 3, 4, direct},
+                                         {direct_floats / 3 + 1, 4, hd},
                                          {small_floats, 4, hd},
                                          {small_floats + 1, 4, ring},
-                                         {4, 8, hd},
+                                         {4, 8, direct},
+                                         {direct_floats / 7, 8, direct},
+                                         {direct_floats / 7 + 1, 8, hd},
                                          {small_floats, 8, hd},
                                          {small_floats + 1, 8, ring}}) {
     EXPECT_EQ(choose_gloo_algorithm(auto_, c.count, sizeof(float), c.ranks), c.expected)
@@ -202,8 +253,13 @@ TEST(ProcessGroupTest, AutoAlgorithmFollowsSizeAndRanks) {
   }
   EXPECT_EQ(choose_gloo_algorithm(AllreduceAlgorithm::kRingChunked, 1, sizeof(float), 8),
             AllreduceAlgorithm::kRingChunked);
-  EXPECT_EQ(choose_gloo_algorithm(pinned_ring, kAllreduceCacheBytes / 4 + 1, sizeof(float), 2),
+  EXPECT_EQ(choose_gloo_algorithm(AllreduceAlgorithm::kPinnedRing, kAllreduceCacheBytes / 4 + 1,
+                                  sizeof(float), 2),
             ring);
+  // The direct exchange holds 2 p x the buffer: forced on 8 ranks, a cache / 16 buffer fits, one
+  // float more does not.
+  EXPECT_EQ(choose_gloo_algorithm(direct, kAllreduceCacheBytes / 64, sizeof(float), 8), direct);
+  EXPECT_EQ(choose_gloo_algorithm(direct, kAllreduceCacheBytes / 64 + 1, sizeof(float), 8), ring);
 }
 
 TEST(ProcessGroupTest, QueuedCollectivesRunInOrder_WaitOnLastOnly) {
