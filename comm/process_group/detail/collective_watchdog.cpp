@@ -82,10 +82,12 @@ CollectiveWatchdog::~CollectiveWatchdog() {
 }
 
 void CollectiveWatchdog::begin(const CollectiveFingerprint& fp) {
+  const uint32_t hash = fp.shape_hash();
   std::lock_guard<std::mutex> lock(mu_);
   running_ = true;
   current_ = fp;
   since_ = Clock::now();
+  history_[fp.seq % kHistory] = Begun{.valid = true, .seq = fp.seq, .hash = hash};
 }
 
 void CollectiveWatchdog::end() {
@@ -236,13 +238,29 @@ bool CollectiveWatchdog::conflicts(const CollectiveFingerprint& mine,
       continue;
     }
     // Waiting at another seq: a key its collective may just be deleting, unless it stays.
-    if (other.when == Clock::time_point{} || other.seq != peer.seq) {
-      other = OtherSeq{.seq = peer.seq, .when = now};
-    } else if (now - other.when >= config_.threshold) {
-      conflict = true;
+    const bool first_seen = other.when == Clock::time_point{} || other.seq != peer.seq;
+    if (first_seen) other = OtherSeq{.seq = peer.seq, .when = now};
+    // A member ahead of this rank checks this rank against its own history.
+    if (peer.seq > mine.seq) continue;
+    if (hash_at(peer.seq) == peer.hash) {
+      if (first_seen) {
+        comm::logger()->debug(
+            "group '{}' (rank {} of {}): rank {} is still in {}, which this rank completed; "
+            "this rank is in {}",
+            config_.group_name, config_.rank, config_.size, r, peer.what, mine.describe());
+      }
+      continue;
     }
+    if (!first_seen && now - other.when >= config_.threshold) conflict = true;
   }
   return conflict;
+}
+
+std::optional<uint32_t> CollectiveWatchdog::hash_at(uint64_t seq) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const Begun& begun = history_[seq % kHistory];
+  if (!begun.valid || begun.seq != seq) return std::nullopt;
+  return begun.hash;
 }
 
 std::string CollectiveWatchdog::describe(const CollectiveFingerprint& mine,

@@ -14,9 +14,14 @@
 // A mismatch, found by any rank that waits:
 // - another member waits at the same sequence number with another shape hash (a different kind,
 //   size, type, op or root, or a named_barrier of another name);
-// - another member has waited at a different sequence number for at least the threshold (a
-//   rank that waits at seq s cannot meet one waiting at s' != s: one of them already passed the
-//   other's collective);
+// - another member has waited, for at least the threshold, at a lower sequence number s whose
+//   shape hash differs from that of this rank's own collective s, or at an s older than the
+//   kHistory collectives this rank remembers (a rank that waits at s cannot meet one waiting at
+//   s' != s: one of them already passed the other's collective). A member waiting at a lower s
+//   with the same hash is a straggler in a collective this rank completed, not a mismatch: it
+//   completes once its last messages arrive (TCP's retransmission backoff may hold them for
+//   seconds after a lost link). A member waiting at a higher sequence number is left to that
+//   member, which checks this rank against its own history and stores the report (below);
 // - a member left the group (ProcessGroup::shutdown) before reaching this collective;
 // - a member stored a report already (it found a mismatch first, aborted and left its
 //   collective, deleting its key before this rank read it): this rank adopts that report.
@@ -40,12 +45,14 @@
 //   watchdog_->begin(fp);   // by the thread that runs the collective
 //   watchdog_->end();
 
+#include <array>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -72,6 +79,8 @@ class CollectiveWatchdog {
  public:
   // Thresholds a collective waits before the silent members are named in a warning.
   static constexpr int kSilentNote = 3;
+  // How many of its own collectives a rank remembers to tell a straggler from a mismatch.
+  static constexpr size_t kHistory = 64;
   struct Config {
     std::shared_ptr<comm::Store> store = nullptr;
     std::string key_prefix = "";
@@ -89,7 +98,8 @@ class CollectiveWatchdog {
   CollectiveWatchdog(const CollectiveWatchdog&) = delete;
   CollectiveWatchdog& operator=(const CollectiveWatchdog&) = delete;
 
-  // The collective fp (seq set) starts / ended on the calling thread.
+  // The collective fp (seq set) starts / ended on the calling thread. begin also remembers
+  // fp's seq and shape hash among the last kHistory collectives.
   void begin(const CollectiveFingerprint& fp);
   void end();
 
@@ -117,6 +127,9 @@ class CollectiveWatchdog {
                    comm::Duration waited);
   // Whether peers (as read now) show a mismatch with mine.
   bool conflicts(const CollectiveFingerprint& mine, const std::vector<Peer>& peers);
+  // The shape hash of this rank's collective seq, or nullopt when it is not among the last
+  // kHistory that began.
+  std::optional<uint32_t> hash_at(uint64_t seq) const;
   std::vector<Peer> read_peers();
   // "<group index of each rank, -1 for none>\n<message>", the form stored for every rank.
   std::string describe(const CollectiveFingerprint& mine, const std::vector<Peer>& peers) const;
@@ -132,6 +145,14 @@ class CollectiveWatchdog {
   CollectiveFingerprint current_;                // guarded by mu_
   std::chrono::steady_clock::time_point since_;  // when current_ began; guarded by mu_
   std::shared_ptr<const MismatchReport> found_;  // guarded by mu_
+  // The collectives that began, at index seq % kHistory (seqs start at 0 with the group, as its
+  // watchdog does, so this needs no reset); guarded by mu_.
+  struct Begun {
+    bool valid = false;
+    uint64_t seq = 0;
+    uint32_t hash = 0;
+  };
+  std::array<Begun, kHistory> history_{};
 
   // Used by the watchdog thread only.
   bool published_ = false;
