@@ -141,6 +141,32 @@ void size_send_buffers(gloo::Context& context) {
 
 }  // namespace
 
+// Returns once every peer has registered the buffers of the algorithm just built (each rank
+// calls it right after building its own). A pinned message that reaches a pair before its slot is
+// registered stops that pair from reading anything else, the end of its socket included, until
+// the slot is registered: if a peer never builds the algorithm (the ranks called different
+// collectives), that peer could neither receive its own collective's messages nor notice the
+// shutdown by which the collective watchdog aborts the group. The unbound messages used here wait
+// at the receiver without blocking the pair. Bounded by timeout; throws Gloo's exception.
+void confirm_peers_registered(gloo::Context& context, comm::Duration timeout) {
+  const int rank = context.rank, n = context.size;
+  const auto slot = static_cast<uint64_t>(context.nextSlot());
+  char ready = 1;
+  std::vector<char> from(static_cast<size_t>(n), 0);
+  auto send = context.createUnboundBuffer(&ready, 1);
+  auto recv = context.createUnboundBuffer(from.data(), from.size());
+  for (int r = 0; r < n; ++r) {
+    if (r == rank) continue;
+    send->send(r, slot);
+    recv->recv(r, slot, static_cast<size_t>(r), 1);
+  }
+  for (int r = 0; r < n; ++r) {
+    if (r == rank) continue;
+    recv->waitRecv(timeout);
+    send->waitSend(timeout);
+  }
+}
+
 // gloo::AllreduceRing on the caller's buffer (kPinnedRing without hsgd's copy in and out): the
 // ring registers only its own inbox and outbox with the pairs and touches ptrs_[0] through memcpy
 // and the reduction within run(), so ptrs_[0] can point at each call's data.
@@ -241,9 +267,11 @@ class GlooAllreduce::Cache {
     size_t bytes = 0;
   };
 
+  // The entry for (T, count, op, algorithm), built on a miss (which is collective: every rank
+  // misses at the same call); timeout bounds the messages a miss exchanges.
   template <typename T>
   Entry& get(const std::shared_ptr<gloo::Context>& context, size_t count, ReduceOp op,
-             AllreduceAlgorithm algorithm) {
+             AllreduceAlgorithm algorithm, comm::Duration timeout) {
     const ReduceOp algo_op = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
     const Key key{sizeof(T) == 4 ? 'f' : 'd', count, algo_op, algorithm};
     auto it = entries_.find(key);
@@ -266,7 +294,6 @@ class GlooAllreduce::Cache {
       size_send_buffers(*context);
       send_buffers_sized_ = true;
     }
-    lru_.push_front(key);
     Entry entry;
     entry.bytes = bytes;
     if (algorithm != AllreduceAlgorithm::kPinnedRing && algorithm != AllreduceAlgorithm::kDirect) {
@@ -287,6 +314,8 @@ class GlooAllreduce::Cache {
       entry.algorithm = std::make_unique<gloo::AllreduceRingChunked<T>>(
           context, ptrs, n, reduction_function<T>(algo_op));
     }
+    confirm_peers_registered(*context, timeout);
+    lru_.push_front(key);
     total_bytes_ += bytes;
     return entries_.emplace(key, std::make_pair(lru_.begin(), std::move(entry)))
         .first->second.second;
@@ -312,13 +341,13 @@ void GlooAllreduce::allreduce_impl(std::span<T> data, ReduceOp op, AllreduceAlgo
   const AllreduceAlgorithm algorithm =
       choose_gloo_algorithm(requested, data.size(), sizeof(T), context_->size);
   if (algorithm == AllreduceAlgorithm::kPinnedRing) {
-    auto& entry = cache_->get<T>(context_, data.size(), op, algorithm);
+    auto& entry = cache_->get<T>(context_, data.size(), op, algorithm, timeout_);
     static_cast<CallerBufferRing<T>&>(*entry.algorithm).run_on(data.data());
   } else if (algorithm == AllreduceAlgorithm::kDirect) {
-    auto& entry = cache_->get<T>(context_, data.size(), op, algorithm);
+    auto& entry = cache_->get<T>(context_, data.size(), op, algorithm, timeout_);
     static_cast<DirectExchange<T>&>(*entry.algorithm).run_on(data.data());
   } else if (algorithm != AllreduceAlgorithm::kRing) {
-    auto& entry = cache_->get<T>(context_, data.size(), op, algorithm);
+    auto& entry = cache_->get<T>(context_, data.size(), op, algorithm, timeout_);
     T* buffer = reinterpret_cast<T*>(entry.storage.data());
     std::copy(data.begin(), data.end(), buffer);
     entry.algorithm->run();
