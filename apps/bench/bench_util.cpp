@@ -191,9 +191,10 @@ double process_cpu_seconds(pid_t pid) {
 namespace {
 
 constexpr hsgd::comm::AllreduceAlgorithm kAllreduceAlgorithms[] = {
-    hsgd::comm::AllreduceAlgorithm::kAuto,        hsgd::comm::AllreduceAlgorithm::kHalvingDoubling,
-    hsgd::comm::AllreduceAlgorithm::kRingChunked, hsgd::comm::AllreduceAlgorithm::kRing,
-    hsgd::comm::AllreduceAlgorithm::kPinnedRing,  hsgd::comm::AllreduceAlgorithm::kDirect};
+    hsgd::comm::AllreduceAlgorithm::kAuto,         hsgd::comm::AllreduceAlgorithm::kHalvingDoubling,
+    hsgd::comm::AllreduceAlgorithm::kRingChunked,  hsgd::comm::AllreduceAlgorithm::kRing,
+    hsgd::comm::AllreduceAlgorithm::kPinnedRing,   hsgd::comm::AllreduceAlgorithm::kDirect,
+    hsgd::comm::AllreduceAlgorithm::kDirectScatter};
 
 }  // namespace
 

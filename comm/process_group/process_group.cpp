@@ -43,6 +43,8 @@ const char* to_string(AllreduceAlgorithm algorithm) {
       return "pinned-ring";
     case AllreduceAlgorithm::kDirect:
       return "direct";
+    case AllreduceAlgorithm::kDirectScatter:
+      return "direct-scatter";
   }
   return "?";
 }

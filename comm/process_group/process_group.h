@@ -134,6 +134,8 @@ enum class AllreduceAlgorithm {
                      // float sums may differ in the last bits between ranks
   kDirect,           // every rank sends its buffer to every other in one round and sums them in
                      // rank order: one step, (p - 1) x the buffer per rank, for small buffers
+  kDirectScatter,    // reduce-scatter and allgather, each one step to every peer, sums in rank
+                     // order: 2 steps, 2 (p - 1) / p x the buffer per rank
 };
 const char* to_string(AllreduceAlgorithm algorithm);
 
@@ -145,10 +147,11 @@ const char* to_string(AllreduceAlgorithm algorithm);
 //   halving-doubling sends 2 (p - 1) / p x, so the bound keeps it to buffers whose bytes cost
 //   less than the steps it saves (on a 100 Mbit/s link the worst case, 4 ranks at 170 KiB, sends
 //   255 KiB more: about 20 ms).
-// - up to kSmallAllreduceBytes: kHalvingDoubling, 2 log2(p) steps without a per-message
-//   handshake.
-// - above: kRing on the caller's memory. It skips halving-doubling's copy in and out and
-//   pipelines its segments, which from here on outweighs its receive-ready round trip per
+// - up to kSmallAllreduceBytes: kDirectScatter on 3 or more ranks, 2 steps where
+//   halving-doubling needs 2 log2(p), the same bytes; kHalvingDoubling on 2 ranks (2 steps
+//   either way). Neither needs a per-message handshake.
+// - above: kRing on the caller's memory. It skips the copy in and out of the pinned algorithms
+//   and pipelines its segments, which from here on outweighs its receive-ready round trip per
 //   segment (milliseconds on small buffers).
 // The measurements behind the numbers: docs/benchmarks.md, "Allreduce".
 inline constexpr size_t kDirectAllreduceBytes = 512u << 10;

@@ -16,6 +16,8 @@
 #include <tuple>
 #include <vector>
 
+#include "comm/process_group/detail/direct_allreduce.h"
+
 // ---- algorithm choice (kAuto) ----
 // Pinned algorithms (DirectExchange below, gloo::AllreduceRing, AllreduceHalvingDoubling,
 // AllreduceRingChunked): the sender writes straight into a slot the receiver registered once, no
@@ -78,6 +80,19 @@ std::atomic<int> sizings_run{0};  // calls of size_send_buffers in this process
 
 }  // namespace
 
+namespace {
+
+// The bytes a cached algorithm for a buffer of `bytes` holds: DirectExchange every rank's buffer
+// twice (two sets of inboxes), DirectScatterGather its outbox and two inboxes twice, the others
+// one buffer.
+size_t held_bytes(AllreduceAlgorithm algorithm, size_t bytes, int ranks) {
+  if (algorithm == AllreduceAlgorithm::kDirect) return 2 * static_cast<size_t>(ranks) * bytes;
+  if (algorithm == AllreduceAlgorithm::kDirectScatter) return 6 * bytes;
+  return bytes;
+}
+
+}  // namespace
+
 AllreduceAlgorithm choose_gloo_algorithm(AllreduceAlgorithm requested, size_t count,
                                          size_t element_bytes, int ranks) {
   const size_t bytes = count * element_bytes;
@@ -87,13 +102,13 @@ AllreduceAlgorithm choose_gloo_algorithm(AllreduceAlgorithm requested, size_t co
       algorithm = AllreduceAlgorithm::kRing;
     } else if (static_cast<size_t>(ranks - 1) * bytes <= comm::kDirectAllreduceBytes) {
       algorithm = AllreduceAlgorithm::kDirect;
-    } else {
+    } else if (ranks == 2) {
       algorithm = AllreduceAlgorithm::kHalvingDoubling;
+    } else {
+      algorithm = AllreduceAlgorithm::kDirectScatter;
     }
   }
-  const size_t held =
-      algorithm == AllreduceAlgorithm::kDirect ? 2 * static_cast<size_t>(ranks) * bytes : bytes;
-  if (held > comm::kAllreduceCacheBytes ||
+  if (held_bytes(algorithm, bytes, ranks) > comm::kAllreduceCacheBytes ||
       count > static_cast<size_t>(std::numeric_limits<int>::max())) {
     algorithm = AllreduceAlgorithm::kRing;
   }
@@ -182,78 +197,6 @@ class CallerBufferRing : public gloo::AllreduceRing<T> {
   }
 };
 
-// Every rank sends its whole buffer to every other rank in one round and sums the n buffers in
-// rank order (r0 + r1 + ... + r(n-1)), so every rank computes the same bits: one message latency
-// where gloo::AllreduceRing needs p - 1 rounds of a message and a notification and
-// halving-doubling 2 log2(p). Each rank sends and receives (p - 1) x the buffer, so it is for
-// small buffers.
-//
-// Flow control without notifications: the inboxes alternate between two slots, one per parity
-// of the call. A rank that sends call k + 2 into a peer's inbox of call k has received that
-// peer's call k + 1 message, which the peer sent only after it had summed call k: the inbox is
-// free. The outbox is this rank's region of the same buffer, sent before the call returns.
-template <typename T>
-class DirectExchange : public gloo::Algorithm {
- public:
-  // count elements per call; op is sum, min or max (kAvg divides afterwards).
-  DirectExchange(const std::shared_ptr<gloo::Context>& context, size_t count,
-                 const gloo::ReductionFunction<T>* fn)
-      : gloo::Algorithm(context), count_(count), fn_(fn) {
-    const size_t n = static_cast<size_t>(contextSize_);
-    const size_t bytes = count_ * sizeof(T);
-    for (Round& round : rounds_) {
-      round.regions.resize(n * count_);  // (n, count): region r holds rank r's buffer
-      round.send.resize(n);
-      round.recv.resize(n);
-      const int slot = context->nextSlot();
-      T* mine = round.regions.data() + static_cast<size_t>(contextRank_) * count_;
-      for (int r = 0; r < contextSize_; ++r) {
-        if (r == contextRank_) continue;
-        T* theirs = round.regions.data() + static_cast<size_t>(r) * count_;
-        round.recv[static_cast<size_t>(r)] = getPair(r)->createRecvBuffer(slot, theirs, bytes);
-        round.send[static_cast<size_t>(r)] = getPair(r)->createSendBuffer(slot, mine, bytes);
-      }
-    }
-  }
-
-  void run() override { throw std::logic_error("DirectExchange::run: use run_on(data)"); }
-
-  // data is (count,); reduced in place.
-  void run_on(T* data) {
-    Round& round = rounds_[parity_];
-    parity_ ^= 1;
-    T* regions = round.regions.data();
-    std::copy(data, data + count_, regions + static_cast<size_t>(contextRank_) * count_);
-    // Send this rank's buffer to every peer, then wait for theirs.
-    for (auto& send : round.send) {
-      if (send) send->send();
-    }
-    for (auto& recv : round.recv) {
-      if (recv) recv->waitRecv();
-    }
-    // Sum in rank order, the same on every rank.
-    std::copy(regions, regions + count_, data);
-    for (int r = 1; r < contextSize_; ++r) {
-      fn_->call(data, regions + static_cast<size_t>(r) * count_, count_);
-    }
-    // The outbox is reused two calls later: the sends must have left it.
-    for (auto& send : round.send) {
-      if (send) send->waitSend();
-    }
-  }
-
- private:
-  struct Round {
-    std::vector<T> regions;
-    std::vector<std::unique_ptr<gloo::transport::Buffer>> send;  // by peer rank; own empty
-    std::vector<std::unique_ptr<gloo::transport::Buffer>> recv;  // by peer rank; own empty
-  };
-  const size_t count_;
-  const gloo::ReductionFunction<T>* const fn_;
-  Round rounds_[2];
-  int parity_ = 0;
-};
-
 // Gloo algorithm objects with the buffer they reduce, least recently used evicted first. The
 // sequence of (type, count, op) is the same on every rank (the group contract), so hits, misses
 // and evictions, and with them Gloo's slot numbers, agree across ranks.
@@ -279,10 +222,7 @@ class GlooAllreduce::Cache {
       lru_.splice(lru_.begin(), lru_, it->second.first);
       return it->second.second;
     }
-    // DirectExchange holds every rank's buffer twice (two rounds of inboxes).
-    const size_t bytes =
-        count * sizeof(T) *
-        (algorithm == AllreduceAlgorithm::kDirect ? 2 * static_cast<size_t>(context->size) : 1);
+    const size_t bytes = held_bytes(algorithm, count * sizeof(T), context->size);
     while (!lru_.empty() &&
            (entries_.size() >= kMaxEntries || total_bytes_ + bytes > comm::kAllreduceCacheBytes)) {
       auto victim = entries_.find(lru_.back());
@@ -296,7 +236,8 @@ class GlooAllreduce::Cache {
     }
     Entry entry;
     entry.bytes = bytes;
-    if (algorithm != AllreduceAlgorithm::kPinnedRing && algorithm != AllreduceAlgorithm::kDirect) {
+    if (algorithm == AllreduceAlgorithm::kHalvingDoubling ||
+        algorithm == AllreduceAlgorithm::kRingChunked) {
       entry.storage.resize((bytes + sizeof(double) - 1) / sizeof(double) + 1);
     }
     const std::vector<T*> ptrs{reinterpret_cast<T*>(entry.storage.data())};
@@ -310,6 +251,9 @@ class GlooAllreduce::Cache {
     } else if (algorithm == AllreduceAlgorithm::kDirect) {
       entry.algorithm =
           std::make_unique<DirectExchange<T>>(context, count, reduction_function<T>(algo_op));
+    } else if (algorithm == AllreduceAlgorithm::kDirectScatter) {
+      entry.algorithm =
+          std::make_unique<DirectScatterGather<T>>(context, count, reduction_function<T>(algo_op));
     } else {
       entry.algorithm = std::make_unique<gloo::AllreduceRingChunked<T>>(
           context, ptrs, n, reduction_function<T>(algo_op));
@@ -346,6 +290,9 @@ void GlooAllreduce::allreduce_impl(std::span<T> data, ReduceOp op, AllreduceAlgo
   } else if (algorithm == AllreduceAlgorithm::kDirect) {
     auto& entry = cache_->get<T>(context_, data.size(), op, algorithm, timeout_);
     static_cast<DirectExchange<T>&>(*entry.algorithm).run_on(data.data());
+  } else if (algorithm == AllreduceAlgorithm::kDirectScatter) {
+    auto& entry = cache_->get<T>(context_, data.size(), op, algorithm, timeout_);
+    static_cast<DirectScatterGather<T>&>(*entry.algorithm).run_on(data.data());
   } else if (algorithm != AllreduceAlgorithm::kRing) {
     auto& entry = cache_->get<T>(context_, data.size(), op, algorithm, timeout_);
     T* buffer = reinterpret_cast<T*>(entry.storage.data());

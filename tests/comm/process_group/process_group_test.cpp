@@ -147,7 +147,7 @@ TEST(ProcessGroupTest, EveryAllreduceAlgorithmAtEverySize) {
       auto store = std::make_shared<FileStore>(dir);
       for (auto algorithm : {AllreduceAlgorithm::kHalvingDoubling, AllreduceAlgorithm::kRingChunked,
                              AllreduceAlgorithm::kRing, AllreduceAlgorithm::kPinnedRing,
-                             AllreduceAlgorithm::kDirect}) {
+                             AllreduceAlgorithm::kDirect, AllreduceAlgorithm::kDirectScatter}) {
         auto pg = init_process_group({.rank = rank,
                                       .world_size = world,
                                       .store = store,
@@ -168,12 +168,15 @@ TEST(ProcessGroupTest, EveryAllreduceAlgorithmAtEverySize) {
   }
 }
 
-// kDirect sums the ranks' buffers in rank order on every rank, so each rank holds exactly
+// kDirect and kDirectScatter sum the ranks' buffers in rank order, so each rank holds exactly
 // ((x0 + x1) + x2) + ..., bit for bit, where the inputs make the order matter (sums of values
 // of very different magnitude). The calls alternate between its two inboxes and one rank falls
 // behind now and then (a faster rank writing into an inbox still being read may show here).
-TEST(ProcessGroupTest, DirectExchange_SumsInRankOrderOnEveryRank) {
-  for (int world : {3, 5}) {
+TEST(ProcessGroupTest, DirectAlgorithms_SumInRankOrderOnEveryRank) {
+  for (const auto [world, algorithm] :
+       {std::pair{3, AllreduceAlgorithm::kDirect}, std::pair{5, AllreduceAlgorithm::kDirect},
+        std::pair{3, AllreduceAlgorithm::kDirectScatter},
+        std::pair{5, AllreduceAlgorithm::kDirectScatter}}) {
     const auto dir = unique_temp_dir("direct");
     auto result = run_ranks(world, std::chrono::seconds(60), [&](int rank) {
       auto store = std::make_shared<FileStore>(dir);
@@ -181,14 +184,14 @@ TEST(ProcessGroupTest, DirectExchange_SumsInRankOrderOnEveryRank) {
                                     .world_size = world,
                                     .store = store,
                                     .timeout = std::chrono::seconds(30),
-                                    .allreduce_algorithm = AllreduceAlgorithm::kDirect});
+                                    .allreduce_algorithm = algorithm});
       // Rank r's value at index i of call c: magnitudes 1e-8 to 1e8, different per rank.
       auto value = [](int r, size_t i, int c) {
         const int k = (r * 7 + static_cast<int>(i) * 3 + c) % 17 - 8;
         return static_cast<float>((r + 1.25 + 0.001 * static_cast<double>(i)) * std::pow(10.0, k));
       };
       for (int call = 0; call < 60; ++call) {
-        const size_t n = call % 3 == 0 ? 1 : (call % 3 == 1 ? 257 : 4096);
+        const size_t n = call % 3 == 0 ? 1 : (call % 3 == 1 ? 257 : 4099);
         if (rank == call % world && call % 4 == 0) {
           std::this_thread::sleep_for(std::chrono::milliseconds(5));
         }
@@ -207,19 +210,20 @@ TEST(ProcessGroupTest, DirectExchange_SumsInRankOrderOnEveryRank) {
       }
       pg->barrier()->wait();
     });
-    EXPECT_RANKS_OK(result) << "world " << world;
+    EXPECT_RANKS_OK(result) << "world " << world << " " << to_string(algorithm);
     std::filesystem::remove_all(dir);
   }
 }
 
 // kAuto over Gloo as process_group.h states it: the direct exchange while each rank sends
-// (p - 1) x the buffer <= kDirectAllreduceBytes, halving-doubling up to kSmallAllreduceBytes, the
-// ring on the caller's memory above; forced choices stand unless the buffer (for the direct
-// exchange: what it holds, 2 p x the buffer) exceeds the cache.
+// (p - 1) x the buffer <= kDirectAllreduceBytes, the direct scatter (halving-doubling on 2 ranks)
+// up to kSmallAllreduceBytes, the ring on the caller's memory above; forced choices stand unless
+// the buffer (for the direct exchange: what it holds, 2 p x the buffer) exceeds the cache.
 TEST(ProcessGroupTest, AutoAlgorithmFollowsSizeAndRanks) {
   using hsgd::detail::choose_gloo_algorithm;
   const auto direct = AllreduceAlgorithm::kDirect;
   const auto hd = AllreduceAlgorithm::kHalvingDoubling;
+  const auto scatter = AllreduceAlgorithm::kDirectScatter;
   const auto ring = AllreduceAlgorithm::kRing;
   const auto auto_ = AllreduceAlgorithm::kAuto;
   const size_t direct_floats = kDirectAllreduceBytes / sizeof(float);  // sent per rank
@@ -236,16 +240,16 @@ TEST(ProcessGroupTest, AutoAlgorithmFollowsSizeAndRanks) {
                                          {small_floats + 1, 2, ring},
                                          {1, 3, direct},
                                          {direct_floats / 2, 3, direct},
-                                         {direct_floats / 2 + 1, 3, hd},
+                                         {direct_floats / 2 + 1, 3, scatter},
                                          {4, 4, direct},
                                          {direct_floats / 3, 4, direct},
-                                         {direct_floats / 3 + 1, 4, hd},
-                                         {small_floats, 4, hd},
+                                         {direct_floats / 3 + 1, 4, scatter},
+                                         {small_floats, 4, scatter},
                                          {small_floats + 1, 4, ring},
                                          {4, 8, direct},
                                          {direct_floats / 7, 8, direct},
-                                         {direct_floats / 7 + 1, 8, hd},
-                                         {small_floats, 8, hd},
+                                         {direct_floats / 7 + 1, 8, scatter},
+                                         {small_floats, 8, scatter},
                                          {small_floats + 1, 8, ring}}) {
     EXPECT_EQ(choose_gloo_algorithm(auto_, c.count, sizeof(float), c.ranks), c.expected)
         << c.count << " floats on " << c.ranks << " ranks: expected " << to_string(c.expected)
@@ -256,10 +260,13 @@ TEST(ProcessGroupTest, AutoAlgorithmFollowsSizeAndRanks) {
   EXPECT_EQ(choose_gloo_algorithm(AllreduceAlgorithm::kPinnedRing, kAllreduceCacheBytes / 4 + 1,
                                   sizeof(float), 2),
             ring);
-  // The direct exchange holds 2 p x the buffer: forced on 8 ranks, a cache / 16 buffer fits, one
-  // float more does not.
+  // The direct exchange holds 2 p x the buffer, the direct scatter 6 x: forced on 8 ranks, a
+  // cache / 16 buffer fits the first, a cache / 6 buffer the second; one float more does not.
   EXPECT_EQ(choose_gloo_algorithm(direct, kAllreduceCacheBytes / 64, sizeof(float), 8), direct);
   EXPECT_EQ(choose_gloo_algorithm(direct, kAllreduceCacheBytes / 64 + 1, sizeof(float), 8), ring);
+  const size_t scatter_floats = kAllreduceCacheBytes / 6 / sizeof(float);
+  EXPECT_EQ(choose_gloo_algorithm(scatter, scatter_floats, sizeof(float), 8), scatter);
+  EXPECT_EQ(choose_gloo_algorithm(scatter, scatter_floats + 1, sizeof(float), 8), ring);
 }
 
 TEST(ProcessGroupTest, QueuedCollectivesRunInOrder_WaitOnLastOnly) {
