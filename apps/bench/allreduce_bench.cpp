@@ -12,9 +12,9 @@
 //   torch     - PyTorch dist.all_reduce on gloo (apps/bench/allreduce_bench_torch.py,
 //               /usr/bin/python3), run after the others
 //   tcp-NAME  - with --tcp-algorithms NAME,...: hsgd-tcp forced to the AllreduceAlgorithm of that
-//               name (to_string's: halving-doubling, ring-chunked, ring, pinned-ring), as
-//               another contender of the same rounds; printed in a second table, to compare
-//               what kAuto could choose
+//               name (to_string's: halving-doubling, ring-chunked, ring, pinned-ring, direct,
+//               direct-scatter), as another contender of the same rounds; printed in a second
+//               table, to compare what kAuto could choose
 // All on 127.0.0.1, float32 sums, one process per rank; rank 0's per-iteration times.
 //
 // Each size runs in rounds; every round runs every contender (but torch) once, the order rotated
@@ -24,7 +24,7 @@
 // round medians (hsgd-tcp over the fastest raw Gloo algorithm of that round).
 //
 //   allreduce_bench [--quick] [--ranks 2,4,8] [--rounds 5] [--no-torch] [--only hsgd-tcp,hd]
-//                   [--tcp-algorithms pinned-ring,halving-doubling]
+//                   [--tcp-algorithms direct,direct-scatter,halving-doubling]
 // (--only runs the named contenders alone, e.g. under perf; the others' columns then read 0.
 // It does not filter the tcp-NAME contenders.)
 
@@ -335,7 +335,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> tcp_algorithm_names;
   app.add_option("--tcp-algorithms", tcp_algorithm_names,
                  "also run hsgd-tcp forced to each of these algorithms (contenders tcp-NAME; "
-                 "halving-doubling, ring-chunked, ring, pinned-ring), shown in a second table")
+                 "halving-doubling, ring-chunked, ring, pinned-ring, direct, direct-scatter), "
+                 "shown in a second table")
       ->delimiter(',')
       ->check(CLI::IsMember(allreduce_algorithm_names()));
   std::string torch_script = HSGD_BENCH_DIR "/allreduce_bench_torch.py";

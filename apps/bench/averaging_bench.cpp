@@ -6,7 +6,8 @@
 // the resident-memory growth of a rank over the timed calls.
 //
 //   averaging_bench [--world 4] [--iters-small 100] [--iters-large 10] [--quick] [--no-torch]
-//                   [--algorithm auto|halving-doubling|ring-chunked|ring|pinned-ring]
+//                   [--algorithm
+//                   auto|halving-doubling|ring-chunked|ring|pinned-ring|direct|direct-scatter]
 
 #include <unistd.h>
 
@@ -167,7 +168,8 @@ int main(int argc, char** argv) {
   app.add_option("--torch-script", script, "the PyTorch side");
   std::string algorithm_name = "auto";
   app.add_option("--algorithm", algorithm_name,
-                 "hsgd allreduce: auto, halving-doubling, ring-chunked, ring, pinned-ring")
+                 "hsgd allreduce: auto, halving-doubling, ring-chunked, ring, pinned-ring, direct, "
+                 "direct-scatter")
       ->check(CLI::IsMember(allreduce_algorithm_names()));
   app.add_flag("--quick", quick, "few iterations");
   app.add_flag("--no-torch", no_torch, "skip PyTorch");

@@ -53,8 +53,8 @@ double process_status_kb(pid_t pid, const std::string& field);
 double process_cpu_seconds(pid_t pid);
 
 // Every hsgd::comm::AllreduceAlgorithm by the name to_string gives it ("auto", "halving-doubling",
-// "ring-chunked", "ring", "pinned-ring"), in declaration order: the choices of a benchmark's
-// --algorithm option.
+// "ring-chunked", "ring", "pinned-ring", "direct", "direct-scatter"), in declaration order: the
+// choices of a benchmark's --algorithm option.
 std::vector<std::string> allreduce_algorithm_names();
 
 // The algorithm whose to_string is `name`; throws hsgd::InvalidArgument naming `name` and the
