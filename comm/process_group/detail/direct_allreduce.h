@@ -25,6 +25,17 @@
 
 namespace hsgd::detail {
 
+// A pinned algorithm that reduces the caller's buffer, which may differ from call to call: it
+// registers only buffers of its own with the pairs. run() has no buffer to reduce and throws.
+template <typename T>
+class CallerBufferAlgorithm : public gloo::Algorithm {
+ public:
+  using gloo::Algorithm::Algorithm;
+  void run() override { throw std::logic_error("CallerBufferAlgorithm::run: use run_on(data)"); }
+  // data is (count,) as constructed; reduced in place.
+  virtual void run_on(T* data) = 0;
+};
+
 // Every rank sends its whole buffer to every other rank in one round and sums the n buffers in
 // rank order (r0 + r1 + ... + r(n-1)), so every rank computes the same bits: one message latency
 // where gloo::AllreduceRing needs p - 1 rounds of a message and a notification and
@@ -36,12 +47,16 @@ namespace hsgd::detail {
 // peer's call k + 1 message, which the peer sent only after it had summed call k: the inbox is
 // free. The outbox is this rank's region of the same buffer, sent before the call returns.
 template <typename T>
-class DirectExchange : public gloo::Algorithm {
+class DirectExchange : public CallerBufferAlgorithm<T> {
+  using CallerBufferAlgorithm<T>::contextRank_;
+  using CallerBufferAlgorithm<T>::contextSize_;
+  using CallerBufferAlgorithm<T>::getPair;
+
  public:
   // count elements per call; op is sum, min or max (kAvg divides afterwards).
   DirectExchange(const std::shared_ptr<gloo::Context>& context, size_t count,
                  const gloo::ReductionFunction<T>* fn)
-      : gloo::Algorithm(context), count_(count), fn_(fn) {
+      : CallerBufferAlgorithm<T>(context), count_(count), fn_(fn) {
     const size_t n = static_cast<size_t>(contextSize_);
     const size_t bytes = count_ * sizeof(T);
     for (Round& round : rounds_) {
@@ -59,10 +74,7 @@ class DirectExchange : public gloo::Algorithm {
     }
   }
 
-  void run() override { throw std::logic_error("DirectExchange::run: use run_on(data)"); }
-
-  // data is (count,); reduced in place.
-  void run_on(T* data) {
+  void run_on(T* data) override {
     Round& round = rounds_[parity_];
     parity_ ^= 1;
     T* regions = round.regions.data();
@@ -108,12 +120,16 @@ class DirectExchange : public gloo::Algorithm {
 // one that writes a peer's allgather inbox of call k + 2 has received the peer's call k + 2
 // chunk, sent after the peer had copied out call k + 1.
 template <typename T>
-class DirectScatterGather : public gloo::Algorithm {
+class DirectScatterGather : public CallerBufferAlgorithm<T> {
+  using CallerBufferAlgorithm<T>::contextRank_;
+  using CallerBufferAlgorithm<T>::contextSize_;
+  using CallerBufferAlgorithm<T>::getPair;
+
  public:
   // count elements per call; op is sum, min or max (kAvg divides afterwards).
   DirectScatterGather(const std::shared_ptr<gloo::Context>& context, size_t count,
                       const gloo::ReductionFunction<T>* fn)
-      : gloo::Algorithm(context),
+      : CallerBufferAlgorithm<T>(context),
         count_(count),
         chunk_((count + static_cast<size_t>(contextSize_) - 1) / static_cast<size_t>(contextSize_)),
         fn_(fn) {
@@ -151,10 +167,7 @@ class DirectScatterGather : public gloo::Algorithm {
     }
   }
 
-  void run() override { throw std::logic_error("DirectScatterGather::run: use run_on(data)"); }
-
-  // data is (count,); reduced in place.
-  void run_on(T* data) {
+  void run_on(T* data) override {
     const size_t n = static_cast<size_t>(contextSize_);
     const size_t me = static_cast<size_t>(contextRank_);
     Round& round = rounds_[parity_];

@@ -19,12 +19,13 @@
 #include "comm/process_group/detail/direct_allreduce.h"
 
 // ---- algorithm choice (kAuto) ----
-// Pinned algorithms (DirectExchange below, gloo::AllreduceRing, AllreduceHalvingDoubling,
-// AllreduceRingChunked): the sender writes straight into a slot the receiver registered once, no
-// per-message handshake, so they win while latency dominates. Each is built once per (type,
-// count, op) and cached; halving-doubling and ring-chunked register a group-owned buffer, into
-// and out of which the caller's data is copied, the direct exchange and the pinned ring only
-// their own inboxes and outboxes, so they reduce the caller's buffer. Above kSmallAllreduceBytes:
+// Pinned algorithms (DirectExchange and DirectScatterGather of direct_allreduce.h,
+// gloo::AllreduceRing, AllreduceHalvingDoubling, AllreduceRingChunked): the sender writes
+// straight into a slot the receiver registered once, no per-message handshake, so they win while
+// latency dominates. Each is built once per (type, count, op) and cached; halving-doubling and
+// ring-chunked register a group-owned buffer, into and out of which the caller's data is copied;
+// the direct algorithms and the pinned ring register only buffers of their own and take the
+// caller's buffer at each call (CallerBufferAlgorithm). Above kSmallAllreduceBytes:
 // gloo::allreduce's ring (kRing) on the caller's memory: no copy, no cached state, 2 (p-1)/p of
 // the data per link, segments pipelined, but a receive-ready round trip per segment, which costs
 // milliseconds at small sizes.
@@ -77,10 +78,6 @@ const gloo::ReductionFunction<T>* reduction_function(ReduceOp op) {
 }
 
 std::atomic<int> sizings_run{0};  // calls of size_send_buffers in this process
-
-}  // namespace
-
-namespace {
 
 // The bytes a cached algorithm for a buffer of `bytes` holds: DirectExchange every rank's buffer
 // twice (two sets of inboxes), DirectScatterGather its outbox and two inboxes twice, the others
@@ -186,15 +183,24 @@ void confirm_peers_registered(gloo::Context& context, comm::Duration timeout) {
 // ring registers only its own inbox and outbox with the pairs and touches ptrs_[0] through memcpy
 // and the reduction within run(), so ptrs_[0] can point at each call's data.
 template <typename T>
-class CallerBufferRing : public gloo::AllreduceRing<T> {
+class CallerBufferRing : public CallerBufferAlgorithm<T> {
  public:
-  using gloo::AllreduceRing<T>::AllreduceRing;
-  // data is (count,) as constructed; reduced in place.
-  void run_on(T* data) {
-    this->ptrs_[0] = data;
-    this->run();
-    this->ptrs_[0] = nullptr;  // never read outside run_on
-  }
+  CallerBufferRing(const std::shared_ptr<gloo::Context>& context, const std::vector<T*>& ptrs,
+                   int count, const gloo::ReductionFunction<T>* fn)
+      : CallerBufferAlgorithm<T>(context), ring_(context, ptrs, count, fn) {}
+  void run_on(T* data) override { ring_.reduce(data); }
+
+ private:
+  class Ring : public gloo::AllreduceRing<T> {
+   public:
+    using gloo::AllreduceRing<T>::AllreduceRing;
+    void reduce(T* data) {
+      this->ptrs_[0] = data;
+      this->run();
+      this->ptrs_[0] = nullptr;  // never read outside reduce
+    }
+  };
+  Ring ring_;
 };
 
 // Gloo algorithm objects with the buffer they reduce, least recently used evicted first. The
@@ -203,8 +209,8 @@ class CallerBufferRing : public gloo::AllreduceRing<T> {
 class GlooAllreduce::Cache {
  public:
   struct Entry {
-    // The buffer the algorithm reduces (double keeps alignment); empty for kPinnedRing
-    // (CallerBufferRing) and kDirect (DirectExchange), which reduce the caller's.
+    // The buffer the algorithm reduces (double keeps alignment); empty for the
+    // CallerBufferAlgorithms (kPinnedRing, kDirect, kDirectScatter), which reduce the caller's.
     std::vector<double> storage;
     std::unique_ptr<gloo::Algorithm> algorithm;
     size_t bytes = 0;
@@ -284,15 +290,10 @@ void GlooAllreduce::allreduce_impl(std::span<T> data, ReduceOp op, AllreduceAlgo
                                    uint32_t tag) {
   const AllreduceAlgorithm algorithm =
       choose_gloo_algorithm(requested, data.size(), sizeof(T), context_->size);
-  if (algorithm == AllreduceAlgorithm::kPinnedRing) {
+  if (algorithm == AllreduceAlgorithm::kPinnedRing || algorithm == AllreduceAlgorithm::kDirect ||
+      algorithm == AllreduceAlgorithm::kDirectScatter) {
     auto& entry = cache_->get<T>(context_, data.size(), op, algorithm, timeout_);
-    static_cast<CallerBufferRing<T>&>(*entry.algorithm).run_on(data.data());
-  } else if (algorithm == AllreduceAlgorithm::kDirect) {
-    auto& entry = cache_->get<T>(context_, data.size(), op, algorithm, timeout_);
-    static_cast<DirectExchange<T>&>(*entry.algorithm).run_on(data.data());
-  } else if (algorithm == AllreduceAlgorithm::kDirectScatter) {
-    auto& entry = cache_->get<T>(context_, data.size(), op, algorithm, timeout_);
-    static_cast<DirectScatterGather<T>&>(*entry.algorithm).run_on(data.data());
+    static_cast<CallerBufferAlgorithm<T>&>(*entry.algorithm).run_on(data.data());
   } else if (algorithm != AllreduceAlgorithm::kRing) {
     auto& entry = cache_->get<T>(context_, data.size(), op, algorithm, timeout_);
     T* buffer = reinterpret_cast<T*>(entry.storage.data());
