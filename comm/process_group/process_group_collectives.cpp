@@ -62,6 +62,7 @@ std::shared_ptr<Work> ProcessGroup::broadcast_impl(std::span<T> data, int root, 
   fp.label = label;
   return enqueue(std::move(fp), run_on, [this, data, root](uint32_t tag) {
     if (size() == 1 || data.empty()) return;
+    gloo_allreduce_->prepare_unbound(data.size_bytes());
     gloo::BroadcastOptions opts(context_);
     opts.setOutput(data.data(), data.size());
     opts.setRoot(root);
@@ -98,6 +99,7 @@ std::shared_ptr<Work> ProcessGroup::allgather_impl(std::span<const T> in, std::s
       std::copy(in.begin(), in.end(), out.begin());
       return;
     }
+    gloo_allreduce_->prepare_unbound(in.size_bytes());
     gloo::AllgatherOptions opts(context_);
     opts.setInput(const_cast<T*>(in.data()), in.size());  // Gloo only reads the input
     opts.setOutput(out.data(), out.size());
@@ -143,6 +145,7 @@ std::shared_ptr<Work> ProcessGroup::allgather_bytes(std::string_view in,
     gloo::allgather(sizes);
     const size_t longest = static_cast<size_t>(*std::max_element(lengths.begin(), lengths.end()));
     if (longest == 0) return;
+    gloo_allreduce_->prepare_unbound(longest);
     std::vector<char> padded(longest, '\0');
     std::copy(in.begin(), in.end(), padded.begin());
     std::vector<char> all(longest * static_cast<size_t>(size()));
@@ -173,6 +176,7 @@ std::shared_ptr<Work> ProcessGroup::ring_exchange(std::span<const int64_t> send,
       std::copy(send.begin(), send.end(), recv.begin());
       return;
     }
+    gloo_allreduce_->prepare_unbound(send.size_bytes());
     const int right = (rank() + 1) % size();
     const int left = (rank() + size() - 1) % size();
     // Gloo only reads a buffer it sends.

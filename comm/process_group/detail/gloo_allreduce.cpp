@@ -114,25 +114,26 @@ AllreduceAlgorithm choose_gloo_algorithm(AllreduceAlgorithm requested, size_t co
 
 namespace {
 
-// Sizes the send buffer of every pair before the first pinned message, so that large allreduces
-// never go through a small socket buffer. Gloo's TCP pair sets SO_SNDBUF to the size of the first
-// message sent from a pinned buffer (the algorithms of the cache) and raises it only for larger
-// ones, which turns off Linux's send-buffer autotuning for the pair for good. A small first pinned
-// message (DDP's last bucket: tens of KB) would leave that small buffer for every later large
-// allreduce (the ring, which sends from unbound buffers and never resizes), and each of its many
-// hand-offs between the two ranks' Gloo threads waits for a time slice when ranks oversubscribe the
-// cores (apps/bench/ddp_bench shows the cost). So the first pinned message of every pair is a
-// kPinnedSendBytes exchange here, which fixes the send buffer at min(2 x kPinnedSendBytes, 2 x
-// net.core.wmem_max).
+// Sizes the send buffer of every pair, so that large transfers never go through a small socket
+// buffer. Gloo's TCP pair sets SO_SNDBUF to the size of the first message sent from a pinned
+// buffer (the algorithms of the cache) and raises it only for larger ones, which turns off Linux's
+// send-buffer autotuning for the pair for good. A small first pinned message (a 4-byte allreduce
+// of metrics) leaves a buffer of a few KB for every later large transfer from unbound buffers (the
+// ring allreduce, broadcast, allgather, the ring exchange), which Gloo never resizes; each of their
+// many hand-offs between the two ranks' Gloo threads waits for a time slice when ranks
+// oversubscribe the cores (apps/bench/ddp_bench shows the cost). The kPinnedSendBytes exchange
+// here is a pinned message, which fixes the send buffer at min(2 x kPinnedSendBytes, 2 x
+// net.core.wmem_max), and it opens the receivers' windows (SO_SNDBUF set on the sockets alone
+// leaves allreduces of 64-256 KiB on 8 ranks 20-30% slower in apps/bench/allreduce_bench).
 //
-// It runs when the first cached algorithm is built, not when the group connects: a group that
-// never allreduces through the cache (a group of node leaders that only runs ring_exchange, the
-// ring allreduce, broadcast or allgather, all from unbound buffers) never pays its 1 MiB per pair
-// of ranks, which across a slow link can cost more than the messages themselves (bf16 averaging
-// is there to send half the bytes of float32). Cache misses happen at the same
-// point on every rank, so the exchange stays collective. Ranks go around the ring by distance
-// (send to rank + d, receive from rank - d) so that one send and one receive buffer are alive at
-// a time. Waits are bounded by the context's timeout.
+// It runs once per context, before the first transfer of more than kUnsizedBytes after a pinned
+// message (GlooAllreduce::prepare), not when the group connects: a group that never allreduces
+// through the cache (a group of node leaders that only runs ring_exchange) keeps autotuning, and
+// a group whose pinned messages stay small (the epoch's metrics on the world's groups) never
+// pays its 1 MiB per pair of ranks, which across a slow link can cost more than the messages
+// themselves. The calls that lead to it are collective, so the exchange is too. Ranks go around
+// the ring by distance (send to rank + d, receive from rank - d) so that one send and one receive
+// buffer are alive at a time. Waits are bounded by the context's timeout.
 void size_send_buffers(gloo::Context& context) {
   sizings_run.fetch_add(1, std::memory_order_relaxed);
   const int rank = context.rank, n = context.size;
@@ -236,10 +237,6 @@ class GlooAllreduce::Cache {
       entries_.erase(victim);
       lru_.pop_back();
     }
-    if (!send_buffers_sized_) {
-      size_send_buffers(*context);
-      send_buffers_sized_ = true;
-    }
     Entry entry;
     entry.bytes = bytes;
     if (algorithm == AllreduceAlgorithm::kHalvingDoubling ||
@@ -274,7 +271,6 @@ class GlooAllreduce::Cache {
  private:
   using Key = std::tuple<char, size_t, ReduceOp, AllreduceAlgorithm>;
   static constexpr size_t kMaxEntries = 64;
-  bool send_buffers_sized_ = false;  // size_send_buffers has run on the context
   size_t total_bytes_ = 0;
   std::list<Key> lru_;  // most recent first
   std::map<Key, std::pair<std::list<Key>::iterator, Entry>> entries_;
@@ -290,6 +286,7 @@ void GlooAllreduce::allreduce_impl(std::span<T> data, ReduceOp op, AllreduceAlgo
                                    uint32_t tag) {
   const AllreduceAlgorithm algorithm =
       choose_gloo_algorithm(requested, data.size(), sizeof(T), context_->size);
+  prepare(data.size_bytes(), algorithm != AllreduceAlgorithm::kRing);
   if (algorithm == AllreduceAlgorithm::kPinnedRing || algorithm == AllreduceAlgorithm::kDirect ||
       algorithm == AllreduceAlgorithm::kDirectScatter) {
     auto& entry = cache_->get<T>(context_, data.size(), op, algorithm, timeout_);
@@ -313,6 +310,14 @@ void GlooAllreduce::allreduce_impl(std::span<T> data, ReduceOp op, AllreduceAlgo
     const T n = static_cast<T>(context_->size);
     for (auto& x : data) x /= n;
   }
+}
+
+void GlooAllreduce::prepare(size_t bytes, bool pinned) {
+  if (!send_buffers_sized_ && (pinned || pinned_used_) && bytes > kUnsizedBytes) {
+    size_send_buffers(*context_);
+    send_buffers_sized_ = true;
+  }
+  pinned_used_ = pinned_used_ || pinned;
 }
 
 void GlooAllreduce::allreduce(std::span<float> data, ReduceOp op, AllreduceAlgorithm requested,

@@ -34,8 +34,8 @@ comm::AllreduceAlgorithm choose_gloo_algorithm(comm::AllreduceAlgorithm requeste
                                                size_t element_bytes, int ranks);
 
 // How many times a GlooAllreduce has sized its context's send buffers in this process (for
-// tests): once per context, before its first allreduce through the cache of pinned algorithms
-// (see gloo_allreduce.cpp for why).
+// tests): at most once per context, before its first transfer of more than kUnsizedBytes after
+// a message from a pinned buffer (see size_send_buffers in gloo_allreduce.cpp for why).
 int send_buffer_sizings();
 
 class GlooAllreduce {
@@ -54,15 +54,29 @@ class GlooAllreduce {
   void allreduce(std::span<double> data, comm::ReduceOp op, comm::AllreduceAlgorithm requested,
                  uint32_t tag);
 
+  // Before every other collective over the context (broadcast, allgather, the ring exchange),
+  // with the bytes of its largest message: sizes the pairs' send buffers if a pinned message may
+  // have left them small. Collective: every rank passes the same bytes.
+  void prepare_unbound(size_t bytes) { prepare(bytes, false); }
+
+  // Messages up to this size never wait for the send buffers to be sized: they fit the smallest
+  // buffer a pinned message leaves (the kernel's minimum, 4,608 bytes on Linux).
+  static constexpr size_t kUnsizedBytes = 4096;
+
  private:
   class Cache;  // Gloo algorithm objects kept per (type, count, op, algorithm)
   template <typename T>
   void allreduce_impl(std::span<T> data, comm::ReduceOp op, comm::AllreduceAlgorithm requested,
                       uint32_t tag);
 
+  // Sizes the send buffers before a transfer of `bytes` (pinned: from the cache) when it needs it.
+  void prepare(size_t bytes, bool pinned);
+
   const std::shared_ptr<gloo::Context> context_;
   const comm::Duration timeout_;
   std::unique_ptr<Cache> cache_;
+  bool pinned_used_ = false;         // a cached algorithm ran on the context
+  bool send_buffers_sized_ = false;  // size_send_buffers has run on the context
 };
 
 }  // namespace hsgd::detail

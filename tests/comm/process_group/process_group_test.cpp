@@ -5,9 +5,12 @@
 #include "comm/process_group/process_group.h"
 
 #include <gtest/gtest.h>
+#include <sys/socket.h>
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <numeric>
 #include <thread>
 #include <tuple>
@@ -410,10 +413,29 @@ TEST(ProcessGroupTest, RingExchange_ReceivesFromTheLeftNeighbour) {
   }
 }
 
-// The 1 MiB-per-pair exchange that sizes the send buffers runs once, before the first allreduce
-// through Gloo's pinned algorithms, and never for a group that only uses unbound buffers (a group
-// of node leaders that only runs ring_exchange): those bytes cross the slow link for nothing.
-TEST(ProcessGroupTest, SendBuffersAreSizedOnlyBeforeTheFirstPinnedAllreduce) {
+// The send buffers of this process's connected TCP sockets (with a FileStore and no shared
+// memory, only the group's pairs are).
+std::vector<int> tcp_send_buffers() {
+  std::vector<int> sizes;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    const int fd = std::stoi(entry.path().filename().string());
+    sockaddr_storage peer{};
+    socklen_t length = sizeof(peer);
+    if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &length) != 0) continue;
+    if (peer.ss_family != AF_INET && peer.ss_family != AF_INET6) continue;
+    int value = 0;
+    length = sizeof(value);
+    if (::getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &value, &length) == 0) sizes.push_back(value);
+  }
+  return sizes;
+}
+
+// Gloo fixes a pair's send buffer at twice its first pinned message (a 4-byte allreduce: the
+// kernel's minimum of a few KB). The 1 MiB-per-pair exchange that sizes it runs once, before the
+// first larger transfer after such a message, and never for a group that only uses unbound
+// buffers (a group of node leaders that only runs ring_exchange) or whose pinned messages stay
+// small (the metrics on the world's groups): those bytes would cross the slow link for nothing.
+TEST(ProcessGroupTest, SendBuffersAreSizedBeforeTheFirstLargeTransferAfterAPinnedOne) {
   const auto dir = unique_temp_dir("sizing");
   auto result = run_ranks(3, std::chrono::seconds(60), [&](int rank) {
     auto store = std::make_shared<FileStore>(dir);
@@ -432,11 +454,45 @@ TEST(ProcessGroupTest, SendBuffersAreSizedOnlyBeforeTheFirstPinnedAllreduce) {
     pg->allreduce(std::span<float>(big), ReduceOp::kSum)->wait();
     EXPECT_EQ(big.front(), 3.0f);
     EXPECT_EQ(hsgd::detail::send_buffer_sizings(), 0) << "unbound collectives sized them";
-    check_allreduce<float>(*pg, 1000, ReduceOp::kSum);  // halving-doubling, pinned
+
+    check_allreduce<float>(*pg, 1, ReduceOp::kSum);     // the direct exchange: pinned, 4 bytes
+    check_allreduce<double>(*pg, 512, ReduceOp::kMax);  // 4 KiB
+    EXPECT_EQ(hsgd::detail::send_buffer_sizings(), 0) << "small pinned messages sized them";
+    const auto small = tcp_send_buffers();
+    ASSERT_EQ(small.size(), 2u) << "one socket per peer";
+    for (const int bytes : small) EXPECT_LT(bytes, 64 << 10) << "Gloo left a large buffer";
+
+    check_broadcast(*pg, 100000, 2);  // unbound, 400 KB: sized first
     EXPECT_EQ(hsgd::detail::send_buffer_sizings(), 1);
+    std::ifstream wmem_max("/proc/sys/net/core/wmem_max");
+    int kernel_bound = 0;
+    wmem_max >> kernel_bound;
+    for (const int bytes : tcp_send_buffers())
+      EXPECT_GE(bytes, 2 * std::min(1 << 20, kernel_bound));
     check_allreduce<float>(*pg, 100000, ReduceOp::kSum);
-    check_allreduce<double>(*pg, 10, ReduceOp::kMax);
+    pg->allreduce(std::span<float>(big), ReduceOp::kSum)->wait();
+    EXPECT_EQ(big.front(), 9.0f);
     EXPECT_EQ(hsgd::detail::send_buffer_sizings(), 1) << "sized more than once";
+  });
+  EXPECT_RANKS_OK(result);
+  std::filesystem::remove_all(dir);
+}
+
+// A group whose first pinned message is large sizes its send buffers before it, as the first
+// pinned message of each pair.
+TEST(ProcessGroupTest, SendBuffersAreSizedBeforeALargeFirstPinnedAllreduce) {
+  const auto dir = unique_temp_dir("sizing-first");
+  auto result = run_ranks(3, std::chrono::seconds(60), [&](int rank) {
+    auto store = std::make_shared<FileStore>(dir);
+    auto pg = init_process_group({.rank = rank,
+                                  .world_size = 3,
+                                  .store = store,
+                                  .timeout = std::chrono::seconds(30),
+                                  .shared_memory = false});
+    check_allreduce<float>(*pg, 100000, ReduceOp::kSum);
+    EXPECT_EQ(hsgd::detail::send_buffer_sizings(), 1);
+    check_allreduce<float>(*pg, 1, ReduceOp::kSum);
+    EXPECT_EQ(hsgd::detail::send_buffer_sizings(), 1);
   });
   EXPECT_RANKS_OK(result);
   std::filesystem::remove_all(dir);
