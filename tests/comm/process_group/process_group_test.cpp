@@ -430,6 +430,16 @@ std::vector<int> tcp_send_buffers() {
   return sizes;
 }
 
+// A group of world ranks over Gloo's TCP only (shared memory off), meeting through a FileStore
+// in dir.
+std::shared_ptr<ProcessGroup> tcp_group(const std::filesystem::path& dir, int rank, int world) {
+  return init_process_group({.rank = rank,
+                             .world_size = world,
+                             .store = std::make_shared<FileStore>(dir),
+                             .timeout = std::chrono::seconds(30),
+                             .shared_memory = false});
+}
+
 // Gloo fixes a pair's send buffer at twice its first pinned message (a 4-byte allreduce: the
 // kernel's minimum of a few KB). The 1 MiB-per-pair exchange that sizes it runs once, before the
 // first larger transfer after such a message, and never for a group that only uses unbound
@@ -438,12 +448,7 @@ std::vector<int> tcp_send_buffers() {
 TEST(ProcessGroupTest, SendBuffersAreSizedBeforeTheFirstLargeTransferAfterAPinnedOne) {
   const auto dir = unique_temp_dir("sizing");
   auto result = run_ranks(3, std::chrono::seconds(60), [&](int rank) {
-    auto store = std::make_shared<FileStore>(dir);
-    auto pg = init_process_group({.rank = rank,
-                                  .world_size = 3,
-                                  .store = store,
-                                  .timeout = std::chrono::seconds(30),
-                                  .shared_memory = false});
+    auto pg = tcp_group(dir, rank, 3);
     ASSERT_EQ(hsgd::detail::send_buffer_sizings(), 0) << "connecting sized the send buffers";
     std::vector<int64_t> send(1000, rank), recv(1000);
     pg->ring_exchange(send, recv)->wait();
@@ -483,12 +488,7 @@ TEST(ProcessGroupTest, SendBuffersAreSizedBeforeTheFirstLargeTransferAfterAPinne
 TEST(ProcessGroupTest, SendBuffersAreSizedBeforeALargeFirstPinnedAllreduce) {
   const auto dir = unique_temp_dir("sizing-first");
   auto result = run_ranks(3, std::chrono::seconds(60), [&](int rank) {
-    auto store = std::make_shared<FileStore>(dir);
-    auto pg = init_process_group({.rank = rank,
-                                  .world_size = 3,
-                                  .store = store,
-                                  .timeout = std::chrono::seconds(30),
-                                  .shared_memory = false});
+    auto pg = tcp_group(dir, rank, 3);
     check_allreduce<float>(*pg, 100000, ReduceOp::kSum);
     EXPECT_EQ(hsgd::detail::send_buffer_sizings(), 1);
     check_allreduce<float>(*pg, 1, ReduceOp::kSum);
