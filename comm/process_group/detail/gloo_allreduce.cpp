@@ -133,18 +133,30 @@ namespace {
 // pays its 1 MiB per pair of ranks, which across a slow link can cost more than the messages
 // themselves. The calls that lead to it are collective, so the exchange is too. Ranks go around
 // the ring by distance (send to rank + d, receive from rank - d) so that one send and one receive
-// buffer are alive at a time. Waits are bounded by the context's timeout.
-void size_send_buffers(gloo::Context& context) {
+// buffer are alive at a time. Waits are bounded by timeout (the group's) and end at once when the
+// collective watchdog aborts the group.
+void size_send_buffers(gloo::Context& context, comm::Duration timeout) {
   sizings_run.fetch_add(1, std::memory_order_relaxed);
   const int rank = context.rank, n = context.size;
   constexpr size_t kPinnedSendBytes = size_t{1} << 20;
   std::vector<char> out(kPinnedSendBytes, 0);
   std::vector<char> in(kPinnedSendBytes, 0);
+  char ready_out = 1, ready_in = 0;
+  auto ready_send = context.createUnboundBuffer(&ready_out, 1);
+  auto ready_recv = context.createUnboundBuffer(&ready_in, 1);
   for (int d = 1; d < n; ++d) {
     const int slot = context.nextSlot();
+    const auto ready_slot = static_cast<uint64_t>(context.nextSlot());
     const int to = (rank + d) % n;
     const int from = (rank - d + n) % n;
     auto recv = context.getPair(from)->createRecvBuffer(slot, in.data(), in.size());
+    // The pinned message goes out only once `to` registered its slot: one that reaches a pair
+    // before would stop it from reading anything else (see confirm_peers_registered), for good
+    // if `to` is in another collective. Unbound messages wait without blocking the pair.
+    ready_send->send(from, ready_slot);
+    ready_recv->recv(to, ready_slot);
+    ready_recv->waitRecv(timeout);
+    ready_send->waitSend(timeout);
     auto send = context.getPair(to)->createSendBuffer(slot, out.data(), out.size());
     send->send(0, out.size());
     recv->waitRecv();
@@ -314,7 +326,7 @@ void GlooAllreduce::allreduce_impl(std::span<T> data, ReduceOp op, AllreduceAlgo
 
 void GlooAllreduce::prepare(size_t bytes, bool pinned) {
   if (!send_buffers_sized_ && (pinned || pinned_used_) && bytes > kUnsizedBytes) {
-    size_send_buffers(*context_);
+    size_send_buffers(*context_, timeout_);
     send_buffers_sized_ = true;
   }
   pinned_used_ = pinned_used_ || pinned;

@@ -109,6 +109,30 @@ TEST(CollectiveMismatchTest, OneRankInAnotherCollective_EveryRankFailsWithinSeco
   }
 }
 
+// The others' collective is the group's first large transfer after a pinned allreduce, so they
+// size the pairs' send buffers first (an exchange of pinned messages); no pinned message of it
+// may reach rank 0, which is in another collective and would then read nothing else.
+TEST(CollectiveMismatchTest, AnotherCollectiveWhileTheOthersSizeSendBuffers_FailsWithinSeconds) {
+  auto result = run_world(3, long_timeout(false), [&](int rank, const auto& pg) {
+    std::vector<float> x(16, 1.0f);
+    pg->allreduce(std::span<float>(x))->wait();  // pinned, 64 bytes: no sizing yet
+    std::vector<float> metric(1, 1.0f);
+    std::vector<float> buffers(100000, 1.0f);
+    const auto start = Clock::now();
+    const std::string message = error_message<CollectiveMismatch>([&] {
+      if (rank == 0) {
+        pg->allreduce(std::span<float>(metric), ReduceOp::kSum, "rank0 only metric")->wait();
+      } else {
+        pg->broadcast(std::span<float>(buffers), 1, "large buffers")->wait();
+      }
+    });
+    EXPECT_LT(seconds_since(start), kMuchSoonerSeconds) << "rank " << rank;
+    EXPECT_THAT(message, HasSubstr("'rank0 only metric' was called on rank 0 only"))
+        << "rank " << rank;
+  });
+  EXPECT_RANKS_OK(result);
+}
+
 // The same with the collectives run on the calling threads (RunOn::kCaller): the watchdog sees
 // them and aborts the transport under them as under the worker; the call returns the failed Work.
 TEST(CollectiveMismatchTest, RunOnCaller_EveryRankFailsWithinSeconds) {
