@@ -1,15 +1,18 @@
 #pragma once
 // GlooAllreduce: the Gloo side of ProcessGroup::allreduce (comm-internal): which Gloo algorithm
-// an allreduce runs (choose_gloo_algorithm) and the cache of Gloo's pinned-buffer algorithm
-// objects. The measurements behind the choice are in docs/benchmarks.md, "Allreduce".
+// an allreduce runs (choose_gloo_algorithm), the cache of Gloo's pinned-buffer algorithm
+// objects, and the sizing of the context's send buffers that the group's other collectives ask
+// for (prepare_unbound). The measurements behind the choice are in docs/benchmarks.md,
+// "Allreduce".
 //
-// CONTRACT: the same sequence of calls (type, count, op, algorithm) on every rank of the
-// context, one at a time (the group's collective queue runs them). Errors are Gloo's
-// exceptions (timeouts, lost connections), which the queue turns into the group's error.
+// CONTRACT: the same sequence of calls (type, count, op, algorithm; bytes for prepare_unbound)
+// on every rank of the context, one at a time (the group's collective queue runs them). Errors are
+// Gloo's exceptions (timeouts, lost connections), which the queue turns into the group's error.
 //
 // Usage (inside ProcessGroup, after connecting; not compiled: uses its private members):
 //   gloo_allreduce_ = std::make_unique<GlooAllreduce>(context_, options_.timeout);
 //   gloo_allreduce_->allreduce(data, op, options_.allreduce_algorithm, tag);
+//   gloo_allreduce_->prepare_unbound(data.size_bytes());  // then gloo::broadcast(...)
 
 #include <cstddef>
 #include <cstdint>
