@@ -124,7 +124,7 @@ namespace {
 // oversubscribe the cores (apps/bench/ddp_bench shows the cost). The kPinnedSendBytes exchange
 // here is a pinned message, which fixes the send buffer at min(2 x kPinnedSendBytes, 2 x
 // net.core.wmem_max), and it opens the receivers' windows (SO_SNDBUF set on the sockets alone
-// leaves allreduces of 64-256 KiB on 8 ranks 20-30% slower in apps/bench/allreduce_bench).
+// leaves allreduces of 64-256 KiB on 8 ranks 20-40% slower in apps/bench/allreduce_bench).
 //
 // It runs once per context, before the first transfer of more than kUnsizedBytes after a pinned
 // message (GlooAllreduce::prepare), not when the group connects: a group that never allreduces
