@@ -114,6 +114,23 @@ AllreduceAlgorithm choose_gloo_algorithm(AllreduceAlgorithm requested, size_t co
 
 namespace {
 
+// Sends one byte to each rank of `to` and returns once one byte came from each rank of `from`,
+// under a new slot. Unbound messages wait at their receiver without blocking its pair, so they can
+// tell a peer that this rank registered a slot before any pinned message goes into it. Bounded
+// by timeout; throws Gloo's exception.
+void exchange_ready(gloo::Context& context, const std::vector<int>& to,
+                    const std::vector<int>& from, comm::Duration timeout) {
+  const auto slot = static_cast<uint64_t>(context.nextSlot());
+  char ready = 1;
+  std::vector<char> received(static_cast<size_t>(context.size), 0);
+  auto send = context.createUnboundBuffer(&ready, 1);
+  auto recv = context.createUnboundBuffer(received.data(), received.size());
+  for (const int r : to) send->send(r, slot);
+  for (const int r : from) recv->recv(r, slot, static_cast<size_t>(r), 1);
+  for (size_t i = 0; i < from.size(); ++i) recv->waitRecv(timeout);
+  for (size_t i = 0; i < to.size(); ++i) send->waitSend(timeout);
+}
+
 // Sizes the send buffer of every pair, so that large transfers never go through a small socket
 // buffer. Gloo's TCP pair sets SO_SNDBUF to the size of the first message sent from a pinned
 // buffer (the algorithms of the cache) and raises it only for larger ones, which turns off Linux's
@@ -141,22 +158,15 @@ void size_send_buffers(gloo::Context& context, comm::Duration timeout) {
   constexpr size_t kPinnedSendBytes = size_t{1} << 20;
   std::vector<char> out(kPinnedSendBytes, 0);
   std::vector<char> in(kPinnedSendBytes, 0);
-  char ready_out = 1, ready_in = 0;
-  auto ready_send = context.createUnboundBuffer(&ready_out, 1);
-  auto ready_recv = context.createUnboundBuffer(&ready_in, 1);
   for (int d = 1; d < n; ++d) {
     const int slot = context.nextSlot();
-    const auto ready_slot = static_cast<uint64_t>(context.nextSlot());
     const int to = (rank + d) % n;
     const int from = (rank - d + n) % n;
     auto recv = context.getPair(from)->createRecvBuffer(slot, in.data(), in.size());
     // The pinned message goes out only once `to` registered its slot: one that reaches a pair
     // before would stop it from reading anything else (see confirm_peers_registered), for good
-    // if `to` is in another collective. Unbound messages wait without blocking the pair.
-    ready_send->send(from, ready_slot);
-    ready_recv->recv(to, ready_slot);
-    ready_recv->waitRecv(timeout);
-    ready_send->waitSend(timeout);
+    // if `to` is in another collective.
+    exchange_ready(context, {from}, {to}, timeout);
     auto send = context.getPair(to)->createSendBuffer(slot, out.data(), out.size());
     send->send(0, out.size());
     recv->waitRecv();
@@ -171,25 +181,14 @@ void size_send_buffers(gloo::Context& context, comm::Duration timeout) {
 // registered stops that pair from reading anything else, the end of its socket included, until
 // the slot is registered: if a peer never builds the algorithm (the ranks called different
 // collectives), that peer could neither receive its own collective's messages nor notice the
-// shutdown by which the collective watchdog aborts the group. The unbound messages used here wait
-// at the receiver without blocking the pair. Bounded by timeout; throws Gloo's exception.
+// shutdown by which the collective watchdog aborts the group (exchange_ready's unbound messages
+// do not stop it). Bounded by timeout; throws Gloo's exception.
 void confirm_peers_registered(gloo::Context& context, comm::Duration timeout) {
-  const int rank = context.rank, n = context.size;
-  const auto slot = static_cast<uint64_t>(context.nextSlot());
-  char ready = 1;
-  std::vector<char> from(static_cast<size_t>(n), 0);
-  auto send = context.createUnboundBuffer(&ready, 1);
-  auto recv = context.createUnboundBuffer(from.data(), from.size());
-  for (int r = 0; r < n; ++r) {
-    if (r == rank) continue;
-    send->send(r, slot);
-    recv->recv(r, slot, static_cast<size_t>(r), 1);
+  std::vector<int> peers;
+  for (int r = 0; r < context.size; ++r) {
+    if (r != context.rank) peers.push_back(r);
   }
-  for (int r = 0; r < n; ++r) {
-    if (r == rank) continue;
-    recv->waitRecv(timeout);
-    send->waitSend(timeout);
-  }
+  exchange_ready(context, peers, peers, timeout);
 }
 
 // gloo::AllreduceRing on the caller's buffer (kPinnedRing without hsgd's copy in and out): the
