@@ -14,7 +14,7 @@ the two-level allreduce (reduce in the node, shard i of w allreduced over TCP by
 every node, assemble in the node: each node's link carries 2 (N-1)/N x the buffer per direction
 for a ring); any other group is flat Gloo with kAuto's choice (Net.gloo_latency_msgs: the direct
 exchange while each of p ranks sends (p - 1) x the buffer <= 512 KiB, else the direct scatter
-(halving-doubling on 2 ranks) up to 1 MiB, the ring above; the direct exchange's bytes are counted
+up to 1 MiB, the ring above; the direct exchange's bytes are counted
 as halving-doubling's).
 
   scaling_model.py --check   predicted vs measured for the emulated-cluster runs; exit 1 when a
@@ -33,7 +33,7 @@ MB = 1e6
 MiB = 1 << 20
 # kAuto's Gloo algorithm by size, as comm/process_group/process_group.h states it: the direct
 # exchange while each rank sends (p - 1) x the buffer <= kDirectAllreduceBytes, the direct scatter
-# (halving-doubling on 2 ranks) up to kSmallAllreduceBytes, the ring above.
+# up to kSmallAllreduceBytes, the ring above.
 DIRECT_ALLREDUCE_BYTES = 512 * 1024
 SMALL_ALLREDUCE_BYTES = MiB
 TOLERANCE = 0.15
@@ -215,8 +215,7 @@ class Net:
         if (p - 1) * nbytes <= DIRECT_ALLREDUCE_BYTES:
             return 1  # direct exchange: the whole buffer to every peer in one step
         if nbytes <= SMALL_ALLREDUCE_BYTES:
-            # halving-doubling on 2 ranks, the direct scatter (reduce-scatter, allgather) on more
-            return 2
+            return 2  # the direct scatter: reduce-scatter, allgather
         return 2 * (p - 1)  # ring
 
     def allreduce(self, nbytes, group, idle=0.0, compressed=False):

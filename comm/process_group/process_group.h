@@ -147,9 +147,9 @@ const char* to_string(AllreduceAlgorithm algorithm);
 //   halving-doubling sends 2 (p - 1) / p x, so the bound keeps it to buffers whose bytes cost
 //   less than the steps it saves (on a 100 Mbit/s link the worst case, 4 ranks at 170 KiB, sends
 //   255 KiB more: about 20 ms).
-// - up to kSmallAllreduceBytes: kDirectScatter on 3 or more ranks, 2 steps where
-//   halving-doubling needs 2 log2(p), the same bytes; kHalvingDoubling on 2 ranks (2 steps
-//   either way). Neither needs a per-message handshake.
+// - up to kSmallAllreduceBytes: kDirectScatter, 2 steps where halving-doubling needs 2 log2(p),
+//   the same bytes, no per-message handshake, and nothing copied in (its messages leave from the
+//   caller's buffer; halving-doubling works on a copy).
 // - above: kRing on the caller's memory. It skips the copy in and out of the pinned algorithms
 //   and pipelines its segments, which from here on outweighs its receive-ready round trip per
 //   segment (milliseconds on small buffers).

@@ -114,11 +114,19 @@ class DirectExchange : public CallerBufferAlgorithm<T> {
 // 2 (p - 1) / p x the buffer, as halving-doubling does, in 2 steps where halving-doubling takes
 // 2 log2(p), each followed by a notification. For buffers too large for DirectExchange.
 //
-// Flow control as in DirectExchange: both steps' inboxes alternate between two sets by the
+// The messages go out of the caller's buffer (its chunk r to rank r, then its sum of chunk `me`
+// to every peer), so only what comes in is copied: the sums of the other chunks, from the
+// inboxes into the caller's buffer. A send buffer is made for each call, since the caller's
+// buffer may move; Gloo's pair forgets the slot of a buffer it destroys, so messages to higher
+// ranks and to lower ranks take different slots, and no pair registers a slot that it sends on.
+//
+// Flow control without notifications: both steps' inboxes alternate between two sets by the
 // parity of the call. A rank that writes a peer's reduce-scatter inbox of call k + 2 has
 // received that peer's sum of call k + 1, which the peer computed after it had finished call k;
 // one that writes a peer's allgather inbox of call k + 2 has received the peer's call k + 2
-// chunk, sent after the peer had copied out call k + 1.
+// chunk, sent after the peer had finished call k + 1. A peer's sum of chunk r comes after that
+// peer received this rank's chunk r in full, so chunk r has left the caller's buffer before it
+// is overwritten.
 template <typename T>
 class DirectScatterGather : public CallerBufferAlgorithm<T> {
   using CallerBufferAlgorithm<T>::contextRank_;
@@ -132,36 +140,31 @@ class DirectScatterGather : public CallerBufferAlgorithm<T> {
       : CallerBufferAlgorithm<T>(context),
         count_(count),
         chunk_((count + static_cast<size_t>(contextSize_) - 1) / static_cast<size_t>(contextSize_)),
-        fn_(fn) {
+        fn_(fn),
+        sum_(chunk_) {
     const size_t n = static_cast<size_t>(contextSize_);
     const size_t me = static_cast<size_t>(contextRank_);
     for (Round& round : rounds_) {
-      round.outbox.resize(n * chunk_);   // this rank's buffer, padded to n chunks
       round.scatter.resize(n * chunk_);  // (n, chunk): row r is rank r's chunk `me`
-      round.gather.resize(n * chunk_);   // (n, chunk): row r is the sum of chunk r
-      for (auto* buffers : {&round.to_owner, &round.from_peer, &round.sum_out, &round.sum_in}) {
-        buffers->resize(n);
+      round.gather.resize(n * chunk_);   // (n, chunk): row r is rank r's sum of chunk r
+      round.from_peer.resize(n);
+      round.sum_in.resize(n);
+      for (Step* step : {&round.scatter_slots, &round.gather_slots}) {
+        step->to_higher = context->nextSlot();
+        step->to_lower = context->nextSlot();
       }
-      const int scatter_slot = context->nextSlot();
-      const int gather_slot = context->nextSlot();
       for (size_t r = 0; r < n; ++r) {
         if (r == me) continue;
         auto& pair = getPair(static_cast<int>(r));
-        // Chunk r of this rank goes to rank r's scatter row `me`.
-        if (length(r) > 0) {
-          round.to_owner[r] = pair->createSendBuffer(scatter_slot, round.outbox.data() + r * chunk_,
-                                                     length(r) * sizeof(T));
-        }
         if (length(me) > 0) {
-          round.from_peer[r] = pair->createRecvBuffer(
-              scatter_slot, round.scatter.data() + r * chunk_, length(me) * sizeof(T));
-          // The sum of chunk `me` goes to every rank's gather row `me`.
-          round.sum_out[r] = pair->createSendBuffer(gather_slot, round.gather.data() + me * chunk_,
-                                                    length(me) * sizeof(T));
+          round.from_peer[r] =
+              pair->createRecvBuffer(round.scatter_slots.from(r, me),
+                                     round.scatter.data() + r * chunk_, length(me) * sizeof(T));
         }
         if (length(r) > 0) {
-          round.sum_in[r] = pair->createRecvBuffer(gather_slot, round.gather.data() + r * chunk_,
-                                                   length(r) * sizeof(T));
+          round.sum_in[r] =
+              pair->createRecvBuffer(round.gather_slots.from(r, me),
+                                     round.gather.data() + r * chunk_, length(r) * sizeof(T));
         }
       }
     }
@@ -170,41 +173,60 @@ class DirectScatterGather : public CallerBufferAlgorithm<T> {
   void run_on(T* data) override {
     const size_t n = static_cast<size_t>(contextSize_);
     const size_t me = static_cast<size_t>(contextRank_);
+    const size_t mine = length(me);
     Round& round = rounds_[parity_];
     parity_ ^= 1;
-    std::copy(data, data + count_, round.outbox.data());
     // Reduce-scatter: chunk r to rank r, then the chunks `me` of every peer.
-    for (auto& send : round.to_owner) {
-      if (send) send->send();
-    }
-    for (auto& recv : round.from_peer) {
-      if (recv) recv->waitRecv();
-    }
-    // Sum chunk `me` in rank order into this rank's gather row.
-    const size_t mine = length(me);
-    T* sum = round.gather.data() + me * chunk_;
-    const T* own = round.outbox.data() + me * chunk_;
-    for (size_t r = 0; r < n; ++r) {
-      const T* part = r == me ? own : round.scatter.data() + r * chunk_;
-      if (r == 0) {
-        std::copy(part, part + mine, sum);
-      } else {
-        fn_->call(sum, part, mine);
+    std::vector<std::unique_ptr<gloo::transport::Buffer>> to_owner(n), sum_out(n);
+    try {
+      for (size_t r = 0; r < n; ++r) {
+        if (r == me || length(r) == 0) continue;
+        to_owner[r] = getPair(static_cast<int>(r))
+                          ->createSendBuffer(round.scatter_slots.to(r, me), data + r * chunk_,
+                                             length(r) * sizeof(T));
+        to_owner[r]->send();
       }
-    }
-    // Allgather: the sum to every peer, then the peers' sums.
-    for (auto& send : round.sum_out) {
-      if (send) send->send();
-    }
-    for (auto& recv : round.sum_in) {
-      if (recv) recv->waitRecv();
-    }
-    std::copy(round.gather.data(), round.gather.data() + count_, data);
-    // The outbox and the sum are reused two calls later: the sends must have left them.
-    for (auto* sends : {&round.to_owner, &round.sum_out}) {
-      for (auto& send : *sends) {
-        if (send) send->waitSend();
+      for (auto& recv : round.from_peer) {
+        if (recv) recv->waitRecv();
       }
+      if (mine > 0) {
+        // Chunk `me` summed in rank order, then written over this rank's own part.
+        T* own = data + me * chunk_;
+        const auto part = [&](size_t r) {
+          return r == me ? own : round.scatter.data() + r * chunk_;
+        };
+        std::copy(part(0), part(0) + mine, sum_.data());
+        for (size_t r = 1; r < n; ++r) fn_->call(sum_.data(), part(r), mine);
+        std::copy(sum_.data(), sum_.data() + mine, own);
+        // Allgather: the sum to every peer, then the peers' sums.
+        for (size_t r = 0; r < n; ++r) {
+          if (r == me) continue;
+          sum_out[r] = getPair(static_cast<int>(r))
+                           ->createSendBuffer(round.gather_slots.to(r, me), own, mine * sizeof(T));
+          sum_out[r]->send();
+        }
+      }
+      for (size_t r = 0; r < n; ++r) {
+        if (!round.sum_in[r]) continue;
+        round.sum_in[r]->waitRecv();
+        const T* sum = round.gather.data() + r * chunk_;
+        std::copy(sum, sum + length(r), data + r * chunk_);
+      }
+      // The messages must have left the caller's buffer before the call returns.
+      for (auto* sends : {&to_owner, &sum_out}) {
+        for (auto& send : *sends) {
+          if (send) send->waitSend();
+        }
+      }
+    } catch (...) {
+      // A pair still refers to a send buffer whose message it has not finished (it reports the
+      // failure to it when it closes): such buffers live as long as the algorithm.
+      for (auto* sends : {&to_owner, &sum_out}) {
+        for (auto& send : *sends) {
+          if (send) abandoned_.push_back(std::move(send));
+        }
+      }
+      throw;
     }
   }
 
@@ -215,17 +237,27 @@ class DirectScatterGather : public CallerBufferAlgorithm<T> {
     return std::min(begin + chunk_, count_) - begin;
   }
 
+  // The two slots of one step: messages to a higher rank and to a lower one.
+  struct Step {
+    int to_higher = 0;
+    int to_lower = 0;
+    // The slot of a message from this rank `me` to rank r, and of one from rank r to `me`.
+    int to(size_t r, size_t me) const { return r > me ? to_higher : to_lower; }
+    int from(size_t r, size_t me) const { return r < me ? to_higher : to_lower; }
+  };
   struct Round {
-    std::vector<T> outbox, scatter, gather;
-    // By peer rank, this rank's own empty: chunk r to rank r; rank r's chunk `me`; this rank's
-    // sum to rank r; rank r's sum.
-    std::vector<std::unique_ptr<gloo::transport::Buffer>> to_owner, from_peer, sum_out, sum_in;
+    std::vector<T> scatter, gather;
+    Step scatter_slots, gather_slots;
+    // By peer rank, this rank's own empty: rank r's chunk `me`; rank r's sum.
+    std::vector<std::unique_ptr<gloo::transport::Buffer>> from_peer, sum_in;
   };
   const size_t count_;
   const size_t chunk_;
   const gloo::ReductionFunction<T>* const fn_;
+  std::vector<T> sum_;  // (chunk,): this rank's sum in rank order
   Round rounds_[2];
   int parity_ = 0;
+  std::vector<std::unique_ptr<gloo::transport::Buffer>> abandoned_;  // sends of failed calls
 };
 
 }  // namespace hsgd::detail

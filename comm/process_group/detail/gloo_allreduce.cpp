@@ -80,11 +80,10 @@ const gloo::ReductionFunction<T>* reduction_function(ReduceOp op) {
 std::atomic<int> sizings_run{0};  // calls of size_send_buffers in this process
 
 // The bytes a cached algorithm for a buffer of `bytes` holds: DirectExchange every rank's buffer
-// twice (two sets of inboxes), DirectScatterGather its outbox and two inboxes twice, the others
-// one buffer.
+// twice (two sets of inboxes), DirectScatterGather its two inboxes twice, the others one buffer.
 size_t held_bytes(AllreduceAlgorithm algorithm, size_t bytes, int ranks) {
   if (algorithm == AllreduceAlgorithm::kDirect) return 2 * static_cast<size_t>(ranks) * bytes;
-  if (algorithm == AllreduceAlgorithm::kDirectScatter) return 6 * bytes;
+  if (algorithm == AllreduceAlgorithm::kDirectScatter) return 4 * bytes;
   return bytes;
 }
 
@@ -99,8 +98,6 @@ AllreduceAlgorithm choose_gloo_algorithm(AllreduceAlgorithm requested, size_t co
       algorithm = AllreduceAlgorithm::kRing;
     } else if (static_cast<size_t>(ranks - 1) * bytes <= comm::kDirectAllreduceBytes) {
       algorithm = AllreduceAlgorithm::kDirect;
-    } else if (ranks == 2) {
-      algorithm = AllreduceAlgorithm::kHalvingDoubling;
     } else {
       algorithm = AllreduceAlgorithm::kDirectScatter;
     }

@@ -29,9 +29,9 @@ namespace hsgd::detail {
 
 // The algorithm an allreduce of count elements of element_bytes each over `ranks` ranks runs when
 // the group asks for `requested`: kAuto picks kDirect while each rank sends (ranks - 1) x the
-// buffer <= kDirectAllreduceBytes, kDirectScatter (halving-doubling on 2 ranks) for the other
-// buffers up to kSmallAllreduceBytes and kRing above (the
-// rule and its reasons are at those constants in process_group.h); a buffer larger than the
+// buffer <= kDirectAllreduceBytes, kDirectScatter for the other buffers up to
+// kSmallAllreduceBytes and kRing above (the rule and its reasons are at those constants in
+// process_group.h); a buffer larger than the
 // cache (kAllreduceCacheBytes) or than Gloo's int count always runs kRing. Never returns kAuto.
 comm::AllreduceAlgorithm choose_gloo_algorithm(comm::AllreduceAlgorithm requested, size_t count,
                                                size_t element_bytes, int ranks);

@@ -176,8 +176,9 @@ TEST(ProcessGroupTest, EveryAllreduceAlgorithmAtEverySize) {
 // of very different magnitude). The calls alternate between its two inboxes and one rank falls
 // behind now and then (a faster rank writing into an inbox still being read may show here).
 TEST(ProcessGroupTest, DirectAlgorithms_SumInRankOrderOnEveryRank) {
-  for (const auto [world, algorithm] :
+  for (const auto& [world, algorithm] :
        {std::pair{3, AllreduceAlgorithm::kDirect}, std::pair{5, AllreduceAlgorithm::kDirect},
+        std::pair{2, AllreduceAlgorithm::kDirectScatter},
         std::pair{3, AllreduceAlgorithm::kDirectScatter},
         std::pair{5, AllreduceAlgorithm::kDirectScatter}}) {
     const auto dir = unique_temp_dir("direct");
@@ -219,13 +220,12 @@ TEST(ProcessGroupTest, DirectAlgorithms_SumInRankOrderOnEveryRank) {
 }
 
 // kAuto over Gloo as process_group.h states it: the direct exchange while each rank sends
-// (p - 1) x the buffer <= kDirectAllreduceBytes, the direct scatter (halving-doubling on 2 ranks)
-// up to kSmallAllreduceBytes, the ring on the caller's memory above; forced choices stand unless
-// the buffer (for the direct exchange: what it holds, 2 p x the buffer) exceeds the cache.
+// (p - 1) x the buffer <= kDirectAllreduceBytes, the direct scatter up to kSmallAllreduceBytes, the
+// ring on the caller's memory above; forced choices stand unless the buffer (for the direct
+// exchange: what it holds, 2 p x the buffer) exceeds the cache.
 TEST(ProcessGroupTest, AutoAlgorithmFollowsSizeAndRanks) {
   using hsgd::detail::choose_gloo_algorithm;
   const auto direct = AllreduceAlgorithm::kDirect;
-  const auto hd = AllreduceAlgorithm::kHalvingDoubling;
   const auto scatter = AllreduceAlgorithm::kDirectScatter;
   const auto ring = AllreduceAlgorithm::kRing;
   const auto auto_ = AllreduceAlgorithm::kAuto;
@@ -238,8 +238,8 @@ TEST(ProcessGroupTest, AutoAlgorithmFollowsSizeAndRanks) {
   };
   for (const Case& c : std::vector<Case>{{1, 2, direct},
                                          {direct_floats, 2, direct},
-                                         {direct_floats + 1, 2, hd},
-                                         {small_floats, 2, hd},
+                                         {direct_floats + 1, 2, scatter},
+                                         {small_floats, 2, scatter},
                                          {small_floats + 1, 2, ring},
                                          {1, 3, direct},
                                          {direct_floats / 2, 3, direct},
@@ -263,11 +263,11 @@ TEST(ProcessGroupTest, AutoAlgorithmFollowsSizeAndRanks) {
   EXPECT_EQ(choose_gloo_algorithm(AllreduceAlgorithm::kPinnedRing, kAllreduceCacheBytes / 4 + 1,
                                   sizeof(float), 2),
             ring);
-  // The direct exchange holds 2 p x the buffer, the direct scatter 6 x: forced on 8 ranks, a
-  // cache / 16 buffer fits the first, a cache / 6 buffer the second; one float more does not.
+  // The direct exchange holds 2 p x the buffer, the direct scatter 4 x: forced on 8 ranks, a
+  // cache / 16 buffer fits the first, a cache / 4 buffer the second; one float more does not.
   EXPECT_EQ(choose_gloo_algorithm(direct, kAllreduceCacheBytes / 64, sizeof(float), 8), direct);
   EXPECT_EQ(choose_gloo_algorithm(direct, kAllreduceCacheBytes / 64 + 1, sizeof(float), 8), ring);
-  const size_t scatter_floats = kAllreduceCacheBytes / 6 / sizeof(float);
+  const size_t scatter_floats = kAllreduceCacheBytes / 4 / sizeof(float);
   EXPECT_EQ(choose_gloo_algorithm(scatter, scatter_floats, sizeof(float), 8), scatter);
   EXPECT_EQ(choose_gloo_algorithm(scatter, scatter_floats + 1, sizeof(float), 8), ring);
 }
