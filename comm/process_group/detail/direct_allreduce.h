@@ -220,7 +220,9 @@ class DirectScatterGather : public CallerBufferAlgorithm<T> {
       }
     } catch (...) {
       // A pair still refers to a send buffer whose message it has not finished (it reports the
-      // failure to it when it closes): such buffers live as long as the algorithm.
+      // failure to it when it closes): such buffers live as long as the algorithm. Until the
+      // group's connections close, such a send may still read the caller's buffer, as Gloo's
+      // ring on the caller's memory may; nothing is written into it after the call.
       for (auto* sends : {&to_owner, &sum_out}) {
         for (auto& send : *sends) {
           if (send) abandoned_.push_back(std::move(send));
