@@ -117,8 +117,9 @@ class DirectExchange : public CallerBufferAlgorithm<T> {
 // The messages go out of the caller's buffer (its chunk r to rank r, then its sum of chunk `me`
 // to every peer), so only what comes in is copied: the sums of the other chunks, from the
 // inboxes into the caller's buffer. A send buffer is made for each call, since the caller's
-// buffer may move; Gloo's pair forgets the slot of a buffer it destroys, so messages to higher
-// ranks and to lower ranks take different slots, and no pair registers a slot that it sends on.
+// buffer may move. Destroying any buffer of a Gloo pair, a send buffer too, unregisters that
+// buffer's slot on the pair, so messages to higher ranks and to lower ranks take different
+// slots, and no pair sends on a slot that it has registered for receiving.
 //
 // Flow control without notifications: both steps' inboxes alternate between two sets by the
 // parity of the call. A rank that writes a peer's reduce-scatter inbox of call k + 2 has
