@@ -31,8 +31,8 @@ namespace hsgd::detail {
 // the group asks for `requested`: kAuto picks kDirect while each rank sends (ranks - 1) x the
 // buffer <= kDirectAllreduceBytes, kDirectScatter for the other buffers up to
 // kSmallAllreduceBytes and kRing above (the rule and its reasons are at those constants in
-// process_group.h); a buffer larger than the
-// cache (kAllreduceCacheBytes) or than Gloo's int count always runs kRing. Never returns kAuto.
+// process_group.h); a buffer larger than the cache (kAllreduceCacheBytes) or than Gloo's int
+// count always runs kRing. Never returns kAuto.
 comm::AllreduceAlgorithm choose_gloo_algorithm(comm::AllreduceAlgorithm requested, size_t count,
                                                size_t element_bytes, int ranks);
 
