@@ -326,7 +326,9 @@ int main(int argc, char** argv) {
   app.add_flag("--quick", schedule.quick,
                "fewer sizes, rounds and iterations (4 B, 64 KiB, 1 MiB, 16 MiB; 2 and 4 ranks)");
   app.add_flag("--no-torch", no_torch, "skip the PyTorch column");
-  app.add_option("--ranks", worlds, "world sizes")->delimiter(',');
+  app.add_option("--ranks", worlds, "world sizes (2-64: raw Gloo needs a peer)")
+      ->delimiter(',')
+      ->check(CLI::Range(2, 64));
   app.add_option("--rounds", schedule.rounds, "rounds per size (default 5, 3 with --quick)");
   app.add_option("--only", schedule.only, "run only these contenders (hsgd, hsgd-tcp, ...)")
       ->delimiter(',');
