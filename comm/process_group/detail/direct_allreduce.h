@@ -177,11 +177,14 @@ class DirectScatterGather : public CallerBufferAlgorithm<T> {
     const size_t mine = length(me);
     Round& round = rounds_[parity_];
     parity_ ^= 1;
-    // Reduce-scatter: chunk r to rank r, then the chunks `me` of every peer.
+    // Reduce-scatter: chunk r to rank r, then the chunks `me` of every peer. Both steps send to
+    // me + 1, me + 2, ...: the ranks' d-th messages go to n different receivers, where in rank
+    // order all would go to rank 0 first and the last rank would get its chunks last.
     std::vector<std::unique_ptr<gloo::transport::Buffer>> to_owner(n), sum_out(n);
     try {
-      for (size_t r = 0; r < n; ++r) {
-        if (r == me || length(r) == 0) continue;
+      for (size_t d = 1; d < n; ++d) {
+        const size_t r = (me + d) % n;
+        if (length(r) == 0) continue;
         to_owner[r] = getPair(static_cast<int>(r))
                           ->createSendBuffer(round.scatter_slots.to(r, me), data + r * chunk_,
                                              length(r) * sizeof(T));
@@ -200,8 +203,8 @@ class DirectScatterGather : public CallerBufferAlgorithm<T> {
         for (size_t r = 1; r < n; ++r) fn_->call(sum_.data(), part(r), mine);
         std::copy(sum_.data(), sum_.data() + mine, own);
         // Allgather: the sum to every peer, then the peers' sums.
-        for (size_t r = 0; r < n; ++r) {
-          if (r == me) continue;
+        for (size_t d = 1; d < n; ++d) {
+          const size_t r = (me + d) % n;
           sum_out[r] = getPair(static_cast<int>(r))
                            ->createSendBuffer(round.gather_slots.to(r, me), own, mine * sizeof(T));
           sum_out[r]->send();
