@@ -340,7 +340,7 @@ int main(int argc, char** argv) {
                  "halving-doubling, ring-chunked, ring, pinned-ring, direct, direct-scatter), "
                  "shown in a second table")
       ->delimiter(',')
-      ->check(CLI::IsMember(allreduce_algorithm_names()));
+      ->check(CLI::IsMember(hsgd::comm::allreduce_algorithm_names()));
   std::string torch_script = HSGD_BENCH_DIR "/allreduce_bench_torch.py";
   app.add_option("--torch-script", torch_script, "path of allreduce_bench_torch.py");
   CLI11_PARSE(app, argc, argv);

@@ -170,7 +170,7 @@ int main(int argc, char** argv) {
   app.add_option("--algorithm", algorithm_name,
                  "hsgd allreduce: auto, halving-doubling, ring-chunked, ring, pinned-ring, direct, "
                  "direct-scatter")
-      ->check(CLI::IsMember(allreduce_algorithm_names()));
+      ->check(CLI::IsMember(hsgd::comm::allreduce_algorithm_names()));
   app.add_flag("--quick", quick, "few iterations");
   app.add_flag("--no-torch", no_torch, "skip PyTorch");
   bool no_tcp = false;

@@ -188,28 +188,12 @@ double process_cpu_seconds(pid_t pid) {
   return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
-namespace {
-
-constexpr hsgd::comm::AllreduceAlgorithm kAllreduceAlgorithms[] = {
-    hsgd::comm::AllreduceAlgorithm::kAuto,         hsgd::comm::AllreduceAlgorithm::kHalvingDoubling,
-    hsgd::comm::AllreduceAlgorithm::kRingChunked,  hsgd::comm::AllreduceAlgorithm::kRing,
-    hsgd::comm::AllreduceAlgorithm::kPinnedRing,   hsgd::comm::AllreduceAlgorithm::kDirect,
-    hsgd::comm::AllreduceAlgorithm::kDirectScatter};
-
-}  // namespace
-
-std::vector<std::string> allreduce_algorithm_names() {
-  std::vector<std::string> names;
-  for (auto algorithm : kAllreduceAlgorithms) names.emplace_back(hsgd::comm::to_string(algorithm));
-  return names;
-}
-
 hsgd::comm::AllreduceAlgorithm allreduce_algorithm_named(const std::string& name) {
-  for (auto algorithm : kAllreduceAlgorithms) {
-    if (name == hsgd::comm::to_string(algorithm)) return algorithm;
-  }
+  if (const auto algorithm = hsgd::comm::parse_allreduce_algorithm(name)) return *algorithm;
   std::string valid;
-  for (const auto& n : allreduce_algorithm_names()) valid += (valid.empty() ? "" : ", ") + n;
+  for (const auto& n : hsgd::comm::allreduce_algorithm_names()) {
+    valid += (valid.empty() ? "" : ", ") + n;
+  }
   throw hsgd::InvalidArgument("unknown allreduce algorithm '" + name + "', expected one of " +
                               valid);
 }

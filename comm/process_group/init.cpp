@@ -143,6 +143,14 @@ InitOptions InitOptions::from_env() {
                "node, the default)");
     options.shared_memory = value == "1";
   }
+  if (const char* name = env("HSGD_ALLREDUCE_ALGORITHM")) {
+    const auto algorithm = parse_allreduce_algorithm(name);
+    std::string choices;
+    for (const auto& n : allreduce_algorithm_names()) choices += (choices.empty() ? "" : ", ") + n;
+    HSGD_CHECK(algorithm.has_value(), "environment variable HSGD_ALLREDUCE_ALGORITHM='", name,
+               "' must be one of ", choices);
+    options.allreduce_algorithm = *algorithm;
+  }
   if (const char* run_id = env("HSGD_RUN_ID")) {
     options.key_prefix = std::string(run_id) + "/" + env_string("HSGD_RESTART_COUNT", "0") + "/";
     options.embedded_server = false;  // hsgd-run hosts the rendezvous server

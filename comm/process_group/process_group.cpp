@@ -49,6 +49,27 @@ const char* to_string(AllreduceAlgorithm algorithm) {
   return "?";
 }
 
+namespace {
+constexpr AllreduceAlgorithm kAllreduceAlgorithms[] = {
+    AllreduceAlgorithm::kAuto,         AllreduceAlgorithm::kHalvingDoubling,
+    AllreduceAlgorithm::kRingChunked,  AllreduceAlgorithm::kRing,
+    AllreduceAlgorithm::kPinnedRing,   AllreduceAlgorithm::kDirect,
+    AllreduceAlgorithm::kDirectScatter};
+}  // namespace
+
+std::vector<std::string> allreduce_algorithm_names() {
+  std::vector<std::string> names;
+  for (const auto algorithm : kAllreduceAlgorithms) names.emplace_back(to_string(algorithm));
+  return names;
+}
+
+std::optional<AllreduceAlgorithm> parse_allreduce_algorithm(std::string_view name) {
+  for (const auto algorithm : kAllreduceAlgorithms) {
+    if (name == to_string(algorithm)) return algorithm;
+  }
+  return std::nullopt;
+}
+
 const char* to_string(ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:

@@ -56,6 +56,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -138,6 +139,10 @@ enum class AllreduceAlgorithm {
                      // order: 2 steps, 2 (p - 1) / p x the buffer per rank
 };
 const char* to_string(AllreduceAlgorithm algorithm);
+// Every algorithm's to_string name ("auto", "halving-doubling", ...), in declaration order.
+std::vector<std::string> allreduce_algorithm_names();
+// The algorithm whose to_string name is `name`; nullopt for any other text.
+std::optional<AllreduceAlgorithm> parse_allreduce_algorithm(std::string_view name);
 
 // kAuto over Gloo (shared memory off, or members on several nodes) picks by the buffer's bytes
 // and the group's size, the same on every rank:

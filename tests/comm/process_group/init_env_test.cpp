@@ -37,7 +37,8 @@ const char* const kVars[] = {"RANK",
                              "SLURM_JOB_ID",
                              "SLURM_STEP_ID",
                              "HSGD_TIMEOUT_MS",
-                             "HSGD_JOB_ID"};
+                             "HSGD_JOB_ID",
+                             "HSGD_ALLREDUCE_ALGORITHM"};
 
 // Runs body in a child with exactly the given variables set.
 void with_env(std::vector<std::pair<const char*, const char*>> vars,
@@ -206,6 +207,28 @@ TEST(InitEnvTest, BadValuesNameTheVariable) {
   expect_invalid(srun_task({{"SLURM_PROCID", "x"}}), "SLURM_PROCID='x'");
   expect_invalid(srun_task({{"SLURM_STEP_TASKS_PER_NODE", "2(x3)"}}),
                  "SLURM_STEP_TASKS_PER_NODE='2(x3)' lists 3 nodes");
+}
+
+// HSGD_ALLREDUCE_ALGORITHM takes the names to_string gives (the group then uses that algorithm);
+// any other text is refused with the valid names (empty, like the other variables, is unset).
+TEST(InitEnvTest, AllreduceAlgorithmByName) {
+  for (const std::string& name : hsgd::comm::allreduce_algorithm_names()) {
+    const auto algorithm = hsgd::comm::parse_allreduce_algorithm(name);
+    ASSERT_TRUE(algorithm.has_value()) << name;
+    EXPECT_EQ(hsgd::comm::to_string(*algorithm), name);
+  }
+  with_env({}, [] {
+    EXPECT_EQ(InitOptions::from_env().allreduce_algorithm, hsgd::comm::AllreduceAlgorithm::kAuto);
+  });
+  with_env({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"HSGD_ALLREDUCE_ALGORITHM", "ring"}}, [] {
+    const InitOptions options = InitOptions::from_env();
+    EXPECT_EQ(options.allreduce_algorithm, hsgd::comm::AllreduceAlgorithm::kRing);
+    auto pg = init_process_group(options);
+    EXPECT_EQ(pg->allreduce_algorithm(), hsgd::comm::AllreduceAlgorithm::kRing);
+  });
+  expect_invalid({{"HSGD_ALLREDUCE_ALGORITHM", "Ring"}},
+                 "HSGD_ALLREDUCE_ALGORITHM='Ring' must be one of auto, halving-doubling, "
+                 "ring-chunked, ring, pinned-ring, direct, direct-scatter");
 }
 
 // Timeouts beyond a year (and numbers beyond 64 bits) are refused by name instead of
