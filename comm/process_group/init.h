@@ -46,7 +46,9 @@ struct InitOptions {
   // master_addr:master_port (torch's env:// behaviour). from_env() clears it when the job was
   // launched by hsgd-run (HSGD_RUN_ID set), which runs the server itself.
   bool embedded_server = true;
-  AllreduceAlgorithm allreduce_algorithm{};  // kAuto; see process_group.h
+  // kAuto; see process_group.h. from_env() reads HSGD_ALLREDUCE_ALGORITHM (to_string's names):
+  // "ring" where one link joins two groups of nodes (racks), see docs/communication.md.
+  AllreduceAlgorithm allreduce_algorithm{};
   // Allreduce over shared memory in groups whose members all run on one node (HSGD_SHM=0
   // turns it off, e.g. to measure Gloo's TCP path); see comm/process_group/shm_allreduce.h.
   bool shared_memory = true;
