@@ -346,7 +346,8 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   std::vector<std::string> forced = {"hsgd-tcp"};  // the second table's contenders
   for (const auto& name : tcp_algorithm_names) {
-    schedule.tcp_algorithms.push_back(allreduce_algorithm_named(name));
+    schedule.tcp_algorithms.push_back(
+        hsgd::comm::allreduce_algorithm_named(name, "--tcp-algorithms"));
     forced.push_back("tcp-" + name);
   }
 

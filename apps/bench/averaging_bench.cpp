@@ -182,7 +182,8 @@ int main(int argc, char** argv) {
               << "\n";
     return 2;
   }
-  const hsgd::comm::AllreduceAlgorithm algorithm = allreduce_algorithm_named(algorithm_name);
+  const hsgd::comm::AllreduceAlgorithm algorithm =
+      hsgd::comm::allreduce_algorithm_named(algorithm_name, "--algorithm");
   if (quick) {
     iters_small = 10;
     iters_large = 3;

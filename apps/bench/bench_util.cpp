@@ -187,13 +187,3 @@ double process_cpu_seconds(pid_t pid) {
   }
   return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
-
-hsgd::comm::AllreduceAlgorithm allreduce_algorithm_named(const std::string& name) {
-  if (const auto algorithm = hsgd::comm::parse_allreduce_algorithm(name)) return *algorithm;
-  std::string valid;
-  for (const auto& n : hsgd::comm::allreduce_algorithm_names()) {
-    valid += (valid.empty() ? "" : ", ") + n;
-  }
-  throw hsgd::InvalidArgument("unknown allreduce algorithm '" + name + "', expected one of " +
-                              valid);
-}

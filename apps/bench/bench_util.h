@@ -51,8 +51,3 @@ double process_status_kb(pid_t pid, const std::string& field);
 
 // User + system CPU seconds of process pid so far (/proc/PID/stat); -1 when it cannot be read.
 double process_cpu_seconds(pid_t pid);
-
-// The algorithm whose to_string is `name` (the choices of a benchmark's --algorithm option are
-// hsgd::comm::allreduce_algorithm_names()); throws hsgd::InvalidArgument naming `name` and the
-// valid names otherwise.
-hsgd::comm::AllreduceAlgorithm allreduce_algorithm_named(const std::string& name);

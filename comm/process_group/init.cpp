@@ -144,12 +144,8 @@ InitOptions InitOptions::from_env() {
     options.shared_memory = value == "1";
   }
   if (const char* name = env("HSGD_ALLREDUCE_ALGORITHM")) {
-    const auto algorithm = parse_allreduce_algorithm(name);
-    std::string choices;
-    for (const auto& n : allreduce_algorithm_names()) choices += (choices.empty() ? "" : ", ") + n;
-    HSGD_CHECK(algorithm.has_value(), "environment variable HSGD_ALLREDUCE_ALGORITHM='", name,
-               "' must be one of ", choices);
-    options.allreduce_algorithm = *algorithm;
+    options.allreduce_algorithm =
+        allreduce_algorithm_named(name, "environment variable HSGD_ALLREDUCE_ALGORITHM");
   }
   if (const char* run_id = env("HSGD_RUN_ID")) {
     options.key_prefix = std::string(run_id) + "/" + env_string("HSGD_RESTART_COUNT", "0") + "/";

@@ -70,6 +70,13 @@ std::optional<AllreduceAlgorithm> parse_allreduce_algorithm(std::string_view nam
   return std::nullopt;
 }
 
+AllreduceAlgorithm allreduce_algorithm_named(std::string_view name, std::string_view what) {
+  if (const auto algorithm = parse_allreduce_algorithm(name)) return *algorithm;
+  std::string choices;
+  for (const auto& n : allreduce_algorithm_names()) choices += (choices.empty() ? "" : ", ") + n;
+  throw InvalidArgument(str_cat(what, "='", name, "' must be one of ", choices));
+}
+
 const char* to_string(ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:

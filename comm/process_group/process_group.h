@@ -143,6 +143,9 @@ const char* to_string(AllreduceAlgorithm algorithm);
 std::vector<std::string> allreduce_algorithm_names();
 // The algorithm whose to_string name is `name`; nullopt for any other text.
 std::optional<AllreduceAlgorithm> parse_allreduce_algorithm(std::string_view name);
+// The same, but other text throws InvalidArgument "<what>='<name>' must be one of auto, ...";
+// `what` names where the text came from (an environment variable, a flag).
+AllreduceAlgorithm allreduce_algorithm_named(std::string_view name, std::string_view what);
 
 // kAuto over Gloo (shared memory off, or members on several nodes) picks by the buffer's bytes
 // and the group's size, the same on every rank:
