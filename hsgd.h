@@ -55,6 +55,11 @@
 #include "framework/distributed/model_averaging/utils.h"
 #include "framework/distributed/tensor_collectives.h"
 
+// ---- the training runtime: elastic, durable ----
+#include "comm/launcher/worker_liveness.h"
+#include "framework/runtime/preemption.h"
+#include "framework/runtime/runtime.h"
+
 // ---- optim, models ----
 #include "models/mlp.h"
 #include "models/registry.h"

@@ -33,18 +33,19 @@
 #include <memory>
 #include <vector>
 
+#include "framework/runtime/training_state.h"
 #include "framework/train/optimizer.h"
 
 namespace hsgd::optim {
 
-class LRScheduler {
+class LRScheduler : public runtime::Scheduler {
  public:
-  virtual ~LRScheduler() = default;
+  ~LRScheduler() override = default;
   LRScheduler(const LRScheduler&) = delete;
   LRScheduler& operator=(const LRScheduler&) = delete;
 
   // Advances one epoch and updates every group's lr.
-  void step();
+  void step() override;
   // Jumps to epoch (e.g. when resuming from a checkpoint) and updates every group's lr.
   void set_last_epoch(int64_t epoch);
   int64_t last_epoch() const { return last_epoch_; }
@@ -56,10 +57,10 @@ class LRScheduler {
   virtual double lr_at(int64_t epoch, double base_lr) const = 0;
 
   // For checkpoints: "last_epoch" (int64) and "base_lrs.<g>" (double) per param group.
-  StateDict state_dict() const;
+  StateDict state_dict() const override;
   // Restores both and sets every group's lr for the restored epoch. Throws InvalidArgument
   // (nothing changed) when the number of base lrs differs from the optimizer's param groups.
-  void load_state_dict(const StateDict& state);
+  void load_state_dict(const StateDict& state) override;
 
  protected:
   // base_lrs: each group's lr now (the usual case), or given (SequentialLR passes its first

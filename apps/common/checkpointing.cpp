@@ -7,7 +7,7 @@
 #include <system_error>
 #include <utility>
 
-#include "comm/launcher/worker_liveness.h"
+#include "apps/common/parallel_training.h"
 #include "framework/checkpoint/checkpoint_file.h"
 
 namespace hsgd::apps {
@@ -77,78 +77,15 @@ void add_checkpoint_flags(CLI::App& app, CheckpointFlags& flags) {
   app.parse_complete_callback([&flags] { check_checkpoint_flags(flags); });
 }
 
-RunCheckpoints::RunCheckpoints(const CheckpointFlags& flags,
-                               std::shared_ptr<comm::ProcessGroup> world, checkpoint::RunInfo run,
-                               Resumable objects)
-    : flags_(flags), world_(std::move(world)), objects_(std::move(objects)) {
-  HSGD_CHECK_AS(BadFlag, flags_.every >= 0, "--checkpoint-every ", flags_.every,
+runtime::CheckpointOptions checkpoint_options(const CheckpointFlags& flags) {
+  HSGD_CHECK_AS(BadFlag, flags.every >= 0, "--checkpoint-every ", flags.every,
                 " must be at least 0 (0: at the end of every epoch)");
-  HSGD_CHECK_AS(BadFlag, flags_.keep_last >= 1, "--keep-checkpoints ", flags_.keep_last,
+  HSGD_CHECK_AS(BadFlag, flags.keep_last >= 1, "--keep-checkpoints ", flags.keep_last,
                 " must be at least 1");
-  if (flags_.dir.empty()) {
-    HSGD_CHECK_AS(BadFlag, flags_.resume == "auto" || flags_.resume == "never", "--resume '",
-                  flags_.resume, "' needs --checkpoint-dir");
-    return;
-  }
-  checkpointer_ = std::make_unique<checkpoint::Checkpointer>(
-      checkpoint::CheckpointOptions{.dir = flags_.dir, .keep_last = flags_.keep_last}, world_,
-      std::move(run));
-  checkpoint::Checkpointer& c = *checkpointer_;
-  c.add_module("model", objects_.model);
-  c.add("optimizer", objects_.optimizer);
-  if (objects_.scheduler != nullptr) c.add("scheduler", *objects_.scheduler);
-  if (objects_.loader != nullptr) c.add("loader", *objects_.loader);
-  if (objects_.parallel != nullptr && objects_.parallel->averager) {
-    c.add("averager", objects_.parallel->averager);
-  }
-  if (objects_.parallel != nullptr && objects_.parallel->hook_state) {
-    c.add("post_local_hook", objects_.parallel->hook_state);
-  }
-}
-
-int64_t RunCheckpoints::resume() {
-  // hsgd-run counts the steps lost to restarts from the step each attempt starts at.
-  std::optional<checkpoint::LoadedCheckpoint> loaded;
-  if (checkpointer_ && flags_.resume != "never") loaded = checkpointer_->load(flags_.resume);
-  comm::report_progress(loaded ? loaded->step : 0);
-  if (!loaded) return 0;
-  last_saved_ = loaded->step;
-  if (world_->rank() == 0) {
-    const data::DataLoader* loader = objects_.loader;
-    std::printf("resumed from %s (epoch %lld, step %lld)%s\n", loaded->path.c_str(),
-                static_cast<long long>(loader ? loader->epoch() + 1 : 0),
-                static_cast<long long>(loaded->step),
-                loaded->resized ? " on a different number of workers" : "");
-    std::fflush(stdout);
-  }
-  return loaded->step;
-}
-
-bool RunCheckpoints::replicas_equal(int64_t step) const {
-  if (world_->size() == 1) return true;
-  const Parallel* parallel = objects_.parallel;
-  if (parallel == nullptr || !parallel->averager) return true;  // DDP: gradients averaged
-  // During the warm-up the post-local hook averages gradients over the world.
-  if (step <= objects_.warmup_steps) return true;
-  return parallel->averager->averaged_whole_group_last_step();
-}
-
-void RunCheckpoints::after_step(int64_t step, bool end_of_epoch) {
-  if (!checkpointer_ || step <= last_saved_) return;
-  const bool due = flags_.every > 0 ? step % flags_.every == 0 : end_of_epoch;
-  if (!due) return;
-  checkpointer_->save(step, {.replicas_equal = replicas_equal(step)});
-  last_saved_ = step;
-}
-
-void RunCheckpoints::save_now(int64_t step) {
-  if (!checkpointer_ || step <= last_saved_) return;
-  checkpointer_->save(step, {.replicas_equal = replicas_equal(step)});
-  last_saved_ = step;
-}
-
-void RunCheckpoints::finish() {
-  if (checkpointer_) checkpointer_->wait();
+  HSGD_CHECK_AS(BadFlag, !flags.dir.empty() || flags.resume == "auto" || flags.resume == "never",
+                "--resume '", flags.resume, "' needs --checkpoint-dir");
+  return {
+      .dir = flags.dir, .every = flags.every, .resume = flags.resume, .keep_last = flags.keep_last};
 }
 
 }  // namespace hsgd::apps

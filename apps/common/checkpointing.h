@@ -1,18 +1,14 @@
 #pragma once
-// Durable runs for the bundled examples: the --checkpoint-dir / --checkpoint-every / --resume
-// flags and the Checkpointer (framework/checkpoint/) wired to what the examples train.
+// Durable runs for the bundled examples: the --checkpoint-dir / --checkpoint-every / --resume /
+// --keep-checkpoints flags, turned into the runtime's CheckpointOptions
+// (framework/runtime/runtime.h), which writes and resumes the checkpoints.
 //
 // Usage:
 //   CLI::App app{"train_mlp"};
 //   apps::CheckpointFlags checkpoint_flags;
 //   apps::add_checkpoint_flags(app, checkpoint_flags);
-//   // ... parse, build the model, optimizer and loader ...
-//   apps::RunCheckpoints checkpoints(checkpoint_flags, world, {.mode = "ddp", .model = "mlp"},
-//                                    {.model = model, .optimizer = optimizer, .loader = &loader});
-//   int64_t step = checkpoints.resume();      // 0, or the step of the checkpoint resumed from
-//   const bool end_of_epoch = false;
-//   checkpoints.after_step(++step, end_of_epoch);   // after each optimizer step
-//   checkpoints.finish();                     // the last write is on disk
+//   // ... parse ...
+//   runtime::RuntimeOptions options{.checkpoint = apps::checkpoint_options(checkpoint_flags)};
 //
 // With --resume auto (the default) a run whose --checkpoint-dir holds a complete checkpoint
 // continues from it and rank 0 prints one line: "resumed from DIR/step_N (epoch E, step S)".
@@ -23,13 +19,7 @@
 #include <memory>
 #include <string>
 
-#include "apps/common/parallel_training.h"
-#include "comm/process_group/process_group.h"
-#include "framework/checkpoint/checkpointer.h"
-#include "framework/data/data_loader.h"
-#include "framework/nn/module.h"
-#include "framework/train/optimizer.h"
-#include "optim/lr_scheduler.h"
+#include "framework/runtime/runtime.h"
 
 namespace hsgd::apps {
 
@@ -49,46 +39,7 @@ void add_checkpoint_flags(CLI::App& app, CheckpointFlags& flags);
 // (naming the newest complete one), or a directory without a manifest.
 void check_checkpoint_flags(const CheckpointFlags& flags);
 
-// What a bundled example resumes. Pointers may be null where the run has no such object.
-struct Resumable {
-  std::shared_ptr<nn::Module> model;
-  std::shared_ptr<Optimizer> optimizer;  // the wrapped one (PostLocalSGDOptimizer carries the
-                                         // averager's step)
-  optim::LRScheduler* scheduler = nullptr;
-  data::DataLoader* loader = nullptr;
-  const Parallel* parallel = nullptr;  // its averager and post-local hook state
-  int64_t warmup_steps = 0;            // steps whose gradients are averaged over the world
-};
-
-class RunCheckpoints {
- public:
-  // Does nothing (every call returns at once) when flags.dir is empty. Bad flag values throw
-  // BadFlag; an unusable directory throws checkpoint::CheckpointError naming it.
-  RunCheckpoints(const CheckpointFlags& flags, std::shared_ptr<comm::ProcessGroup> world,
-                 checkpoint::RunInfo run, Resumable objects);
-
-  // Loads per --resume (collective); returns the number of steps already trained (0 when the
-  // run starts fresh). Rank 0 prints the "resumed from" line.
-  int64_t resume();
-  // Call after the optimizer step that brought the run to `step` steps; saves when --checkpoint-
-  // every divides step, or (every == 0) when end_of_epoch.
-  void after_step(int64_t step, bool end_of_epoch);
-  // Saves `step` now unless it is already saved (collective), e.g. when the run is preempted.
-  void save_now(int64_t step);
-  // Waits for the last write; rethrows its error.
-  void finish();
-  // Whether the run writes checkpoints (--checkpoint-dir given).
-  bool enabled() const { return checkpointer_ != nullptr; }
-  const std::string& dir() const { return flags_.dir; }
-
- private:
-  bool replicas_equal(int64_t step) const;
-
-  const CheckpointFlags flags_;
-  const std::shared_ptr<comm::ProcessGroup> world_;
-  const Resumable objects_;
-  std::unique_ptr<checkpoint::Checkpointer> checkpointer_;
-  int64_t last_saved_ = -1;
-};
+// The runtime's checkpoint options for the flags (BadFlag naming a bad value).
+runtime::CheckpointOptions checkpoint_options(const CheckpointFlags& flags);
 
 }  // namespace hsgd::apps

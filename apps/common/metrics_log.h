@@ -43,7 +43,7 @@ struct MetricsRecord {
   std::optional<double> test_loss = std::nullopt;
   std::optional<double> test_accuracy = std::nullopt;
   std::vector<distributed::AveragingLevelStats> averaging = {};
-  // Elastic runs (apps/common/elastic_training.h) write one record per generation entered:
+  // Elastic runs (the runtime's generations, apps/common/training_run.h) write one record per generation entered:
   //   "generation": {"number": 2, "nodes": 2, "workers": 4, "change": "lost node ...; joined
   //   node ...", "failure": true, "state_bytes": 4287628, "agreement_ms": 403.1}
   struct Generation {

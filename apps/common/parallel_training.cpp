@@ -4,11 +4,6 @@
 #include <cstdio>
 #include <string_view>
 
-#include "framework/distributed/comm_hooks/post_local_sgd_hook.h"
-#include "framework/distributed/model_averaging/hierarchical_model_averager.h"
-#include "framework/tensor/grad_mode.h"
-#include "optim/post_local_sgd_optimizer.h"
-
 namespace hsgd::apps {
 
 void add_parallel_flags(CLI::App& app, ParallelFlags& flags) {
@@ -78,38 +73,34 @@ std::vector<std::pair<int64_t, int>> parse_hierarchy(const std::string& text) {
   return levels;
 }
 
-std::shared_ptr<Optimizer> Parallel::wrap(std::shared_ptr<Optimizer> optimizer) const {
-  if (!averager) return optimizer;
-  return std::make_shared<optim::PostLocalSGDOptimizer>(std::move(optimizer), averager);
-}
-
-std::string Parallel::describe(int world_size, const ParallelFlags& flags) const {
+std::string describe_parallel(const ParallelFlags& flags, int world_size,
+                              const runtime::Parallel& parallel) {
   std::string text = std::to_string(world_size) + " ranks, mode " + flags.mode;
   if (flags.mode == "local-sgd") text += ", period " + std::to_string(flags.period);
-  if (averager && flags.mode == "local-sgd" &&
-      !distributed::is_plain(averager->level_options()[0])) {
-    text += ", level " + distributed::describe(averager->level_options()[0]);
+  if (parallel.averager && flags.mode == "local-sgd" &&
+      !distributed::is_plain(parallel.averager->level_options()[0])) {
+    text += ", level " + distributed::describe(parallel.averager->level_options()[0]);
   }
   if (flags.mode == "hierarchical") text += ", hierarchy " + flags.hierarchy;
   if (flags.mode != "ddp") text += ", warm-up " + std::to_string(flags.warmup_steps) + " steps";
   return text;
 }
 
-Parallel make_parallel(const std::shared_ptr<nn::Module>& model,
-                       const std::shared_ptr<comm::ProcessGroup>& world, const ParallelFlags& flags,
-                       std::vector<Tensor> average_buffers) {
+runtime::ParallelOptions parallel_options(const ParallelFlags& flags) {
   HSGD_CHECK_AS(BadFlag, flags.warmup_steps >= 0, "--warmup-steps ", flags.warmup_steps,
                 " must be at least 0");
   HSGD_CHECK_AS(BadFlag, flags.period >= 1, "--period ", flags.period, " must be at least 1");
   HSGD_CHECK_AS(BadFlag, flags.subgroup_size >= 0, "--subgroup-size ", flags.subgroup_size,
                 " must be at least 0 (0: the ranks of this node)");
-  std::vector<std::pair<int64_t, int>> hierarchy;
-  std::vector<distributed::LevelOptions> levels;  // with their options (level_options.h)
+  runtime::ParallelOptions out{.warmup_steps = flags.warmup_steps,
+                               .subgroup_size = flags.subgroup_size};
   if (flags.mode == "hierarchical") {
-    hierarchy = parse_hierarchy(flags.hierarchy);
-    levels = make_level_options(hierarchy, flags.hierarchy, flags.levels);
+    out.mode = runtime::Mode::kHierarchical;
+    out.levels =
+        make_level_options(parse_hierarchy(flags.hierarchy), flags.hierarchy, flags.levels);
   } else if (flags.mode == "local-sgd") {
-    levels = make_level_options({{flags.period, 0}}, "", flags.levels);
+    out.mode = runtime::Mode::kLocalSGD;
+    out.levels = make_level_options({{flags.period, 0}}, "", flags.levels);
   } else if (any_set(flags.levels)) {
     throw BadFlag(
         "--outer-lr/--outer-momentum/--overlap-steps/--compression... need --mode "
@@ -120,50 +111,13 @@ Parallel make_parallel(const std::shared_ptr<nn::Module>& model,
     throw BadFlag("--hierarchy '" + flags.hierarchy + "' needs --mode hierarchical, not '" +
                   flags.mode + "'");
   }
-  const int world_size = world->size();
-  Parallel out;
-  if (world_size > 1 || flags.mode != "ddp") {
-    out.ddp = std::make_unique<distributed::DistributedDataParallel>(model, world);
-  }
-  if (flags.mode == "ddp") return out;
-
-  auto state = std::make_shared<distributed::PostLocalSGDState>(distributed::PostLocalSGDState{
-      .process_group = world, .start_localSGD_iter = flags.warmup_steps});
-  if (flags.subgroup_size == 1) {
-    state->post_local_gradient_allreduce = false;
-  } else if (flags.subgroup_size > 1) {
-    HSGD_CHECK_AS(BadFlag, world_size % flags.subgroup_size == 0, "--subgroup-size ",
-                  flags.subgroup_size, " must divide the world size ", world_size);
-    state->subgroup = comm::new_subgroups(world, flags.subgroup_size).first;
-  }
-  out.ddp->register_comm_hook(state, distributed::post_localSGD_hook);
-  out.hook_state = state;
-  const distributed::ModelAveragerOptions options{.average_buffers = std::move(average_buffers)};
-  if (flags.mode == "local-sgd") {
-    try {
-      out.averager = std::make_shared<distributed::PeriodicModelAverager>(
-          levels.front(), flags.warmup_steps, world, options);
-    } catch (const InvalidArgument& e) {
-      throw BadFlag(std::string("--mode local-sgd: ") + e.what());
-    }
-    return out;
-  }
-  try {
-    out.averager = std::make_shared<distributed::HierarchicalModelAverager>(
-        levels, flags.warmup_steps, world, options);
-  } catch (const InvalidArgument& e) {
-    // The averager names its API (group size 0, kWholeGroup); the flag spells it 'world'.
-    throw BadFlag("--hierarchy '" + flags.hierarchy + "' with " + std::to_string(world_size) +
-                  " ranks: " + e.what() + " (in --hierarchy, group size 'world' or 0 is the " +
-                  "whole group)");
-  }
   return out;
 }
 
-void print_averaging_stats(const distributed::ModelAverager& averager) {
+void print_averaging_stats(const std::vector<distributed::AveragingLevelStats>& levels) {
   std::printf("model averaging per level (rank 0): %8s %10s %8s %10s %10s %12s\n", "period",
               "group_size", "calls", "MB", "seconds", "overlap_wait");
-  for (const distributed::AveragingLevelStats& level : averager.level_stats()) {
+  for (const distributed::AveragingLevelStats& level : levels) {
     std::printf("model averaging level: %8lld %10d %8lld %10.3f %10.3f %12.3f\n",
                 static_cast<long long>(level.period), level.group_size,
                 static_cast<long long>(level.calls), static_cast<double>(level.bytes) / 1e6,

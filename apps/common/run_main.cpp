@@ -5,7 +5,7 @@
 #include <new>
 
 #include "apps/common/parallel_training.h"
-#include "apps/common/preemption.h"
+#include "framework/runtime/preemption.h"
 #include "comm/error.h"
 #include "comm/launcher/exit_codes.h"
 #include "framework/checkpoint/checkpoint_error.h"
@@ -26,7 +26,7 @@ int run_main(CLI::App& app, int argc, char** argv, const char* program,
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   try {
     // Before run() starts any thread: preemption signals are waited for in one thread only.
-    install_preemption_signals();
+    runtime::install_preemption_signals();
     return run();
   } catch (const BadFlag& e) {
     std::fprintf(stderr, "%s: error: %s\n", program, e.what());

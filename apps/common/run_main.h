@@ -18,7 +18,7 @@
 // "<program>: error: <message>", and nothing escapes main (no abort, no CLI11-specific codes).
 // stdout is line-buffered, so a killed program loses no printed line, even into a pipe.
 // SIGUSR1 and SIGTERM are watched from before run() starts (install_preemption_signals,
-// apps/common/preemption.h): a run with checkpoints stops on them after a checkpoint and returns
+// framework/runtime/preemption.h): a run with checkpoints stops on them after a checkpoint and returns
 // kExitPreempted (75); without checkpoints they end the program as they would by default.
 
 #include <CLI/CLI.hpp>

@@ -153,17 +153,6 @@ std::string describe_optimizer(const TrainingFlags& flags) {
   return out.str();
 }
 
-int64_t planned_steps(const TrainingFlags& flags, const data::DataLoader& loader) {
-  HSGD_CHECK_AS(BadFlag, loader.num_batches() > 0, "--batch-size ", flags.batch_size,
-                " per worker: this worker's share of the training set",
-                flags.train_subset > 0
-                    ? " (--train-subset " + std::to_string(flags.train_subset) + ")"
-                    : std::string(),
-                " holds no full batch; expected a batch size no larger than that share");
-  const int64_t all = flags.epochs * loader.num_batches();
-  return flags.max_steps > 0 ? std::min(all, flags.max_steps) : all;
-}
-
 std::unique_ptr<optim::LRScheduler> make_scheduler(const TrainingFlags& flags, Optimizer& optimizer,
                                                    int64_t planned_steps) {
   if (flags.schedule != "cosine") return nullptr;

@@ -72,11 +72,7 @@ std::shared_ptr<Optimizer> make_optimizer(const TrainingFlags& flags, std::vecto
 // decay 0.01", for the programs' first line.
 std::string describe_optimizer(const TrainingFlags& flags);
 
-// Steps the run trains in all: epochs * loader.num_batches(), capped by --max-steps. Throws
-// BadFlag naming --batch-size when an epoch holds no full batch.
-int64_t planned_steps(const TrainingFlags& flags, const data::DataLoader& loader);
-
-// CosineAnnealingLR over planned_steps for --schedule cosine; null for constant.
+// CosineAnnealingLR over the run's planned_steps for --schedule cosine; null for constant.
 std::unique_ptr<optim::LRScheduler> make_scheduler(const TrainingFlags& flags, Optimizer& optimizer,
                                                    int64_t planned_steps);
 

@@ -5,13 +5,12 @@
 // evaluations. On other ranks every call only keeps the clocks.
 //
 // Usage:
-//   #include "apps/common/training_loop.h"
 //   apps::TrainingReporter reporter({.lead = rank == 0, .log_every = 50, .epochs = 3});
 //   const int64_t step = 1, epoch = 1;
 //   const double lr = 0.1;
 //   reporter.after_step(step, epoch, loss.item(), lr);        // after each step
 //   reporter.begin_eval();                                    // at each evaluation:
-//   const apps::EvalResult result = apps::evaluate(*model, *dataset, 0);
+//   const apps::EvalResult result{.loss = 0.31, .accuracy = 0.89};
 //   reporter.after_eval(step, epoch, result);
 //   world->barrier()->wait();
 //   reporter.end_eval();
@@ -29,12 +28,11 @@
 #include "apps/common/metrics_log.h"
 #include "apps/common/progress_line.h"
 #include "framework/distributed/model_averaging/averagers.h"
+#include "framework/runtime/run_listener.h"
 
 namespace hsgd::apps {
 
-struct EvalResult {
-  double loss = 0, accuracy = 0;  // accuracy: a fraction
-};
+using EvalResult = runtime::EvalResult;
 
 struct ReporterOptions {
   bool lead = false;  // rank 0: the only one that prints and writes

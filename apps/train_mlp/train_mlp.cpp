@@ -1,8 +1,8 @@
 // train_mlp: trains an MLP classifier on Fashion-MNIST (or a synthetic data set), in one process
 // or data-parallel under hsgd-run, and prints, per epoch, the training loss and accuracy, the
-// test loss and accuracy, the time taken and the throughput. The training flags, the loop, the
-// progress line, --metrics-out and the final report are shared with train_resnet (apps/common/
-// training_flags.h, training_loop.h).
+// test loss and accuracy, the time taken and the throughput. The training flags, the progress
+// line, --metrics-out and the final report are shared with train_resnet (apps/common/
+// training_flags.h, training_run.h); the loop is the library's runtime (framework/runtime/).
 //
 //   train_mlp --epochs 1                # 784-512-256-10 on /usr/share/datasets/fashion-mnist
 //   train_mlp --synthetic --epochs 3    # no data files needed
@@ -53,15 +53,11 @@
 #include <vector>
 
 #include "apps/common/checkpointing.h"
-#include "apps/common/elastic_training.h"
 #include "apps/common/parallel_training.h"
 #include "apps/common/run_main.h"
 #include "apps/common/training_flags.h"
-#include "apps/common/training_loop.h"
-#include "comm/elastic/elastic_world.h"
+#include "apps/common/training_run.h"
 #include "comm/error.h"
-#include "comm/process_group/init.h"
-#include "comm/process_group/process_group.h"
 #include "framework/data/data_loader.h"
 #include "framework/data/fashion_mnist.h"
 #include "framework/data/subset.h"
@@ -125,92 +121,38 @@ int run(const Flags& flags) {
   const apps::TrainingFlags& training = flags.training;
   apps::check_training_flags(training);
   apps::apply_thread_flag(training);
-
-  if (comm::elastic::ElasticWorldOptions::enabled_in_env()) {  // hsgd-run --nnodes MIN:MAX
-    const Data data = load_data(flags);
-    auto model = std::make_shared<models::MLP>(
-        models::MLPOptions{.sizes = mlp_sizes(flags, data), .seed = training.seed});
-    return apps::train_elastic(training, flags.parallel,
-                               {.program = "train_mlp",
-                                .model = model,
-                                .optimizer = apps::make_optimizer(training, model->parameters()),
-                                .train = data.train,
-                                .test = data.test.get(),
-                                .checkpoint_dir = flags.checkpoint.dir,
-                                .loader = {.batch_size = training.batch_size,
-                                           .shuffle = true,
-                                           .seed = training.seed,
-                                           .prefetch = training.prefetch}});
-  }
-  const comm::InitOptions init = comm::InitOptions::from_env();
-  const std::shared_ptr<comm::ProcessGroup> world = comm::init_process_group(init);
-  const int rank = world->rank();
-  const int world_size = world->size();
-  const bool lead = rank == 0;
-
   const Data data = load_data(flags);
   const std::vector<int64_t> sizes = mlp_sizes(flags, data);
   auto model =
       std::make_shared<models::MLP>(models::MLPOptions{.sizes = sizes, .seed = training.seed});
-
-  // A world of one in --mode ddp is the plain single-process program: no DDP wrapper.
-  const apps::Parallel parallel = apps::make_parallel(model, world, flags.parallel);
-  const bool distributed_run = world_size > 1 || flags.parallel.mode != "ddp";
-
-  const std::shared_ptr<Optimizer> optimizer =
-      parallel.wrap(apps::make_optimizer(training, model->parameters()));
-  data::DataLoader loader(data.train, {.batch_size = training.batch_size,
-                                       .shuffle = true,
-                                       .seed = training.seed,
-                                       .rank = rank,
-                                       .world_size = world_size,
-                                       .prefetch = training.prefetch});
-  // Cosine (the default) is annealed per step to 0 over the whole run: in a one-epoch run the
-  // small final steps are worth ~1.5 points of test accuracy over a constant lr (measured:
-  // 86.4-86.7% vs 79-85%).
-  const std::unique_ptr<optim::LRScheduler> scheduler =
-      apps::make_scheduler(training, *optimizer, apps::planned_steps(training, loader));
-
   std::string arch;
   for (size_t i = 0; i < sizes.size(); ++i) arch += (i ? "-" : "") + std::to_string(sizes[i]);
-  apps::RunCheckpoints checkpoints(flags.checkpoint, world,
-                                   {.mode = flags.parallel.mode,
-                                    .hierarchy = flags.parallel.hierarchy,
-                                    .model = "mlp " + arch,
-                                    .local_world_size = init.local_world_size},
-                                   {.model = model,
-                                    .optimizer = optimizer,
-                                    .scheduler = scheduler.get(),
-                                    .loader = &loader,
-                                    .parallel = &parallel,
-                                    .warmup_steps = flags.parallel.warmup_steps});
-  if (lead) {
-    std::printf(
-        "train_mlp: MLP %s, %s: %lld train / %lld test examples, batch %lld, lr %g, "
-        "%s, %s lr, %d BLAS threads\n",
-        arch.c_str(), flags.synthetic ? "synthetic data" : flags.data_dir.c_str(),
-        static_cast<long long>(data.train->size()), static_cast<long long>(data.test->size()),
-        static_cast<long long>(training.batch_size), training.lr,
-        apps::describe_optimizer(training).c_str(), training.schedule.c_str(),
-        openblas_get_num_threads());
-    if (distributed_run) {
-      std::printf("train_mlp: %s, %lld batches per rank per epoch\n",
-                  parallel.describe(world_size, flags.parallel).c_str(),
-                  static_cast<long long>(loader.num_batches()));
-    }
-  }
-  return apps::train_and_report(training,
-                                {.program = "train_mlp",
-                                 .world = world,
-                                 .model = model,
-                                 .parallel = &parallel,
-                                 .optimizer = optimizer.get(),
-                                 .scheduler = scheduler.get(),
-                                 .loader = &loader,
-                                 .test = data.test.get(),
-                                 .checkpoints = &checkpoints,
-                                 .distributed = distributed_run},
-                                flags.parallel);
+  return apps::train_and_report(
+      training, flags.parallel, flags.checkpoint,
+      {.program = "train_mlp",
+       .model = model,
+       .train = data.train,
+       .test = data.test,
+       .loader = {.batch_size = training.batch_size,
+                  .shuffle = true,
+                  .seed = training.seed,
+                  .prefetch = training.prefetch},
+       .model_name = "mlp " + arch,
+       .print_header = [&](const runtime::GenerationEvent& e) {
+         std::printf(
+             "train_mlp: MLP %s, %s: %lld train / %lld test examples, batch %lld, lr %g, "
+             "%s, %s lr, %d BLAS threads\n",
+             arch.c_str(), flags.synthetic ? "synthetic data" : flags.data_dir.c_str(),
+             static_cast<long long>(data.train->size()), static_cast<long long>(data.test->size()),
+             static_cast<long long>(training.batch_size), training.lr,
+             apps::describe_optimizer(training).c_str(), training.schedule.c_str(),
+             openblas_get_num_threads());
+         if (e.world_size > 1 || flags.parallel.mode != "ddp") {
+           std::printf("train_mlp: %s, %lld batches per rank per epoch\n",
+                       apps::describe_parallel(flags.parallel, e.world_size, *e.parallel).c_str(),
+                       static_cast<long long>(e.batches_per_epoch));
+         }
+       }});
 }
 
 }  // namespace

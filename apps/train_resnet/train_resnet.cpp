@@ -4,7 +4,7 @@
 // BatchNorm statistics are averaged with the parameters). The model is built for the data set's
 // input shape (1 or 3 input channels). Prints, per epoch, the mean training loss and accuracy,
 // the test loss and accuracy (of the average of the replicas), the time taken and the training
-// throughput (apps/common/training_loop.h), with a progress line and --metrics-out records.
+// throughput (apps/common/training_run.h), with a progress line and --metrics-out records.
 //
 //   train_resnet --epochs 30                       # ResNet-20 on Fashion-MNIST (Debian's files)
 //   train_resnet --dataset cifar10 --data-dir ~/cifar-10-batches-bin --epochs 160
@@ -36,14 +36,11 @@
 #include <string>
 
 #include "apps/common/checkpointing.h"
-#include "apps/common/elastic_training.h"
 #include "apps/common/parallel_training.h"
 #include "apps/common/run_main.h"
 #include "apps/common/training_flags.h"
-#include "apps/common/training_loop.h"
-#include "comm/elastic/elastic_world.h"
+#include "apps/common/training_run.h"
 #include "comm/error.h"
-#include "comm/process_group/init.h"
 #include "framework/data/cifar10.h"
 #include "framework/data/data_loader.h"
 #include "framework/data/fashion_mnist.h"
@@ -121,92 +118,43 @@ int run(Flags flags) {
   apps::check_training_flags(training);
   apps::apply_thread_flag(training);
   if (flags.dataset.empty()) flags.dataset = flags.data_dir.empty() ? "fashion-mnist" : "cifar10";
-  if (comm::elastic::ElasticWorldOptions::enabled_in_env()) {  // hsgd-run --nnodes MIN:MAX
-    const Data data = load_data(flags);
-    auto model = models::make_model(
-        flags.model,
-        {.num_classes = 10, .input_shape = data.train->example_shape(), .seed = training.seed});
-    return apps::train_elastic(training, flags.parallel,
-                               {.program = "train_resnet",
-                                .model = model,
-                                .optimizer = apps::make_optimizer(training, model->parameters()),
-                                .train = data.train,
-                                .test = data.test.get(),
-                                .checkpoint_dir = flags.checkpoint.dir,
-                                .loader = {.batch_size = training.batch_size,
-                                           .shuffle = true,
-                                           .seed = training.seed,
-                                           .drop_last = true,
-                                           .transform = data.augment,
-                                           .prefetch = training.prefetch},
-                                .average_buffers = model->buffers()});
-  }
-  const comm::InitOptions init = comm::InitOptions::from_env();
-  const std::shared_ptr<comm::ProcessGroup> world = comm::init_process_group(init);
-  const int world_size = world->size();
-  const bool lead = world->rank() == 0;
   const Data data = load_data(flags);
   auto model = models::make_model(
       flags.model,
       {.num_classes = 10, .input_shape = data.train->example_shape(), .seed = training.seed});
   int64_t num_params = 0;
   for (const Tensor& p : model->parameters()) num_params += p.numel();
-
-  const apps::Parallel parallel =
-      apps::make_parallel(model, world, flags.parallel, model->buffers());
-  const bool distributed_run = world_size > 1 || flags.parallel.mode != "ddp";
-  const std::shared_ptr<Optimizer> optimizer =
-      parallel.wrap(apps::make_optimizer(training, model->parameters()));
-  data::DataLoader loader(data.train, {.batch_size = training.batch_size,
-                                       .shuffle = true,
-                                       .seed = training.seed,
-                                       .drop_last = true,
-                                       .rank = world->rank(),
-                                       .world_size = world_size,
-                                       .transform = data.augment,
-                                       .prefetch = training.prefetch});
-  const std::unique_ptr<optim::LRScheduler> scheduler =
-      apps::make_scheduler(training, *optimizer, apps::planned_steps(training, loader));
-  apps::RunCheckpoints checkpoints(flags.checkpoint, world,
-                                   {.mode = flags.parallel.mode,
-                                    .hierarchy = flags.parallel.hierarchy,
-                                    .model = flags.model,
-                                    .local_world_size = init.local_world_size},
-                                   {.model = model,
-                                    .optimizer = optimizer,
-                                    .scheduler = scheduler.get(),
-                                    .loader = &loader,
-                                    .parallel = &parallel,
-                                    .warmup_steps = flags.parallel.warmup_steps});
-  if (lead) {
-    const Shape shape = data.train->example_shape();
-    std::printf(
-        "train_resnet: %s (%lld parameters, input %s), %s: %lld train / %lld test examples, "
-        "batch %lld, lr %g, %s, %s lr%s\n",
-        flags.model.c_str(), static_cast<long long>(num_params), shape_str(shape).c_str(),
-        data.name.c_str(), static_cast<long long>(data.train->size()),
-        static_cast<long long>(data.test->size()), static_cast<long long>(training.batch_size),
-        training.lr, apps::describe_optimizer(training).c_str(), training.schedule.c_str(),
-        data.augment ? ", crop + flip augmentation" : "");
-    if (distributed_run) {
-      std::printf("train_resnet: %s, batch %lld per rank, %lld batches per rank per epoch\n",
-                  parallel.describe(world_size, flags.parallel).c_str(),
-                  static_cast<long long>(training.batch_size),
-                  static_cast<long long>(loader.num_batches()));
-    }
-  }
-  return apps::train_and_report(training,
-                                {.program = "train_resnet",
-                                 .world = world,
-                                 .model = model,
-                                 .parallel = &parallel,
-                                 .optimizer = optimizer.get(),
-                                 .scheduler = scheduler.get(),
-                                 .loader = &loader,
-                                 .test = data.test.get(),
-                                 .checkpoints = &checkpoints,
-                                 .distributed = distributed_run},
-                                flags.parallel);
+  return apps::train_and_report(
+      training, flags.parallel, flags.checkpoint,
+      {.program = "train_resnet",
+       .model = model,
+       .average_buffers = model->buffers(),
+       .train = data.train,
+       .test = data.test,
+       .loader = {.batch_size = training.batch_size,
+                  .shuffle = true,
+                  .seed = training.seed,
+                  .drop_last = true,
+                  .transform = data.augment,
+                  .prefetch = training.prefetch},
+       .model_name = flags.model,
+       .print_header = [&](const runtime::GenerationEvent& e) {
+         const Shape shape = data.train->example_shape();
+         std::printf(
+             "train_resnet: %s (%lld parameters, input %s), %s: %lld train / %lld test examples, "
+             "batch %lld, lr %g, %s, %s lr%s\n",
+             flags.model.c_str(), static_cast<long long>(num_params), shape_str(shape).c_str(),
+             data.name.c_str(), static_cast<long long>(data.train->size()),
+             static_cast<long long>(data.test->size()), static_cast<long long>(training.batch_size),
+             training.lr, apps::describe_optimizer(training).c_str(), training.schedule.c_str(),
+             data.augment ? ", crop + flip augmentation" : "");
+         if (e.world_size > 1 || flags.parallel.mode != "ddp") {
+           std::printf("train_resnet: %s, batch %lld per rank, %lld batches per rank per epoch\n",
+                       apps::describe_parallel(flags.parallel, e.world_size, *e.parallel).c_str(),
+                       static_cast<long long>(training.batch_size),
+                       static_cast<long long>(e.batches_per_epoch));
+         }
+       }});
 }
 
 }  // namespace

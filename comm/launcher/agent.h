@@ -48,7 +48,7 @@
 //   workers (SIGKILL after the grace period; a second request skips the grace period when it is
 //   SIGINT, not when a scheduler repeats SIGTERM or SIGUSR1 while the workers write a checkpoint)
 //   and the other nodes are told to stop (their workers get SIGTERM). A worker that handles
-//   SIGUSR1 / SIGTERM as a preemption (apps/common/preemption.h) writes a checkpoint at its next
+//   SIGUSR1 / SIGTERM as a preemption (framework/runtime/preemption.h) writes a checkpoint at its next
 //   step boundary and exits kExitPreempted, and run() returns kExitPreempted.
 // - Call run() from a thread that outlives it (workers die with the thread that forked them).
 //

@@ -429,17 +429,19 @@ std::optional<ElasticAgent::Outcome> ElasticAgent::check_hang(Incarnation& inc) 
 }
 
 ElasticAgent::Outcome ElasticAgent::interrupt(Incarnation& inc) {
-  // Forward the signal first: the store round trips below must not delay it.
-  const int sig = stop_.signal();
-  signal_workers(inc.workers, sig);
+  // The workers of a run that writes checkpoints take the signal as a preemption: every rank of
+  // the job stops at one step boundary after a checkpoint and exits 75. Leaving the membership
+  // before they are done would abort the generation that writes it, so this node leaves only
+  // once its workers exited, and proposes a generation without itself only when they did not
+  // stop for a preemption (then the other nodes' workers are stopping too).
+  stop_workers(inc, stop_.signal());
+  local_preempted_ = workers_preempted(inc.workers);
   try {
-    leave(inc);
+    leave(inc, /*propose_without=*/!local_preempted_);
   } catch (const Error& e) {
     logger()->warn("{}: could not record that node {} left: {}", options_.names.agent, inc.self.id,
                    e.what());
   }
-  stop_workers(inc, sig);
-  local_preempted_ = workers_preempted(inc.workers);
   return Outcome::kInterrupted;
 }
 
@@ -450,13 +452,13 @@ milliseconds ElasticAgent::alive_linger() const {
                                   milliseconds(1000));
 }
 
-void ElasticAgent::leave(Incarnation& inc) {
+void ElasticAgent::leave(Incarnation& inc, bool propose_without) {
   store_->set(elastic::left_key(inc.self.id), to_bytes("left"));
   store_->delete_key(elastic::alive_key(inc.self.id));
   logger()->warn("{}: node {} ('{}') left job '{}'", options_.names.agent, inc.self.id, host_,
                  options_.run_id);
   // The survivors need not wait for the heartbeat timeout to see this node gone.
-  if (store_->check({elastic::kFinishedKey})) return;
+  if (!propose_without || store_->check({elastic::kFinishedKey})) return;
   const std::optional<Generation> latest = elastic::read_latest_generation(*store_);
   if (!latest || latest->node_rank(inc.self.id) < 0) return;
   Generation without{.number = latest->number + 1};

@@ -103,8 +103,10 @@ class ElasticAgent {
   // the node fail as fail_locally does (its workers are killed); nullopt otherwise.
   std::optional<Outcome> check_hang(Incarnation& inc);
   Outcome interrupt(Incarnation& inc);
-  // Sets left/<id> and proposes the newest generation without this incarnation.
-  void leave(Incarnation& inc);
+  // Records that this node left (left/<id>); with propose_without, also proposes the latest
+  // generation without it (when that keeps MIN nodes), so that the others need not wait for its
+  // heartbeat.
+  void leave(Incarnation& inc, bool propose_without = true);
   // The final line: exit code, generations, node incarnations that left, this node's restarts
   // and the worker-steps thrown away (membership.h's counter).
   void report_end(int code, int restarts);

@@ -1,9 +1,9 @@
-// The examples' preemption signals (apps/common/preemption.h), each case in a child process of
-// its own (signal dispositions are process-wide): once a check decided to stop, a later SIGTERM
+// The runtime's preemption signals (framework/runtime/preemption.h), each case in a child process
+// of its own (signal dispositions are process-wide): once a check decided to stop, a later SIGTERM
 // does not end the process, also after the check is gone; before any decision, a signal to a
 // process with no armed check ends it by the default action.
 
-#include "apps/common/preemption.h"
+#include "framework/runtime/preemption.h"
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -16,7 +16,7 @@
 
 #include "comm/process_group/init.h"
 
-namespace hsgd::apps {
+namespace hsgd::runtime {
 namespace {
 
 // Runs body in a forked child and returns its wait status.
@@ -64,4 +64,4 @@ TEST(PreemptionTest, WithoutADecision_ASignalAfterTheCheckEndsTheProcess) {
 }
 
 }  // namespace
-}  // namespace hsgd::apps
+}  // namespace hsgd::runtime

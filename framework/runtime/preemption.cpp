@@ -1,4 +1,4 @@
-#include "apps/common/preemption.h"
+#include "framework/runtime/preemption.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -16,7 +16,7 @@
 #include "comm/error.h"
 #include "comm/log.h"
 
-namespace hsgd::apps {
+namespace hsgd::runtime {
 namespace {
 
 // Process-wide by nature: signal dispositions are. Written by the watching thread and the
@@ -147,4 +147,4 @@ void PreemptionCheck::finish() {
   }
 }
 
-}  // namespace hsgd::apps
+}  // namespace hsgd::runtime

@@ -48,7 +48,7 @@
 #include "comm/process_group/process_group.h"
 #include "comm/process_group/work.h"
 
-namespace hsgd::apps {
+namespace hsgd::runtime {
 
 // Idempotent; see the file comment. Throws hsgd::Error when the signal mask cannot be set.
 void install_preemption_signals();
@@ -89,4 +89,4 @@ class PreemptionCheck {
   double seconds_ = 0;
 };
 
-}  // namespace hsgd::apps
+}  // namespace hsgd::runtime
