@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """PyTorch reference values for the tensor ops of a transformer: masked_fill, where, tril / triu,
-split / chunk and broadcasting matmul.
+split / chunk, broadcasting matmul and scaled dot-product attention.
 
 Run with Debian's python3-torch (1.13):   /usr/bin/python3 tests/golden/generate_tensor_ops.py
 Output: tests/golden/data/<case>.txt (committed; the C++ tests never run Python). The file
@@ -9,9 +9,13 @@ format and Writer are generate.py's (imported from there).
 A file may hold several cases, each written by put_case under a prefix ("k1.out", "k1.grad_x"):
 the inputs, an upstream gradient "gout" per output and the gradients of sum(out * gout) for
 every differentiable input. Masks are written as float 0/1 tensors (hsgd has no bool dtype) and
-turned into bool here. Products are computed in float64 and written as float32, so the
-references carry no float32 rounding of their own.
+turned into bool here. Products and attention are computed in float64 and written as float32,
+so the references carry no float32 rounding of their own.
+
+scaled_dot_product_attention is PyTorch 2's; 1.13 lacks it, so its reference is the unfused
+composition softmax(q k^T / sqrt(D) + causal mask) v that it is defined as.
 """
+import math
 import os
 import sys
 
@@ -135,9 +139,41 @@ def gen_matmul():
     w.close()
 
 
+# ---- attention ----
+
+def attention_reference(q, k, v, is_causal):
+    """PyTorch 2's scaled_dot_product_attention(q, k, v, is_causal=is_causal) composed from 1.13
+    ops: query i attends keys j <= i when causal (top-left aligned)."""
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    if is_causal:
+        keep = torch.ones(s.size(-2), s.size(-1), dtype=torch.bool).tril()
+        s = s.masked_fill(~keep, float("-inf"))
+    return torch.softmax(s, dim=-1) @ v
+
+
+def gen_attention():
+    cases = [
+        ("sdpa", "q (2,3,5,4), k (2,3,7,4), v (2,3,7,6), not causal", (2, 3, 5, 4), 7, 6, False),
+        ("sdpa_causal", "q, k (2,2,6,8), v (2,2,6,3), causal", (2, 2, 6, 8), 6, 3, True),
+        ("sdpa_causal_rect", "q (1,2,5,4), k (1,2,8,4), v (1,2,8,3), causal (top-left)",
+         (1, 2, 5, 4), 8, 3, True),
+        ("sdpa_causal_long", "q, k, v (1,2,70,4), causal: more than one block of 64 rows",
+         (1, 2, 70, 4), 70, 4, True),
+    ]
+    for i, (name, comment, qs, s, dv, causal) in enumerate(cases):
+        torch.manual_seed(531 + i)
+        ks = qs[:-2] + (s, qs[-1])
+        vs = qs[:-2] + (s, dv)
+        single_case(name, "scaled_dot_product_attention " + comment +
+                    " (1.13 composition in float64)",
+                    lambda q, k, v: attention_reference(q, k, v, causal),
+                    {"q": rnd(*qs), "k": rnd(*ks), "v": rnd(*vs)}, double=True)
+
+
 if __name__ == "__main__":
     os.makedirs(OUT_DIR, exist_ok=True)
     torch.set_num_threads(1)
     gen_masking()
     gen_split()
     gen_matmul()
+    gen_attention()
