@@ -1,6 +1,6 @@
 #pragma once
 // Differentiable neural-network ops: convolution, pooling, batch and layer normalisation,
-// dropout, GELU / SiLU and embedding lookup.
+// dropout, GELU / SiLU, embedding lookup and scaled dot-product attention.
 // They follow torch.nn.functional (conv2d without groups/dilation, pooling with ceil_mode=False,
 // avg_pool2d with count_include_pad=True) and, like everything in ops.h, record autograd history
 // when grad mode is on and an input requires grad. Bad input (wrong rank, channel mismatch, a
@@ -19,6 +19,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -94,5 +95,19 @@ Tensor silu(const Tensor& x);
 // output gradients of every position that picked a row (dense, V x D).
 Tensor embedding(const Tensor& weight, const std::vector<int64_t>& indices,
                  const Shape& indices_shape);
+
+// Attention softmax(query key^T * scale, causally masked when is_causal) value over the last two
+// dims, as PyTorch 2's torch.nn.functional.scaled_dot_product_attention without its attn_mask
+// and dropout_p (so is_causal is the FOURTH argument here; for another mask compose masked_fill,
+// softmax and matmul). query is (...,T,D), key (...,S,D), value (...,S,Dv), with EQUAL leading
+// (batch, head) dims (no broadcasting); the output is (...,T,Dv). scale defaults to 1/sqrt(D).
+// is_causal lets query i attend to keys j <= i (torch's top-left alignment, also when T != S).
+// S must be >= 1. Gradients flow to query, key and value.
+// Fused: per batch-head the (T,S) scores exist only one block of 64 query rows at a time, in the
+// forward and in the backward, which recomputes them from each row's saved log-sum-exp; the
+// extra memory is (...,T) floats plus one block.
+Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                                    bool is_causal = false,
+                                    std::optional<double> scale = std::nullopt);
 
 }  // namespace hsgd

@@ -65,9 +65,33 @@ Tensor tanh(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
 Tensor abs(const Tensor& x);
 
+// ---- masking and selection (masking.cpp) ----
+// hsgd has no bool dtype: a mask or condition is a float tensor whose every element is exactly 0
+// (false) or 1 (true), e.g. tril(ones({T, T})) or a padding mask built with from_vector. Any
+// other value (0.5, NaN, an additive -inf mask) is InvalidArgument naming its index and value.
+// Masks receive no gradient (as torch's bool masks).
+//
+// x with value wherever mask is 1, as torch.masked_fill. mask and x broadcast together and the
+// result has the BROADCAST shape (torch's out-of-place form), e.g. scores (B,H,T,T) with a
+// causal mask (T,T). The gradient of x is g where mask is 0, summed back to x's shape.
+Tensor masked_fill(const Tensor& x, const Tensor& mask, float value);
+// a where condition is 1, b where it is 0, as torch.where: the three shapes broadcast together
+// and the result has the broadcast shape. Gradients: a gets g where condition is 1, b where it is
+// 0, each summed back to its own shape.
+Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b);
+// The lower (tril) or upper (triu) triangle of the last two dims of x (..., R, C), batched over
+// the leading dims, as torch.tril / torch.triu: element (i, j) is kept when j - i <= k (tril) or
+// j - i >= k (triu) and zeroed otherwise; k = 0 is the main diagonal, k > 0 above it. x must be
+// at least 2-D. The gradient is the same triangle of g.
+Tensor tril(const Tensor& x, int64_t k = 0);
+Tensor triu(const Tensor& x, int64_t k = 0);
+
 // ---- linear algebra (OpenBLAS sgemm; transposed views are passed as flags, not copied) ----
-// a (M,K) @ b (K,N) -> (M,N). Also: a (...,M,K) @ b (K,N); a (B...,M,K) @ b (B...,K,N) with equal
-// batch dims; a 1-D a or b is treated as a row / column vector and its dim removed, as in torch.
+// As torch.matmul: a (M,K) @ b (K,N) -> (M,N); with more dims, a (A...,M,K) @ b (B...,K,N) ->
+// (F...,M,N) where the batch dims F = broadcast(A, B) (a 2-D operand has none), e.g.
+// [2,3,4,5] @ [3,5,4] -> [2,3,4,4]; a 1-D a or b is a row / column vector whose dim is removed
+// from the result ([K] @ [K] is a 0-d dot product). The gradient of an operand is summed over
+// the batch dims broadcasting expanded for it, without materialising the F-sized products.
 Tensor matmul(const Tensor& a, const Tensor& b);
 // x (...,in) @ w^T + b: w is (out,in), b is (out) or undefined. Output (...,out).
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = Tensor());
@@ -122,6 +146,18 @@ Tensor flatten(const Tensor& x, int64_t start = 0, int64_t end = -1);
 Tensor transpose(const Tensor& x, int64_t d0, int64_t d1);
 // Joins tensors along dim; all other sizes must match.
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
+// Views of x along dim, as torch.split: pieces of split_size elements, the last one smaller when
+// split_size does not divide x.size(dim) (split_size must be >= 1, or 0 when the dim is empty).
+// Each piece is a narrow() view sharing x's storage; gradients of the pieces flow back into x
+// (pieces the loss does not use contribute zeros).
+std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim = 0);
+// As torch.split with a list (torch.split_with_sizes): one view per entry of sizes, which must be
+// non-negative and add up to x.size(dim).
+std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim = 0);
+// As torch.chunk: split(x, ceil(x.size(dim) / chunks), dim), so there may be FEWER than chunks
+// pieces (chunk(ones({5}), 4) gives sizes 2, 2, 1; chunk(ones({2}), 3) gives two); an empty dim
+// gives `chunks` empty pieces. chunks >= 1.
+std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim = 0);
 
 // ---- comparisons ----
 // True when shapes are equal and every |a-b| <= atol + rtol*|b|.

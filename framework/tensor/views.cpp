@@ -1,7 +1,9 @@
-// Shape views of Tensor: reshape, view, flatten, transpose, permute, narrow, (un)squeeze.
+// Shape views of Tensor: reshape, view, flatten, transpose, permute, narrow, (un)squeeze, and
+// split / chunk into narrow views.
 // Each returns a new tensor object over the same storage and records a node whose backward
 // maps the gradient back to the input's shape.
 
+#include <algorithm>
 #include <numeric>
 
 #include "comm/error.h"
@@ -173,5 +175,53 @@ Tensor Tensor::squeeze(int64_t d) const {
 Tensor reshape(const Tensor& x, Shape shape) { return x.reshape(std::move(shape)); }
 Tensor flatten(const Tensor& x, int64_t start, int64_t end) { return x.flatten(start, end); }
 Tensor transpose(const Tensor& x, int64_t d0, int64_t d1) { return x.transpose(d0, d1); }
+
+// ---- split and chunk: narrow() views, so each piece's gradient flows back through
+// NarrowBackward and the engine adds the pieces' contributions up ----
+
+std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim) {
+  HSGD_CHECK(x.defined(), "split: the input is undefined");
+  dim = wrap_dim(dim, x.dim(), "split", x.shape());
+  int64_t total = 0;
+  for (int64_t s : sizes) {
+    HSGD_CHECK(s >= 0, "split: sizes ", shape_str(sizes), " must be non-negative");
+    total += s;
+  }
+  HSGD_CHECK(total == x.size(dim), "split: sizes ", shape_str(sizes), " add up to ", total,
+             ", expected the size ", x.size(dim), " of dim ", dim, " of shape ",
+             shape_str(x.shape()));
+  std::vector<Tensor> pieces;
+  pieces.reserve(sizes.size());
+  int64_t start = 0;
+  for (int64_t s : sizes) {
+    pieces.push_back(x.narrow(dim, start, s));
+    start += s;
+  }
+  return pieces;
+}
+
+std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
+  HSGD_CHECK(x.defined(), "split: the input is undefined");
+  dim = wrap_dim(dim, x.dim(), "split", x.shape());
+  const int64_t n = x.size(dim);
+  HSGD_CHECK(split_size > 0 || (split_size == 0 && n == 0), "split: split_size ", split_size,
+             " must be >= 1 (0 only for an empty dim; dim ", dim, " of shape ",
+             shape_str(x.shape()), " has size ", n, ")");
+  // One piece even for an empty dim, as torch.
+  const int64_t count =
+      split_size == 0 ? 1 : std::max<int64_t>((n + split_size - 1) / split_size, 1);
+  std::vector<int64_t> sizes(count, split_size);
+  sizes.back() = n - split_size * (count - 1);
+  return split(x, sizes, dim);
+}
+
+std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
+  HSGD_CHECK(x.defined(), "chunk: the input is undefined");
+  HSGD_CHECK(chunks >= 1, "chunk: chunks ", chunks, " must be >= 1");
+  dim = wrap_dim(dim, x.dim(), "chunk", x.shape());
+  // An empty dim gives `chunks` empty pieces (torch), not split's single one.
+  if (x.size(dim) == 0) return split(x, std::vector<int64_t>(chunks, 0), dim);
+  return split(x, (x.size(dim) + chunks - 1) / chunks, dim);
+}
 
 }  // namespace hsgd

@@ -74,6 +74,12 @@ class File {
     const Entry& e = entry(key);
     return from_vector(e.values, e.shape);
   }
+  // A fresh leaf tensor holding the entry, requiring grad (an input whose gradient is compared).
+  Tensor leaf(const std::string& key) const {
+    Tensor t = tensor(key);
+    t.set_requires_grad(true);
+    return t;
+  }
   std::vector<int64_t> targets(const std::string& key) const {
     std::vector<int64_t> out;
     for (float v : entry(key).values) out.push_back(static_cast<int64_t>(v));

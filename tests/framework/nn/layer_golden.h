@@ -19,11 +19,7 @@
 namespace hsgd::testing {
 
 // f's tensor key as a leaf that requires a gradient.
-inline Tensor leaf(const golden::File& f, const std::string& key) {
-  Tensor t = f.tensor(key);
-  t.set_requires_grad(true);
-  return t;
-}
+inline Tensor leaf(const golden::File& f, const std::string& key) { return f.leaf(key); }
 
 // Runs out = module(x), backward of sum(out * gout), compares out and the gradient of x with the
 // file's (naming what); returns x, whose grad() holds that gradient.

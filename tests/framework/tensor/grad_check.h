@@ -1,8 +1,9 @@
 #pragma once
-// Helpers of the tensor-op and kernel tests: element-wise comparison with index/expected/actual in the
-// failure, an InvalidArgument expectation that checks the message names the value, and
-// check_gradients, a thin adapter over the shared numerical-Jacobian checker
-// (tests/support/gradcheck.h) that marks every input as requiring grad and labels failures.
+// Helpers of the tensor-op and kernel tests: element-wise comparison with index/expected/actual in
+// the failure, an InvalidArgument expectation that checks the message names the value, and param (a
+// random input that requires grad) and check_gradients, a thin adapter over the shared
+// numerical-Jacobian checker (tests/support/gradcheck.h) that marks every input as requiring grad
+// and labels failures.
 
 #include <gtest/gtest.h>
 
@@ -42,6 +43,11 @@ void expect_invalid_argument(Fn&& fn, const std::string& names) {
     EXPECT_NE(std::string(e.what()).find(names), std::string::npos)
         << "message '" << e.what() << "' does not mention '" << names << "'";
   }
+}
+
+// A randn leaf that requires grad: an input of a gradient check.
+inline Tensor param(Shape shape, Generator& gen) {
+  return randn(std::move(shape), gen).set_requires_grad(true);
 }
 
 // Checks the autograd gradients of fn with respect to every input against a numerical Jacobian.

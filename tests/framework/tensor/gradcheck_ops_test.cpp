@@ -6,17 +6,15 @@
 
 #include "framework/autograd/node.h"
 #include "framework/tensor/ops.h"
-#include "tests/support/gradcheck.h"
+#include "tests/framework/tensor/grad_check.h"
 
 namespace hsgd {
 namespace {
 
 using testing::expect_gradients_match;
+using testing::param;
 using In = const std::vector<Tensor>&;
 
-Tensor param(Shape shape, Generator& gen) {
-  return randn(std::move(shape), gen).set_requires_grad(true);
-}
 // Values in [lo, hi): keeps log/sqrt/div away from 0 and relu away from its kink.
 Tensor param_in(Shape shape, float lo, float hi, Generator& gen) {
   return uniform(std::move(shape), lo, hi, gen).set_requires_grad(true);
