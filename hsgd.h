@@ -56,7 +56,7 @@
 #include "framework/distributed/tensor_collectives.h"
 
 // ---- the training runtime: elastic, durable ----
-#include "comm/launcher/worker_liveness.h"
+#include "comm/process_group/worker_progress.h"
 #include "framework/runtime/preemption.h"
 #include "framework/runtime/runtime.h"
 

@@ -1,6 +1,6 @@
 #pragma once
-// HangDetector: hsgd-run's side of the progress heartbeat (comm/launcher/worker_liveness.h) on one
-// node. It owns the shared-memory file the workers write, watches it, and names a hung worker.
+// HangDetector: hsgd-run's side of the progress heartbeat (comm/process_group/worker_progress.h) on
+// one node. It owns the shared-memory file the workers write, watches it, and names a hung worker.
 //
 // A worker counts as hung (find_hung) when, for `timeout` in a row, either
 //   - it is stopped (process state T in /proc/PID/stat: SIGSTOP, SIGTSTP), whatever it was
@@ -40,7 +40,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/launcher/worker_liveness.h"
+#include "comm/process_group/worker_progress.h"
 
 namespace hsgd::comm::launcher {
 

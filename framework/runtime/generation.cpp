@@ -6,9 +6,9 @@
 #include <variant>
 
 #include "comm/elastic/membership.h"
-#include "comm/launcher/worker_liveness.h"
 #include "comm/log.h"
 #include "comm/process_group/work.h"
+#include "comm/process_group/worker_progress.h"
 #include "framework/checkpoint/checkpoint_file.h"
 #include "framework/runtime/detail/loop.h"
 #include "framework/runtime/detail/state_transfer.h"

@@ -4,9 +4,9 @@
 #include <cmath>
 #include <span>
 
-#include "comm/launcher/worker_liveness.h"
 #include "comm/log.h"
 #include "comm/process_group/work.h"
+#include "comm/process_group/worker_progress.h"
 #include "framework/distributed/averaged_replicas.h"
 #include "framework/runtime/detail/loop.h"
 #include "framework/runtime/detail/state_transfer.h"

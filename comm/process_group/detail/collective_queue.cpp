@@ -1,8 +1,8 @@
 #include "comm/process_group/detail/collective_queue.h"
 
 #include "comm/error.h"
-#include "comm/launcher/worker_liveness.h"
 #include "comm/process_group/detail/fault_injection.h"
+#include "comm/process_group/worker_progress.h"
 
 namespace hsgd::detail {
 
@@ -147,8 +147,8 @@ void CollectiveQueue::run_task(Task& task) {
     }
   };
   try {
-    comm::CollectiveProgress
-        progress;  // seen by hsgd-run's hang detection (comm/launcher/worker_liveness.h)
+    // Seen by hsgd-run's hang detection (comm/launcher/hang_detector.h).
+    comm::CollectiveProgress progress;
     if (watchdog_ != nullptr) watchdog_->begin(task.fp);
     Watched watched{watchdog_};
     maybe_kill_in_collective(task.what);

@@ -1,6 +1,6 @@
-// hsgd-run and the workers' progress heartbeat (comm/launcher/worker_liveness.h), end to end with
-// the real launcher and launcher_test_worker's "steps" mode (an allreduce and a progress report per
-// step, a "checkpoint" every 4 steps, resume from it):
+// hsgd-run and the workers' progress heartbeat (comm/process_group/worker_progress.h), end to end
+// with the real launcher and launcher_test_worker's "steps" mode (an allreduce and a progress
+// report per step, a "checkpoint" every 4 steps, resume from it):
 // - a stopped (SIGSTOP) or looping worker is named within seconds with --worker-timeout 3 and
 //   the job restarts and finishes;
 // - when a collective times out first, the root cause is the rank that did not arrive;

@@ -30,9 +30,9 @@
 #include <thread>
 #include <vector>
 
-#include "comm/launcher/worker_liveness.h"
 #include "comm/process_group/init.h"
 #include "comm/process_group/process_group.h"
+#include "comm/process_group/worker_progress.h"
 
 namespace {
 

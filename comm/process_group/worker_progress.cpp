@@ -1,4 +1,4 @@
-#include "comm/launcher/worker_liveness.h"
+#include "comm/process_group/worker_progress.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -15,6 +15,8 @@
 // nothing is published through them), so a report costs a few uncontended atomic adds.
 // Without HSGD_PROGRESS_FILE (a program started without hsgd-run, or tests that run several
 // ranks in one process) every call does nothing but load one pointer.
+// The writing side and the file's layout live here, with the collectives that write it; the
+// launcher above only reads the layout (detail::ProgressSlot).
 //
 // Usage:
 //   int64_t step = 0;   // or the step a resumed run starts from
