@@ -9,12 +9,21 @@ A folder may include its own headers and those of the layers it may use (models 
 and comm, not optim). The umbrella header hsgd.h at the repository root sits above every layer:
 only apps/, tests/ and programs outside the tree include it.
 
+Inside comm/ the same holds for its base (the headers at comm/'s root: errors, logging) and its
+subsystems, one folder each, from the bottom:
+
+    base  <-  store  <-  rendezvous  <-  process_group  <-  elastic  <-  launcher
+
+A subsystem includes the base, itself and the subsystems below it; the base includes only itself.
+A folder under comm/ that is not in this order is reported too, so that a new one gets a place.
+
 A subsystem's internals sit in its detail/ folder (comm/process_group/detail/ ...): a header
 "X/detail/H" may be included only by files under X/ and by X's tests under tests/X/, in every
 layer and in tests/.
 
 Usage: scripts/check_layers.py [ROOT]      (ROOT: the repository, default: this script's parent)
-Prints one line per violation, "FILE:LINE: LAYER includes "HEADER" (layer ABOVE)" or
+Prints one line per violation, "FILE:LINE: LAYER includes "HEADER" (layer ABOVE)",
+"FILE:LINE: comm/SUBSYSTEM includes "HEADER" (subsystem ABOVE ...)" or
 "FILE:LINE: includes "HEADER" (internal to X/)", and exits 1
 when there is any; exits 0 and prints a one-line summary otherwise.
 """
@@ -32,6 +41,9 @@ ALLOWED = {
     "apps": {"apps", "models", "optim", "framework", "comm", "hsgd.h"},
 }
 LAYERS = tuple(ALLOWED)
+# comm/'s subsystems from the bottom; "base" is the headers at comm/'s root.
+COMM_ORDER = ("base", "store", "rendezvous", "process_group", "elastic", "launcher")
+COMM_ORDER_TEXT = " < ".join(COMM_ORDER)
 SOURCE_SUFFIXES = {".h", ".hpp", ".cpp", ".cc"}
 INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
 
@@ -62,6 +74,32 @@ def detail_violation(relative: str, header: str):
             f"tests/{owner}/ may include it)")
 
 
+def comm_part(path: str):
+    """For a path under comm/, its subsystem ("base" for comm/'s root), else None."""
+    if not path.startswith("comm/"):
+        return None
+    rest = path[len("comm/"):]
+    return rest.split("/", 1)[0] if "/" in rest else "base"
+
+
+def comm_order_violation(relative: str, header: str):
+    """A message when the comm/ file at `relative` may not include `header`, else None."""
+    own, target = comm_part(relative), comm_part(header)
+    if own is None or target is None or own not in COMM_ORDER:
+        return None
+    if target not in COMM_ORDER:
+        return (f'comm/{own} includes "{header}" (comm/{target}/ is not a subsystem of comm/; '
+                f"expected one of {COMM_ORDER_TEXT}: give it a place in COMM_ORDER)")
+    if COMM_ORDER.index(target) <= COMM_ORDER.index(own):
+        return None
+    if own == "base":
+        return (f'comm\'s base includes "{header}" (subsystem {target}; the base sits below every '
+                f"subsystem in {COMM_ORDER_TEXT} and includes only itself)")
+    allowed = ", ".join(COMM_ORDER[:COMM_ORDER.index(own) + 1])
+    return (f'comm/{own} includes "{header}" (subsystem {target} is above {own} in '
+            f"{COMM_ORDER_TEXT}; {own} may include {allowed})")
+
+
 def check(root: pathlib.Path):
     violations = []
     files = 0
@@ -71,6 +109,11 @@ def check(root: pathlib.Path):
                 continue
             files += 1
             relative = path.relative_to(root).as_posix()
+            own_comm = comm_part(relative)
+            if own_comm is not None and own_comm not in COMM_ORDER:
+                violations.append(
+                    f"{relative}:1: comm/{own_comm}/ is not a subsystem of comm/ (expected one of "
+                    f"{COMM_ORDER_TEXT}: give it a place in COMM_ORDER)")
             text = path.read_text(encoding="utf-8", errors="replace")
             for number, line in enumerate(text.splitlines(), start=1):
                 match = INCLUDE.match(line)
@@ -83,6 +126,9 @@ def check(root: pathlib.Path):
                     violations.append(f"{file_part}:{number}: {rest}")
                 if layer == "tests":
                     continue
+                in_comm = comm_order_violation(relative, header)
+                if in_comm is not None:
+                    violations.append(f"{relative}:{number}: {in_comm}")
                 target = target_layer(header)
                 if target is None or target in ALLOWED[layer]:
                     continue
@@ -102,9 +148,11 @@ def main(argv):
     for violation in violations:
         print(violation)
     if violations:
-        print(f"check_layers: {len(violations)} include(s) point up a layer or into another's detail/")
+        print(f"check_layers: {len(violations)} include(s) point up a layer, up comm/'s order or "
+              "into another's detail/")
         return 1
-    print(f"check_layers: {files} files, no include points up a layer or into another's detail/")
+    print(f"check_layers: {files} files, no include points up a layer, up comm/'s order "
+          "or into another's detail/")
     return 0
 
 
