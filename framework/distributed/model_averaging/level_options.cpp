@@ -1,11 +1,9 @@
 #include "framework/distributed/model_averaging/level_options.h"
 
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
-#include <sstream>
 
 #include "comm/error.h"
+#include "framework/distributed/model_averaging/hierarchy_text.h"
 
 namespace hsgd::distributed {
 
@@ -30,62 +28,7 @@ bool is_anchored(const LevelOptions& level) {
   return level.outer.has_value() || level.compression != Compression::kNone;
 }
 
-namespace {
-
-// value with the stream's default 6 significant digits when they read back as value, else with
-// as many as it takes (at most 17): what describe() prints must identify the value exactly, since
-// the ranks compare their descriptions (config_check.h).
-std::string exact(double value) {
-  char text[32];
-  for (int digits = 6; digits <= 17; ++digits) {
-    std::snprintf(text, sizeof(text), "%.*g", digits, value);
-    if (std::strtod(text, nullptr) == value) break;
-  }
-  return text;
-}
-
-// The same for a float: the digits that read back as this float.
-std::string exact(float value) {
-  char text[32];
-  for (int digits = 6; digits <= 9; ++digits) {
-    std::snprintf(text, sizeof(text), "%.*g", digits, static_cast<double>(value));
-    if (std::strtof(text, nullptr) == value) break;
-  }
-  return text;
-}
-
-}  // namespace
-
-std::string describe(const LevelOptions& level) {
-  std::ostringstream out;
-  out << level.period << ":";
-  if (level.group_size == kWholeGroup) {
-    out << "world";
-  } else if (level.group_size == kNodeGroup) {
-    out << "node";
-  } else {
-    out << level.group_size;
-  }
-  const char* sep = "@";
-  const auto next = [&]() -> std::ostream& {
-    out << sep;
-    sep = ",";
-    return out;
-  };
-  if (level.outer) {
-    next() << "outer=" << exact(level.outer->lr) << "/" << exact(level.outer->momentum)
-           << (level.outer->nesterov ? "/nesterov" : "");
-  }
-  if (level.overlap_steps != 0) next() << "overlap=" << level.overlap_steps;
-  if (level.compression != Compression::kNone) {
-    next() << to_string(level.compression);
-    if (level.compression_scale != 1.0f) out << "=" << exact(level.compression_scale);
-  } else if (level.compression_scale != 1.0f) {
-    next() << "scale=" << exact(level.compression_scale);
-  }
-  if (level.error_feedback) next() << "ef";
-  return out.str();
-}
+std::string describe(const LevelOptions& level) { return format_hierarchy({level}); }
 
 std::string validate_options(const LevelOptions& level, size_t index, const char* who) {
   using hsgd::str_cat;

@@ -44,15 +44,18 @@ struct OuterOptimizer {
   double lr = 1.0;        // > 0
   double momentum = 0.0;  // >= 0
   bool nesterov = false;  // needs momentum > 0 (as torch)
+
+  bool operator==(const OuterOptimizer&) const = default;
 };
 
 // A group size meaning "the whole process group", so that one program runs alone and under
-// hsgd-run with one hierarchy: {{2, 2}, {8, kWholeGroup}}. --hierarchy spells it "world".
+// hsgd-run with one hierarchy: {{2, 2}, {8, kWholeGroup}}. The hierarchy text (hierarchy_text.h)
+// spells it "world".
 inline constexpr int kWholeGroup = 0;
 // A group size meaning "the ranks of each node", as the launcher declared them
 // (comm/process_group/node_layout.h): {0, 1, 2} and {3} when hsgd-run runs 3 ranks on one node and
-// 1 on another, where no contiguous equal groups fit. HierarchicalModelAverager only; --hierarchy
-// spells it "node".
+// 1 on another, where no contiguous equal groups fit. HierarchicalModelAverager only; the
+// hierarchy text spells it "node".
 inline constexpr int kNodeGroup = -1;
 
 struct LevelOptions {
@@ -68,6 +71,9 @@ struct LevelOptions {
   // Useful with kFP16, whose smallest normal value is 6.1e-5.
   float compression_scale = 1.0f;
   bool error_feedback = false;  // needs compression
+
+  // Field by field: what parse_hierarchy(format_hierarchy(levels)) keeps (hierarchy_text.h).
+  bool operator==(const LevelOptions&) const = default;
 };
 
 // Plain averaging: no outer optimizer, no overlap, no compression. Such a level averages exactly
@@ -76,10 +82,10 @@ bool is_plain(const LevelOptions& level);
 // Whether the level keeps an anchor: an outer optimizer or compression.
 bool is_anchored(const LevelOptions& level);
 
-// "16:4" for a plain level; otherwise the options after '@', in the syntax of the examples'
-// --hierarchy flag: "16:4@outer=0.7/0.9/nesterov,overlap=2,bf16,ef" ("fp16=1024" gives a scale).
-// Exact: numbers have 6 significant digits, or more where 6 do not read back as the value, so
-// levels with equal descriptions are equal.
+// The level in the hierarchy text, format_hierarchy({level}) (hierarchy_text.h): "16:4" for a
+// plain level, else with its options after '@', "16:4@outer=0.7/0.9/nesterov,overlap=2,bf16,ef"
+// ("fp16=1024" gives a scale). Exact: numbers read back to the last bit, so levels with equal
+// descriptions are equal.
 std::string describe(const LevelOptions& level);
 
 // The first problem with the options of level `index` (other than period and group size, which
