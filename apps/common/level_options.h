@@ -1,16 +1,11 @@
 #pragma once
 // The examples' flags for the level options of the model averagers
-// (framework/distributed/model_averaging/level_options.h): the top-level flags and the per-level
-// syntax of --hierarchy. Kept apart from parallel_training.cpp, which calls it.
+// (framework/distributed/model_averaging/level_options.h): --hierarchy's text is read by
+// distributed::parse_hierarchy (framework/distributed/model_averaging/hierarchy_text.h, which
+// states the grammar, e.g. 1:2,16:4@outer=0.7/0.9/nesterov,overlap=2,bf16,ef); this file turns
+// its errors into BadFlag and applies the top-level flags. Kept apart from parallel_training.cpp,
+// which calls it.
 //
-// --hierarchy takes options after '@' on any level, separated by commas:
-//   1:2,16:4@outer=0.7/0.9/nesterov,overlap=2,bf16,ef
-//   outer=LR[/MOMENTUM[/nesterov]]   outer SGD on the level's anchor (DiLoCo)
-//   overlap=K                        merge the averaging K steps later (K >= 0)
-//   bf16 | fp16 | bf16=S | fp16=S    16-bit values on the wire, S the scale (default 1)
-//   ef                               error feedback (needs bf16/fp16)
-// A comma-separated item without ':' continues the options of the level before it, which
-// must have started them with '@'.
 // --outer-lr, --outer-momentum, --outer-nesterov, --overlap-steps, --compression,
 // --compression-scale, --error-feedback set the same options on the top level (--mode
 // hierarchical) or the only level (--mode local-sgd); a top level with '@' options as well is a
@@ -41,8 +36,9 @@ void add_level_flags(CLI::App& app, LevelFlags& flags);
 // Whether any of the flags differs from its default.
 bool any_set(const LevelFlags& flags);
 
-// The --hierarchy text without the '@' options: "1:2,16:4@overlap=2,bf16" -> "1:2,16:4".
-std::string strip_level_options(const std::string& hierarchy);
+// distributed::parse_hierarchy(hierarchy), its InvalidArgument turned into BadFlag
+// ("--hierarchy '...': ...").
+std::vector<distributed::LevelOptions> parse_hierarchy_flag(const std::string& hierarchy);
 
 // The levels for period:group_size pairs (parsed from hierarchy, or the local-sgd level with
 // hierarchy ""), with the '@' options of hierarchy and the flags applied to the last level.

@@ -1,8 +1,6 @@
 #include "apps/common/parallel_training.h"
 
-#include <charconv>
 #include <cstdio>
-#include <string_view>
 
 namespace hsgd::apps {
 
@@ -32,45 +30,11 @@ void add_parallel_flags(CLI::App& app, ParallelFlags& flags) {
 }
 
 std::vector<std::pair<int64_t, int>> parse_hierarchy(const std::string& text) {
-  if (text.find('@') != std::string::npos) return parse_hierarchy(strip_level_options(text));
-  const auto fail = [&text](const std::string& why) {
-    throw BadFlag("--hierarchy '" + text + "': " + why +
-                  "; expected period:group_size pairs separated by commas, e.g. 2:2,8:world");
-  };
-  const auto parse_int = [&fail](std::string_view part, const char* what, int64_t least) {
-    int64_t value = 0;
-    const auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), value);
-    const bool digits = !part.empty() && end == part.data() + part.size();
-    constexpr int64_t kLargest = int64_t{1} << 30;
-    if (digits &&
-        (ec == std::errc::result_out_of_range || (ec == std::errc() && value > kLargest))) {
-      fail(std::string(what) + " '" + std::string(part) + "' is too large (at most " +
-           std::to_string(kLargest) + ")");
-    }
-    if (!digits || ec != std::errc() || value < least) {
-      fail(std::string(what) + " '" + std::string(part) + "' is not a positive integer" +
-           (least == 0 ? " (or 0 / 'world': the whole group, or 'node': each node's ranks)" : ""));
-    }
-    return value;
-  };
-  if (text.empty()) fail("empty");
-  std::vector<std::pair<int64_t, int>> levels;
-  size_t begin = 0;
-  while (begin <= text.size()) {
-    size_t end = text.find(',', begin);
-    if (end == std::string::npos) end = text.size();
-    const std::string_view entry(text.data() + begin, end - begin);
-    const size_t colon = entry.find(':');
-    if (colon == std::string_view::npos) fail("entry '" + std::string(entry) + "' has no ':'");
-    const int64_t period = parse_int(entry.substr(0, colon), "period", 1);
-    const std::string_view size = entry.substr(colon + 1);
-    const int64_t group = size == "world"  ? distributed::kWholeGroup
-                          : size == "node" ? distributed::kNodeGroup
-                                           : parse_int(size, "group size", 0);
-    levels.emplace_back(period, static_cast<int>(group));
-    begin = end + 1;
+  std::vector<std::pair<int64_t, int>> pairs;
+  for (const distributed::LevelOptions& level : parse_hierarchy_flag(text)) {
+    pairs.emplace_back(level.period, level.group_size);
   }
-  return levels;
+  return pairs;
 }
 
 std::string describe_parallel(const ParallelFlags& flags, int world_size,

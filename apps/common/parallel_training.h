@@ -44,10 +44,12 @@ struct BadFlag : InvalidArgument {
 
 void add_parallel_flags(CLI::App& app, ParallelFlags& flags);
 
-// Parses "P:G,P:G,..." (period:group_size pairs, positive integers), e.g. "2:2,4:4"; a group
-// size of "world" or 0 is distributed::kWholeGroup (the whole group, whatever its size), "node"
-// is distributed::kNodeGroup (the ranks of each node, which may differ in number). Level
-// options after '@' (level_options.h) are skipped here.
+// The period:group_size pairs of --hierarchy's text (distributed::parse_hierarchy, whose grammar
+// framework/distributed/model_averaging/hierarchy_text.h states), e.g. "2:2,4:4"; a group size
+// of "world" or 0 is distributed::kWholeGroup (the whole group, whatever its size), "node" is
+// distributed::kNodeGroup (the ranks of each node, which may differ in number). The '@' options
+// are checked here and applied by make_level_options (level_options.h). Throws BadFlag
+// ("--hierarchy '...': ...") naming the bad item.
 std::vector<std::pair<int64_t, int>> parse_hierarchy(const std::string& text);
 
 // The runtime's parallel options for the flags (validated: BadFlag naming the flag and value).

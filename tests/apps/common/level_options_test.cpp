@@ -1,4 +1,6 @@
-// apps/common/level_options.h: the per-level syntax of --hierarchy and the top-level flags.
+// apps/common/level_options.h and apps::parse_hierarchy: --hierarchy read by the framework's
+// grammar (hierarchy_text_test.cpp tests it in full), its errors as BadFlag naming the flag, and
+// the top-level flags.
 
 #include "apps/common/level_options.h"
 
@@ -83,7 +85,8 @@ TEST(LevelOptionsFlags, OptionsOnALowerLevelAndFp16Scale) {
   EXPECT_EQ(levels[0].compression, Compression::kFP16);
   EXPECT_EQ(levels[0].compression_scale, 1024.0f);
   EXPECT_TRUE(distributed::is_plain(levels[1]));
-  EXPECT_EQ(strip_level_options("2:2@outer=0.5,fp16=1024,4:4"), "2:2,4:4");
+  EXPECT_EQ(parse_hierarchy("2:2@outer=0.5,fp16=1024,4:4"),
+            (std::vector<std::pair<int64_t, int>>{{2, 2}, {4, 4}}));
 }
 
 TEST(LevelOptionsFlags, TopLevelFlags_ApplyToTheLastLevel) {
@@ -111,15 +114,25 @@ void expect_bad(const std::function<void()>& f, const std::string& expected) {
 }
 
 TEST(LevelOptionsFlags, BadItems_NameTheFlagAndItem) {
-  expect_bad([] { levels_of("2:2,4:4@zip"); }, "unknown level option 'zip'");
+  expect_bad([] { levels_of("2:2,4:4@zip"); },
+             "--hierarchy '2:2,4:4@zip': level 1: unknown level option 'zip'");
+  expect_bad([] { parse_hierarchy("2:2,four:4"); },
+             "--hierarchy '2:2,four:4': period 'four' is not a positive integer; expected "
+             "period:group_size pairs");
   expect_bad([] { levels_of("2:2,4:4@outer=fast"); }, "outer lr 'fast' is not a number");
-  expect_bad([] { levels_of("2:2,4:4@outer=1/0.9/heavy"); }, "expected LR[/MOMENTUM[/nesterov]]");
+  expect_bad([] { levels_of("2:2,4:4@outer=1/0.9/heavy"); },
+             "expected outer=LR[/MOMENTUM[/nesterov]]");
   expect_bad([] { levels_of("2:2,4:4@overlap=1.5"); }, "overlap '1.5' is not an integer");
   expect_bad(
       [] {
         make_level_options({{2, 2}, {4, 4}}, "2:2,bf16,4:4", {});
       },
-      "option 'bf16' must follow '@'");
+      "--hierarchy '2:2,bf16,4:4': option 'bf16' must follow '@' on a level, e.g. 2:2@bf16");
+  expect_bad(
+      [] {
+        make_level_options({{2, 2}}, "2:2,4:4", {});
+      },
+      "--hierarchy '2:2,4:4' has 2 levels, but 1 period:group_size pairs were given for it");
   expect_bad([] { levels_of("2:2,4:4@bf16", LevelFlags{.outer_lr = 0.5}); },
              "give them in one place");
   // An outer momentum without an outer lr names the flag missing, not an "outer lr 0".
