@@ -52,6 +52,7 @@
 #include "framework/distributed/grad_bucket.h"
 #include "framework/distributed/model_averaging/averagers.h"
 #include "framework/distributed/model_averaging/hierarchical_model_averager.h"
+#include "framework/distributed/model_averaging/hierarchy_text.h"
 #include "framework/distributed/model_averaging/utils.h"
 #include "framework/distributed/tensor_collectives.h"
 

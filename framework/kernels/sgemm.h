@@ -8,6 +8,7 @@
 // it first decides it.
 //
 // Usage:
+//   float a[2 * 3] = {1, 2, 3, 4, 5, 6}, b[4 * 3] = {}, c[2 * 4];
 //   // c (2,4) = a (2,3) @ b (4,3)^T
 //   kernels::sgemm(false, true, 2, 4, 3, 1.0f, a, 3, b, 3, 0.0f, c, 4);
 

@@ -18,8 +18,7 @@
 //   runtime::Parallel parallel = runtime::make_parallel(
 //       model, world,
 //       {.mode = runtime::Mode::kHierarchical,
-//        .levels = {{.period = 2, .group_size = distributed::kNodeGroup},
-//                   {.period = 16, .group_size = distributed::kWholeGroup}},
+//        .levels = distributed::parse_hierarchy("2:node,16:world@outer=0.7/0.9"),
 //        .warmup_steps = 100});
 //   Tensor logits = parallel.forward(*model, batch.inputs);  // through DDP when there is one
 //   // after optimizer->step():
@@ -36,6 +35,7 @@
 #include "framework/distributed/comm_hooks/post_local_sgd_hook.h"
 #include "framework/distributed/ddp.h"
 #include "framework/distributed/model_averaging/averagers.h"
+#include "framework/distributed/model_averaging/hierarchy_text.h"  // levels from text
 #include "framework/distributed/model_averaging/level_options.h"
 #include "framework/nn/module.h"
 

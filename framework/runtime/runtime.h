@@ -9,10 +9,8 @@
 // directory a job that lost every node resumes from disk. A fixed-size job is one generation.
 //
 // Usage (the README's program, elastic and durable):
-//   using distributed::kNodeGroup, distributed::kWholeGroup;
 //   runtime::Runtime rt({.parallel = {.mode = runtime::Mode::kHierarchical,
-//                                     .levels = {{.period = 2, .group_size = kNodeGroup},
-//                                                {.period = 16, .group_size = kWholeGroup}},
+//                                     .levels = distributed::parse_hierarchy("2:node,16:world"),
 //                                     .warmup_steps = 100},
 //                        .loader = {.batch_size = 64, .shuffle = true},
 //                        .checkpoint = {.dir = "ckpt", .every = 200}});
