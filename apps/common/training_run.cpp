@@ -29,9 +29,8 @@ std::string format_row(const char* fmt, auto... args) {
 // What rank 0 prints and writes while the Runtime trains (every rank keeps the clocks).
 class Printer : public runtime::RunListener {
  public:
-  Printer(const TrainingFlags& training, const ParallelFlags& parallel,
-          const TrainingProgram& program)
-      : training_(training), parallel_(parallel), program_(program) {}
+  Printer(const TrainingFlags& training, const TrainingProgram& program)
+      : training_(training), program_(program) {}
 
   void on_generation(const runtime::GenerationEvent& e) override {
     averager_ = e.parallel->averager.get();
@@ -60,7 +59,6 @@ class Printer : public runtime::RunListener {
                                               "test_acc", "time_s", "images/s"));
     }
     elastic_ = e.elastic;
-    world_size_ = e.world_size;
     if (!e.elastic) return;
     std::string levels;
     if (averager_ != nullptr) {
@@ -145,13 +143,11 @@ class Printer : public runtime::RunListener {
   }
 
   const TrainingFlags& training_;
-  const ParallelFlags& parallel_;
   const TrainingProgram& program_;
   std::optional<TrainingReporter> reporter_;
   std::unique_ptr<MetricsLog> metrics_;
   const distributed::ModelAverager* averager_ = nullptr;
   bool elastic_ = false;
-  int world_size_ = 1;
   const Clock::time_point start_ = Clock::now();
 };
 
@@ -213,7 +209,7 @@ int train_and_report(const TrainingFlags& training, const ParallelFlags& paralle
   rt.register_scheduler([&training](Optimizer& optimizer, int64_t total_steps) {
     return std::unique_ptr<runtime::Scheduler>(make_scheduler(training, optimizer, total_steps));
   });
-  Printer printer(training, parallel, program);
+  Printer printer(training, program);
   runtime::RunResult result;
   try {
     result = rt.run(

@@ -131,7 +131,6 @@ void Loop::leave_generation() {
   checkpointer_.reset();
   batch_.reset();
   loader_.reset();
-  state_.remove("loader");
   parallel_ = Parallel{};
   if (elastic_world_) elastic_world_->abandon();
   world_.reset();

@@ -1,8 +1,9 @@
 #pragma once
-// Preemption of the bundled examples: SIGUSR1 or SIGTERM (forwarded by hsgd-run from Slurm's
-// `--signal=B:USR1@60` through the batch script, or Slurm's SIGTERM before SIGKILL, or sent by
-// hand) makes a run that writes checkpoints stop at a step boundary, after a checkpoint of that
-// step on every rank, and exit comm::launcher::kExitPreempted (75). A run without checkpoints
+// Preemption of a training run (the Runtime arms it when it writes checkpoints): SIGUSR1 or
+// SIGTERM (forwarded by hsgd-run from Slurm's `--signal=B:USR1@60` through the batch script, or
+// Slurm's SIGTERM before SIGKILL, or sent by hand) makes a run that writes checkpoints stop at a
+// step boundary, after a checkpoint of that step on every rank, and exit
+// comm::launcher::kExitPreempted (75). A run without checkpoints
 // keeps the signals' default action (it dies of them).
 //
 // install_preemption_signals() blocks both signals in the calling thread and starts one thread

@@ -18,7 +18,8 @@ void TrainingState::add(const std::string& name, SaveFn save, LoadFn load) {
              name, "' must be non-empty and contain no '.'");
   HSGD_CHECK(save && load, "TrainingState::add: '", name, "' needs a save and a load function");
   remove(name);
-  entries_.push_back({.name = name, .save = std::move(save), .load = std::move(load)});
+  entries_.push_back(
+      {.name = name, .save = std::move(save), .load = std::move(load), .module = nullptr});
 }
 
 void TrainingState::add_generator(const std::string& name, Generator& generator) {

@@ -30,6 +30,16 @@ start_node() {
   last_pid=$!
 }
 
+# Two nodes, node 0 registered first (it holds rank 0): $1 --nnodes, $2 job id, $3 output files'
+# prefix (.0, .1), $4 checkpoint dir; their `timeout` pids in t0 and t1.
+start_two() {
+  start_node "$1" "$2" "$3.0" "$4"
+  t0=$last_pid
+  wait_registered "$3.0"
+  start_node "$1" "$2" "$3.1" "$4"
+  t1=$last_pid
+}
+
 # The step lines of FILE are first..last once each, in order; prints "first last".
 check_steps_from() {
   local got first last
@@ -68,11 +78,7 @@ newest=$(find "$ckpt" -maxdepth 2 -name manifest | sed -E 's#.*/step_([0-9]+)/ma
   fail "no complete checkpoint at step >= 40 in $ckpt (newest '$newest', killed at $killed_at)"
 pids=()
 e2e_start_rendezvous
-start_node 2:3 kill "$work/again.0" "$ckpt"
-t0=$last_pid
-wait_registered "$work/again.0"
-start_node 2:3 kill "$work/again.1" "$ckpt"
-t1=$last_pid
+start_two 2:3 kill "$work/again" "$ckpt"
 expect_exit "$t0" 0 "$work/again.0"
 expect_exit "$t1" 0 "$work/again.1"
 grep -qE "generation 0: 2 nodes, 2 workers.* at step $newest of $planned; resumed from $ckpt/step_$newest" \
@@ -89,11 +95,7 @@ echo "elastic_durable: all 3 nodes and the server killed at step $killed_at; 2 n
 ckpt=$work/ckpt_usr1
 pids=()
 e2e_start_rendezvous
-start_node 1:2 usr1 "$work/usr1.0" "$ckpt"
-t0=$last_pid
-wait_registered "$work/usr1.0"
-start_node 1:2 usr1 "$work/usr1.1" "$ckpt"
-t1=$last_pid
+start_two 1:2 usr1 "$work/usr1" "$ckpt"
 wait_for_step "$work/usr1.0" 30
 kill -USR1 "$(hsgd_run_of "$t0")" "$(hsgd_run_of "$t1")"
 expect_exit "$t0" 75 "$work/usr1.0"
@@ -101,11 +103,7 @@ expect_exit "$t1" 75 "$work/usr1.1"
 stopped=$(grep -Eo 'preempted \(SIGUSR1\): stopped at step [0-9]+' "$work/usr1.0" | grep -Eo '[0-9]+$' || true)
 [ -n "$stopped" ] || fail "rank 0 did not report the preemption: $(tail -n 20 "$work/usr1.0")"
 [ -f "$ckpt/step_$stopped/manifest" ] || fail "$ckpt/step_$stopped is not a complete checkpoint"
-start_node 1:2 usr1 "$work/usr1again.0" "$ckpt"
-t0=$last_pid
-wait_registered "$work/usr1again.0"
-start_node 1:2 usr1 "$work/usr1again.1" "$ckpt"
-t1=$last_pid
+start_two 1:2 usr1 "$work/usr1again" "$ckpt"
 expect_exit "$t0" 0 "$work/usr1again.0"
 expect_exit "$t1" 0 "$work/usr1again.1"
 grep -qE "at step $stopped of [0-9]+; resumed from $ckpt/step_$stopped" "$work/usr1again.0" ||
