@@ -6,6 +6,7 @@ namespace hsgd::apps {
 
 TrainingReporter::TrainingReporter(ReporterOptions options)
     : options_(std::move(options)),
+      lead_(options_.lead),
       progress_(ProgressLine::detect(options_.lead, options_.log_every), options_.log_every),
       start_(Clock::now()) {
   if (options_.lead && !options_.metrics_out.empty()) {
@@ -36,7 +37,7 @@ MetricsRecord TrainingReporter::record(int64_t step, int64_t epoch) const {
 
 void TrainingReporter::after_step(int64_t step, int64_t epoch, double loss, double lr) {
   ++steps_this_run_;
-  if (!options_.lead) return;
+  if (!lead_) return;
   loss_sum_ += loss;
   ++window_steps_;
   lr_ = lr;
@@ -76,7 +77,7 @@ void TrainingReporter::begin_eval() {
 }
 
 void TrainingReporter::after_eval(int64_t step, int64_t epoch, const EvalResult& result) {
-  if (!options_.lead) return;
+  if (!lead_) return;
   test_accuracy_ = result.accuracy;
   if (options_.eval_lines) {
     char line[160];
@@ -101,7 +102,7 @@ void TrainingReporter::end_eval() {
 }
 
 void TrainingReporter::print(const std::string& text) {
-  if (options_.lead) progress_.print(text);
+  if (lead_) progress_.print(text);
 }
 
 }  // namespace hsgd::apps

@@ -60,6 +60,10 @@ class TrainingReporter {
   void end_eval();
   // A line of other output on rank 0 (erases the live progress line first).
   void print(const std::string& text);
+  // Whether this process is rank 0 from now on: an elastic run's rank 0 moves to another process
+  // when its node leaves. Printing follows it; the metrics file stays with the process that was
+  // rank 0 at construction (elastic runs write their records themselves).
+  void set_lead(bool lead) { lead_ = lead; }
 
   // Training seconds of this process so far, evaluations excluded.
   double train_seconds() const;
@@ -70,6 +74,7 @@ class TrainingReporter {
   MetricsRecord record(int64_t step, int64_t epoch) const;
 
   const ReporterOptions options_;
+  bool lead_;  // options_.lead, then set_lead()
   ProgressLine progress_;
   std::unique_ptr<MetricsLog> metrics_;
   double wall_offset_ = 0, train_offset_ = 0;  // from the metrics file of a resumed run

@@ -58,6 +58,8 @@ class Printer : public runtime::RunListener {
                                               "steps", "train_loss", "train_acc", "test_loss",
                                               "test_acc", "time_s", "images/s"));
     }
+    reporter_->set_lead(e.lead);
+    if (!e.lead) metrics_.reset();
     elastic_ = e.elastic;
     if (!e.elastic) return;
     std::string levels;
@@ -124,7 +126,9 @@ class Printer : public runtime::RunListener {
   // Elastic runs: their own records (the reporter's clock spans generations).
   void write(MetricsRecord record) {
     if (training_.metrics_out.empty()) return;
-    if (!metrics_) metrics_ = std::make_unique<MetricsLog>(training_.metrics_out, 0);
+    // A process that becomes rank 0 in a later generation keeps the records up to this step
+    // (they are there when the nodes share the file system).
+    if (!metrics_) metrics_ = std::make_unique<MetricsLog>(training_.metrics_out, record.step);
     record.wall_s = record.train_s = seconds_since(start_);
     if (averager_ != nullptr) record.averaging = averager_->level_stats();
     metrics_->write(record);

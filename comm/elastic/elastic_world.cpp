@@ -96,6 +96,18 @@ void ElasticWorld::abandon() {
   }
   stop_watcher();
   if (world_ == nullptr) return;
+  if (world_->failed()) {
+    // The agents drop a member that went silent while this world's collectives waited for it,
+    // without waiting for their heartbeat timeout (membership.h, failed_key).
+    try {
+      const NoServerWait no_wait;
+      store_->set(failed_key(generation_.number),
+                  to_bytes(std::to_string(options_.init.timeout.count())));
+    } catch (const std::exception& e) {
+      logger()->debug("elastic generation {}: could not record the failure: {}",
+                      generation_.number, e.what());
+    }
+  }
   world_->abort();
   world_.reset();
 }

@@ -14,7 +14,8 @@
 // fails to connect, is skipped: the agents announce the next one. When a generation
 // failed and no newer one appears within reform_after (a collective failed though no member died,
 // e.g. a timeout), its live members propose the same nodes again as the next generation.
-// abandon() aborts the current
+// abandon() records a failed world in the store (failed_key: the agents then drop a member whose
+// heartbeat went silent meanwhile), aborts the current
 // world and every group made from it (ProcessGroup::abort: their collectives fail at once, here
 // and on the peers), then releases them; the caller must release its own references (DDP,
 // averagers) before the next advance() for their Gloo contexts to close. A world that has not

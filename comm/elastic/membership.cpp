@@ -108,6 +108,8 @@ std::string generation_prefix(int64_t number) {
   return kElasticPrefix + "g" + std::to_string(number) + "/";
 }
 
+std::string failed_key(int64_t number) { return generation_prefix(number) + "failed"; }
+
 std::optional<Generation> read_latest_generation(Store& store) {
   int64_t number = read_int(store, kLatestKey).value_or(-1);
   // A proposer writes gen/<g> before latest: follow newer records it has not announced yet.

@@ -24,6 +24,12 @@
 //                                  readers follow gen/<latest+1>... in case a writer is behind
 //   hsgd-run/elastic/finished      set when a node's workers all finished training (exit 0):
 //                                  from then on nobody proposes generations
+//   hsgd-run/elastic/g<g>/failed
+//                                  set by a worker whose world of generation g failed (a
+//                                  collective lost a member or timed out): the decimal ms its
+//                                  collectives wait (their timeout). The agents then drop at once
+//                                  the members of g whose heartbeat has been silent for half that
+//                                  long (elastic_agent.h), instead of after the heartbeat timeout
 //   hsgd-run/elastic/steps_thrown_away
 //                                  counter: worker-steps of training thrown away by membership
 //                                  changes, added by the workers (the agents report the sum)
@@ -88,6 +94,8 @@ inline const std::string kFinishedKey = kElasticPrefix + "finished";
 inline const std::string kStepsThrownAwayKey = kElasticPrefix + "steps_thrown_away";
 // Where the workers of generation `number` keep their keys: "hsgd-run/elastic/g<number>/".
 std::string generation_prefix(int64_t number);
+// generation_prefix(number) + "failed" (see above).
+std::string failed_key(int64_t number);
 
 // The newest generation in the store (kLatestKey, then gen/<latest+1>... while they exist), or
 // nullopt before generation 0. Does not block.

@@ -44,6 +44,15 @@ struct ElasticAgent::Incarnation {
   // Since when the rendezvous server leaves requests unanswered (a silent link); unset once a
   // round completed.
   std::optional<Clock::time_point> store_silent_since;
+  // The newest generation whose workers reported a failed world (membership.h, failed_key), with
+  // its nodes and how long its collectives waited; kept while the newest generation has the same
+  // nodes (the workers may form them again), reset when the membership changes.
+  struct ReportedFailure {
+    int64_t generation = -1;
+    std::vector<MemberNode> nodes;
+    milliseconds waited{0};
+  };
+  std::optional<ReportedFailure> failure;
 };
 
 ElasticAgent::ElasticAgent(AgentOptions options, std::shared_ptr<Store> store)
@@ -281,6 +290,8 @@ std::optional<ElasticAgent::Outcome> ElasticAgent::observe_membership(Incarnatio
     if (!r.left) watched.push_back(r.node.id);
   }
   const std::vector<std::string> silent = inc.heartbeat->tick(now, watched);
+  const std::optional<Generation> latest = elastic::read_latest_generation(*store_);
+  const Suspects suspects = silent_after_failure(inc, latest, now);
   std::vector<MemberNode> alive;
   for (auto& r : registrations) {
     if (!r.left && !r.connected && r.node.id != inc.self.id) {
@@ -300,9 +311,18 @@ std::optional<ElasticAgent::Outcome> ElasticAgent::observe_membership(Incarnatio
                      names.agent, r.node.id, r.node.host, options_.heartbeat_timeout.count(),
                      names.heartbeat_timeout);
     }
+    if (!r.left && std::find(suspects.ids.begin(), suspects.ids.end(), r.node.id) != suspects.ids.end()) {
+      store_->set(elastic::left_key(r.node.id), to_bytes("silent after a failed collective"));
+      r.left = true;
+      logger()->warn(
+          "{}: node {} ('{}') sent no heartbeat for {} ms while the collectives of generation "
+          "{} failed (they wait {} ms): it left the job without waiting for the {} ms of {}",
+          names.agent, r.node.id, r.node.host, inc.heartbeat->silent_for(r.node.id, now).count(),
+          inc.failure->generation, inc.failure->waited.count(), options_.heartbeat_timeout.count(),
+          names.heartbeat_timeout);
+    }
     if (!r.left) alive.push_back(r.node);
   }
-  const std::optional<Generation> latest = elastic::read_latest_generation(*store_);
   if (latest) log_generation(*latest, inc.self.id);
   if (store_->check({elastic::kFinishedKey})) return wait_after_finish(inc, latest);
 
@@ -354,6 +374,36 @@ std::optional<ElasticAgent::Outcome> ElasticAgent::observe_membership(Incarnatio
     log_generation(elastic::propose_generation(*store_, *proposal), inc.self.id);
   }
   return std::nullopt;
+}
+
+ElasticAgent::Suspects ElasticAgent::silent_after_failure(
+    Incarnation& inc, const std::optional<Generation>& latest, Clock::time_point now) {
+  if (!latest) return {};
+  if (inc.failure && inc.failure->nodes != latest->nodes) inc.failure.reset();
+  if ((!inc.failure || inc.failure->generation < latest->number) &&
+      store_->check({elastic::failed_key(latest->number)})) {
+    milliseconds waited = options_.heartbeat_timeout;
+    try {
+      waited = milliseconds(std::stoll(
+          to_string(store_->get(elastic::failed_key(latest->number), milliseconds(1000)))));
+    } catch (const std::invalid_argument&) {
+    } catch (const std::out_of_range&) {
+    }
+    inc.failure = Incarnation::ReportedFailure{
+        .generation = latest->number, .nodes = latest->nodes, .waited = waited};
+  }
+  if (!inc.failure) return {};
+  // A member whose collective partners waited for it and whose agent has been silent for half
+  // that wait is taken as gone: a live agent beats every interval.
+  const milliseconds threshold = std::clamp<milliseconds>(
+      inc.failure->waited / 2, 3 * inc.heartbeat->interval(), options_.heartbeat_timeout);
+  Suspects found{.ids = {}, .threshold = threshold};
+  for (const MemberNode& node : latest->nodes) {
+    if (node.id != inc.self.id && inc.heartbeat->silent_for(node.id, now) >= threshold) {
+      found.ids.push_back(node.id);
+    }
+  }
+  return found;
 }
 
 std::optional<ElasticAgent::Outcome> ElasticAgent::wait_after_finish(

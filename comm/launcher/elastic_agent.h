@@ -24,7 +24,9 @@
 //      by its agent's store client, and the rendezvous server deletes it alive_linger() after
 //      that agent's connections closed (clamp(heartbeat_timeout / 10, 0.1 s, 1 s)); an agent
 //      that finds it gone sets the left key the same way. A host that vanishes closes nothing:
-//      the heartbeat finds it.
+//      the heartbeat finds it, or sooner the workers: when a world's collective failed
+//      (elastic/membership.h, failed_key), a member of it whose heartbeat has been silent for
+//      half the collectives' timeout (at least 3 heartbeat intervals) is gone at once.
 //   3. Generations, every monitor_interval, while the finished key is unset: the agent proposes
 //      what GenerationPlanner (elastic_generations.h) plans from the alive registrations; any
 //      agent may propose and the store keeps the first proposal of each number. While fewer than
@@ -64,6 +66,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "comm/elastic/membership.h"
 #include "comm/launcher/agent.h"
@@ -96,6 +99,17 @@ class ElasticAgent {
   Outcome monitor(Incarnation& inc);
   // Step 2 and 3, every monitor_interval: returns the outcome when the node is done.
   std::optional<Outcome> observe_membership(Incarnation& inc);
+  // The members of the newest generation that are silent since a collective of theirs failed:
+  // once the workers reported a failed world (failed_key) among the same nodes, a member whose
+  // heartbeat has not changed for half the collectives' wait (at least 3 heartbeat intervals, at
+  // most heartbeat_timeout) is gone, so that a lost host costs the collective timeout or the
+  // heartbeat timeout, whichever is shorter.
+  struct Suspects {
+    std::vector<std::string> ids;
+    std::chrono::milliseconds threshold{0};
+  };
+  Suspects silent_after_failure(Incarnation& inc, const std::optional<elastic::Generation>& latest,
+                                std::chrono::steady_clock::time_point now);
   std::optional<Outcome> wait_after_finish(Incarnation& inc,
                                            const std::optional<elastic::Generation>& latest);
   Outcome fail_locally(Incarnation& inc, int local_rank);

@@ -70,6 +70,13 @@ std::vector<std::string> HeartbeatBoard::tick(Clock::time_point now,
   return silent;
 }
 
+std::chrono::milliseconds HeartbeatBoard::silent_for(const std::string& id,
+                                                     Clock::time_point now) const {
+  const auto it = seen_.find(id);
+  if (it == seen_.end() || now < it->second.last_change) return std::chrono::milliseconds(0);
+  return std::chrono::duration_cast<std::chrono::milliseconds>(now - it->second.last_change);
+}
+
 Heartbeat::Heartbeat(Store& store, std::string prefix, int nnodes, int self,
                      std::chrono::milliseconds interval, std::chrono::milliseconds timeout)
     : board_(store, std::move(prefix), self >= 0 ? std::to_string(self) : std::string(), interval,

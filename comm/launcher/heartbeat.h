@@ -64,7 +64,12 @@ class HeartbeatBoard {
   // Never blocks longer than one store round trip.
   std::vector<std::string> tick(Clock::time_point now, const std::vector<std::string>& ids);
 
+  // How long id's counter has not changed, as of the last tick() that read it (zero for an id
+  // never watched). A tick after a gap in this agent's reads restarts every member's count.
+  std::chrono::milliseconds silent_for(const std::string& id, Clock::time_point now) const;
+
   std::chrono::milliseconds timeout() const { return timeout_; }
+  std::chrono::milliseconds interval() const { return interval_; }
 
  private:
   std::string key(const std::string& id) const { return prefix_ + "heartbeat/" + id; }
