@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Usage: elastic_link_down.sh SOURCE_DIR BUILD_DIR [OUTAGE_SECONDS]
+# Usage: elastic_link_down.sh SOURCE_DIR BUILD_DIR [OUTAGE_SECONDS | lost:SECONDS | stopped:SECONDS]
 # A lost host in an elastic job: two network namespaces joined by a veth pair are the nodes (the
 # rendezvous server runs in node 0), each with an hsgd-run --nnodes 1:2 of 2 train_mlp workers
 # (hierarchical 2:node,8:world). Once rank 0 printed step 40, node 1's link goes down: its
@@ -19,21 +19,39 @@
 # heartbeat), training
 # goes on after the link is back, and the time from the link going down to rank 0's next step is
 # printed.
-# Both ways: both hsgd-runs exit 0 and rank 0's steps count 1..N once each.
+# With lost:SECONDS (a lost host: the link is down longer than the default --heartbeat-timeout of
+# 30 s; the collective timeout is the elastic default, 20 s): node 0's collectives time out first,
+# its workers record the failed world, and the agents drop node 1 then, silent since, without
+# waiting for the heartbeat timeout. Checked: node 0's hsgd-run says node 1 left because it was
+# silent while the collectives failed (and not that it sent no heartbeat for the whole timeout),
+# node 0 goes on without node 1, and node 1 rejoins once the link is back; the time from the link
+# going down to node 0's next step is printed.
+# With stopped:SECONDS the same, but the link stays up and node 1's hsgd-run and workers are
+# stopped (SIGSTOP) for SECONDS, then continued (SIGCONT): a host that hangs as a whole.
+# Every way: both hsgd-runs exit 0 and rank 0's steps count 1..N once each.
 # Skipped (77), saying why, without root or network namespaces. Everything started here is
 # stopped by pid, the namespaces are removed, also on failure.
 set -euo pipefail
 src=$1
 build=$2
 outage=${3:-}
+lost= fault="link down"
+if [[ $outage == lost:* || $outage == stopped:* ]]; then
+  lost=${outage#*:}
+  [[ $outage == stopped:* ]] && fault="stopped"
+  outage=
+fi
 tag=hsgdld$$
 ns=("${tag}a" "${tag}b")
 subnet=10.$((100 + $$ % 100)).$(($$ % 250)).
 # shellcheck source=tests/e2e/e2e_lib.sh
 source "$src/tests/e2e/e2e_lib.sh"
 e2e_init elastic_link_down
+stopped=()
 e2e_cleanup() {
   local n
+  # Processes stopped here end too (SIGKILL reaches a stopped process).
+  [ ${#stopped[@]} -eq 0 ] || kill -KILL "${stopped[@]}" 2>/dev/null || true
   for n in "${ns[@]}"; do ip netns del "$n" 2>/dev/null || true; done
 }
 
@@ -74,6 +92,9 @@ agents=()
 # --lr 0.02: the default 0.05 can let the synthetic loss grow without bound over 120 epochs.
 heartbeat=3 epochs=120
 [ -n "$outage" ] && heartbeat=30 epochs=60
+# Node 0 trains alone from about 22 s after the link went down until node 1 rejoins after it is
+# back: at least 20 s of training.
+[ -n "$lost" ] && heartbeat=30 epochs=200
 for k in 0 1; do
   ip netns exec "${ns[$k]}" timeout 250 "$run" --nnodes 1:2 --nproc-per-node 2 \
     --rdzv-endpoint "$endpoint" --rdzv-id linkdown --rdzv-last-call 1 \
@@ -85,7 +106,13 @@ for k in 0 1; do
 done
 wait_for_step "$work/node0" 40
 before=$(highest_step "$work/node0")
-ip -n "${ns[1]}" link set veth1 down
+if [ "$fault" = stopped ]; then
+  hsgd1=$(hsgd_run_of "${agents[1]}")
+  read -r -a stopped <<<"$hsgd1 $(workers_of "$hsgd1")"
+  kill -STOP "${stopped[@]}"
+else
+  ip -n "${ns[1]}" link set veth1 down
+fi
 down_s=$(date +%s.%N)
 if [ -n "$outage" ]; then
   sleep "$outage"
@@ -113,6 +140,39 @@ if [ -n "$outage" ]; then
   last=$(check_steps "$work/node0")
   echo "elastic_link_down: node 1's link down for $outage s at step $before; rank 0's next step" \
     "$gap s after it went down; the job $path; steps 1..$last once each"
+  exit 0
+fi
+if [ -n "$lost" ]; then
+  for _ in $(seq 600); do
+    grep -qE 'generation [0-9]+:.* lost node' "$work/node0" && break
+    sleep 0.1
+  done
+  grep -qE 'generation [0-9]+:.* lost node' "$work/node0" ||
+    fail "node 0 did not go on without node 1 within 60 s: $(tail -n 20 "$work/node0")"
+  for _ in $(seq 100); do
+    [ "$(highest_step "$work/node0")" -gt "$before" ] && break
+    sleep 0.1
+  done
+  gap=$(awk -v a="$down_s" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+  grep -qE "sent no heartbeat for [0-9]+ ms while the collectives of generation [0-9]+ failed" "$work/node0" ||
+    fail "node 0's hsgd-run did not drop node 1 as silent while the collectives failed: $(grep -E 'left the job|heartbeat' "$work/node0" | tail -n 5)"
+  if grep -qE "sent no heartbeat for 30000 ms \(--heartbeat-timeout\)" "$work/node0"; then
+    fail "node 1 was dropped by the heartbeat timeout, not when the collectives failed: $(grep -E 'left the job' "$work/node0")"
+  fi
+  now=$(date +%s.%N)
+  sleep "$(awk -v a="$down_s" -v b="$now" -v l="$lost" 'BEGIN { d = l - (b - a); print (d > 0 ? d : 0) }')"
+  if [ "$fault" = stopped ]; then
+    kill -CONT "${stopped[@]}"
+  else
+    ip -n "${ns[1]}" link set veth1 up
+  fi
+  wait_agents_ok
+  grep -qE 'generation [0-9]+:.* joined node .*received the state from rank' "$work/node0" ||
+    fail "node 1 did not rejoin after it came back: $(grep -E 'generation' "$work/node0" | tail)"
+  last=$(check_steps "$work/node0")
+  echo "elastic_link_down: node 1 $fault for $lost s at step $before; node 0 dropped it when" \
+    "its collectives failed and printed its next step $gap s after the fault (heartbeat" \
+    "timeout 30 s); node 1 rejoined; steps 1..$last once each"
   exit 0
 fi
 # The first step after `before` that rank 0 prints, and when.

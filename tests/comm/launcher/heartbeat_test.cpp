@@ -65,6 +65,39 @@ TEST(HeartbeatTest, GapInOwnReads_RestartsTheSilenceClock) {
   EXPECT_LE(t - back, milliseconds(1200));
 }
 
+// silent_for: how long a member has not beaten as of the last read, from well before its timeout
+// (what the elastic agents use once a collective failed), zero for a member that beats.
+TEST(HeartbeatBoardTest, SilentFor_GrowsFromTheLastChangeSeen) {
+  HashStore store;
+  HeartbeatBoard a(store, "p/", "a", milliseconds(100), milliseconds(10000));
+  HeartbeatBoard b(store, "p/", "b", milliseconds(100), milliseconds(10000));
+  auto t = Clock::now();
+  a.beat(t);
+  b.beat(t);
+  EXPECT_EQ(a.silent_for("b", t), milliseconds(0)) << "never watched";
+  for (int i = 1; i <= 5; ++i) {
+    t += milliseconds(100);
+    a.tick(t, {"a", "b"});
+    b.tick(t, {"a", "b"});
+  }
+  EXPECT_EQ(a.silent_for("b", t), milliseconds(0));
+  const auto last_beat = t;
+  for (int i = 1; i <= 30; ++i) {
+    t += milliseconds(100);
+    EXPECT_TRUE(a.tick(t, {"a", "b"}).empty()) << "reported before its timeout, step " << i;
+  }
+  // Counted from the first read that saw b's last count: within one interval after it was written.
+  const auto silent = a.silent_for("b", t);
+  EXPECT_LE(silent, t - last_beat);
+  EXPECT_GE(silent, t - last_beat - milliseconds(100));
+  EXPECT_EQ(a.silent_for("b", t + milliseconds(50)), silent + milliseconds(50));
+  // b beats again: its silence ends at the next read.
+  b.beat(t);
+  t += milliseconds(100);
+  a.tick(t, {"a", "b"});
+  EXPECT_EQ(a.silent_for("b", t), milliseconds(0));
+}
+
 TEST(HeartbeatTest, SingleNode_NeverSilent) {
   HashStore store;
   Heartbeat a(store, "p/", 1, 0, milliseconds(100), milliseconds(200));
