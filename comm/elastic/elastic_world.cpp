@@ -183,10 +183,13 @@ std::shared_ptr<ProcessGroup> ElasticWorld::advance() {
         Clock::now() >= reform_at) {
       // The last generation failed, yet the agents announce no change and none of its nodes
       // left (e.g. a collective timed out): its members form it again, as the next number; of
-      // several proposals the first wins. When a node left, the agents decide (they keep MIN).
+      // several proposals the first wins. When a node left, or its registration is not in the
+      // store (a restarted rendezvous server its agent did not give it back to), the agents
+      // decide (they keep MIN).
       bool any_left = false;
       for (const MemberNode& node : latest->nodes) {
-        any_left = any_left || store_->check({left_key(node.id)});
+        any_left = any_left || store_->check({left_key(node.id)}) ||
+                   !store_->check({node_key(node.id)});
       }
       if (!any_left) {
         const Generation again{.number = latest->number + 1, .nodes = latest->nodes};

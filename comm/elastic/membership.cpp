@@ -134,6 +134,24 @@ Generation propose_generation(Store& store, const Generation& proposal) {
   return stored;
 }
 
+namespace {
+
+// The first slot from the counter on that no other incarnation holds, taken for id. After a
+// server restart the counter may be below slots that live incarnations hold again: those are
+// skipped, never overwritten.
+int64_t claim_slot(Store& store, const std::string& id) {
+  constexpr int kMaxAttempts = 10000;
+  for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
+    const int64_t slot = store.add(kSlotsKey, 1) - 1;
+    const CompareSetResult result = store.compare_set(slot_key(slot), Bytes{}, to_bytes(id));
+    if (result.swapped || to_string(result.current) == id) return slot;
+  }
+  HSGD_THROW(CommError, "elastic membership: no free slot for node ", id, " after ", kMaxAttempts,
+             " attempts (", kSlotsKey, " and the slot keys disagree)");
+}
+
+}  // namespace
+
 int64_t register_node(Store& store, const MemberNode& node, Duration alive_linger) {
   check_word("node id", node.id);
   check_word("host", node.host);
@@ -141,9 +159,17 @@ int64_t register_node(Store& store, const MemberNode& node, Duration alive_linge
   // in this order too, owned keys first).
   store.set_owned(alive_key(node.id), to_bytes("1"), alive_linger);
   store.set(node_key(node.id), to_bytes(node.host + " " + std::to_string(node.local_world_size)));
-  const int64_t slot = store.add(kSlotsKey, 1) - 1;
-  store.set(slot_key(slot), to_bytes(node.id));
-  return slot;
+  return claim_slot(store, node.id);
+}
+
+int64_t keep_registration(Store& store, const MemberNode& node, int64_t slot) {
+  const std::string key = slot_key(slot);
+  if (store.check({key}) && to_string(store.get(key, std::chrono::seconds(10))) == node.id) {
+    const int64_t count = read_int(store, kSlotsKey).value_or(0);
+    if (count <= slot) store.add(kSlotsKey, slot + 1 - count);
+    return slot;
+  }
+  return claim_slot(store, node.id);
 }
 
 std::vector<Registration> read_registrations(Store& store) {

@@ -9,8 +9,10 @@
 //
 // Keys (in the job's store namespace; no attempt prefix, an elastic job has no attempts):
 //   hsgd-run/elastic/node/<id>     the NodeRecord of a registered incarnation ("host lws")
-//   hsgd-run/elastic/slots         counter: registrations so far
-//   hsgd-run/elastic/slot/<j>      the id of the j-th registration (j from the counter)
+//   hsgd-run/elastic/slots         counter: at least the registrations so far (each agent keeps
+//                                  it above its own slot: keep_registration)
+//   hsgd-run/elastic/slot/<j>      the id of the incarnation that holds slot j (j from the
+//                                  counter, taken with compare_set: a held slot is skipped)
 //   hsgd-run/elastic/alive/<id>    set by the incarnation's agent before it registers, as a key
 //                                  owned by its store client (Store::set_owned): the rendezvous
 //                                  server deletes it soon after that process's connections
@@ -107,9 +109,18 @@ std::optional<Generation> read_latest_generation(Store& store);
 Generation propose_generation(Store& store, const Generation& proposal);
 
 // Registers an incarnation: its alive key (owned, lingering alive_linger after this client's
-// connections closed), its node record and the next slot. Returns the slot.
+// connections closed), its node record and the next free slot (one that no other incarnation
+// holds). Returns the slot.
 int64_t register_node(Store& store, const MemberNode& node,
                       Duration alive_linger = std::chrono::seconds(1));
+// Keeps a registration listed after the rendezvous server was restarted and its clients
+// re-published the job: the slots counter (a sum of the clients' shares) lacks the shares of the
+// clients that died meanwhile, so it may be at or below `slot`, which read_registrations would
+// then skip; and `slot` may now name another incarnation (this one took it while the counter was
+// low, then its earlier holder re-published it). Raises the counter above `slot` when `slot`
+// still holds node.id, else takes the next free slot. Returns the slot held.
+// Called by each agent every round.
+int64_t keep_registration(Store& store, const MemberNode& node, int64_t slot);
 // Every registered incarnation in slot order, with whether it has left (left/<id> set) and,
 // while it has not, whether its alive key is still there.
 struct Registration {

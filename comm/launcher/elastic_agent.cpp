@@ -25,10 +25,15 @@ using elastic::MemberNode;
 using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 
+// How long the agents wait, after a restart of the rendezvous server, for the agent of a member
+// of the newest generation to re-publish its registration (see observe_membership).
+constexpr milliseconds kRepublishWait{10000};
+
 // One incarnation of this node: its registration, workers and heartbeat.
 struct ElasticAgent::Incarnation {
   int index = 0;
   MemberNode self;
+  int64_t slot = -1;  // the registration's slot (membership.h)
   std::unique_ptr<OutputRouter> output;
   std::vector<WorkerProcess> workers;  // by local rank
   std::vector<int> ranks;              // the RANK each worker got, its key in `output`
@@ -169,14 +174,14 @@ void ElasticAgent::start(Incarnation& inc) {
       MemberNode{.id = host_ + "-" + std::to_string(::getpid()) + "-" + std::to_string(inc.index),
                  .host = host_,
                  .local_world_size = options_.nproc_per_node};
-  const int64_t slot = elastic::register_node(*store_, inc.self, alive_linger());
+  inc.slot = elastic::register_node(*store_, inc.self, alive_linger());
   inc.heartbeat = std::make_unique<HeartbeatBoard>(
       *store_, elastic::kElasticPrefix, inc.self.id,
       std::min<milliseconds>(milliseconds(1000), options_.heartbeat_timeout / 4),
       options_.heartbeat_timeout);
   inc.heartbeat->beat(Clock::now());
   logger()->info("{}: job '{}': node {} ('{}') registered (slot {}), {} worker(s), {}..{} nodes",
-                 options_.names.agent, options_.run_id, inc.self.id, host_, slot,
+                 options_.names.agent, options_.run_id, inc.self.id, host_, inc.slot,
                  options_.nproc_per_node, options_.min_nodes, options_.max_nodes);
 
   // The newest generation that already holds this incarnation, if any, gives the ranks.
@@ -285,12 +290,34 @@ std::optional<ElasticAgent::Outcome> ElasticAgent::observe_membership(Incarnatio
   const auto now = Clock::now();
   // 2. Who is alive: registered, not left, and beating.
   std::vector<elastic::Registration> registrations = elastic::read_registrations(*store_);
+  const auto listed = [&registrations](const std::string& id) {
+    return std::any_of(registrations.begin(), registrations.end(),
+                       [&id](const auto& r) { return r.node.id == id; });
+  };
+  if (!listed(inc.self.id)) {
+    // A restarted rendezvous server lost part of the slots counter, or another incarnation
+    // holds this one's slot (membership.h, keep_registration).
+    const int64_t slot = elastic::keep_registration(*store_, inc.self, inc.slot);
+    if (slot != inc.slot) {
+      logger()->warn(
+          "{}: node {} registered again at slot {}: its slot {} names another incarnation since "
+          "the rendezvous server was restarted",
+          names.agent, inc.self.id, slot, inc.slot);
+      inc.slot = slot;
+    }
+    registrations = elastic::read_registrations(*store_);
+  }
   std::vector<std::string> watched;
   for (const auto& r : registrations) {
     if (!r.left) watched.push_back(r.node.id);
   }
   const std::vector<std::string> silent = inc.heartbeat->tick(now, watched);
-  const std::optional<Generation> latest = elastic::read_latest_generation(*store_);
+  std::optional<Generation> latest = elastic::read_latest_generation(*store_);
+  if (adopted_ && (!latest || latest->number < adopted_->number)) {
+    // A restarted rendezvous server that did not get the newest generation back (its proposer
+    // is gone, or not back yet): written again, so that no generation number is used twice.
+    latest = elastic::propose_generation(*store_, *adopted_);
+  }
   const Suspects suspects = silent_after_failure(inc, latest, now);
   std::vector<MemberNode> alive;
   for (auto& r : registrations) {
@@ -355,18 +382,18 @@ std::optional<ElasticAgent::Outcome> ElasticAgent::observe_membership(Incarnatio
   }
   // A member of the newest generation whose registration is not in the store, yet not declared
   // gone: a restarted rendezvous server is being given the job back by its clients, one at a
-  // time. Nothing is proposed until its agent re-published it, for heartbeat_timeout at most.
+  // time. Nothing is proposed until its agent re-published it: a live agent does so within its
+  // reconnection backoff (at most 2 s, tcp_store.h) of the server's return; one that did not
+  // within kRepublishWait (or heartbeat_timeout, if shorter) died meanwhile.
   bool unlisted = false;
   if (latest) {
-    for (const MemberNode& node : latest->nodes) {
-      const bool listed = std::any_of(registrations.begin(), registrations.end(),
-                                      [&](const auto& r) { return r.node.id == node.id; });
-      unlisted = unlisted || !listed;
-    }
+    for (const MemberNode& node : latest->nodes) unlisted = unlisted || !listed(node.id);
   }
   if (unlisted) {
     if (!inc.unlisted_since) inc.unlisted_since = now;
-    if (now - *inc.unlisted_since < options_.heartbeat_timeout) return std::nullopt;
+    if (now - *inc.unlisted_since < std::min(kRepublishWait, options_.heartbeat_timeout)) {
+      return std::nullopt;
+    }
   } else {
     inc.unlisted_since.reset();
   }

@@ -73,7 +73,10 @@ std::vector<std::string> HeartbeatBoard::tick(Clock::time_point now,
 std::chrono::milliseconds HeartbeatBoard::silent_for(const std::string& id,
                                                      Clock::time_point now) const {
   const auto it = seen_.find(id);
-  if (it == seen_.end() || now < it->second.last_change) return std::chrono::milliseconds(0);
+  // Nobody is blamed for the time this agent could not look (as in tick()).
+  if (it == seen_.end() || now < it->second.last_change || now - last_read_ > 2 * interval_) {
+    return std::chrono::milliseconds(0);
+  }
   return std::chrono::duration_cast<std::chrono::milliseconds>(now - it->second.last_change);
 }
 

@@ -64,8 +64,9 @@ class HeartbeatBoard {
   // Never blocks longer than one store round trip.
   std::vector<std::string> tick(Clock::time_point now, const std::vector<std::string>& ids);
 
-  // How long id's counter has not changed, as of the last tick() that read it (zero for an id
-  // never watched). A tick after a gap in this agent's reads restarts every member's count.
+  // How long id's counter has not changed, as of the last tick() that read it: zero for an id
+  // never watched, and while this agent has not read the counters for two intervals (the
+  // rendezvous server is away); a tick after such a gap restarts every member's count.
   std::chrono::milliseconds silent_for(const std::string& id, Clock::time_point now) const;
 
   std::chrono::milliseconds timeout() const { return timeout_; }

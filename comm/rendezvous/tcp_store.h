@@ -26,7 +26,8 @@
 //   with compare_set, and the sum of its add() deltas per key, minus deleted keys). When it
 //   reaches a server that is a new instance (the handshake says so), it writes all of it there
 //   before any other operation of this client proceeds: counters by adding its own deltas, so
-//   that the sum over a job's clients is rebuilt. A key this client wrote and another client
+//   that the sum over a job's clients is rebuilt; a key it won with compare_set only if no
+//   other client wrote it there first. A key this client wrote and another client
 //   deleted comes back then (nothing tells it of the delete). Once it wrote anything, a
 //   background thread looks at its idle connections every 250 ms, so that a client which is
 //   not using the store (a worker training) re-publishes within moments of the server coming

@@ -28,7 +28,7 @@ bool TcpStoreJournal::record(const proto::Request& request, const proto::Respons
     }
     case proto::OP_COMPARE_SET:
       if (!response.flag()) return false;
-      written_[request.keys(0)] = Written{.value = request.values(1)};
+      written_[request.keys(0)] = Written{.value = request.values(1), .won = true};
       return true;
     case proto::OP_DELETE_KEY:
       written_.erase(request.keys(0));
@@ -58,7 +58,16 @@ TcpStoreJournal::Replay TcpStoreJournal::replay(uint64_t max_keys_per_request,
   append_owned(out);
   for (const auto& [key, written] : written_) {
     if (written.owned) continue;
-    if (written.counter) {
+    if (written.won) {
+      // First writer wins on the new server too: a key that another client wrote there since
+      // (a proposal made before this client was back) is not overwritten.
+      proto::Request claim;
+      claim.set_op(proto::OP_COMPARE_SET);
+      claim.add_keys(key);
+      claim.add_values(std::string());
+      claim.add_values(written.value);
+      out.requests.push_back(std::move(claim));
+    } else if (written.counter) {
       if (written.contribution == 0) continue;
       proto::Request add;
       add.set_op(proto::OP_ADD);

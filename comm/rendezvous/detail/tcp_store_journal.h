@@ -7,7 +7,9 @@
 // sum of its add() deltas (its share of a counter; a key it set and then added to keeps the
 // value the add returned). delete_key forgets the key. replay() turns it into requests: values
 // in multi_set batches within the server's limits, counters as one add each, so that the
-// counters of a job's clients sum up again on the new server. Owned keys (set_owned) are
+// counters of a job's clients sum up again on the new server, and keys last written by a
+// compare_set it won as one compare_set each that only creates the key (first writer wins on the
+// new server too: what another client wrote there meanwhile stays). Owned keys (set_owned) are
 // replayed first, one OP_SET_OWNED each with its linger; replay_owned() gives them alone, for a
 // server that is the same instance but may have expired them while the client had no
 // connection.
@@ -45,6 +47,7 @@ class TcpStoreJournal {
     bool counter = false;  // add() deltas (contribution), else a value
     std::string value;
     int64_t contribution = 0;
+    bool won = false;       // last written by a compare_set this client won
     bool owned = false;     // set with OP_SET_OWNED
     int64_t linger_ms = 0;  // its linger, when owned
   };

@@ -102,5 +102,59 @@ TEST(MembershipTest, Registrations_InSlotOrderWithLeft) {
   EXPECT_THROW(register_node(store, MemberNode{.id = "c 1", .host = "c"}), CommError);
 }
 
+// A restarted rendezvous server gets the job back from the clients that are still alive: each
+// re-publishes the keys it wrote and its share of the slots counter. Node b (slot 1) died before
+// the restart, so the counter comes back as 3 while d still holds slot 3.
+std::vector<MemberNode> republished_after_b_died(HashStore& store) {
+  const std::vector<MemberNode> nodes = {{.id = "a-1-0", .host = "a"},
+                                         {.id = "b-2-0", .host = "b"},
+                                         {.id = "c-3-0", .host = "c"},
+                                         {.id = "d-4-0", .host = "d"}};
+  store.add(kSlotsKey, 3);
+  for (const int slot : {0, 2, 3}) {
+    const MemberNode& n = nodes[static_cast<size_t>(slot)];
+    store.set(alive_key(n.id), to_bytes("1"));
+    store.set(node_key(n.id), to_bytes(n.host + " 1"));
+    store.set(slot_key(slot), to_bytes(n.id));
+  }
+  return nodes;
+}
+
+std::vector<std::string> ids(const std::vector<Registration>& registrations) {
+  std::vector<std::string> out;
+  for (const Registration& r : registrations) out.push_back(r.node.id);
+  return out;
+}
+
+TEST(MembershipTest, AfterServerRestart_ANewNodeNeverTakesALiveNodesSlot) {
+  HashStore store;
+  const std::vector<MemberNode> nodes = republished_after_b_died(store);
+  // d is not listed until its agent raises the counter again.
+  EXPECT_EQ(ids(read_registrations(store)), (std::vector<std::string>{"a-1-0", "c-3-0"}));
+  const MemberNode b1{.id = "b-2-1", .host = "b"};
+  const int64_t slot = register_node(store, b1);
+  EXPECT_EQ(slot, 4) << "slot 3 is d's";
+  EXPECT_EQ(keep_registration(store, nodes[3], 3), 3);
+  EXPECT_EQ(keep_registration(store, nodes[0], 0), 0);
+  EXPECT_EQ(keep_registration(store, b1, slot), slot);
+  EXPECT_EQ(ids(read_registrations(store)),
+            (std::vector<std::string>{"a-1-0", "c-3-0", "d-4-0", "b-2-1"}));
+}
+
+TEST(MembershipTest, AfterServerRestart_ANodeWhoseSlotWasRepublishedRegistersAgain) {
+  HashStore store;
+  const std::vector<MemberNode> nodes = republished_after_b_died(store);
+  // The new incarnation registered before d re-published slot 3 (here: d's slot is taken back).
+  store.delete_key(slot_key(3));
+  const MemberNode b1{.id = "b-2-1", .host = "b"};
+  EXPECT_EQ(register_node(store, b1), 3);
+  store.set(slot_key(3), to_bytes(nodes[3].id));  // d re-publishes
+  EXPECT_EQ(keep_registration(store, nodes[3], 3), 3);
+  const int64_t again = keep_registration(store, b1, 3);
+  EXPECT_GT(again, 3);
+  EXPECT_EQ(ids(read_registrations(store)),
+            (std::vector<std::string>{"a-1-0", "c-3-0", "d-4-0", "b-2-1"}));
+}
+
 }  // namespace
 }  // namespace hsgd::comm::elastic

@@ -91,6 +91,9 @@ TEST(HeartbeatBoardTest, SilentFor_GrowsFromTheLastChangeSeen) {
   EXPECT_LE(silent, t - last_beat);
   EXPECT_GE(silent, t - last_beat - milliseconds(100));
   EXPECT_EQ(a.silent_for("b", t + milliseconds(50)), silent + milliseconds(50));
+  // This agent could not read for longer than two intervals (the server was away): nobody is
+  // silent for that time.
+  EXPECT_EQ(a.silent_for("b", t + milliseconds(250)), milliseconds(0));
   // b beats again: its silence ends at the next read.
   b.beat(t);
   t += milliseconds(100);
