@@ -39,7 +39,6 @@
 #include "framework/data/synthetic_dataset.h"
 #include "framework/nn/nn.h"
 #include "framework/train/optimizer.h"
-#include "framework/train/trainer.h"
 
 // ---- checkpoints ----
 #include "framework/checkpoint/checkpointer.h"

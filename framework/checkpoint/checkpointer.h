@@ -11,7 +11,7 @@
 //   ckpt.add_module("model", model);            // parameters, buffers and generators
 //   ckpt.add("optimizer", *optimizer);           // anything with state_dict()/load_state_dict()
 //   ckpt.add("scheduler", scheduler);            //   (optimizers, LR schedulers, averagers,
-//   ckpt.add("loader", loader);                  //    Trainer, PostLocalSGDState, DataLoader)
+//   ckpt.add("loader", loader);                  //    PostLocalSGDState, DataLoader)
 //   ckpt.add_generator("augment_rng", gen);
 //   int64_t step = 0;
 //   if (auto resumed = ckpt.load()) step = resumed->step;   // also resumed->path

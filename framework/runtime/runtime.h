@@ -31,7 +31,7 @@
 // failure in the averaging after the optimizer step counts the step and lets the next
 // generation's state agreement replace the averaging.
 //
-// Generations (elastic; see framework/runtime/state_agreement.h for the agreement itself):
+// Generations (elastic; framework/runtime/generation.cpp holds the agreement itself):
 //   - entering one, the members agree on the state: survivors of a failure average their
 //     replicas, the most advanced replica is sent to every rank behind it (joiners), every rank
 //     checks a hash of the parameters; a job in which no member holds a live state loads the

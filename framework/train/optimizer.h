@@ -1,5 +1,5 @@
 #pragma once
-// The optimizer interface a training loop, the Trainer and the model averagers need. It lives in
+// The optimizer interface a training loop, the Runtime and the model averagers need. It lives in
 // framework/ so that framework code never includes optim/ (where SGD etc. are implemented).
 //
 // An Optimizer owns a list of ParamGroups: parameter handles plus hyper-parameters, as

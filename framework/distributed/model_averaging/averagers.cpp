@@ -79,10 +79,6 @@ void ModelAverager::load_state_dict(const StateDict& state) {
   whole_group_start_step_ = -1;
 }
 
-void ModelAverager::after_step(StepContext& context) {
-  average_parameters(context.optimizer.param_groups());
-}
-
 void ModelAverager::average_at_level(size_t level, const std::vector<Tensor>& params,
                                      comm::ProcessGroup* group) {
   const std::vector<Tensor> to_average = get_params_to_average(params);

@@ -45,8 +45,8 @@
 //     optimizer->step();
 //     averager->average_parameters(model->parameters());
 //   }
-// or plug it into a Trainer as a post-step stage (trainer.add_stage(averager)), or wrap the
-// optimizer in optim::PostLocalSGDOptimizer.
+// or wrap the optimizer in optim::PostLocalSGDOptimizer, or let runtime::Runtime build the
+// averagers (ParallelOptions).
 
 #include <cstdint>
 #include <memory>
@@ -58,7 +58,6 @@
 #include "framework/distributed/model_averaging/utils.h"
 #include "framework/tensor/tensor.h"
 #include "framework/train/optimizer.h"
-#include "framework/train/trainer.h"
 
 namespace hsgd::distributed {
 namespace detail {
@@ -89,14 +88,13 @@ struct AveragingLevelStats {
   double overlap_wait_seconds = 0.0;
 };
 
-// Base class. Usable as a Trainer post-step stage: after_step() averages the optimizer's
-// param groups.
-class ModelAverager : public PostStepStage {
+// Base class.
+class ModelAverager {
  public:
   ModelAverager(const ModelAverager&) = delete;
   ModelAverager& operator=(const ModelAverager&) = delete;
   // Waits for averagings still in flight (bounded by the group timeout) without merging them.
-  ~ModelAverager() override;
+  virtual ~ModelAverager();
 
   // Averages params if the schedule says so at the current step; then step() += 1.
   virtual void average_parameters(const std::vector<Tensor>& params) = 0;
@@ -151,9 +149,6 @@ class ModelAverager : public PostStepStage {
   // has more levels than this averager; nothing is changed then.
   virtual void load_state_dict(const StateDict& state);
   const std::shared_ptr<comm::ProcessGroup>& process_group() const { return pg_; }
-
-  // PostStepStage: average_parameters(context.optimizer.param_groups()).
-  void after_step(StepContext& context) override;
 
  protected:
   ModelAverager(std::shared_ptr<comm::ProcessGroup> pg, ModelAveragerOptions options,
