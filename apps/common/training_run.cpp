@@ -120,6 +120,15 @@ class Printer : public runtime::RunListener {
                                 e.seconds, e.images_per_second));
   }
 
+  void on_checkpoint(const runtime::CheckpointEvent& e) override {
+    if (!e.lead) return;
+    reporter_->print(format_row("checkpoint: step %lld -> %s%s (written in the background; "
+                                "training stalled %.1f ms)\n",
+                                static_cast<long long>(e.step), e.path.c_str(),
+                                e.preemption ? " on the preemption signal" : "",
+                                1000 * e.stall_seconds));
+  }
+
   const distributed::ModelAverager* averager() const { return averager_; }
 
  private:

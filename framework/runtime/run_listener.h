@@ -85,6 +85,17 @@ struct StepEvent {
   int64_t generation = 0;
 };
 
+// A checkpoint handed to the writer (written in the background; checkpoint::Checkpointer).
+struct CheckpointEvent {
+  bool lead = false;
+  int64_t step = 0;
+  std::string path;            // DIR/step_<step>
+  double stall_seconds = 0;    // this rank's training thread, in the save: the snapshot, waiting
+                               // for the previous write, and (elastic, preemption between world
+                               // averagings) averaging the replicas first
+  bool preemption = false;     // written on SIGUSR1/SIGTERM
+};
+
 struct EvalEvent {
   bool lead = false;
   int64_t step = 0;
@@ -116,6 +127,7 @@ class RunListener {
   virtual void on_eval(const EvalEvent&) {}
   virtual void on_eval_end() {}
   virtual void on_epoch(const EpochEvent&) {}
+  virtual void on_checkpoint(const CheckpointEvent&) {}
 };
 
 }  // namespace hsgd::runtime

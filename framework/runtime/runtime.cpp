@@ -196,7 +196,7 @@ Leave Loop::train_generation() {
     maybe_checkpoint(end_of_epoch);
     if (preemption_ && preemption_->stop_now()) {
       preempted_ = true;
-      save_checkpoint();
+      save_checkpoint(/*preemption=*/true);
       preempted_checkpoint_ = checkpointer_->dir() + "/step_" + std::to_string(replica_.step);
       checkpointer_->wait();
       return Leave::kPreempted;
@@ -367,8 +367,9 @@ void Loop::maybe_checkpoint(bool end_of_epoch) {
   }
 }
 
-void Loop::save_checkpoint() {
+void Loop::save_checkpoint(bool preemption) {
   if (!checkpointer_ || replica_.step <= last_saved_) return;
+  const auto start = Clock::now();
   bool equal = at_world_boundary() && !(parallel_.averager && parallel_.averager->has_pending());
   if (elastic_ && !equal) {
     // A preemption between world averagings: the replicas are averaged first, so that the job
@@ -382,6 +383,11 @@ void Loop::save_checkpoint() {
   }
   checkpointer_->save(replica_.step, {.replicas_equal = equal});
   last_saved_ = replica_.step;
+  listener_->on_checkpoint({.lead = lead_,
+                            .step = replica_.step,
+                            .path = checkpointer_->dir() + "/step_" + std::to_string(replica_.step),
+                            .stall_seconds = seconds_since(start),
+                            .preemption = preemption});
 }
 
 }  // namespace detail

@@ -72,7 +72,7 @@ class Loop {
   bool overlapped_world_start() const;
   // A checkpoint when one is due after this step (elastic: at a world boundary).
   void maybe_checkpoint(bool end_of_epoch);
-  void save_checkpoint();
+  void save_checkpoint(bool preemption = false);
 
   // ---- generation.cpp: entering and leaving a generation ----
   void enter_generation(bool after_failure);
