@@ -7,12 +7,16 @@ on this machine and trains the MLP example (apps/train_mlp), or with --model res
 over the whole world every 8 steps), three times:
 
   A  elastic (--nnodes 2:N, N = --nodes), no fault: the baseline.
-  B  elastic (--nnodes 2:N), a kill schedule: kill -9 of one node's hsgd-run and its workers,
-     the first 20-40 s after the first step, then every 20-40 s (--kills of them, node chosen at
-     random with --seed); the same hsgd-run command is started again --restart-delay s later.
-  C  fixed-size (--nnodes N) with --checkpoint-dir, the same kill schedule (same seed: the same
-     nodes at the same seconds after the first step): the survivors restart the whole job, which
-     resumes from the newest checkpoint once the killed node's hsgd-run is back.
+  B  elastic (--nnodes 2:N) with --checkpoint-dir (its own) and --checkpoint-every K (K =
+     --checkpoint-every; --no-elastic-checkpoints: none), a kill schedule: kill -9 of one node's
+     hsgd-run and its workers, the first 20-40 s after the first step, then every 20-40 s
+     (--kills of them, node chosen at random with --seed); the same hsgd-run command is started
+     again --restart-delay s later. A restarted node joins with a peer's live state, not the
+     checkpoint.
+  C  fixed-size (--nnodes N) with --checkpoint-dir and --checkpoint-every K, the same kill
+     schedule (same seed: the same nodes at the same seconds after the first step): the survivors
+     restart the whole job, which resumes from the newest checkpoint once the killed node's
+     hsgd-run is back.
 
 Network (--network): in namespace mode (netns; the default when root and `ip netns add` works)
 node slot K runs in its own network namespace, whose only link (a veth) leads to a bridge in a
@@ -41,8 +45,11 @@ hsgd-runs' piped stdout (one reader thread per hsgd-run); every node writes its 
 file (one per incarnation, the only difference between the command of a node and its restart).
 Per failure it reports the time from the kill to the survivors' first step of the next
 generation (B) or after the restart (C), the steps thrown away, the time until the killed node
-trains again, and worker-seconds wasted; per run the final test accuracy and the training
-efficiency. Definitions are printed with the table and stored in the JSON.
+trains again, and worker-seconds wasted; per run the final test accuracy, the training
+efficiency, and the checkpoints rank 0 reported ("checkpoint: step N -> DIR/step_N (...;
+training stalled X ms)"): how many, and the median and max of X, the training thread's time
+inside a save (the write itself runs in the background). Definitions are printed with the table
+and stored in the JSON.
 
 On a machine with fewer cores than workers, the survivors get the lost node's CPU: the
 worker-steps per second of the whole machine hardly depend on how many workers run. Measured
@@ -89,6 +96,9 @@ GEN_RE = re.compile(r"train_(?:mlp|resnet): generation (\d+): (.*)")
 EPOCH_RE = re.compile(r"\]\s+(\d+)\s+(\d+)\s+([0-9.]+)\s+([0-9.]+)%\s+([0-9.]+)\s+([0-9.]+)%")
 FINAL_RE = re.compile(r"final test accuracy: ([0-9.]+)%")
 AGENT_GEN_RE = re.compile(r"hsgd-run: generation (\d+): (.*)")
+# rank 0's line per checkpoint handed to the background writer
+CHECKPOINT_RE = re.compile(r"checkpoint: step (\d+) -> \S+( on the preemption signal)? "
+                           r"\(written in the background; training stalled ([0-9.]+) ms\)")
 
 
 def parent_map():
@@ -273,11 +283,14 @@ class Run:
         os.makedirs(self.dir, exist_ok=True)
         self.elastic = elastic
         self.kill_plan = kills  # [(seconds after the first step, node)]
+        # C always; B unless --no-elastic-checkpoints; A never (the baseline)
+        self.writes_checkpoints = name == "C" or (name == "B" and not args.no_elastic_checkpoints)
         self.lock = threading.Lock()
         self.steps = []  # (t, step, loss, generation, world, node label)
         self.gens = []  # (t, generation, text)
         self.agent_gens = []  # (t, node label, generation, text)
         self.epochs = []  # (t, epoch, steps, test accuracy)
+        self.checkpoints = []  # (t, step, training thread's stall in ms, on preemption, label)
         self.final_acc = None
         self.other = []  # (t, label, line) of restarts, resumes, errors
         self.kills = []  # dicts, one per failure: "kind" is "kill" or "link down"
@@ -319,6 +332,11 @@ class Run:
             if m:
                 self.final_acc = float(m.group(1))
                 return
+            m = CHECKPOINT_RE.search(line)
+            if m:
+                self.checkpoints.append((t, int(m.group(1)), float(m.group(3)),
+                                         m.group(2) is not None, proc.label))
+                return
             if re.search(r"resum|restart|attempt|error|Error|FAIL|fail|lost", line):
                 self.other.append((t, proc.label, line))
 
@@ -351,7 +369,7 @@ class Run:
                 "1", "--seed", str(a.seed), "--metrics-out", metrics] + MODE + a.model_flags
         if a.train_subset:
             argv += ["--train-subset", str(a.train_subset)]
-        if not self.elastic:
+        if self.writes_checkpoints:
             argv += ["--checkpoint-dir", os.path.join(self.dir, "checkpoints"),
                      "--checkpoint-every", str(a.checkpoint_every)]
         return argv
@@ -732,6 +750,20 @@ def analyse_failures(run, base, ws_s):
     return out
 
 
+def checkpoint_facts(run):
+    """The checkpoints rank 0 reported: how many, at which steps, and the training thread's stall
+    per save (median, max; ms). None where the run writes none."""
+    if not run.writes_checkpoints:
+        return {"checkpoint_every": None, "checkpoints_saved": None}
+    stalls = [c[2] for c in run.checkpoints]
+    return {"checkpoint_every": run.args.checkpoint_every,
+            "checkpoints_saved": len(run.checkpoints),
+            "checkpoints_on_preemption": sum(1 for c in run.checkpoints if c[3]),
+            "checkpoint_steps": [c[1] for c in run.checkpoints],
+            "checkpoint_stall_ms_median": statistics.median(stalls) if stalls else None,
+            "checkpoint_stall_ms_max": max(stalls) if stalls else None}
+
+
 def analyse(run, base=None):
     seen, repeats, executed = step_facts(run)
     t_last = run.steps[-1][0] if run.steps else run.t_first
@@ -742,6 +774,7 @@ def analyse(run, base=None):
          "evaluation_gap_s": evaluation_gap(run),
          "generations": len({g[1] for g in run.gens}), "exit_codes": run.exit_codes,
          "kill_plan": run.kill_plan, "loadavg_start_end": run.loadavg}
+    r.update(checkpoint_facts(run))
     # useful worker-steps: every unique step times the world that ran it
     useful = sum(s[4] for s in seen.values())
     r["worker_steps"] = useful
@@ -886,6 +919,22 @@ def table(results):
         fmt(b["efficiency_shared_own_pace"], ".2f"), fmt(c["efficiency_shared_own_pace"], ".2f"))
     row("training efficiency, one core per worker (modelled)", "1.00",
         fmt(b["efficiency_dedicated"], ".2f"), fmt(c["efficiency_dedicated"], ".2f"))
+
+    def saved(r):
+        if r["checkpoints_saved"] is None:
+            return "-"
+        pre = r["checkpoints_on_preemption"]
+        return (f"{r['checkpoints_saved']} (every {r['checkpoint_every']} steps"
+                + (f"; {pre} on the preemption signal)" if pre else ")"))
+
+    def stall(r):
+        if not r["checkpoints_saved"]:
+            return "-"
+        return (f"{fmt(r['checkpoint_stall_ms_median'])} / "
+                f"{fmt(r['checkpoint_stall_ms_max'])}")
+
+    row("checkpoints saved (rank 0's lines)", *(saved(r) for r in (a, b, c)))
+    row("training stalled per save, median / max (ms)", *(stall(r) for r in (a, b, c)))
     return "\n".join(lines)
 
 
@@ -916,7 +965,10 @@ hsgd-runs' stdout):
   steps) over the worker-steps an unfaulted run makes in the same time; shared cores: in the
   measured wall time at A's pace, or at the run's own pace before its first kill (the other
   jobs on the machine change the pace from run to run); one core per worker: in (step lines
-  incl. repeats x A's median step + the pauses)."""
+  incl. repeats x A's median step + the pauses).
+- checkpoints saved: rank 0's "checkpoint: step N -> DIR/step_N" lines (a save's write runs in
+  the background; C counts the saves of every restart, and those on its agents' SIGTERM);
+  training stalled: the time rank 0's training thread spent inside a save, as it reports."""
 
 LINK_DOWN_DEFINITION = """\
 - link down (namespace mode): the node's only link is set down for --restart-delay s instead of
@@ -1002,7 +1054,9 @@ def plot(runs, results, path, model="MLP", netns=False):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    # the title and the three runs; the rest of the docstring is in the script
+    p = argparse.ArgumentParser(description="\n\n".join(__doc__.split("\n\n")[:3]),
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--build", default="build", help="build directory (default build)")
     p.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
     p.add_argument("--model", choices=["mlp", "resnet20"], default="mlp",
@@ -1016,7 +1070,7 @@ def main():
                    "(default: 0 for mlp, 12000 for resnet20)")
     p.add_argument("--nodes", type=int, default=4, help="nodes of one worker each (default 4; "
                    "other counts write chaos_experiment[_MODEL]_<N>nodes.*)")
-    p.add_argument("--kills", type=int, default=3)
+    p.add_argument("--kills", type=int, default=3, help="failures of runs B and C (default 3)")
     p.add_argument("--kill-interval", type=float, nargs=2, default=[20.0, 40.0],
                    metavar=("MIN", "MAX"), help="seconds between kills (the first after the "
                    "first step), uniform")
@@ -1030,9 +1084,12 @@ def main():
     p.add_argument("--link-down-at", type=int, default=None, metavar="K", help="namespace "
                    "mode: the K-th failure of the schedule takes the node's link down instead "
                    "of a kill (default 2; --quick 1; 0: none)")
-    p.add_argument("--max-restarts", type=int, default=5)
-    p.add_argument("--checkpoint-every", type=int, default=100, help="run C: steps between "
-                   "checkpoints")
+    p.add_argument("--max-restarts", type=int, default=5, help="hsgd-run --max-restarts "
+                   "(default 5)")
+    p.add_argument("--checkpoint-every", type=int, default=100, metavar="K", help="runs B "
+                   "and C: steps between checkpoints (default 100)")
+    p.add_argument("--no-elastic-checkpoints", action="store_true", help="run B writes no "
+                   "checkpoints (C always does)")
     p.add_argument("--seed", type=int, default=1, help="kill schedule and training seed")
     p.add_argument("--runs", default="A,B,C", help="subset of A,B,C to run (A is needed)")
     p.add_argument("--run-timeout", type=float, default=600.0, help="seconds per run")
@@ -1040,7 +1097,8 @@ def main():
                    "line for this long (from its start or its last step) is stopped, reported "
                    "and tried again")
     p.add_argument("--attempts", type=int, default=2, help="tries of a run that stalls")
-    p.add_argument("--out", default=os.path.join(ROOT, "docs", "results"))
+    p.add_argument("--out", default=os.path.join(ROOT, "docs", "results"), help="where the "
+                   "JSON and the plot go (default docs/results)")
     p.add_argument("--work", default=None, help="directory of the logs (default: a new one "
                    "under /tmp, kept)")
     p.add_argument("--quick", action="store_true", help="smoke run: 12000 examples, 16 epochs "
@@ -1141,6 +1199,8 @@ def experiment(args, work, out, net, network):
            "mode": MODE + args.model_flags, "results": results, "incidents": incidents,
            "events": {n: {"kills": r.kills, "generations": r.gens, "agent_generations":
                           r.agent_gens, "epochs": r.epochs, "other": r.other[:200],
+                          "checkpoints (time, step, stall ms, on preemption, node)":
+                          r.checkpoints,
                           "t_first": r.t_first,
                           "step lines (every 20th, and 5 before and 10 after each kill): "
                           "seconds since the first step, step, loss, generation, world, node":

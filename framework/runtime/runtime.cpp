@@ -16,7 +16,24 @@ namespace hsgd::runtime {
 
 Tensor StepContext::forward(const Tensor& x) const { return parallel_.forward(model_, x); }
 
-Runtime::Runtime(RuntimeOptions options) : options_(std::move(options)) {
+namespace {
+
+// Manifests and joiners compare the hierarchy's text: two spellings of one hierarchy must match.
+RuntimeOptions with_canonical_hierarchy(const RuntimeOptions& given) {
+  RuntimeOptions options = given;
+  if (options.hierarchy_text.empty()) return options;
+  try {
+    options.hierarchy_text =
+        distributed::format_hierarchy(distributed::parse_hierarchy(options.hierarchy_text));
+  } catch (const InvalidArgument&) {
+    // Not in the grammar (a name of the program's own): compared as given.
+  }
+  return options;
+}
+
+}  // namespace
+
+Runtime::Runtime(const RuntimeOptions& options) : options_(with_canonical_hierarchy(options)) {
   const std::string problem = check(options_.parallel);
   HSGD_CHECK_AS(InvalidArgument, problem.empty(), "Runtime: ", problem);
   HSGD_CHECK_AS(InvalidArgument, options_.epochs >= 1, "Runtime: epochs ", options_.epochs,

@@ -97,7 +97,7 @@ struct RuntimeOptions {
   int64_t max_steps = 0;  // 0: epochs x batches per rank (of the first generation)
   CheckpointOptions checkpoint{};
   // Recorded in checkpoint manifests and compared on resume: the model's name ("resnet20") and
-  // the hierarchy's text.
+  // the hierarchy's text (in distributed::format_hierarchy's canonical form when it parses).
   std::string model_name = "";
   std::string hierarchy_text = "";
   // What else every member of a job must share, beyond the model's tensors and the parallel
@@ -184,7 +184,7 @@ class TrainingStateLost : public Error {
 class Runtime {
  public:
   // Throws InvalidArgument for bad options (see RuntimeOptions).
-  explicit Runtime(RuntimeOptions options);
+  explicit Runtime(const RuntimeOptions& options);
   ~Runtime();
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;

@@ -159,6 +159,35 @@ TEST(RuntimeTest, ResumedFromItsCheckpoint_EndsBitwiseWhereAnUninterruptedRunEnd
   std::filesystem::remove_all(dir);
 }
 
+// The manifest records the hierarchy in its canonical form: a run that spells the same hierarchy
+// another way resumes from it; a different hierarchy is refused, naming both.
+TEST(RuntimeTest, Resume_ComparesTheHierarchyByMeaningNotSpelling) {
+  const std::string dir = testing::unique_temp_dir("runtime_hierarchy").string();
+  const auto run = [&](const std::string& hierarchy, int64_t max_steps) {
+    auto m = model();
+    RuntimeOptions options;
+    options.world = comm::init_process_group(comm::InitOptions{});
+    options.loader.batch_size = 8;
+    options.max_steps = max_steps;
+    options.checkpoint = {.dir = dir, .every = 4};
+    options.hierarchy_text = hierarchy;
+    Runtime rt(std::move(options));
+    rt.register_model(m);
+    rt.register_optimizer(sgd(m));
+    return rt.run(dataset(), classification_step);
+  };
+  EXPECT_EQ(run("8:world@outer=0.7", 4).step, 4);
+  EXPECT_EQ(run("8:world@outer=0.7/0", 8).step, 8);
+  try {
+    run("8:world@outer=0.5", 12);
+    FAIL() << "expected the checkpoint of another hierarchy to be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("outer=0.5"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("outer=0.7"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(dir);
+}
+
 TEST(RuntimeTest, StepFunctionReturningNoScalar_IsRefusedNamingTheShape) {
   auto m = model();
   Runtime rt({.world = comm::init_process_group(comm::InitOptions{}), .loader = {.batch_size = 8}});
