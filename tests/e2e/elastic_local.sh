@@ -114,7 +114,7 @@ late=(--nnodes 2:3 --nproc-per-node 1 --rdzv-endpoint "$endpoint" --rdzv-last-ca
 late_pids=()
 for n in 0 1 2; do
   if [ "$n" -eq 2 ]; then wait_for_step "$work/late.0" 30; fi
-  timeout 120 "$run" "${late[@]}" -- "${train[@]}" "${h[@]}" >"$work/late.$n" 2>&1 &
+  timeout 120 "$run" "${late[@]}" -- "${train[@]}" "${h[@]}" --eval-every 20 >"$work/late.$n" 2>&1 &
   pids+=($!)
   late_pids+=($!)
   if [ "$n" -eq 0 ]; then wait_registered "$work/late.0"; fi
@@ -130,7 +130,15 @@ join_step=$(sed -E 's/.* at step ([0-9]+).*/\1/' <<<"$line")
 [ $(((join_step - 1) % 8)) -eq 0 ] || fail "node 2 joined at step $join_step, not at a world averaging"
 grep -q 'received the state from rank 0' <<<"$line" || fail "the join did not send state: $line"
 grep -q 'equal on all 3 ranks' <<<"$line" || fail "the join did not compare 3 hashes: $line"
-echo "elastic_local: late joiner: joined at step $join_step (a world averaging step)"
+# --eval-every in an elastic run: rank 0 evaluates the average of the replicas every 20 steps,
+# in the generation before the join and in the one after.
+evals=$(grep -oE '^\[rank 0\] eval: epoch [0-9]+ step [0-9]+ train_s [0-9.]+ test_accuracy [0-9.]+%' "$work/late.0" |
+  awk '{print $7}' | tr '\n' ' ')
+awk -v j="$join_step" '{ for (i = 1; i <= NF; i++) { if ($i < j) b = 1; if ($i > j) a = 1 } }
+  END { exit !(a && b) }' <<<"$evals" ||
+  fail "no --eval-every line before and after the join at step $join_step: '$evals'"
+echo "elastic_local: late joiner: joined at step $join_step (a world averaging step); evaluations" \
+  "every 20 steps on both sides of it ($(wc -w <<<"$evals") lines)"
 
 # ---- 4. a late joiner with another model is refused by name and leaves; the job goes on
 other=(--nnodes 1:2 --nproc-per-node 1 --rdzv-endpoint "$endpoint" --rdzv-last-call 1
