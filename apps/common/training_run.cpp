@@ -122,11 +122,11 @@ class Printer : public runtime::RunListener {
 
   void on_checkpoint(const runtime::CheckpointEvent& e) override {
     if (!e.lead) return;
-    reporter_->print(format_row("checkpoint: step %lld -> %s%s (written in the background; "
-                                "training stalled %.1f ms)\n",
-                                static_cast<long long>(e.step), e.path.c_str(),
-                                e.preemption ? " on the preemption signal" : "",
-                                1000 * e.stall_seconds));
+    reporter_->print(
+        format_row("checkpoint: step %lld -> %s%s (written in the background; "
+                   "training stalled %.1f ms)\n",
+                   static_cast<long long>(e.step), e.path.c_str(),
+                   e.preemption ? " on the preemption signal" : "", 1000 * e.stall_seconds));
   }
 
   const distributed::ModelAverager* averager() const { return averager_; }

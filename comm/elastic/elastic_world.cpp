@@ -104,8 +104,8 @@ void ElasticWorld::abandon() {
       store_->set(failed_key(generation_.number),
                   to_bytes(std::to_string(options_.init.timeout.count())));
     } catch (const std::exception& e) {
-      logger()->debug("elastic generation {}: could not record the failure: {}",
-                      generation_.number, e.what());
+      logger()->debug("elastic generation {}: could not record the failure: {}", generation_.number,
+                      e.what());
     }
   }
   world_->abort();
@@ -188,8 +188,8 @@ std::shared_ptr<ProcessGroup> ElasticWorld::advance() {
       // decide (they keep MIN).
       bool any_left = false;
       for (const MemberNode& node : latest->nodes) {
-        any_left = any_left || store_->check({left_key(node.id)}) ||
-                   !store_->check({node_key(node.id)});
+        any_left =
+            any_left || store_->check({left_key(node.id)}) || !store_->check({node_key(node.id)});
       }
       if (!any_left) {
         const Generation again{.number = latest->number + 1, .nodes = latest->nodes};

@@ -338,7 +338,8 @@ std::optional<ElasticAgent::Outcome> ElasticAgent::observe_membership(Incarnatio
                      names.agent, r.node.id, r.node.host, options_.heartbeat_timeout.count(),
                      names.heartbeat_timeout);
     }
-    if (!r.left && std::find(suspects.ids.begin(), suspects.ids.end(), r.node.id) != suspects.ids.end()) {
+    if (!r.left &&
+        std::find(suspects.ids.begin(), suspects.ids.end(), r.node.id) != suspects.ids.end()) {
       store_->set(elastic::left_key(r.node.id), to_bytes("silent after a failed collective"));
       r.left = true;
       logger()->warn(
@@ -403,8 +404,9 @@ std::optional<ElasticAgent::Outcome> ElasticAgent::observe_membership(Incarnatio
   return std::nullopt;
 }
 
-ElasticAgent::Suspects ElasticAgent::silent_after_failure(
-    Incarnation& inc, const std::optional<Generation>& latest, Clock::time_point now) {
+ElasticAgent::Suspects ElasticAgent::silent_after_failure(Incarnation& inc,
+                                                          const std::optional<Generation>& latest,
+                                                          Clock::time_point now) {
   if (!latest) return {};
   if (inc.failure && inc.failure->nodes != latest->nodes) inc.failure.reset();
   if ((!inc.failure || inc.failure->generation < latest->number) &&

@@ -89,11 +89,11 @@ struct StepEvent {
 struct CheckpointEvent {
   bool lead = false;
   int64_t step = 0;
-  std::string path;            // DIR/step_<step>
-  double stall_seconds = 0;    // this rank's training thread, in the save: the snapshot, waiting
-                               // for the previous write, and (elastic, preemption between world
-                               // averagings) averaging the replicas first
-  bool preemption = false;     // written on SIGUSR1/SIGTERM
+  std::string path;          // DIR/step_<step>
+  double stall_seconds = 0;  // this rank's training thread, in the save: the snapshot, waiting
+                             // for the previous write, and (elastic, preemption between world
+                             // averagings) averaging the replicas first
+  bool preemption = false;   // written on SIGUSR1/SIGTERM
 };
 
 struct EvalEvent {
