@@ -63,10 +63,15 @@ StateDict broadcast_state(comm::ProcessGroup& world, int root, int64_t step, con
   if (world.rank() == root) return state;
   bytes.assign(reinterpret_cast<const char*>(words.data()),
                std::min(static_cast<size_t>(header[0]), words.size() * 8));
+  return decode_transferred(bytes, {.length = header[0], .crc32 = header[1]}, root, what);
+}
+
+StateDict decode_transferred(const std::string& bytes, TransferHeader sent, int root,
+                             const std::string& what) {
   const auto crc = static_cast<int64_t>(checkpoint::crc32_of(bytes));
-  HSGD_CHECK_AS(CommError, static_cast<int64_t>(bytes.size()) == header[0] && crc == header[1],
+  HSGD_CHECK_AS(CommError, static_cast<int64_t>(bytes.size()) == sent.length && crc == sent.crc32,
                 what, " from rank ", root, " is corrupt: ", bytes.size(), " bytes with crc32 ", crc,
-                " received, ", header[0], " bytes with crc32 ", header[1],
+                " received, ", sent.length, " bytes with crc32 ", sent.crc32,
                 " sent; nothing was restored");
   checkpoint::proto::RankState proto;
   HSGD_CHECK_AS(CommError, proto.ParseFromString(bytes), what, " from rank ", root,

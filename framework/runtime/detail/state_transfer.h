@@ -28,6 +28,17 @@ std::string model_signature(nn::Module& model);
 StateDict broadcast_state(comm::ProcessGroup& world, int root, int64_t step, const StateDict& state,
                           const std::string& what, int64_t* bytes_sent = nullptr);
 
+// What the root sends before the state: its length and the CRC-32 of its bytes.
+struct TransferHeader {
+  int64_t length = 0;
+  int64_t crc32 = 0;
+};
+
+// The receiving end of broadcast_state: the state in `bytes` (checkpoint::encode_state's
+// encoding), checked against what root said it sent; throws hsgd::CommError as described above.
+StateDict decode_transferred(const std::string& bytes, TransferHeader sent, int root,
+                             const std::string& what);
+
 // Averages tensors over the ranks with in_group (the others contribute zeros and receive the
 // mean of the count ranks that contributed). Collective.
 void average_over(comm::ProcessGroup& world, std::vector<Tensor> tensors, bool in_group, int count);
