@@ -52,7 +52,7 @@ expect_exit "$c" 0 "$work/c"
 fault=$(grep -hE '^\[rank 0\] hsgd fault injection: SIGKILL' "$work/a") ||
   fail "node A's rank 0 did not kill itself: $(grep -E 'generation' "$work/a" | tail -n 5)"
 grep -q "'the elastic state'" <<<"$fault" || fail "the kill was not in the state transfer: $fault"
-if grep -hE 'timed out|has waited [0-9]+ ms' "$work/a" "$work/b" "$work/c" >"$work/timeouts"; then
+if grep -hE "of group '[^']*' .*timed out|has waited [0-9]+ ms" "$work/a" "$work/b" "$work/c" >"$work/timeouts"; then
   fail "a rank waited for a collective timeout: $(head -n 3 "$work/timeouts")"
 fi
 line=$(grep -hE 'train_mlp: generation [0-9]+: lost node' "$work/b") ||
