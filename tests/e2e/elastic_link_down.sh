@@ -94,9 +94,9 @@ heartbeat=3 epochs=120
 [ -n "$outage" ] && heartbeat=30 epochs=60
 # Node 0 trains alone from about 22 s after the link went down until node 1 rejoins after it is
 # back: at least 20 s of training.
-[ -n "$lost" ] && heartbeat=30 epochs=200
+[ -n "$lost" ] && heartbeat=30 epochs=150
 for k in 0 1; do
-  ip netns exec "${ns[$k]}" timeout 250 "$run" --nnodes 1:2 --nproc-per-node 2 \
+  ip netns exec "${ns[$k]}" timeout 400 "$run" --nnodes 1:2 --nproc-per-node 2 \
     --rdzv-endpoint "$endpoint" --rdzv-id linkdown --rdzv-last-call 1 \
     --heartbeat-timeout "$heartbeat" --max-restarts 1 -- "$mlp" --synthetic --epochs "$epochs" \
     --lr 0.02 --log-every 1 --mode hierarchical --hierarchy 2:node,8:world >"$work/node$k" 2>&1 &
