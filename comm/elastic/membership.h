@@ -119,7 +119,7 @@ int64_t register_node(Store& store, const MemberNode& node,
 // then skip; and `slot` may now name another incarnation (this one took it while the counter was
 // low, then its earlier holder re-published it). Raises the counter above `slot` when `slot`
 // still holds node.id, else takes the next free slot. Returns the slot held.
-// Called by each agent every round.
+// Called by an agent that does not find its incarnation among read_registrations.
 int64_t keep_registration(Store& store, const MemberNode& node, int64_t slot);
 // Every registered incarnation in slot order, with whether it has left (left/<id> set) and,
 // while it has not, whether its alive key is still there.

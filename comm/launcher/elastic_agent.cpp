@@ -58,6 +58,7 @@ struct ElasticAgent::Incarnation {
     milliseconds waited{0};
   };
   std::optional<ReportedFailure> failure;
+  Clock::time_point next_failure_check{};  // failed_key is read once per heartbeat interval
 };
 
 ElasticAgent::ElasticAgent(AgentOptions options, std::shared_ptr<Store> store)
@@ -318,7 +319,7 @@ std::optional<ElasticAgent::Outcome> ElasticAgent::observe_membership(Incarnatio
     // is gone, or not back yet): written again, so that no generation number is used twice.
     latest = elastic::propose_generation(*store_, *adopted_);
   }
-  const Suspects suspects = silent_after_failure(inc, latest, now);
+  const std::vector<std::string> suspects = silent_after_failure(inc, latest, now);
   std::vector<MemberNode> alive;
   for (auto& r : registrations) {
     if (!r.left && !r.connected && r.node.id != inc.self.id) {
@@ -338,8 +339,7 @@ std::optional<ElasticAgent::Outcome> ElasticAgent::observe_membership(Incarnatio
                      names.agent, r.node.id, r.node.host, options_.heartbeat_timeout.count(),
                      names.heartbeat_timeout);
     }
-    if (!r.left &&
-        std::find(suspects.ids.begin(), suspects.ids.end(), r.node.id) != suspects.ids.end()) {
+    if (!r.left && std::find(suspects.begin(), suspects.end(), r.node.id) != suspects.end()) {
       store_->set(elastic::left_key(r.node.id), to_bytes("silent after a failed collective"));
       r.left = true;
       logger()->warn(
@@ -404,35 +404,39 @@ std::optional<ElasticAgent::Outcome> ElasticAgent::observe_membership(Incarnatio
   return std::nullopt;
 }
 
-ElasticAgent::Suspects ElasticAgent::silent_after_failure(Incarnation& inc,
-                                                          const std::optional<Generation>& latest,
-                                                          Clock::time_point now) {
+std::vector<std::string> ElasticAgent::silent_after_failure(Incarnation& inc,
+                                                            const std::optional<Generation>& latest,
+                                                            Clock::time_point now) {
   if (!latest) return {};
   if (inc.failure && inc.failure->nodes != latest->nodes) inc.failure.reset();
-  if ((!inc.failure || inc.failure->generation < latest->number) &&
-      store_->check({elastic::failed_key(latest->number)})) {
-    milliseconds waited = options_.heartbeat_timeout;
-    try {
-      waited = milliseconds(std::stoll(
-          to_string(store_->get(elastic::failed_key(latest->number), milliseconds(1000)))));
-    } catch (const std::invalid_argument&) {
-    } catch (const std::out_of_range&) {
+  const bool unseen = !inc.failure || inc.failure->generation < latest->number;
+  // A silence is measured in heartbeat intervals: reading the marker more often gains nothing.
+  if (unseen && now >= inc.next_failure_check) {
+    inc.next_failure_check = now + inc.heartbeat->interval();
+    const std::string key = elastic::failed_key(latest->number);
+    if (store_->check({key})) {
+      milliseconds waited = options_.heartbeat_timeout;
+      try {
+        waited = milliseconds(std::stoll(to_string(store_->get(key, milliseconds(1000)))));
+      } catch (const std::invalid_argument&) {
+      } catch (const std::out_of_range&) {
+      }
+      inc.failure = Incarnation::ReportedFailure{
+          .generation = latest->number, .nodes = latest->nodes, .waited = waited};
     }
-    inc.failure = Incarnation::ReportedFailure{
-        .generation = latest->number, .nodes = latest->nodes, .waited = waited};
   }
   if (!inc.failure) return {};
   // A member whose collective partners waited for it and whose agent has been silent for half
   // that wait is taken as gone: a live agent beats every interval.
   const milliseconds threshold = std::clamp<milliseconds>(
       inc.failure->waited / 2, 3 * inc.heartbeat->interval(), options_.heartbeat_timeout);
-  Suspects found{.ids = {}, .threshold = threshold};
+  std::vector<std::string> gone;
   for (const MemberNode& node : latest->nodes) {
     if (node.id != inc.self.id && inc.heartbeat->silent_for(node.id, now) >= threshold) {
-      found.ids.push_back(node.id);
+      gone.push_back(node.id);
     }
   }
-  return found;
+  return gone;
 }
 
 std::optional<ElasticAgent::Outcome> ElasticAgent::wait_after_finish(

@@ -104,12 +104,9 @@ class ElasticAgent {
   // heartbeat has not changed for half the collectives' wait (at least 3 heartbeat intervals, at
   // most heartbeat_timeout) is gone, so that a lost host costs the collective timeout or the
   // heartbeat timeout, whichever is shorter.
-  struct Suspects {
-    std::vector<std::string> ids;
-    std::chrono::milliseconds threshold{0};
-  };
-  Suspects silent_after_failure(Incarnation& inc, const std::optional<elastic::Generation>& latest,
-                                std::chrono::steady_clock::time_point now);
+  std::vector<std::string> silent_after_failure(Incarnation& inc,
+                                                const std::optional<elastic::Generation>& latest,
+                                                std::chrono::steady_clock::time_point now);
   std::optional<Outcome> wait_after_finish(Incarnation& inc,
                                            const std::optional<elastic::Generation>& latest);
   Outcome fail_locally(Incarnation& inc, int local_rank);

@@ -7,6 +7,7 @@
 #include "comm/log.h"
 #include "comm/process_group/work.h"
 #include "comm/process_group/worker_progress.h"
+#include "framework/checkpoint/checkpoint_file.h"
 #include "framework/distributed/averaged_replicas.h"
 #include "framework/runtime/detail/loop.h"
 #include "framework/runtime/detail/state_transfer.h"
@@ -214,7 +215,7 @@ Leave Loop::train_generation() {
     if (preemption_ && preemption_->stop_now()) {
       preempted_ = true;
       save_checkpoint(/*preemption=*/true);
-      preempted_checkpoint_ = checkpointer_->dir() + "/step_" + std::to_string(replica_.step);
+      preempted_checkpoint_ = checkpoint::step_dir(checkpointer_->dir(), replica_.step);
       checkpointer_->wait();
       return Leave::kPreempted;
     }
@@ -402,7 +403,7 @@ void Loop::save_checkpoint(bool preemption) {
   last_saved_ = replica_.step;
   listener_->on_checkpoint({.lead = lead_,
                             .step = replica_.step,
-                            .path = checkpointer_->dir() + "/step_" + std::to_string(replica_.step),
+                            .path = checkpoint::step_dir(checkpointer_->dir(), replica_.step),
                             .stall_seconds = seconds_since(start),
                             .preemption = preemption});
 }

@@ -7,7 +7,12 @@
 #   fail MESSAGE          prints "NAME: FAILED: MESSAGE" and exits 1
 #   e2e_finish RC         the EXIT trap: kills what `pids` holds, keeps `work` on failure, runs
 #                         e2e_cleanup if the script defined it, exits RC
-#   e2e_start_rendezvous  starts hsgd-rendezvous on 127.0.0.1, a free port; sets `endpoint`
+#   e2e_start_rendezvous [HOST PORT [NETNS]]
+#                         starts hsgd-rendezvous (default 127.0.0.1, a free port; in network
+#                         namespace NETNS when given); sets `endpoint` and `rdzv_pid`
+#   wait_for_line FILE REGEX WHAT  waits (60 s at most) until FILE has a line matching REGEX;
+#                         fails "WHAT within 60 s" with FILE's last lines otherwise
+#   node_id_of FILE       the node id that the hsgd-run writing FILE registered first
 #   highest_step FILE     the highest "] step N loss" printed in FILE, 0 when none
 #   wait_for_step FILE N  waits (60 s at most) until FILE printed step N or higher
 #   wait_registered FILE  waits (10 s) until the hsgd-run writing FILE registered its node
@@ -43,11 +48,30 @@ e2e_finish() {
 }
 
 e2e_start_rendezvous() {
-  "$rdzv" --host 127.0.0.1 --port 0 >"$work/rdzv.out" 2>&1 &
-  pids+=($!)
-  for _ in $(seq 100); do grep -q "listening on" "$work/rdzv.out" && break; sleep 0.1; done
-  endpoint=$(grep -E '^listening on ' "$work/rdzv.out" | head -1 | awk '{print $3}')
-  [ -n "$endpoint" ] || fail "hsgd-rendezvous did not start: $(cat "$work/rdzv.out")"
+  local host=${1:-127.0.0.1} port=${2:-0} netns=${3:-} out="$work/rdzv.out"
+  [ -e "$out" ] && out="$work/rdzv.$(date +%s%N).out"
+  if [ -n "$netns" ]; then
+    ip netns exec "$netns" "$rdzv" --host "$host" --port "$port" >"$out" 2>&1 &
+  else
+    "$rdzv" --host "$host" --port "$port" >"$out" 2>&1 &
+  fi
+  rdzv_pid=$!
+  pids+=("$rdzv_pid")
+  for _ in $(seq 100); do grep -q "listening on" "$out" && break; sleep 0.1; done
+  endpoint=$(grep -E '^listening on ' "$out" | head -1 | awk '{print $3}')
+  [ -n "$endpoint" ] || fail "hsgd-rendezvous did not start on $host:$port: $(cat "$out")"
+}
+
+wait_for_line() {
+  for _ in $(seq 600); do
+    grep -qE "$2" "$1" && return 0
+    sleep 0.1
+  done
+  fail "$3 within 60 s: $(tail -n 5 "$1")"
+}
+
+node_id_of() {
+  grep -oE "node [^ ]+ \('[^']*'\) registered" "$1" | head -n 1 | awk '{print $2}'
 }
 
 highest_step() {

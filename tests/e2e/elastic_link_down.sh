@@ -67,12 +67,7 @@ for k in 0 1; do
   ip -n "${ns[$k]}" addr add "${subnet}$((k + 1))/24" dev "veth$k"
   ip -n "${ns[$k]}" link set "veth$k" up
 done
-endpoint=${subnet}1:29400
-
-ip netns exec "${ns[0]}" "$rdzv" --host "${subnet}1" --port 29400 >"$work/rdzv.out" 2>&1 &
-pids+=($!)
-for _ in $(seq 100); do grep -q "listening on" "$work/rdzv.out" && break; sleep 0.1; done
-grep -q "listening on" "$work/rdzv.out" || fail "hsgd-rendezvous did not start: $(cat "$work/rdzv.out")"
+e2e_start_rendezvous "${subnet}1" 29400 "${ns[0]}"
 
 
 # Both hsgd-runs must exit 0.
@@ -143,12 +138,7 @@ if [ -n "$outage" ]; then
   exit 0
 fi
 if [ -n "$lost" ]; then
-  for _ in $(seq 600); do
-    grep -qE 'generation [0-9]+:.* lost node' "$work/node0" && break
-    sleep 0.1
-  done
-  grep -qE 'generation [0-9]+:.* lost node' "$work/node0" ||
-    fail "node 0 did not go on without node 1 within 60 s: $(tail -n 20 "$work/node0")"
+  wait_for_line "$work/node0" 'generation [0-9]+:.* lost node' "node 0 did not go on without node 1"
   for _ in $(seq 100); do
     [ "$(highest_step "$work/node0")" -gt "$before" ] && break
     sleep 0.1

@@ -23,7 +23,7 @@ source "$src/tests/e2e/e2e_lib.sh"
 e2e_init elastic_server_restart
 
 e2e_start_rendezvous
-server=${pids[0]}
+server=$rdzv_pid
 port=${endpoint##*:}
 
 # $1 output. Sets last_pid.
@@ -42,15 +42,11 @@ for n in "${nodes[@]}"; do
   agent[$n]=$last_pid
   wait_registered "$work/$n"
 done
-for _ in $(seq 600); do
-  grep -qE 'train_mlp: generation [0-9]+:.* 4 nodes, 4 workers' "$work/a" && break
-  sleep 0.1
-done
-grep -qE 'train_mlp: generation [0-9]+:.* 4 nodes, 4 workers' "$work/a" ||
-  fail "the 4 nodes did not form a generation within 60 s: $(grep -h 'generation' "$work/a" | tail -n 3)"
+wait_for_line "$work/a" 'train_mlp: generation [0-9]+:.* 4 nodes, 4 workers' \
+  "the 4 nodes did not form a generation"
 wait_for_step "$work/a" 40
 b_run=$(hsgd_run_of "${agent[b]}")
-b_id=$(grep -oE "node [^ ]+ \('[^']*'\) registered" "$work/b" | head -n 1 | awk '{print $2}')
+b_id=$(node_id_of "$work/b")
 read -r -a b_procs <<<"$b_run $(workers_of "$b_run")"
 kill -KILL "${b_procs[@]}"
 killed_at=$(date +%H:%M:%S.%N)
@@ -62,11 +58,7 @@ sleep 4.7
 start_node "$work/b2"
 agent[b2]=$last_pid
 sleep 5
-"$rdzv" --host 127.0.0.1 --port "$port" >"$work/rdzv2.out" 2>&1 &
-pids+=($!)
-for _ in $(seq 100); do grep -q "listening on" "$work/rdzv2.out" && break; sleep 0.1; done
-grep -q "listening on" "$work/rdzv2.out" ||
-  fail "hsgd-rendezvous did not start again on port $port: $(cat "$work/rdzv2.out")"
+e2e_start_rendezvous 127.0.0.1 "$port"
 
 for n in a c d b2; do expect_exit "${agent[$n]}" 0 "$work/$n"; done
 
@@ -74,7 +66,7 @@ for n in a c d b2; do expect_exit "${agent[$n]}" 0 "$work/$n"; done
 gone=$(grep -hoE "node [^ ]+ \('[^']*'\) is gone|node [^ ]+ \('[^']*'\)[^:]*: it left the job" \
   "$work/a" "$work/c" "$work/d" "$work/b2" | awk '{print $2}' | sort -u | tr '\n' ' ')
 [ "$gone" = "$b_id " ] || fail "incarnations reported gone: '$gone', expected only B's first ($b_id)"
-b2_id=$(grep -oE "node [^ ]+ \('[^']*'\) registered" "$work/b2" | head -n 1 | awk '{print $2}')
+b2_id=$(node_id_of "$work/b2")
 [ -n "$b2_id" ] || fail "the restarted B did not register: $(tail -n 5 "$work/b2")"
 grep -qE "train_mlp: generation [0-9]+:.*joined node [^ ]+ \($b2_id\)" "$work/a" ||
   fail "the restarted B ($b2_id) did not join: $(grep -h 'train_mlp: generation' "$work/a" | tail -n 3)"

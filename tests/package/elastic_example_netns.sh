@@ -51,11 +51,7 @@ for k in 0 1 2; do
   tc -n "${ns[$k]}" qdisc add dev veth0 root tbf rate 50mbit burst 64kb latency 100ms
   tc -n "$hub" qdisc add dev "p$k" root tbf rate 50mbit burst 64kb latency 100ms
 done
-endpoint=${subnet}1:29400
-ip netns exec "${ns[0]}" "$rdzv" --host "${subnet}1" --port 29400 >"$work/rdzv.out" 2>&1 &
-pids+=($!)
-for _ in $(seq 100); do grep -q "listening on" "$work/rdzv.out" && break; sleep 0.1; done
-grep -q "listening on" "$work/rdzv.out" || fail "hsgd-rendezvous did not start: $(cat "$work/rdzv.out")"
+e2e_start_rendezvous "${subnet}1" 29400 "${ns[0]}"
 
 cd "$work"
 declare -A agent
@@ -71,12 +67,7 @@ for k in 0 1 2; do
   wait_registered "$work/node$k"
 done
 three='hsgd-run: generation [0-9]+: 3 nodes, 3 workers'
-for _ in $(seq 600); do
-  grep -qE "$three" "$work/node0" && break
-  sleep 0.1
-done
-grep -qE "$three" "$work/node0" ||
-  fail "the 3 nodes did not form a generation within 60 s: $(grep -h 'generation' "$work/node0" | tail -n 3)"
+wait_for_line "$work/node0" "$three" "the 3 nodes did not form a generation"
 sleep 3
 run0=$(hsgd_run_of "${agent[$work/node0]}")
 run1=$(hsgd_run_of "${agent[$work/node1]}")
@@ -89,13 +80,8 @@ wait "${agent[$work/node2]}" 2>/dev/null || true
 sleep 3
 start_node 2 "$work/node2.again"
 wait_registered "$work/node2.again"
-new_id=$(grep -oE "node [^ ]+ \('[^']*'\) registered" "$work/node2.again" | head -n 1 | awk '{print $2}')
-for _ in $(seq 600); do
-  grep -qE "$three: .*$new_id" "$work/node0" && break
-  sleep 0.1
-done
-grep -qE "$three: .*$new_id" "$work/node0" ||
-  fail "node 2 ($new_id) did not rejoin within 60 s: $(grep -hE 'hsgd-run: generation' "$work/node0" | tail -n 3)"
+new_id=$(node_id_of "$work/node2.again")
+wait_for_line "$work/node0" "$three: .*$new_id" "node 2 ($new_id) did not rejoin"
 after0=$(workers_of "$run0")
 after1=$(workers_of "$run1")
 [ "$before0" = "$after0" ] && [ "$before1" = "$after1" ] ||
