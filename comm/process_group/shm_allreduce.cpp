@@ -284,6 +284,12 @@ void ShmAllreduce::check_peers(uint32_t target_round, Clock::time_point deadline
     if (reached(header_->members[r].round.load(std::memory_order_acquire), target_round)) continue;
     const pid_t pid = header_->members[r].pid.load(std::memory_order_relaxed);
     if (!process_alive(pid)) {
+      // Between the read of its round above and this check, the peer may have arrived, finished
+      // the collective and exited (a finished peer's exit is not a failure). A dead process's
+      // round is final, so reading it again now tells which happened.
+      if (reached(header_->members[r].round.load(std::memory_order_acquire), target_round)) {
+        continue;
+      }
       HSGD_THROW(CommError, "shared-memory allreduce of group '", group_name_, "': rank ", r,
                  " (pid ", pid, ") exited before reaching this collective (shared-memory barrier ",
                  target_round, ")");
