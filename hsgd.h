@@ -26,6 +26,7 @@
 #include "framework/tensor/block_cache.h"
 #include "framework/tensor/generator.h"
 #include "framework/tensor/grad_mode.h"
+#include "framework/tensor/index_tensor.h"
 #include "framework/tensor/nn_ops.h"
 #include "framework/tensor/ops.h"
 #include "framework/tensor/tensor.h"

@@ -27,6 +27,8 @@ Tensor Embedding::forward(const Tensor& indices) {
   return forward(to_indices(indices), indices.shape());
 }
 
+Tensor Embedding::forward(const IndexTensor& indices) { return embedding(weight_, indices); }
+
 Tensor Embedding::forward(const std::vector<int64_t>& indices, const Shape& shape) {
   return embedding(weight_, indices, shape);
 }

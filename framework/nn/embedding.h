@@ -13,6 +13,7 @@
 //   auto emb = std::make_shared<nn::Embedding>(1000, 64, gen);
 //   Tensor tokens = emb->forward({3, 14, 15, 92, 65, 35}, {2, 3});   // (2,3,64)
 //   Tensor same = emb->forward(from_indices({3, 14, 15}));           // (3,64)
+//   Tensor ids = emb->forward(IndexTensor({3, 14, 15, 92}, {2, 2}));   // (2,2,64)
 //
 // Errors (InvalidArgument naming the value): num_embeddings or embedding_dim < 1; an index out
 // of [0, num_embeddings) (naming its position); indices whose count does not match the shape; a
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "framework/nn/module.h"
+#include "framework/tensor/index_tensor.h"
 
 namespace hsgd::nn {
 
@@ -32,6 +34,8 @@ class Embedding : public Module {
 
   // indices (any shape, float32 holding integers) -> (*indices.shape, embedding_dim).
   Tensor forward(const Tensor& indices) override;
+  // indices (any shape) -> (*indices.shape, embedding_dim).
+  Tensor forward(const IndexTensor& indices);
   // indices in row-major order of `shape` -> (*shape, embedding_dim).
   Tensor forward(const std::vector<int64_t>& indices, const Shape& shape);
 

@@ -11,6 +11,12 @@ Tensor cross_entropy(const Tensor& logits, const std::vector<int64_t>& targets,
                              options.label_smoothing);
 }
 
+Tensor cross_entropy(const Tensor& logits, const IndexTensor& targets,
+                     const CrossEntropyOptions& options) {
+  return hsgd::cross_entropy(logits, targets, options.weight, options.ignore_index,
+                             options.label_smoothing);
+}
+
 Tensor nll_loss(const Tensor& logp, const std::vector<int64_t>& targets) {
   return hsgd::nll_loss(logp, targets);
 }

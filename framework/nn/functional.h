@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "framework/tensor/index_tensor.h"
 #include "framework/tensor/tensor.h"
 
 namespace hsgd::nn {
@@ -34,6 +35,11 @@ struct CrossEntropyOptions {
 //
 // Usage: Tensor l = nn::cross_entropy(x, y, {.ignore_index = 0, .label_smoothing = 0.1});
 Tensor cross_entropy(const Tensor& logits, const std::vector<int64_t>& targets,
+                     const CrossEntropyOptions& options = {});
+
+// The same with the targets in an IndexTensor, as hsgd::cross_entropy(logits, IndexTensor)
+// takes them: logits (N,C) with targets (N), or (N,C,d1,...) with targets (N,d1,...).
+Tensor cross_entropy(const Tensor& logits, const IndexTensor& targets,
                      const CrossEntropyOptions& options = {});
 
 // Mean over the batch of -logp[i, targets[i]]; logp (N,C) are log-probabilities.

@@ -49,4 +49,9 @@ Tensor embedding(const Tensor& weight, const std::vector<int64_t>& indices,
   return out;
 }
 
+Tensor embedding(const Tensor& weight, const IndexTensor& indices) {
+  HSGD_CHECK(indices.defined(), "embedding: the indices tensor is undefined");
+  return embedding(weight, indices.to_vector(), indices.shape());
+}
+
 }  // namespace hsgd

@@ -168,4 +168,47 @@ Tensor mse_loss(const Tensor& a, const Tensor& b) {
   return mean(mul(d, d));
 }
 
+// ---- IndexTensor targets ----
+
+namespace {
+
+// logits (N,C,d...) and targets (N,d...) as (N*d..., C) rows and their targets; (N,C) and (N) as
+// they are.
+std::pair<Tensor, std::vector<int64_t>> class_rows(const char* op, const Tensor& logits,
+                                                   const IndexTensor& targets) {
+  HSGD_CHECK(logits.defined() && targets.defined(), op, ": logits or targets undefined");
+  Shape expected;
+  if (logits.dim() >= 2) {
+    expected.push_back(logits.size(0));
+    for (int64_t d = 2; d < logits.dim(); ++d) expected.push_back(logits.size(d));
+  }
+  HSGD_CHECK(logits.dim() >= 2 && targets.shape() == expected, op, ": logits ",
+             shape_str(logits.shape()), " and targets ", shape_str(targets.shape()),
+             " do not match; expected logits (N,C) with targets (N), or (N,C,d1,...) with "
+             "(N,d1,...)");
+  if (logits.dim() == 2) return {logits, targets.to_vector()};
+  std::vector<int64_t> order{0};
+  for (int64_t d = 2; d < logits.dim(); ++d) order.push_back(d);
+  order.push_back(1);
+  return {logits.permute(order).reshape({-1, logits.size(1)}), targets.to_vector()};
+}
+
+}  // namespace
+
+Tensor cross_entropy(const Tensor& logits, const IndexTensor& targets) {
+  auto [rows, t] = class_rows("cross_entropy", logits, targets);
+  return cross_entropy(rows, t);
+}
+
+Tensor cross_entropy(const Tensor& logits, const IndexTensor& targets, const Tensor& weight,
+                     int64_t ignore_index, double label_smoothing) {
+  auto [rows, t] = class_rows("cross_entropy", logits, targets);
+  return cross_entropy(rows, t, weight, ignore_index, label_smoothing);
+}
+
+Tensor nll_loss(const Tensor& logp, const IndexTensor& targets) {
+  auto [rows, t] = class_rows("nll_loss", logp, targets);
+  return nll_loss(rows, t);
+}
+
 }  // namespace hsgd

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "framework/tensor/generator.h"
+#include "framework/tensor/index_tensor.h"
 #include "framework/tensor/tensor.h"
 
 namespace hsgd {
@@ -95,6 +96,9 @@ Tensor silu(const Tensor& x);
 // output gradients of every position that picked a row (dense, V x D).
 Tensor embedding(const Tensor& weight, const std::vector<int64_t>& indices,
                  const Shape& indices_shape);
+
+// embedding with the indices in an IndexTensor: the output is (*indices.shape, D).
+Tensor embedding(const Tensor& weight, const IndexTensor& indices);
 
 // Attention softmax(query key^T * scale, causally masked when is_causal) value over the last two
 // dims, as PyTorch 2's torch.nn.functional.scaled_dot_product_attention without its attn_mask

@@ -17,6 +17,7 @@
 #include <span>
 #include <vector>
 
+#include "framework/tensor/index_tensor.h"
 #include "framework/tensor/tensor.h"
 
 namespace hsgd {
@@ -132,6 +133,14 @@ Tensor cross_entropy(const Tensor& logits, const std::vector<int64_t>& targets,
 void check_class_targets(const char* op, const std::vector<int64_t>& targets, int64_t num_classes,
                          std::optional<int64_t> ignore_index = std::nullopt,
                          std::span<const int64_t> dataset_indices = {});
+// The losses above with the targets in an IndexTensor, as torch's shapes allow: logits (N,C) with
+// targets (N), or logits (N,C,d1,...,dk) with targets (N,d1,...,dk) (class dimension 1), the mean
+// taken over all N*d1*...*dk targets; a GPT's logits (B,T,V) go in as logits.reshape({-1, V})
+// with targets.reshape({-1}). Other shapes are InvalidArgument naming both.
+Tensor cross_entropy(const Tensor& logits, const IndexTensor& targets);
+Tensor cross_entropy(const Tensor& logits, const IndexTensor& targets, const Tensor& weight,
+                     int64_t ignore_index, double label_smoothing);
+Tensor nll_loss(const Tensor& logp, const IndexTensor& targets);
 // Class indices held in a tensor (e.g. a batch of labels), for nll_loss / cross_entropy. Every
 // value must be a non-negative integer (InvalidArgument naming the index and value otherwise).
 std::vector<int64_t> to_indices(const Tensor& t);

@@ -39,4 +39,8 @@ std::shared_ptr<TensorImpl> make_impl(Shape shape);
 std::shared_ptr<TensorImpl> make_view_impl(const Tensor& t, Shape shape,
                                            std::vector<int64_t> strides, int64_t offset);
 
+// Resolves one -1 entry of shape and checks that it holds numel elements (InvalidArgument naming
+// op, the shape and `from`, the shape being reshaped, otherwise).
+Shape infer_shape(Shape shape, int64_t numel, const Shape& from, const char* op);
+
 }  // namespace hsgd

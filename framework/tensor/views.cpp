@@ -14,15 +14,6 @@
 
 namespace hsgd {
 
-namespace {
-
-int64_t wrap_dim(int64_t d, int64_t ndim, const char* op, const Shape& shape) {
-  HSGD_CHECK(d >= -ndim && d < ndim, op, ": dim ", d, " out of range for shape ", shape_str(shape),
-             " (expected ", -ndim, " <= dim < ", ndim, ")");
-  return d < 0 ? d + ndim : d;
-}
-
-// Resolves one -1 entry and checks that the numel matches.
 Shape infer_shape(Shape shape, int64_t numel, const Shape& from, const char* op) {
   int64_t known = 1;
   int64_t infer_at = -1;
@@ -44,6 +35,14 @@ Shape infer_shape(Shape shape, int64_t numel, const Shape& from, const char* op)
              shape_numel(shape), " elements) is invalid for a tensor of shape ", shape_str(from),
              " (", numel, " elements)");
   return shape;
+}
+
+namespace {
+
+int64_t wrap_dim(int64_t d, int64_t ndim, const char* op, const Shape& shape) {
+  HSGD_CHECK(d >= -ndim && d < ndim, op, ": dim ", d, " out of range for shape ", shape_str(shape),
+             " (expected ", -ndim, " <= dim < ", ndim, ")");
+  return d < 0 ? d + ndim : d;
 }
 
 // Records a view op whose backward is `to_input(g)`.

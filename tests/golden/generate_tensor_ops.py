@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """PyTorch reference values for the tensor ops of a transformer: masked_fill, where, tril / triu,
-split / chunk, broadcasting matmul and scaled dot-product attention.
+split / chunk, broadcasting matmul, scaled dot-product attention and cross_entropy with int64
+targets of a (N,C,d) input.
 
 Run with Debian's python3-torch (1.13):   /usr/bin/python3 tests/golden/generate_tensor_ops.py
 Output: tests/golden/data/<case>.txt (committed; the C++ tests never run Python). The file
@@ -170,6 +171,28 @@ def gen_attention():
                     {"q": rnd(*qs), "k": rnd(*ks), "v": rnd(*vs)}, double=True)
 
 
+# ---- integer index tensors ----
+
+def gen_index():
+    """cross_entropy with class dimension 1 of a (N,C,d) input and (N,d) int64 targets, plain
+    and with weight, ignore_index and label smoothing; targets are written as float values
+    (small exact integers) and read into an IndexTensor."""
+    torch.manual_seed(541)
+    w = Writer("cross_entropy_kdim",
+               "F.cross_entropy(logits (2,5,3), targets (2,3) int64): mean over the 6 targets; "
+               "prefix plain. and options. (weight (5), ignore_index 2, label_smoothing 0.1)")
+    logits = rnd(2, 5, 3)
+    targets = torch.tensor([[0, 4, 2], [3, 1, 4]])
+    weight = torch.rand(5) + 0.5
+    w.put("targets", targets)
+    w.put("weight", weight)
+    put_case(w, "plain.", lambda x: torch.nn.functional.cross_entropy(x, targets), {"x": logits})
+    put_case(w, "options.",
+             lambda x: torch.nn.functional.cross_entropy(x, targets, weight=weight, ignore_index=2,
+                                                         label_smoothing=0.1), {"x": logits})
+    w.close()
+
+
 if __name__ == "__main__":
     os.makedirs(OUT_DIR, exist_ok=True)
     torch.set_num_threads(1)
@@ -177,3 +200,4 @@ if __name__ == "__main__":
     gen_split()
     gen_matmul()
     gen_attention()
+    gen_index()
