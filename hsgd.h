@@ -38,6 +38,7 @@
 #include "framework/data/fashion_mnist.h"
 #include "framework/data/idx.h"
 #include "framework/data/synthetic_dataset.h"
+#include "framework/data/text.h"
 #include "framework/nn/nn.h"
 #include "framework/train/optimizer.h"
 
@@ -62,6 +63,7 @@
 #include "framework/runtime/runtime.h"
 
 // ---- optim, models ----
+#include "models/gpt.h"
 #include "models/mlp.h"
 #include "models/registry.h"
 #include "models/resnet.h"

@@ -11,6 +11,7 @@ it with load_state_dict(..., strict=True):
   - models::MLP "mlp 784-512-256-10": fc1, fc2, fc3 = nn.Linear, ReLU between them (nn.Flatten
     first; it has no state);
   - models::ResNet: tests/golden_resnet/torch_resnet.py (torchvision's names).
+  - models::GPT (train_gpt): models/gpt_torch.py's GPT with the same sizes.
 Tensors are float32; "num_batches_tracked" (float32 in hsgd) becomes int64 as in torch's
 BatchNorm. The model's random streams (entries holding bytes: the state of a generator a module
 registered, e.g. "<name>.generator" of nn::Dropout) are left out with a note: torch's modules

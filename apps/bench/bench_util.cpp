@@ -175,6 +175,11 @@ double process_status_kb(pid_t pid, const std::string& field) {
   return -1;
 }
 
+double reset_peak_rss_mb() {
+  std::ofstream("/proc/self/clear_refs") << "5";
+  return process_status_kb(::getpid(), "VmRSS") / 1024.0;
+}
+
 double process_cpu_seconds(pid_t pid) {
   std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
   std::string text;

@@ -49,5 +49,10 @@ std::vector<std::vector<std::string>> run_python_results(const std::string& scri
 // One field of /proc/PID/status in kB ("VmRSS", "VmHWM"); -1 when it cannot be read.
 double process_status_kb(pid_t pid, const std::string& field);
 
+// Resets this process's peak resident memory (VmHWM) to its current resident size (Linux >= 4.0)
+// and returns that size in MB: a measurement's peak is process_status_kb(getpid(), "VmHWM") /
+// 1024 minus it.
+double reset_peak_rss_mb();
+
 // User + system CPU seconds of process pid so far (/proc/PID/stat); -1 when it cannot be read.
 double process_cpu_seconds(pid_t pid);

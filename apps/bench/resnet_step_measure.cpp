@@ -1,10 +1,9 @@
 #include "apps/bench/resnet_step_measure.h"
 
 #include <cblas.h>
+#include <unistd.h>
 
 #include <chrono>
-#include <cstring>
-#include <fstream>
 #include <sstream>
 #include <vector>
 
@@ -26,22 +25,6 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// Resident memory of this process: VmRSS or VmHWM (peak) from /proc/self/status, in MB.
-double status_mb(const char* field) {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(field, 0) == 0) return std::stod(line.substr(std::strlen(field) + 1)) / 1024.0;
-  }
-  return 0;
-}
-
-// Resets VmHWM to the current resident size (Linux >= 4.0); returns that size in MB.
-double reset_peak_mb() {
-  std::ofstream("/proc/self/clear_refs") << "5";
-  return status_mb("VmRSS:");
-}
-
 Shape input_shape(const std::string& model) {
   return model == "mlp" ? Shape{1, 28, 28} : Shape{3, 32, 32};
 }
@@ -49,7 +32,7 @@ Shape input_shape(const std::string& model) {
 // Runs in a forked child: build, warm up, time `steps` steps.
 Measurement hsgd_measure(const Config& c, int warmup, int steps) {
   set_num_threads(c.threads);
-  const double before = reset_peak_mb();
+  const double before = reset_peak_rss_mb();
   const Shape in = input_shape(c.model);
   auto model = models::make_model(c.model, {.input_shape = in, .seed = 0});
   optim::SGD opt(model->parameters(), {.lr = 0.1, .momentum = 0.9, .weight_decay = 1e-4});
@@ -67,7 +50,7 @@ Measurement hsgd_measure(const Config& c, int warmup, int steps) {
     opt.step();
     if (i >= warmup) times.push_back(1e3 * seconds_since(t0));
   }
-  return {median(times), status_mb("VmHWM:") - before};
+  return {median(times), process_status_kb(::getpid(), "VmHWM") / 1024.0 - before};
 }
 
 // "STEP_MS PEAK_MB", as a child returns it and the PyTorch script prints it after RESULT.

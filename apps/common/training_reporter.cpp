@@ -82,9 +82,9 @@ void TrainingReporter::after_eval(int64_t step, int64_t epoch, const EvalResult&
   if (options_.eval_lines) {
     char line[160];
     std::snprintf(line, sizeof line,
-                  "eval: epoch %lld step %lld train_s %.3f test_accuracy %.2f%%\n",
+                  "eval: epoch %lld step %lld train_s %.3f test_accuracy %.2f%% test_loss %.4f\n",
                   static_cast<long long>(epoch), static_cast<long long>(step), train_seconds(),
-                  100 * result.accuracy);
+                  100 * result.accuracy, result.loss);
     progress_.print(line);
   }
   if (metrics_) {

@@ -166,6 +166,13 @@ class Printer : public runtime::RunListener {
 
 }  // namespace
 
+LogitRows logit_rows(const data::Batch& batch,
+                     const std::function<Tensor(const data::Batch&)>& forward) {
+  const Tensor out = forward(batch);
+  if (!batch.input_ids.defined()) return {out, batch.targets};
+  return {out.reshape({-1, out.size(-1)}), batch.target_ids.to_vector()};
+}
+
 runtime::EvalSums evaluate_shard(nn::Module& model, const data::Dataset& test, int64_t max_examples,
                                  int shard, int shards) {
   NoGradGuard no_grad;
@@ -177,12 +184,13 @@ runtime::EvalSums evaluate_shard(nn::Module& model, const data::Dataset& test, i
   for (int64_t i = shard; i < limit; i += shards) {
     indices.push_back(i);
     if (static_cast<int64_t>(indices.size()) < kChunk && i + shards < limit) continue;
-    const data::Batch batch = test.get_batch(indices);
-    const Tensor logits = model.forward(batch.inputs);
-    const auto n = static_cast<double>(indices.size());
-    out.loss_sum += nn::cross_entropy(logits, batch.targets).item() * n;
-    out.correct += nn::accuracy(logits, batch.targets) * n;
-    out.examples += static_cast<int64_t>(indices.size());
+    const LogitRows rows = logit_rows(test.get_batch(indices), [&](const data::Batch& b) {
+      return b.input_ids.defined() ? model.forward(b.input_ids) : model.forward(b.inputs);
+    });
+    const auto n = static_cast<double>(rows.targets.size());
+    out.loss_sum += nn::cross_entropy(rows.logits, rows.targets).item() * n;
+    out.correct += nn::accuracy(rows.logits, rows.targets) * n;
+    out.examples += static_cast<int64_t>(rows.targets.size());
     indices.clear();
   }
   model.train();
@@ -228,13 +236,17 @@ int train_and_report(const TrainingFlags& training, const ParallelFlags& paralle
     result = rt.run(
         program.train,
         [](runtime::StepContext& step, const data::Batch& batch) {
-          const Tensor logits = step.forward(batch.inputs);
+          const LogitRows rows = logit_rows(batch, [&](const data::Batch& b) {
+            return b.input_ids.defined() ? step.forward(b.input_ids) : step.forward(b.inputs);
+          });
           // A bad label names its sample's index in the data set too.
-          check_class_targets("cross_entropy", batch.targets, logits.size(1), std::nullopt,
-                              step.indices());
-          Tensor loss = nn::cross_entropy(logits, batch.targets);
+          if (!batch.input_ids.defined()) {
+            check_class_targets("cross_entropy", rows.targets, rows.logits.size(1), std::nullopt,
+                                step.indices());
+          }
+          Tensor loss = nn::cross_entropy(rows.logits, rows.targets);
           loss.backward();
-          step.record_accuracy(nn::accuracy(logits, batch.targets));
+          step.record_accuracy(nn::accuracy(rows.logits, rows.targets));
           return loss;
         },
         &printer);
@@ -276,7 +288,8 @@ int train_and_report(const TrainingFlags& training, const ParallelFlags& paralle
     return comm::launcher::kExitPreempted;
   }
   if (lead) {
-    std::printf("final test accuracy: %.2f%%\n", 100 * result.final_eval.accuracy);
+    std::printf("final test accuracy: %.2f%% test_loss %.4f\n", 100 * result.final_eval.accuracy,
+                result.final_eval.loss);
     if (runtime::Runtime::elastic_in_env()) {
       std::printf(
           "%s: elastic, %lld generations, %d ranks at the end, mode %s, training wall time "
@@ -292,6 +305,7 @@ int train_and_report(const TrainingFlags& training, const ParallelFlags& paralle
                   seconds_since(start));
     }
     if (!result.averaging.empty()) print_averaging_stats(result.averaging);
+    if (program.print_footer) program.print_footer(result);
     std::fflush(stdout);
   }
   return 0;

@@ -6,6 +6,12 @@
 
 namespace hsgd::data {
 
+int64_t Batch::size() const {
+  if (inputs.defined() && inputs.dim() > 0) return inputs.size(0);
+  if (input_ids.defined() && input_ids.dim() > 0) return input_ids.size(0);
+  return static_cast<int64_t>(targets.size());
+}
+
 InMemoryDataset::InMemoryDataset(std::vector<float> values, std::vector<int64_t> targets,
                                  Shape example_shape)
     : values_(std::move(values)),

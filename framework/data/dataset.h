@@ -13,14 +13,21 @@
 #include <cstdint>
 #include <vector>
 
+#include "framework/tensor/index_tensor.h"
 #include "framework/tensor/tensor.h"
 
 namespace hsgd::data {
 
-// A batch: inputs (B, example_shape...) and B class targets.
+// A batch of B examples: float inputs (B, example_shape...) with B class targets, or, from a data
+// set of token sequences (text.h), input ids (B, T) with target ids (B, T).
 struct Batch {
   Tensor inputs;
   std::vector<int64_t> targets;
+  IndexTensor input_ids;   // (B, T) token ids; undefined for float inputs
+  IndexTensor target_ids;  // (B, T) next-token targets; undefined for class targets
+
+  // B: the number of examples.
+  int64_t size() const;
 };
 
 class Dataset {

@@ -127,7 +127,12 @@ void DistributedDataParallel::register_comm_hook(CommHook hook) {
   comm_hook_ = std::move(hook);
 }
 
-Tensor DistributedDataParallel::forward(const Tensor& input) {
+Tensor DistributedDataParallel::forward(const Tensor& input) { return forward_impl(input); }
+
+Tensor DistributedDataParallel::forward(const IndexTensor& ids) { return forward_impl(ids); }
+
+template <typename Input>
+Tensor DistributedDataParallel::forward_impl(const Input& input) {
   const bool training = module_->is_training() && grad_mode_enabled();
   if (training && options_.broadcast_buffers && !buffers_.empty()) {
     broadcast_from_rank0(buffers_, "DDP buffers");

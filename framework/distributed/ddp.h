@@ -77,6 +77,8 @@ class DistributedDataParallel {
   // Runs the module; prepares gradient synchronisation for the backward of the output.
   Tensor forward(const Tensor& input);
   Tensor operator()(const Tensor& input) { return forward(input); }
+  // The same for a module whose input is ids (nn::Module::forward(const IndexTensor&)).
+  Tensor forward(const IndexTensor& ids);
 
   // Replaces the communication hook. Must be called before the first backward; every rank must
   // register the same hook. hook(state, bucket) must reduce bucket.buffer() in place.
@@ -119,6 +121,8 @@ class DistributedDataParallel {
   void build_buckets();
   // label names the broadcast in failure reports ("DDP buffers").
   void broadcast_from_rank0(const std::vector<Tensor>& tensors, const char* label);
+  template <typename Input>
+  Tensor forward_impl(const Input& input);
   void prepare_for_backward(const Tensor& output);
   void mark_ready(size_t param, bool has_grad);
   void launch_ready_buckets();

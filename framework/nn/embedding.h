@@ -35,7 +35,7 @@ class Embedding : public Module {
   // indices (any shape, float32 holding integers) -> (*indices.shape, embedding_dim).
   Tensor forward(const Tensor& indices) override;
   // indices (any shape) -> (*indices.shape, embedding_dim).
-  Tensor forward(const IndexTensor& indices);
+  Tensor forward(const IndexTensor& indices) override;
   // indices in row-major order of `shape` -> (*shape, embedding_dim).
   Tensor forward(const std::vector<int64_t>& indices, const Shape& shape);
 

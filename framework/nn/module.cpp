@@ -22,6 +22,11 @@ Tensor Module::forward(const Tensor&) {
   HSGD_THROW(Error, type_name_, " does not implement forward(const Tensor&)");
 }
 
+Tensor Module::forward(const IndexTensor& ids) {
+  HSGD_THROW(Error, type_name_, " takes float inputs, not ids: it does not implement ",
+             "forward(const IndexTensor&) (got ids of shape ", shape_str(ids.shape()), ")");
+}
+
 void Module::check_new_name(const std::string& name, const char* what) const {
   HSGD_CHECK(!name.empty(), type_name_, ": ", what, " name must not be empty");
   HSGD_CHECK(name.find('.') == std::string::npos, type_name_, ": ", what, " name '", name,

@@ -34,6 +34,7 @@
 #include <utility>
 #include <vector>
 
+#include "framework/tensor/index_tensor.h"
 #include "framework/tensor/tensor.h"
 
 namespace hsgd::nn {
@@ -57,6 +58,12 @@ class Module {
   // modules used only as parameter holders, need not override it).
   virtual Tensor forward(const Tensor& input);
   Tensor operator()(const Tensor& input) { return forward(input); }
+  // The computation on integer ids (token ids of a language model): modules whose input is ids
+  // (nn::Embedding, a Sequential that starts with one, a GPT) override it; the base class throws
+  // hsgd::Error saying that this module takes float inputs. A subclass that overrides only one
+  // of the two forwards hides the other from calls through the subclass's own type (C++'s name
+  // hiding); calls through Module& see both.
+  virtual Tensor forward(const IndexTensor& ids);
 
   // ---- registration (returns what it registered) ----
   // Stores t as parameter `name` and marks it requires_grad. t becomes the module's tensor: the

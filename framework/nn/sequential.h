@@ -31,6 +31,8 @@ class Sequential : public Module {
   }
 
   Tensor forward(const Tensor& x) override;
+  // ids through the first module (an Embedding, say), its output through the others.
+  Tensor forward(const IndexTensor& ids) override;
 
   size_t size() const { return modules_.size(); }
   // The i-th module; InvalidArgument when i >= size().

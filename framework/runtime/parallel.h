@@ -70,6 +70,9 @@ struct Parallel {
   Tensor forward(nn::Module& model, const Tensor& x) const {
     return ddp ? ddp->forward(x) : model.forward(x);
   }
+  Tensor forward(nn::Module& model, const IndexTensor& ids) const {
+    return ddp ? ddp->forward(ids) : model.forward(ids);
+  }
 };
 
 // The options do not fit the world they are built for (a hierarchy whose last group is not the

@@ -16,6 +16,7 @@
 namespace hsgd::runtime {
 
 Tensor StepContext::forward(const Tensor& x) const { return parallel_.forward(model_, x); }
+Tensor StepContext::forward(const IndexTensor& ids) const { return parallel_.forward(model_, ids); }
 
 namespace {
 
@@ -253,7 +254,7 @@ void Loop::step(const data::Batch& batch) {
   Optimizer& optimizer = *registered_.optimizer;
   const double lr = optimizer.param_groups().front().lr.value_or(0.0);
   optimizer.zero_grad();
-  const int64_t batch_size = static_cast<int64_t>(batch.targets.size());
+  const int64_t batch_size = batch.size();
   const std::span<const int64_t> all(loader_->indices());
   const size_t first =
       static_cast<size_t>((loader_->position() - 1) * loader_->options().batch_size);

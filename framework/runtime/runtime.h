@@ -117,6 +117,8 @@ class StepContext {
  public:
   // model.forward(x), through DDP when the run has it (gradients are then allreduced in backward).
   Tensor forward(const Tensor& x) const;
+  // The same for a model whose input is ids (a language model's batch.input_ids).
+  Tensor forward(const IndexTensor& ids) const;
   int64_t step() const { return step_; }    // steps done before this one
   int64_t epoch() const { return epoch_; }  // 0-based
   comm::ProcessGroup& world() const { return *world_; }
