@@ -17,7 +17,8 @@
 //   auto train = std::make_shared<data::NextTokenDataset>(tokens, 0, split, 128, 128);
 //   auto val = std::make_shared<data::NextTokenDataset>(tokens, split, tokens->size(), 128, 128);
 //   data::Batch b = train->get_batch({0, 1});   // b.input_ids (2,128), b.target_ids (2,128)
-//   Tensor loss = cross_entropy(gpt->forward(b.input_ids).reshape({-1, 256}),
+//   auto lm = std::make_shared<nn::Embedding>(256, 256);     // a (too) small language model
+//   Tensor loss = cross_entropy(lm->forward(b.input_ids).reshape({-1, 256}),
 //                               b.target_ids.reshape({-1}));
 //
 // Errors (InvalidArgument naming the value): an unreadable or empty file (its path); null

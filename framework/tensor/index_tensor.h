@@ -9,10 +9,13 @@
 // in autograd (integer tensors have no gradient in torch either).
 //
 // Usage:
-//   IndexTensor ids({3, 14, 15, 92, 65, 35}, {2, 3});    // (2,3)
-//   Tensor x = embedding->forward(ids);                   // (2,3,D)
-//   Tensor loss = cross_entropy(logits.reshape({-1, V}), targets.reshape({-1}));
-//   IndexTensor first = ids.narrow(0, 0, 1);             // (1,3): {3, 14, 15}
+//   IndexTensor ids({3, 14, 15, 92, 65, 35}, {2, 3});      // (2,3)
+//   Generator gen(0);
+//   Tensor x = embedding(randn({100, 8}, gen), ids);        // (2,3,8)
+//   Tensor logits = randn({2, 3, 100}, gen);                // a language model's (B,T,V)
+//   IndexTensor next({14, 15, 92, 65, 35, 89}, {2, 3});     // each position's next token
+//   Tensor loss = cross_entropy(logits.reshape({-1, 100}), next.reshape({-1}));
+//   IndexTensor first = ids.narrow(0, 0, 1);               // (1,3): {3, 14, 15}
 //
 // Errors (InvalidArgument naming the value): a shape whose element count differs from the number
 // of values, or with a negative size; reshape to another element count; an index or range
