@@ -37,6 +37,7 @@ struct Product {
   float beta;
   float* c;
   int64_t ldc;
+  bool pack_a, pack_b;  // whether the blocks of op(a), op(b) are packed or read in place
 };
 
 int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
@@ -99,18 +100,31 @@ int64_t b_buffer_size(const detail::GemmKernel& g, int64_t n, int64_t k) {
   return std::min(g.kc, k) * std::min(g.nc, round_up(n, g.nr));
 }
 
-// The loops of the file comment over all of pr; a_buf and b_buf hold the sizes above.
+// The loops of the file comment over all of pr; a_buf and b_buf hold the sizes above (when
+// pr packs that operand).
 void blocked_product(const detail::GemmKernel& g, const Product& pr, float* a_buf, float* b_buf) {
   for (int64_t jc = 0; jc < pr.n; jc += g.nc) {
     const int64_t nc = std::min(g.nc, pr.n - jc);
     for (int64_t pc = 0; pc < pr.k; pc += g.kc) {
       const int64_t kc = std::min(g.kc, pr.k - pc);
       const float beta = pc == 0 ? pr.beta : 1.0f;
-      pack_b(pr, pc, jc, kc, nc, g.nr, b_buf);
+      detail::BBlock b{b_buf, kc, g.nr};
+      if (pr.pack_b) {
+        pack_b(pr, pc, jc, kc, nc, g.nr, b_buf);
+      } else {
+        b = {pr.b + pc * pr.ldb + jc, 1, pr.ldb};
+      }
       for (int64_t ic = 0; ic < pr.m; ic += g.mc) {
         const int64_t mc = std::min(g.mc, pr.m - ic);
-        pack_a(pr, ic, pc, mc, kc, g.mr, a_buf);
-        g.macro(mc, nc, kc, a_buf, b_buf, pr.alpha, beta, pr.c + ic * pr.ldc + jc, pr.ldc);
+        detail::ABlock a{a_buf, kc, 1, g.mr};
+        if (pr.pack_a) {
+          pack_a(pr, ic, pc, mc, kc, g.mr, a_buf);
+        } else if (pr.trans_a) {
+          a = {pr.a + pc * pr.lda + ic, 1, 1, pr.lda};
+        } else {
+          a = {pr.a + ic * pr.lda + pc, pr.lda, pr.lda, 1};
+        }
+        g.macro(mc, nc, kc, a, b, pr.alpha, beta, pr.c + ic * pr.ldc + jc, pr.ldc);
       }
     }
   }
@@ -143,18 +157,37 @@ void parallel_product(const detail::GemmKernel& g, const Product& pr) {
                                 static_cast<double>(pr.k);
   const int64_t grain = block_grain(flops_per_unit);
   const int64_t chunks = hsgd::detail::chunk_count(0, units, grain, get_num_threads());
-  // Each chunk's buffers start on a 64-byte line.
-  const int64_t a_size = round_up(a_buffer_size(g, pr.m, pr.k), 16);
-  const int64_t b_size = round_up(b_buffer_size(g, pr.n, pr.k), 16);
+  const int64_t a_size = pr.pack_a ? round_up(a_buffer_size(g, pr.m, pr.k), 16) : 0;
+  const int64_t b_size = pr.pack_b ? round_up(b_buffer_size(g, pr.n, pr.k), 16) : 0;
   const int64_t per_chunk = a_size + b_size;
-  auto storage = std::make_unique_for_overwrite<float[]>(chunks * per_chunk + 16);
-  float* base = storage.get();
-  base += (16 - reinterpret_cast<uintptr_t>(base) / sizeof(float) % 16) % 16;
+  std::unique_ptr<float[]> storage;
+  float* base = nullptr;
+  if (per_chunk > 0) {
+    // Each chunk's buffers start on a 64-byte line.
+    storage = std::make_unique_for_overwrite<float[]>(chunks * per_chunk + 16);
+    base = storage.get();
+    base += (16 - reinterpret_cast<uintptr_t>(base) / sizeof(float) % 16) % 16;
+  }
+  if (chunks == 1) {
+    blocked_product(g, pr, base, base + a_size);
+    return;
+  }
   parallel_for(0, units, grain, [&](int64_t lo, int64_t hi) {
     float* a_buf = base + parallel_thread_index() * per_chunk;
     const Product piece = part(pr, split_rows, lo * unit, std::min(hi * unit, extent));
     blocked_product(g, piece, a_buf, a_buf + a_size);
   });
+}
+
+// Which operands to pack. op(b) stored transposed must be (the kernels load rows of op(b) as
+// vectors). Otherwise reading in place beat packing on every shape measured (sgemm_bench: the GPT
+// and attention products by up to 2x at k <= 512, from skipping the packing passes), except where
+// the rows of a block are a multiple of 4 KiB apart: then they all fall into the same few L1 sets
+// and evict each other (1024^3 ran at 55 GFLOP/s in place against 97 packed).
+void choose_packing(Product& pr) {
+  constexpr int64_t kAliasingStride = 1024;  // floats: 4 KiB
+  pr.pack_a = pr.lda % kAliasingStride == 0;
+  pr.pack_b = pr.trans_b || pr.ldb % kAliasingStride == 0;
 }
 
 // c = beta * c over the m x n entries, without reading c when beta is 0.
@@ -193,6 +226,14 @@ const GemmKernel& sgemm_kernel(simd::Isa isa) {
 
 simd::Isa sgemm_isa() { return simd::conv_isa(); }
 
+simd::Isa sgemm_path(int64_t m, int64_t n, simd::Isa isa) {
+  if (isa == simd::Isa::kBaseline) return isa;
+  // c narrower than half a micro-tile (a classifier's 10 outputs) leaves most of every vector
+  // idle: OpenBLAS ran 128 x 10 x 64 at 44 GFLOP/s, the AVX-512 tiles at 24 (also with c
+  // computed transposed, which spends the time saved on packing).
+  return 2 * n < detail::sgemm_kernel(isa).nr && n < m ? simd::Isa::kBaseline : isa;
+}
+
 void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
            int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
            simd::Isa isa) {
@@ -202,11 +243,12 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
     scale(m, n, beta, c, ldc);
     return;
   }
-  const Product pr{trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc};
-  if (isa == simd::Isa::kBaseline) {
+  Product pr{trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, true, true};
+  if (sgemm_path(m, n, isa) == simd::Isa::kBaseline) {
     openblas_product(pr);
     return;
   }
+  choose_packing(pr);
   parallel_product(detail::sgemm_kernel(isa), pr);
 }
 

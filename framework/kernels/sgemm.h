@@ -4,10 +4,11 @@
 //
 // The product runs on hsgd's own packed, cache-blocked kernels for the widest instruction set the
 // CPU has (AVX-512, else AVX2 + FMA), chosen at run time: the build has no -march flags. A CPU
-// with neither calls OpenBLAS's cblas_sgemm. sgemm_isa() says which one sgemm uses; the overload
-// taking a simd::Isa forces one (tests and benchmarks run every path the CPU supports). Results
-// agree with cblas_sgemm to float rounding (the summation order differs), and at a given thread
-// count the same call gives the same bits on every run.
+// with neither calls OpenBLAS's cblas_sgemm, as do products with a very narrow c (sgemm_path).
+// sgemm_isa() says which instruction set sgemm uses; the overload taking a simd::Isa forces one
+// (tests and benchmarks run every path the CPU supports). Results agree with cblas_sgemm to float
+// rounding (the summation order differs); on hsgd's kernels the same call gives the same bits on
+// every run and at every thread count.
 //
 // Beyond cblas_sgemm it guarantees: k == 0 or alpha == 0 gives c = beta * c without reading a or
 // b; c is never read when beta is 0 (NaNs there do not propagate); m == 0 or n == 0 does nothing;
@@ -41,5 +42,10 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
 // The instruction set the first overload uses on this CPU: the widest it supports (kBaseline
 // meaning OpenBLAS).
 simd::Isa sgemm_isa();
+
+// The path sgemm(..., isa) takes for a product with m rows and n columns: isa, or kBaseline
+// (OpenBLAS) when c is narrower than half of isa's micro-tile (n < 16 on AVX-512, n < 8 on AVX2)
+// and taller than wide, where OpenBLAS was measured faster.
+simd::Isa sgemm_path(int64_t m, int64_t n, simd::Isa isa);
 
 }  // namespace hsgd::kernels
