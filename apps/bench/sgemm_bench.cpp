@@ -8,9 +8,11 @@
 // Every shape runs as many calls as its batch (the attention products run once per batch-head,
 // as attention.cpp calls them) on operands filled with random numbers; a measurement is the
 // median time of --reps such batches after one warm-up batch. The implementations alternate, one
-// shape at a time, for --rounds rounds, and the table shows the median over the rounds. "threads"
-// is hsgd::set_num_threads (hsgd's pool and OpenBLAS) and torch.set_num_threads (PyTorch's
-// OpenBLAS threads as well). Ratios are hsgd's default instruction set over the others.
+// shape at a time, for --rounds rounds, and the table shows the median over the rounds. "thr" is
+// hsgd::set_num_threads (hsgd's pool and OpenBLAS) and torch.set_num_threads (PyTorch's OpenBLAS
+// threads as well). "path" is what kernels::sgemm runs for the shape (kernels::sgemm_path: the
+// CPU's widest instruction set, or OpenBLAS for a very narrow c); the ratios are that column over
+// OpenBLAS and PyTorch.
 
 #include <cblas.h>
 
@@ -210,25 +212,27 @@ int main(int argc, char** argv) {
     columns.push_back("openblas");
     if (!no_torch) columns.push_back("torch");
     const std::string mine = hsgd::kernels::simd::isa_name(chosen);
-    std::printf("\n%-20s %7s %5s %5s %5s %3s", "shape", "(m,n,k)x", "", "", "", "thr");
-    for (const auto& c : columns)
-      std::printf(" %9s", (c == "avx512" || c == "avx2" ? "hsgd_" + c : c).c_str());
-    std::printf(" %8s", "/openblas");
-    if (!no_torch) std::printf(" %7s", "/torch");
-    std::printf("\n");
+    std::printf("\n%-20s %2s %5s %5s %5s %5s %3s %-8s", "shape", "op", "m", "n", "k", "calls",
+                "thr", "path");
+    for (const auto& c : columns) {
+      std::printf(" %11s", (c == "avx512" || c == "avx2" ? "hsgd_" + c : c).c_str());
+    }
+    std::printf(" %9s%s\n", "/openblas", no_torch ? "" : "    /torch");
     for (const Shape& s : shapes) {
       for (int t : threads) {
         const std::string key = s.name + "/" + std::to_string(t);
         std::map<std::string, double> med;
         for (const auto& c : columns) med[c] = median(results[c][key]);
-        std::printf("%-20s %2s %4lld %4lld %4lld %3lld %3d", s.name.c_str(),
-                    (std::string(s.trans_a ? "t" : "n") + (s.trans_b ? "t" : "n")).c_str(),
+        const std::string op = std::string(s.trans_a ? "t" : "n") + (s.trans_b ? "t" : "n");
+        const Isa path = hsgd::kernels::sgemm_path(s.m, s.n, chosen);
+        std::printf("%-20s %2s %5lld %5lld %5lld %5lld %3d %-8s", s.name.c_str(), op.c_str(),
                     static_cast<long long>(s.m), static_cast<long long>(s.n),
-                    static_cast<long long>(s.k), static_cast<long long>(s.batch), t);
-        for (const auto& c : columns) std::printf(" %9.1f", med[c]);
+                    static_cast<long long>(s.k), static_cast<long long>(s.batch), t,
+                    path == Isa::kBaseline ? "openblas" : hsgd::kernels::simd::isa_name(path));
+        for (const auto& c : columns) std::printf(" %11.1f", med[c]);
         if (chosen != Isa::kBaseline) {
-          std::printf(" %8.2f", med[mine] / med["openblas"]);
-          if (!no_torch) std::printf(" %7.2f", med[mine] / med["torch"]);
+          std::printf(" %9.2f", med[mine] / med["openblas"]);
+          if (!no_torch) std::printf(" %9.2f", med[mine] / med["torch"]);
         }
         std::printf("\n");
       }
