@@ -4,7 +4,9 @@
 // 6 x 16) and cross the cache blocks, row strides wider than the rows, alpha and beta 0, 1 and
 // others, and the empty cases. Every float outside an operand's entries is NaN (the padding
 // between a row's end and its stride, and of c between n and ldc a sentinel), so a kernel that
-// reads past an operand or writes past c fails; with beta == 0, c starts as NaN.
+// reads past an operand or writes past c fails; with beta == 0, c starts as NaN. (Products with
+// c narrower than half a micro-tile and taller than wide run on OpenBLAS whatever the instruction
+// set, kernels::sgemm_path; the narrow cases with m <= n keep the kernels' masked edges covered.)
 
 #include "framework/kernels/sgemm.h"
 
