@@ -1,6 +1,6 @@
 // The AVX-512 macro-kernel of hsgd's SGEMM (sgemm_blocked.h): micro-tiles of kMr rows by two
 // 16-float registers of c (28 accumulators of the 32 registers), each step of k loading two
-// vectors of the packed b panel and broadcasting one entry of the packed a panel per row.
+// vectors of a row of op(b) and broadcasting one entry of op(a) per row (packed or in place).
 // Columns past the block's edge are masked, so no load or store leaves the caller's b or c.
 
 #include <immintrin.h>
