@@ -1,4 +1,4 @@
-// matmul (with broadcast batch dims) and linear on OpenBLAS sgemm. A matrix that is a transposed
+// matmul (with broadcast batch dims) and linear on kernels::sgemm. A matrix that is a transposed
 // view of row-major memory is handed to sgemm with CblasTrans and its leading dimension instead
 // of being copied, so the backward passes (g @ w, g^T @ x, ...) cost no transposition copies.
 

@@ -87,7 +87,7 @@ Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b);
 Tensor tril(const Tensor& x, int64_t k = 0);
 Tensor triu(const Tensor& x, int64_t k = 0);
 
-// ---- linear algebra (OpenBLAS sgemm; transposed views are passed as flags, not copied) ----
+// ---- linear algebra (kernels::sgemm; transposed views are passed as flags, not copied) ----
 // As torch.matmul: a (M,K) @ b (K,N) -> (M,N); with more dims, a (A...,M,K) @ b (B...,K,N) ->
 // (F...,M,N) where the batch dims F = broadcast(A, B) (a 2-D operand has none), e.g.
 // [2,3,4,5] @ [3,5,4] -> [2,3,4,4]; a 1-D a or b is a row / column vector whose dim is removed
