@@ -26,6 +26,11 @@ void add_parallel_flags(CLI::App& app, ParallelFlags& flags) {
                  "local-sgd/hierarchical: ranks that average gradients after warm-up (0: the "
                  "ranks of this node, however many each node runs; 1: none)")
       ->capture_default_str();
+  app.add_option("--emulated-node-size", flags.emulated_node_size,
+                 "local-sgd/hierarchical, to test a hierarchy on one machine: treat each block "
+                 "of N contiguous ranks as a node, for the gradient group after warm-up and for "
+                 "'node' levels (e.g. 4 ranks, N = 2, --hierarchy 2:node,8:world: 2 nodes of 2); "
+                 "N must divide the number of ranks");
   add_level_flags(app, flags.levels);
 }
 
@@ -46,6 +51,9 @@ std::string describe_parallel(const ParallelFlags& flags, int world_size,
     text += ", level " + distributed::describe(parallel.averager->level_options()[0]);
   }
   if (flags.mode == "hierarchical") text += ", hierarchy " + flags.hierarchy;
+  if (flags.emulated_node_size) {
+    text += ", emulated nodes of " + std::to_string(*flags.emulated_node_size) + " ranks";
+  }
   if (flags.mode != "ddp") text += ", warm-up " + std::to_string(flags.warmup_steps) + " steps";
   return text;
 }
@@ -56,8 +64,18 @@ runtime::ParallelOptions parallel_options(const ParallelFlags& flags) {
   HSGD_CHECK_AS(BadFlag, flags.period >= 1, "--period ", flags.period, " must be at least 1");
   HSGD_CHECK_AS(BadFlag, flags.subgroup_size >= 0, "--subgroup-size ", flags.subgroup_size,
                 " must be at least 0 (0: the ranks of this node)");
+  if (flags.emulated_node_size) {
+    HSGD_CHECK_AS(BadFlag, *flags.emulated_node_size >= 1, "--emulated-node-size ",
+                  *flags.emulated_node_size,
+                  " must be at least 1 (the ranks of each emulated node; leave the flag out to "
+                  "use the nodes as launched)");
+    HSGD_CHECK_AS(BadFlag, flags.mode != "ddp", "--emulated-node-size ", *flags.emulated_node_size,
+                  " needs --mode local-sgd or hierarchical, not 'ddp' (DDP averages gradients "
+                  "over all ranks at every step, wherever they run)");
+  }
   runtime::ParallelOptions out{.warmup_steps = flags.warmup_steps,
-                               .subgroup_size = flags.subgroup_size};
+                               .subgroup_size = flags.subgroup_size,
+                               .emulated_node_size = flags.emulated_node_size.value_or(0)};
   if (flags.mode == "hierarchical") {
     out.mode = runtime::Mode::kHierarchical;
     out.levels =
@@ -76,6 +94,20 @@ runtime::ParallelOptions parallel_options(const ParallelFlags& flags) {
                   flags.mode + "'");
   }
   return out;
+}
+
+std::string describe_mismatch(const ParallelFlags& flags, const runtime::ParallelMismatch& e) {
+  if (e.option() == "emulated_node_size") {
+    return str_cat("--emulated-node-size ", flags.emulated_node_size.value_or(0), " with ",
+                   e.world_size(), " ranks: ", e.what());
+  }
+  if (e.option() == "subgroup_size") {
+    return str_cat("--subgroup-size ", flags.subgroup_size, ": ", e.what());
+  }
+  // The averager names its API (group size 0, kWholeGroup); the flags spell it 'world'.
+  if (flags.mode == "local-sgd") return std::string("--mode local-sgd: ") + e.what();
+  return str_cat("--hierarchy '", flags.hierarchy, "' with ", e.world_size(), " ranks: ", e.what(),
+                 " (in --hierarchy, group size 'world' or 0 is the whole group)");
 }
 
 void print_averaging_stats(const std::vector<distributed::AveragingLevelStats>& levels) {

@@ -1,8 +1,9 @@
 #pragma once
 // What the bundled examples (train_mlp, train_resnet) share to train data-parallel under
-// hsgd-run: the --mode / --hierarchy / --warmup-steps / --period / --subgroup-size flags, turned
-// into the runtime's ParallelOptions (framework/runtime/parallel.h), which builds DDP, the
-// post-local SGD hook and the model averager from them.
+// hsgd-run: the --mode / --hierarchy / --warmup-steps / --period / --subgroup-size /
+// --emulated-node-size flags, turned into the runtime's ParallelOptions
+// (framework/runtime/parallel.h), which builds DDP, the post-local SGD hook and the model
+// averager from them.
 //
 // Usage:
 //   CLI::App app{"train_mlp"};
@@ -16,6 +17,7 @@
 #include <CLI/CLI.hpp>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -34,7 +36,9 @@ struct ParallelFlags {
   int64_t period = 4;
   std::string hierarchy = "";
   int subgroup_size = 0;  // 0: the ranks of this node (intra_node_subgroup)
-  LevelFlags levels;      // --outer-lr, --overlap-steps, --compression... (level_options.h)
+  // --emulated-node-size N: blocks of N contiguous ranks play nodes (ParallelOptions).
+  std::optional<int> emulated_node_size;
+  LevelFlags levels;  // --outer-lr, --overlap-steps, --compression... (level_options.h)
 };
 
 // A flag value the program cannot use.
@@ -54,6 +58,10 @@ std::vector<std::pair<int64_t, int>> parse_hierarchy(const std::string& text);
 
 // The runtime's parallel options for the flags (validated: BadFlag naming the flag and value).
 runtime::ParallelOptions parallel_options(const ParallelFlags& flags);
+
+// The message of a ParallelMismatch (options that do not fit the world) in the flags' terms,
+// naming the flag of the option that does not fit.
+std::string describe_mismatch(const ParallelFlags& flags, const runtime::ParallelMismatch& e);
 
 // "4 ranks, mode hierarchical, hierarchy 2:2,4:4, warm-up 20 steps"; with a local-sgd level that
 // has options, the level too (parallel: the world's machinery, for the level kept).

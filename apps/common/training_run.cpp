@@ -251,14 +251,7 @@ int train_and_report(const TrainingFlags& training, const ParallelFlags& paralle
         },
         &printer);
   } catch (const runtime::ParallelMismatch& e) {
-    // The averager names its API (group size 0, kWholeGroup); the flags spell it 'world'.
-    if (parallel.mode == "local-sgd") throw BadFlag(std::string("--mode local-sgd: ") + e.what());
-    if (parallel.mode == "hierarchical") {
-      throw BadFlag(str_cat("--hierarchy '", parallel.hierarchy, "' with ", e.world_size(),
-                            " ranks: ", e.what(),
-                            " (in --hierarchy, group size 'world' or 0 is the whole group)"));
-    }
-    throw BadFlag(str_cat("--subgroup-size ", parallel.subgroup_size, ": ", e.what()));
+    throw BadFlag(describe_mismatch(parallel, e));
   } catch (const runtime::NoFullBatch&) {
     throw BadFlag(str_cat("--batch-size ", training.batch_size,
                           " per worker: this worker's share of the training set",

@@ -26,8 +26,15 @@
 //                        group sizes are numbers, 'world' or 'node' (each node's ranks).
 // --subgroup-size N replaces the intra-node group as the post-local gradient group (1: no gradient
 // communication after warm-up, i.e. pure local SGD). On ONE node the intra-node group is the
-// whole world, so without --subgroup-size the replicas stay identical and averaging changes
-// nothing (it only costs time), as in PyTorch.
+// whole world, so the replicas stay identical and averaging changes nothing (it only costs
+// time), as in PyTorch, and a 'node' level is the whole world (the levels above it are dropped);
+// both warn. To test a hierarchy on one machine, --emulated-node-size N treats each block of N
+// contiguous ranks as a node, for the post-local gradient group and for 'node' levels:
+//   hsgd-run --nproc-per-node 4 -- train_mlp --synthetic --mode hierarchical
+//       --hierarchy 2:node,8:world --emulated-node-size 2      (one command line)
+// runs as 2 nodes of 2 (add --subgroup-size 1 for local SGD within the emulated nodes too).
+// --emulated-node-size must be at least 1, divide the number of ranks and come with --mode
+// local-sgd or hierarchical (exit code 2 otherwise, naming the value).
 // Evaluation: at the end of each epoch the ranks' parameters are averaged into a temporary
 // copy (one allreduce per tensor), rank 0 evaluates that averaged model on the full test set,
 // and every rank restores its own parameters, so evaluation does not perturb training. After

@@ -16,7 +16,8 @@ Tensor find_tensor(const NamedTensors& named, const std::string& name) {
   return Tensor();
 }
 
-Module::Module(std::string type_name) : type_name_(std::move(type_name)) {}
+Module::Module(std::string type_name)
+    : type_name_(std::move(type_name)), tree_seed_(initial_seed()) {}
 
 Tensor Module::forward(const Tensor&) {
   HSGD_THROW(Error, type_name_, " does not implement forward(const Tensor&)");
@@ -36,7 +37,7 @@ void Module::check_new_name(const std::string& name, const char* what) const {
                      std::any_of(children_.begin(), children_.end(),
                                  [&](const auto& c) { return c.first == name; }) ||
                      std::any_of(generators_.begin(), generators_.end(),
-                                 [&](const auto& g) { return g.first == name; });
+                                 [&](const auto& g) { return g.name == name; });
   HSGD_CHECK(!taken, type_name_, ": ", what, " name '", name, "' is already registered");
 }
 
@@ -55,16 +56,44 @@ Tensor Module::register_buffer(const std::string& name, Tensor t) {
   return t;
 }
 
-Generator& Module::register_generator(const std::string& name, Generator& gen) {
+Generator& Module::register_generator(const std::string& name, Generator& gen,
+                                      GeneratorSeed seeding) {
   check_new_name(name, "generator");
-  generators_.emplace_back(name, &gen);
+  generators_.push_back({name, &gen, seeding});
+  if (seeding == GeneratorSeed::kFromTree) gen.seed(derive_seed(tree_seed_, name));
   return gen;
 }
 
 void Module::register_module_impl(const std::string& name, std::shared_ptr<Module> module) {
   check_new_name(name, "submodule");
   HSGD_CHECK(module != nullptr, type_name_, ": submodule '", name, "' is null");
+  // This module is the root of the tree for now; registering it into a parent derives again.
+  module->derive_generators(tree_seed_, name + ".");
   children_.emplace_back(name, std::move(module));
+}
+
+void Module::derive_generators(uint64_t seed, std::string prefix) {
+  if (seed_pinned_) {
+    seed = tree_seed_;
+    prefix.clear();
+  }
+  for (const RegisteredGenerator& g : generators_) {
+    if (g.seeding == GeneratorSeed::kFromTree)
+      g.generator->seed(derive_seed(seed, prefix + g.name));
+  }
+  for (const auto& [name, child] : children_) child->derive_generators(seed, prefix + name + ".");
+}
+
+void Module::seed_generators(uint64_t seed) {
+  for (const auto& [name, child] : children_) child->unpin_seeds();
+  tree_seed_ = seed;
+  seed_pinned_ = true;
+  derive_generators(seed, "");
+}
+
+void Module::unpin_seeds() {
+  seed_pinned_ = false;
+  for (const auto& [name, child] : children_) child->unpin_seeds();
 }
 
 void Module::collect(const std::string& prefix, bool recurse, bool buffers,
@@ -116,7 +145,8 @@ std::vector<std::pair<std::string, Module*>> Module::named_modules() {
 }
 
 std::vector<std::pair<std::string, Generator*>> Module::named_generators() {
-  std::vector<std::pair<std::string, Generator*>> out = generators_;
+  std::vector<std::pair<std::string, Generator*>> out;
+  for (const RegisteredGenerator& g : generators_) out.emplace_back(g.name, g.generator);
   for (const auto& [name, child] : children_) {
     for (auto& [sub, gen] : child->named_generators()) out.emplace_back(name + "." + sub, gen);
   }

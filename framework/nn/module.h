@@ -8,6 +8,18 @@
 // A module may also register the random streams it draws from (register_generator): not part of
 // state_dict(), but saved by a Checkpointer with the module's tensors.
 //
+// Random streams of a module tree. A stream registered with GeneratorSeed::kFromTree (the
+// default; nn::Dropout's when no seed is given) is seeded with derive_seed(tree seed, its dotted
+// name), e.g. "blocks.2.attn_dropout.generator", so every dropout layer of a model draws its own
+// masks, and a model built twice with the same tree seed draws the same masks. The tree seed is
+// the root's: initial_seed() (the last manual_seed, else kDefaultSeed) read when the root was
+// constructed, unless seed_generators(seed) was called. Names are relative to the root, or to the
+// module seed_generators was last called on, which keeps its seed and names when it is later
+// registered into a parent. The streams are re-derived when a module is registered and by
+// seed_generators, which restarts them: build the model, seed it, then restore a checkpoint.
+// Data-parallel ranks thus draw the same masks on their different batches by default, as PyTorch
+// ranks seeded alike do; seed_generators(seed + rank) gives each rank its own streams.
+//
 // Modules are held by std::shared_ptr and are not copyable (parameters are shared handles, a
 // copy would silently alias them). Tensors returned by parameters()/state_dict() are handles to
 // the module's own tensors: writing into them (copy_, add_) changes the module.
@@ -25,15 +37,18 @@
 //   };
 //   auto net = std::make_shared<Net>();
 //   for (auto& [name, p] : net->named_parameters()) std::cout << name;   // "fc1.weight", ...
+//   net->seed_generators(42);   // its dropout layers' streams, if it had any, derive from 42
 //
 // Errors: registering an empty name, a name with '.', a duplicate name or an undefined tensor
 // throws hsgd::InvalidArgument; load_state_dict names the missing, unexpected or mis-shaped key.
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "framework/tensor/generator.h"
 #include "framework/tensor/index_tensor.h"
 #include "framework/tensor/tensor.h"
 
@@ -71,16 +86,28 @@ class Module {
   Tensor register_parameter(const std::string& name, Tensor t);
   // Stores t as a buffer: part of state_dict() but not of parameters(); never requires grad.
   Tensor register_buffer(const std::string& name, Tensor t);
+  // How a registered stream is seeded.
+  enum class GeneratorSeed {
+    kFromTree,  // derived from the tree seed and its dotted name (file comment); reseeded now
+    kOwn,       // keeps the seed it was given (e.g. nn::Dropout(0.1, /*seed=*/7))
+  };
   // Registers gen, a member of this module, as a random stream its forward draws from
   // (nn::Dropout's masks). Not part of state_dict(): a torch module holds no such state, so
   // state dicts keep torch's keys. Checkpointer::add_module saves and restores it with the
   // module's tensors, so a resumed run draws what an uninterrupted one would.
-  Generator& register_generator(const std::string& name, Generator& gen);
+  Generator& register_generator(const std::string& name, Generator& gen,
+                                GeneratorSeed seeding = GeneratorSeed::kFromTree);
   template <typename M>
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
     register_module_impl(name, module);
     return module;
   }
+
+  // Makes seed the tree seed of this module and everything below it (a seed_generators call on a
+  // descendant no longer counts) and reseeds every kFromTree stream below it with
+  // derive_seed(seed, its name relative to this module). kOwn streams keep their seeds. The
+  // streams restart: call it before training or restoring a checkpoint.
+  void seed_generators(uint64_t seed);
 
   // ---- traversal, all in registration order, depth-first (own entries before children's) ----
   NamedTensors named_parameters(bool recurse = true) const;
@@ -125,6 +152,10 @@ class Module {
 
  private:
   void register_module_impl(const std::string& name, std::shared_ptr<Module> module);
+  // Reseeds the kFromTree streams of this subtree: derive_seed(seed, prefix + name), or from this
+  // module's own seed and names when seed_generators was called on it.
+  void derive_generators(uint64_t seed, std::string prefix);
+  void unpin_seeds();
   void check_new_name(const std::string& name, const char* what) const;
   void collect(const std::string& prefix, bool recurse, bool buffers, NamedTensors& out) const;
   void collect_state(const std::string& prefix, NamedTensors& out) const;
@@ -134,7 +165,15 @@ class Module {
   bool training_ = true;
   NamedTensors parameters_;
   NamedTensors buffers_;
-  std::vector<std::pair<std::string, Generator*>> generators_;
+  struct RegisteredGenerator {
+    std::string name;
+    Generator* generator;
+    GeneratorSeed seeding;
+  };
+  std::vector<RegisteredGenerator> generators_;
+  // The tree seed when this module is the root or seed_generators was called on it (pinned).
+  uint64_t tree_seed_;
+  bool seed_pinned_ = false;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
 };
 

@@ -287,7 +287,11 @@ void Loop::agree_on_state(bool after_failure, GenerationEvent& event) {
   std::vector<std::string> configs;
   const std::string config =
       str_cat(model_signature(*registered_.model), "; mode ", mode_name(options_.parallel.mode),
-              ", hierarchy '", options_.hierarchy_text, "'; ", options_.configuration);
+              ", hierarchy '", options_.hierarchy_text, "'",
+              options_.parallel.emulated_node_size > 0
+                  ? str_cat(", emulated nodes of ", options_.parallel.emulated_node_size)
+                  : std::string(),
+              "; ", options_.configuration);
   world.allgather_bytes(config, configs, "elastic configuration")->wait();
   std::vector<int> differing;
   for (int r = 0; r < world.size(); ++r) {

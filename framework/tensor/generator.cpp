@@ -10,19 +10,31 @@ namespace hsgd {
 
 namespace {
 
-uint64_t splitmix64(uint64_t& x) {
-  uint64_t z = (x += 0x9e3779b97f4a7c15ULL);
+constexpr uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+// splitmix64's output function: a bijection of 64 bits in which every input bit affects every
+// output bit.
+constexpr uint64_t mix64(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
   return z ^ (z >> 31);
 }
 
-constexpr uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+uint64_t splitmix64(uint64_t& x) { return mix64(x += 0x9e3779b97f4a7c15ULL); }
 
 // Uniform double in [0, 1) from the top 53 bits.
 double unit_double(uint64_t bits) { return static_cast<double>(bits >> 11) * 0x1.0p-53; }
 
 }  // namespace
+
+uint64_t derive_seed(uint64_t seed, std::string_view name) {
+  // For a given byte each step is a bijection of h, so names that first differ at some byte give
+  // unrelated states from there on; mixing in the length last separates a name from its
+  // extensions by NUL bytes.
+  uint64_t h = mix64(seed + 0x9e3779b97f4a7c15ULL);
+  for (const char c : name) h = mix64(h ^ static_cast<unsigned char>(c));
+  return mix64(h ^ (static_cast<uint64_t>(name.size()) << 8));
+}
 
 Generator::Generator(uint64_t seed) { this->seed(seed); }
 
@@ -142,10 +154,23 @@ Generator& default_generator() {
   return generator;
 }
 
+uint64_t& default_initial_seed() {
+  static uint64_t seed = kDefaultSeed;
+  return seed;
+}
+
 }  // namespace detail
 
 void manual_seed(uint64_t seed) {
-  with_default_generator([seed](Generator& g) { g.seed(seed); });
+  with_default_generator([seed](Generator& g) {
+    g.seed(seed);
+    detail::default_initial_seed() = seed;
+  });
+}
+
+uint64_t initial_seed() {
+  std::lock_guard<std::mutex> lock(detail::default_generator_mutex());
+  return detail::default_initial_seed();
 }
 
 }  // namespace hsgd

@@ -17,7 +17,8 @@ namespace hsgd {
 class Generator;
 namespace detail {
 std::mutex& default_generator_mutex();
-Generator& default_generator();  // guarded by default_generator_mutex()
+Generator& default_generator();    // guarded by default_generator_mutex()
+uint64_t& default_initial_seed();  // guarded by default_generator_mutex()
 }  // namespace detail
 
 class Generator {
@@ -59,6 +60,13 @@ class Generator {
   double spare_normal_ = 0;
 };
 
+// A seed for the stream called `name` within a family of streams seeded with `seed` (e.g. the
+// dropout layers of one model, by their dotted names: nn::Module::seed_generators). A keyed hash
+// of the name's bytes (splitmix64's finalizer after each byte, then the length): distinct names
+// give unrelated streams, and the same (seed, name) gives the same stream on every machine.
+//   derive_seed(7, "blocks.0.dropout.generator") != derive_seed(7, "blocks.1.dropout.generator")
+uint64_t derive_seed(uint64_t seed, std::string_view name);
+
 // ---- the default generator ----
 // The process-wide default generator, like torch's default CPU generator: modules built without
 // an explicit Generator (nn::Linear(in, out), nn::Conv2d(options), ...) draw from it, so two
@@ -70,6 +78,9 @@ inline constexpr uint64_t kDefaultSeed = 67280421310721ull;
 
 // Reseeds the default generator (torch.manual_seed).
 void manual_seed(uint64_t seed);
+// The seed of the last manual_seed call, kDefaultSeed before any (torch.initial_seed). Modules
+// take it as the default seed of their random streams (nn::Module::seed_generators).
+uint64_t initial_seed();
 
 // Runs fn(Generator&) with the default generator locked; returns what fn returns.
 template <typename Fn>

@@ -247,11 +247,19 @@ HierarchicalModelAverager::HierarchicalModelAverager(std::vector<LevelOptions> g
   if (!error.empty()) HSGD_THROW(InvalidArgument, error);
   check_buffers_on_all_ranks();
   if (!dropped.empty() && pg_->rank() == 0) {
+    // On one machine a 'node' level is the whole group: say how to test the hierarchy there.
+    const std::string one_node =
+        nodes.size() == 1 && n > 1
+            ? str_cat("; 'node' is the whole group here, all ", n,
+                      " ranks being on one node: to test the hierarchy on one machine, emulate "
+                      "nodes (runtime::ParallelOptions::emulated_node_size, --emulated-node-size "
+                      "in the examples) or give the lower level a number")
+            : std::string();
     comm::logger()->warn(
         "HierarchicalModelAverager (group '{}' of {} ranks): levels {} do not fit in the group "
         "(larger than it, or after a level that already covers it) and were dropped; averaging "
-        "with {}",
-        pg_->name(), n, detail::describe(dropped), detail::describe(levels));
+        "with {}{}",
+        pg_->name(), n, detail::describe(dropped), detail::describe(levels), one_node);
     for (const LevelOptions& level : dropped) {
       if (is_plain(level)) continue;
       // A dropped level takes its options with it: name them, the top level kept does not get

@@ -1,8 +1,9 @@
 // framework/checkpoint/: the random streams a model owns (nn::Dropout's masks, registered with
 // Module::register_generator) are part of its checkpoint, so that a run killed and resumed draws
 // the masks an uninterrupted run draws and ends bitwise equal to it, on one rank (killed with
-// SIGKILL) and on several ranks with different streams; a checkpoint without a generator's state
-// is refused unless it is partial; and the manifest records the launcher's ranks per node.
+// SIGKILL), with a tree of unseeded dropout layers, and on several ranks with different streams; a
+// checkpoint without a generator's state is refused unless it is partial; and the manifest records
+// the launcher's ranks per node.
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -12,6 +13,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "comm/process_group/init.h"
@@ -50,6 +52,22 @@ std::shared_ptr<nn::Sequential> dropout_net(uint64_t init_seed, uint64_t dropout
   return net;
 }
 
+// Linear - Dropout - (Linear - ReLU - Dropout) - Linear, no seeds given: the two streams derive
+// from the tree seed ("1.generator", "2.2.generator").
+std::shared_ptr<nn::Sequential> dropout_tree(uint64_t init_seed) {
+  Generator gen(init_seed);
+  auto net = std::make_shared<nn::Sequential>();
+  net->push_back(std::make_shared<nn::Linear>(16, 32, true, gen));
+  net->push_back(std::make_shared<nn::Dropout>(0.3));
+  auto block = std::make_shared<nn::Sequential>();
+  block->push_back(std::make_shared<nn::Linear>(32, 32, true, gen));
+  block->push_back(std::make_shared<nn::ReLU>());
+  block->push_back(std::make_shared<nn::Dropout>(0.5));
+  net->push_back(block);
+  net->push_back(std::make_shared<nn::Linear>(32, 4, true, gen));
+  return net;
+}
+
 nn::Dropout& dropout_of(nn::Sequential& net) {
   return dynamic_cast<nn::Dropout&>(*net.named_children()[2].second);
 }
@@ -60,8 +78,11 @@ struct DropoutRun {
   std::unique_ptr<data::DataLoader> loader;
   int64_t steps = 0;
 
-  DropoutRun(uint64_t dropout_seed, int rank = 0, int world = 1, uint64_t init_seed = 1) {
-    model = dropout_net(init_seed, dropout_seed);
+  DropoutRun(uint64_t dropout_seed, int rank = 0, int world = 1, uint64_t init_seed = 1)
+      : DropoutRun(dropout_net(init_seed, dropout_seed), rank, world) {}
+
+  explicit DropoutRun(std::shared_ptr<nn::Sequential> net, int rank = 0, int world = 1)
+      : model(std::move(net)) {
     sgd = std::make_shared<optim::SGD>(model->parameters(),
                                        optim::SGDOptions{.lr = 0.1, .momentum = 0.9});
     auto dataset = std::make_shared<data::SyntheticDataset>(
@@ -197,6 +218,38 @@ TEST(RandomStreamsTest, DropoutRunKilledAndResumedIsBitwiseIdentical_OneProcess)
   };
   EXPECT_EQ(resume(false), "") << "the resumed run differs from the uninterrupted one";
   EXPECT_NE(resume(true), "") << "restarting the dropout stream changed nothing";
+}
+
+// A tree of unseeded dropout layers: the job saves at 8 and ends at 10; a fresh model (streams
+// derived anew, i.e. restarted) loads step 8 and trains to 20, bitwise where an uninterrupted run
+// ends. Control: without the loaded streams (the tree reseeded after the load) it ends elsewhere.
+TEST(RandomStreamsTest, TreeOfUnseededDropouts_ResumesEveryStream) {
+  const fs::path dir = unique_temp_dir("ckpt-dropout-tree");
+  {
+    DropoutRun first(dropout_tree(1));
+    ASSERT_EQ(first.model->named_generators().size(), 2u);
+    Checkpointer ckpt({.dir = dir.string()}, world_of_one(), {.model = "dropout-tree"});
+    first.register_with(ckpt);
+    first.train_to(10, &ckpt, 8);
+    ckpt.wait();
+  }
+  DropoutRun uninterrupted(dropout_tree(1));
+  uninterrupted.train_to(20);
+  const auto resume = [&](bool restart_streams) {
+    DropoutRun resumed(dropout_tree(/*init_seed=*/77));
+    resumed.model->forward(ones({4, 16}));  // streams advanced: load must overwrite them
+    Checkpointer ckpt({.dir = (dir / "resumed").string()}, world_of_one(),
+                      {.model = "dropout-tree"});
+    resumed.register_with(ckpt);
+    const std::optional<LoadedCheckpoint> loaded = ckpt.load(step_dir(dir.string(), 8));
+    EXPECT_TRUE(loaded.has_value());
+    resumed.steps = loaded ? loaded->step : 0;
+    if (restart_streams) resumed.model->seed_generators(initial_seed());
+    resumed.train_to(20);
+    return first_difference(*uninterrupted.model, *resumed.model);
+  };
+  EXPECT_EQ(resume(false), "") << "the resumed tree differs from the uninterrupted one";
+  EXPECT_NE(resume(true), "") << "restarting the streams changed nothing";
 }
 
 // Two ranks whose dropout streams differ (seed 100 + rank): each rank's file holds its own
