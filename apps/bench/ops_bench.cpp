@@ -1,6 +1,8 @@
 // Micro-benchmark of the tensor ops (not a test; nothing asserts on time). Prints the median
 // (bench_util.h) of 20 calls after one warm-up call, in ms; ops_bench_torch.py prints the same
-// table for PyTorch. Single-threaded comparison:
+// table for PyTorch. The GELU, softmax and attention rows use the shapes of a GPT training step
+// (d_model 128, 4 heads, context 128, batch 32): GELU on the MLP's (4096, 512) hidden layer,
+// softmax over the (128 batch-heads, 128, 128) attention scores. Single-threaded comparison:
 //   OPENBLAS_NUM_THREADS=1 build/apps/bench/ops_bench
 //   OMP_NUM_THREADS=1 /usr/bin/python3 apps/bench/ops_bench_torch.py
 
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "apps/bench/bench_util.h"
+#include "framework/kernels/vec_math.h"
 #include "hsgd.h"
 
 namespace {
@@ -38,8 +41,9 @@ void row(const char* name, const std::function<void()>& f) {
 
 int main() {
   using namespace hsgd;
-  std::printf("openblas core: %s, threads %d; median ms per call of 20\n", openblas_get_corename(),
-              openblas_get_num_threads());
+  std::printf("openblas core: %s, threads %d, vecmath isa %s; median ms per call of 20\n",
+              openblas_get_corename(), openblas_get_num_threads(),
+              kernels::simd::isa_name(kernels::simd::conv_isa()));
   Generator gen(0);
   // MLP 784-512-256-10 on a batch of 128.
   Tensor x = randn({128, 784}, gen);
@@ -60,6 +64,22 @@ int main() {
   row("add bias (128,64,16,16)+(64,1,1)", [&] { add(big, bias); });
   row("relu 2M", [&] { relu(big); });
   row("sum 2M", [&] { sum(big); });
+  // The GPT's hot elementwise ops.
+  Tensor h = randn({4096, 512}, gen).set_requires_grad(true);
+  Tensor gh = randn({4096, 512}, gen);
+  Tensor scores = randn({128, 128, 128}, gen).set_requires_grad(true);
+  Tensor gs = randn({128, 128, 128}, gen);
+  Tensor q = randn({128, 128, 32}, gen).set_requires_grad(true);
+  Tensor k = randn({128, 128, 32}, gen).set_requires_grad(true);
+  Tensor v = randn({128, 128, 32}, gen).set_requires_grad(true);
+  Tensor gq = randn({128, 128, 32}, gen);
+  row("gelu fwd (4096,512)", [&] { gelu(h.detach()); });
+  row("gelu fwd+bwd (4096,512)", [&] { gelu(h).backward(gh); });
+  row("gelu tanh fwd+bwd (4096,512)", [&] { gelu(h, "tanh").backward(gh); });
+  row("softmax fwd (128,128,128) dim -1", [&] { softmax(scores.detach(), -1); });
+  row("softmax fwd+bwd (128,128,128) dim -1", [&] { softmax(scores, -1).backward(gs); });
+  row("sdpa causal fwd+bwd (128,128,32)",
+      [&] { scaled_dot_product_attention(q, k, v, true).backward(gq); });
   row("mlp fwd+bwd 128x784-512-256-10", [&] {
     Tensor h = relu(linear(x, w1, b1));
     h = relu(linear(h, w2, b2));

@@ -22,6 +22,7 @@
 #include "comm/error.h"
 #include "framework/autograd/node.h"
 #include "framework/kernels/sgemm.h"
+#include "framework/kernels/vec_math.h"
 #include "framework/tensor/nn_ops.h"
 #include "framework/tensor/ops.h"
 
@@ -72,11 +73,7 @@ void attention_forward(const AttentionDims& dims, const float* q, const float* k
       // Row r0 + i sees at least key 0 whenever S >= 1, so max is finite.
       float max = -std::numeric_limits<float>::infinity();
       for (int64_t j = 0; j < cols; ++j) max = std::max(max, row[j]);
-      double total = 0;
-      for (int64_t j = 0; j < cols; ++j) {
-        row[j] = std::exp(row[j] - max);
-        total += row[j];
-      }
+      const double total = kernels::vecmath::exp_shifted(row, max, row, cols);
       const float inv = static_cast<float>(1.0 / total);
       for (int64_t j = 0; j < cols; ++j) row[j] *= inv;
       lse[r0 + i] = max + static_cast<float>(std::log(total));
@@ -104,7 +101,7 @@ void attention_backward(const AttentionDims& dims, const float* q, const float* 
     block_scores(dims, q, k, r0, rows, cols, p.data());
     for (int64_t i = 0; i < rows; ++i) {
       float* row = p.data() + i * cols;
-      for (int64_t j = 0; j < cols; ++j) row[j] = std::exp(row[j] - lse[r0 + i]);  // exp(-inf) = 0
+      kernels::vecmath::exp_shifted(row, lse[r0 + i], row, cols);  // masked: exp(-inf) = 0
     }
     const float* gout_block = gout + r0 * dims.dv;
     sgemm(true, false, cols, dims.dv, rows, 1.0f, p.data(), cols, gout_block, dims.dv, 1.0f, gv,

@@ -7,6 +7,8 @@
 
 #include "comm/error.h"
 #include "framework/autograd/node.h"
+#include "framework/kernels/vec_math.h"
+#include "framework/parallel/parallel.h"
 #include "framework/tensor/ops.h"
 #include "framework/tensor/tensor_impl.h"
 
@@ -32,8 +34,78 @@ Split split_at(const Tensor& x, int64_t& dim, const char* op) {
   return r;
 }
 
+// Rows per parallel_for chunk: about kGrain elements.
+constexpr int64_t kGrain = 16384;
+
+int64_t row_grain(const Split& sp) {
+  return std::max<int64_t>(1, kGrain / std::max<int64_t>(sp.len, 1));
+}
+
+// ---- contiguous rows (inner == 1): vecmath's exp ----
+
+// The row maximum (-inf for an empty row).
+float row_max(const float* x, int64_t len) {
+  float max = -std::numeric_limits<float>::infinity();
+  for (int64_t k = 0; k < len; ++k) max = std::max(max, x[k]);
+  return max;
+}
+
+// y (rows, len) = log_softmax of rows [lo, hi) of x (rows, len).
+void log_softmax_rows(const float* x, int64_t len, int64_t lo, int64_t hi, float* y) {
+  for (int64_t r = lo; r < hi; ++r) {
+    const float* px = x + r * len;
+    float* py = y + r * len;
+    const float max = row_max(px, len);
+    const double total = kernels::vecmath::exp_shifted(px, max, py, len);  // py as scratch
+    // (x - max) - log(total), not x - (max + log(total)): for large logits the latter rounds.
+    const float log_total = static_cast<float>(std::log(total));
+    for (int64_t k = 0; k < len; ++k) py[k] = (px[k] - max) - log_total;
+  }
+}
+
+// gx = g - exp(y) * sum(g) along rows [lo, hi) of (rows, len).
+void log_softmax_backward_rows(const float* g, const float* y, int64_t len, int64_t lo, int64_t hi,
+                               float* gx) {
+  kernels::vecmath::exp(y + lo * len, gx + lo * len, (hi - lo) * len);
+  for (int64_t r = lo; r < hi; ++r) {
+    const float* pg = g + r * len;
+    float* pgx = gx + r * len;
+    double total = 0;
+    for (int64_t k = 0; k < len; ++k) total += pg[k];
+    const float s = static_cast<float>(total);
+    for (int64_t k = 0; k < len; ++k) pgx[k] = pg[k] - pgx[k] * s;
+  }
+}
+
+// y (rows, len) = softmax of rows [lo, hi) of x (rows, len).
+void softmax_rows(const float* x, int64_t len, int64_t lo, int64_t hi, float* y) {
+  for (int64_t r = lo; r < hi; ++r) {
+    const float* px = x + r * len;
+    float* py = y + r * len;
+    const double total = kernels::vecmath::exp_shifted(px, row_max(px, len), py, len);
+    const float inv = static_cast<float>(1.0 / total);
+    for (int64_t k = 0; k < len; ++k) py[k] *= inv;
+  }
+}
+
+// gx = y * (g - sum(g * y)) along rows [lo, hi) of (rows, len) (the softmax backward).
+void softmax_backward_rows(const float* g, const float* y, int64_t len, int64_t lo, int64_t hi,
+                           float* gx) {
+  for (int64_t r = lo; r < hi; ++r) {
+    const float* pg = g + r * len;
+    const float* py = y + r * len;
+    float* pgx = gx + r * len;
+    double dot = 0;
+    for (int64_t k = 0; k < len; ++k) dot += static_cast<double>(pg[k]) * py[k];
+    const float d = static_cast<float>(dot);
+    for (int64_t k = 0; k < len; ++k) pgx[k] = py[k] * (pg[k] - d);
+  }
+}
+
+// ---- strided (inner > 1) ----
+
 // y = log_softmax(x) along len; x, y are (outer, len, inner) contiguous.
-void log_softmax_kernel(const float* x, const Split& sp, float* y) {
+void log_softmax_strided(const float* x, const Split& sp, float* y) {
   for (int64_t o = 0; o < sp.outer; ++o) {
     for (int64_t i = 0; i < sp.inner; ++i) {
       const float* px = x + o * sp.len * sp.inner + i;
@@ -42,7 +114,6 @@ void log_softmax_kernel(const float* x, const Split& sp, float* y) {
       for (int64_t k = 0; k < sp.len; ++k) max = std::max(max, px[k * sp.inner]);
       double total = 0;
       for (int64_t k = 0; k < sp.len; ++k) total += std::exp(px[k * sp.inner] - max);
-      // (x - max) - log(total), not x - (max + log(total)): for large logits the latter rounds.
       const float log_total = static_cast<float>(std::log(total));
       for (int64_t k = 0; k < sp.len; ++k) py[k * sp.inner] = (px[k * sp.inner] - max) - log_total;
     }
@@ -50,7 +121,7 @@ void log_softmax_kernel(const float* x, const Split& sp, float* y) {
 }
 
 // gx = g - exp(y) * sum(g) along len (the log_softmax backward).
-void log_softmax_backward_kernel(const float* g, const float* y, const Split& sp, float* gx) {
+void log_softmax_backward_strided(const float* g, const float* y, const Split& sp, float* gx) {
   for (int64_t o = 0; o < sp.outer; ++o) {
     for (int64_t i = 0; i < sp.inner; ++i) {
       const int64_t base = o * sp.len * sp.inner + i;
@@ -63,6 +134,19 @@ void log_softmax_backward_kernel(const float* g, const float* y, const Split& sp
       }
     }
   }
+}
+
+void log_softmax_kernel(const float* x, const Split& sp, float* y) {
+  if (sp.inner != 1) return log_softmax_strided(x, sp, y);
+  parallel_for(0, sp.outer, row_grain(sp),
+               [&](int64_t lo, int64_t hi) { log_softmax_rows(x, sp.len, lo, hi, y); });
+}
+
+void log_softmax_backward_kernel(const float* g, const float* y, const Split& sp, float* gx) {
+  if (sp.inner != 1) return log_softmax_backward_strided(g, y, sp, gx);
+  parallel_for(0, sp.outer, row_grain(sp), [&](int64_t lo, int64_t hi) {
+    log_softmax_backward_rows(g, y, sp.len, lo, hi, gx);
+  });
 }
 
 }  // namespace
@@ -85,7 +169,27 @@ Tensor log_softmax(const Tensor& x, int64_t dim) {
   return out;
 }
 
-Tensor softmax(const Tensor& x, int64_t dim) { return exp(log_softmax(x, dim)); }
+Tensor softmax(const Tensor& x, int64_t dim) {
+  HSGD_CHECK(x.defined(), "softmax: the input is undefined");
+  const Split sp = split_at(x, dim, "softmax");
+  if (sp.inner != 1) return exp(log_softmax(x, dim));
+  const Tensor c = x.detach().contiguous();  // (outer, len)
+  Tensor out = empty(x.shape());             // (outer, len)
+  parallel_for(0, sp.outer, row_grain(sp),
+               [&](int64_t lo, int64_t hi) { softmax_rows(c.data(), sp.len, lo, hi, out.data()); });
+  if (autograd::needs_grad({x})) {
+    autograd::record(out, "SoftmaxBackward", {x},
+                     [y = out.detach(), sp](const Tensor& g, const NeedsGrad&) {
+                       const Tensor gc = g.contiguous();
+                       Tensor gx = empty(y.shape());
+                       parallel_for(0, sp.outer, row_grain(sp), [&](int64_t lo, int64_t hi) {
+                         softmax_backward_rows(gc.data(), y.data(), sp.len, lo, hi, gx.data());
+                       });
+                       return std::vector<Tensor>{gx};
+                     });
+  }
+  return out;
+}
 
 Tensor nll_loss(const Tensor& logp, const std::vector<int64_t>& targets) {
   HSGD_CHECK(logp.defined(), "nll_loss: the input is undefined");
