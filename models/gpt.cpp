@@ -94,6 +94,7 @@ GPT::GPT(const GPTOptions& options) : Module("GPT"), options_(options) {
   }
   ln_f_ = register_module("ln_f", std::make_shared<nn::LayerNorm>(std::vector<int64_t>{o.d_model}));
   lm_head_ = linear(*this, "lm_head", o.d_model, o.vocab_size, false, gen, kInitStd);
+  seed_generators(o.seed);  // each dropout layer's stream derives from the model's seed
 }
 
 Tensor GPT::forward(const IndexTensor& ids) {

@@ -17,7 +17,8 @@
 // blocks.0.ln_1.weight, blocks.0.attn.c_attn.weight, ..., ln_f.bias, lm_head.weight), so the
 // state dict exports to PyTorch. Initialisation (drawn from Generator(seed)): Linear and
 // Embedding weights N(0, 0.02), each residual branch's c_proj N(0, 0.02 / sqrt(2 n_layers)),
-// biases 0, LayerNorm weight 1 and bias 0.
+// biases 0, LayerNorm weight 1 and bias 0. The dropout layers' streams derive from the same seed
+// (nn::Module::seed_generators), one per layer.
 //
 // Usage:
 //   auto gpt = std::make_shared<models::GPT>(models::GPTOptions{.vocab_size = 256, .seed = 1});

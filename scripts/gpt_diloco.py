@@ -55,7 +55,7 @@ def plot(rows, labels, rate, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, (ax_time, ax_steps) = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig, (ax_time, ax_steps) = plt.subplots(1, 2, figsize=(12, 5))
     for mode, label in labels.items():
         points = [r for r in rows if r["mode"] == mode]
         ax_time.plot([p["train_s"] for p in points], [p["val_loss"] for p in points], "o-",
@@ -67,9 +67,10 @@ def plot(rows, labels, rate, path):
     for ax in (ax_time, ax_steps):
         ax.set_ylabel("validation loss (nats per byte)")
         ax.grid(alpha=0.3)
-    ax_time.legend(fontsize=8)
+    handles, names = ax_time.get_legend_handles_labels()
+    fig.legend(handles, names, loc="lower center", ncol=1, fontsize=9)
     fig.suptitle(f"GPT on 2 emulated nodes x 2 workers, {rate} between the nodes")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
     fig.savefig(path, dpi=110)
 
 
@@ -88,6 +89,8 @@ def main():
     p.add_argument("--build", default=os.path.join(ROOT, "build"))
     p.add_argument("--port", type=int, default=29460)
     p.add_argument("--run-timeout", type=int, default=3600)
+    p.add_argument("--plot-only", action="store_true",
+                   help="redraw gpt_diloco.png from the gpt_diloco.csv under --out")
     args = p.parse_args()
     all_modes = modes(args.period, args.outer)
     chosen = args.modes.split(",")
@@ -95,8 +98,18 @@ def main():
         if m not in all_modes:
             sys.exit(f"gpt_diloco: unknown mode '{m}'; expected one of {', '.join(all_modes)}")
     os.makedirs(args.out, exist_ok=True)
-    program = [os.path.join(args.build, "apps/train_gpt/train_gpt"), "--max-steps",
-               str(args.steps), "--eval-every", str(args.eval_every), "--max-eval",
+    if args.plot_only:
+        with open(os.path.join(args.out, "gpt_diloco.csv")) as f:
+            rows = [{"mode": r["mode"], "step": int(r["step"]), "train_s": float(r["train_s"]),
+                     "val_loss": float(r["val_loss"])} for r in csv.DictReader(f)]
+        present = [m for m in chosen if any(r["mode"] == m for r in rows)]
+        plot(rows, {m: all_modes[m][0] for m in present}, args.rate,
+             os.path.join(args.out, "gpt_diloco.png"))
+        return
+    # --epochs large enough that --max-steps ends the run (an epoch of the Bible at batch 32 on
+    # 4 workers is 227 steps).
+    program = [os.path.join(args.build, "apps/train_gpt/train_gpt"), "--epochs", "100",
+               "--max-steps", str(args.steps), "--eval-every", str(args.eval_every), "--max-eval",
                str(args.max_eval), "--seed", str(args.seed), "--threads", "1",
                "--sample-tokens", "0"] + args.gpt_flags.split()
     rows, summary = [], []

@@ -175,6 +175,15 @@ double process_status_kb(pid_t pid, const std::string& field) {
   return -1;
 }
 
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  }
+  return "unknown";
+}
+
 double reset_peak_rss_mb() {
   std::ofstream("/proc/self/clear_refs") << "5";
   return process_status_kb(::getpid(), "VmRSS") / 1024.0;

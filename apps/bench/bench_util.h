@@ -49,6 +49,9 @@ std::vector<std::vector<std::string>> run_python_results(const std::string& scri
 // One field of /proc/PID/status in kB ("VmRSS", "VmHWM"); -1 when it cannot be read.
 double process_status_kb(pid_t pid, const std::string& field);
 
+// The CPU's model name (/proc/cpuinfo), for the benchmarks' first line; "unknown" when absent.
+std::string cpu_model();
+
 // Resets this process's peak resident memory (VmHWM) to its current resident size (Linux >= 4.0)
 // and returns that size in MB: a measurement's peak is process_status_kb(getpid(), "VmHWM") /
 // 1024 minus it.

@@ -204,11 +204,14 @@ int main(int argc, char** argv) {
     for (int t : threads) peak[t] = sgemm_gflops(t);
     std::printf(
         "gpt_step_bench: GPT d_model %lld, %lld layers, %lld heads, context %lld, batch %lld, "
-        "dropout %g, AdamW; %.2f GFLOP per step; OpenBLAS core %s; median of %d rounds x %d "
+        "dropout %g, AdamW; %.2f GFLOP per step; kernels: sgemm %s, elementwise %s (this CPU: "
+        "%s); OpenBLAS core %s (for shapes hsgd's sgemm hands it); median of %d rounds x %d "
         "steps (after %d warm-up)\n",
         static_cast<long long>(c.gpt.d_model), static_cast<long long>(c.gpt.n_layers),
         static_cast<long long>(c.gpt.n_heads), static_cast<long long>(c.gpt.context),
         static_cast<long long>(c.batch), c.gpt.dropout, step_flops(c) / 1e9,
+        kernels::simd::isa_name(kernels::sgemm_isa()),
+        kernels::simd::isa_name(kernels::simd::conv_isa()), cpu_model().c_str(),
         openblas_get_corename(), rounds, c.steps, c.warmup);
     for (int t : threads) {
       std::printf("sgemm 1536^3 at %d thread%s: %.1f GFLOP/s (best of 3)\n", t, t == 1 ? "" : "s",

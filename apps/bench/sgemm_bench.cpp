@@ -20,7 +20,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <string>
@@ -126,15 +125,6 @@ std::string shape_arg(const Shape& s) {
   return s.name + ":" + std::to_string(s.trans_a) + ":" + std::to_string(s.trans_b) + ":" +
          std::to_string(s.m) + ":" + std::to_string(s.n) + ":" + std::to_string(s.k) + ":" +
          std::to_string(s.batch);
-}
-
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  }
-  return "unknown";
 }
 
 }  // namespace
