@@ -14,7 +14,8 @@
 // Both are described by the strides below; an operand read in place has the strides of its
 // storage, with nothing beyond its entries read (edge panels of b are masked).
 //
-// Usage (what sgemm.cpp does for one block):
+// Usage (what sgemm.cpp does for one block; not compiled: the packing of a_pack and b_pack is
+// elided):
 //   const detail::GemmKernel& g = detail::sgemm_kernel(simd::Isa::kAvx2);
 //   // a_pack, b_pack packed as above for (mc, kc) and (kc, nc); c (mc, nc) with row stride ldc
 //   g.macro(mc, nc, kc, {a_pack, kc, 1, g.mr}, {b_pack, kc, g.nr}, alpha, beta, c, ldc);

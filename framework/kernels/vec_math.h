@@ -24,9 +24,12 @@
 // +inf, gelu(-inf) = -inf * 0 = NaN (likewise silu and every backward at +-inf).
 //
 // Usage:
-//   std::vector<float> x(n), y(n);
+//   const int64_t n = 1000;
+//   std::vector<float> x(n, 0.5f), y(n);
 //   hsgd::kernels::vecmath::gelu(x.data(), y.data(), n);
-//   const double total = hsgd::kernels::vecmath::exp_shifted(row, max, row, cols);  // softmax
+//   // a softmax row: y = exp(x - max) and its sum, then y / total
+//   const float max = 0.5f;
+//   const double total = hsgd::kernels::vecmath::exp_shifted(x.data(), max, y.data(), n);
 
 #include <cstdint>
 

@@ -54,9 +54,9 @@ class IndexTensor {
 
   // The same values in another shape; one size may be -1 (inferred), as Tensor::reshape.
   IndexTensor reshape(Shape shape) const;
-  // Elements [start, start + length) along dim, as Tensor::narrow. Along the first dimension
-  // whose size is not 1 or any before it the result shares the values; otherwise it is a copy
-  // (which the values' immutability makes indistinguishable from a view).
+  // Elements [start, start + length) along dim, as Tensor::narrow. When every dimension before
+  // dim has size 1 (always for dim 0) the result shares the values; otherwise it is a copy, which
+  // the values' immutability makes indistinguishable from a view.
   IndexTensor narrow(int64_t dim, int64_t start, int64_t length) const;
 
   // The values as float32 (torch's .float()); exact up to 2^24.
