@@ -93,6 +93,9 @@ echo "elastic_durable: all 3 nodes and the server killed at step $killed_at; 2 n
 
 # ---- 2. SIGUSR1 to every hsgd-run
 ckpt=$work/ckpt_usr1
+# The server of part 1's second job is stopped here: the reset list below no longer holds it.
+kill "$rdzv_pid" 2>/dev/null || true
+wait "$rdzv_pid" 2>/dev/null || true
 pids=()
 e2e_start_rendezvous
 start_two 1:2 usr1 "$work/usr1" "$ckpt"
