@@ -175,6 +175,35 @@ double process_status_kb(pid_t pid, const std::string& field) {
   return -1;
 }
 
+StepMeasurement parse_step_measurement(const std::vector<std::string>& fields,
+                                       const std::string& what) {
+  StepMeasurement m;
+  const bool ok = fields.size() == 2;
+  if (ok) {
+    std::istringstream(fields[0]) >> m.step_ms;
+    std::istringstream(fields[1]) >> m.peak_mb;
+  }
+  HSGD_CHECK_AS(hsgd::Error, ok && m.step_ms > 0, what,
+                ": expected 'STEP_MS PEAK_MB' with a positive step, got ", fields.size(),
+                " fields");
+  return m;
+}
+
+StepMeasurement measure_in_child(const std::string& what,
+                                 const std::function<StepMeasurement()>& measure) {
+  const std::vector<std::string> out =
+      run_forked_ranks(1, std::chrono::seconds(900), what, [&](int) {
+        const StepMeasurement m = measure();
+        std::ostringstream o;
+        o << m.step_ms << " " << m.peak_mb;
+        return o.str();
+      });
+  std::istringstream in(out[0]);
+  std::vector<std::string> fields;
+  for (std::string f; in >> f;) fields.push_back(f);
+  return parse_step_measurement(fields, what);
+}
+
 std::string cpu_model() {
   std::ifstream in("/proc/cpuinfo");
   std::string line;

@@ -49,6 +49,23 @@ std::vector<std::vector<std::string>> run_python_results(const std::string& scri
 // One field of /proc/PID/status in kB ("VmRSS", "VmHWM"); -1 when it cannot be read.
 double process_status_kb(pid_t pid, const std::string& field);
 
+// A training step's measurement: the median step and the peak resident memory above what the
+// process held before it built the model.
+struct StepMeasurement {
+  double step_ms = 0;
+  double peak_mb = 0;
+};
+
+// Parses the fields "STEP_MS PEAK_MB" (a forked child's answer, or a PyTorch script's RESULT
+// line). Throws hsgd::Error naming `what` unless there are two fields and the step is positive.
+StepMeasurement parse_step_measurement(const std::vector<std::string>& fields,
+                                       const std::string& what);
+
+// Runs measure() in a forked child (run_forked_ranks, 900 s) and returns its measurement. Throws
+// hsgd::Error naming `what` when the child fails or times out.
+StepMeasurement measure_in_child(const std::string& what,
+                                 const std::function<StepMeasurement()>& measure);
+
 // The CPU's model name (/proc/cpuinfo), for the benchmarks' first line; "unknown" when absent.
 std::string cpu_model();
 

@@ -49,10 +49,7 @@ struct Config {
   int warmup = 2, steps = 5;
 };
 
-struct Measurement {
-  double step_ms = 0;
-  double peak_mb = 0;
-};
+using Measurement = StepMeasurement;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -83,31 +80,9 @@ Measurement hsgd_measure(const Config& c, int threads) {
   return {median(times), process_status_kb(::getpid(), "VmHWM") / 1024.0 - before};
 }
 
-Measurement parse(const std::vector<std::string>& fields, const std::string& what) {
-  Measurement m;
-  bool ok = fields.size() == 2;
-  if (ok) {
-    std::istringstream(fields[0]) >> m.step_ms;
-    std::istringstream(fields[1]) >> m.peak_mb;
-  }
-  HSGD_CHECK_AS(Error, ok && m.step_ms > 0, what, ": expected 'STEP_MS PEAK_MB' with a positive ",
-                "step, got ", fields.size(), " fields");
-  return m;
-}
-
 Measurement hsgd_run(const Config& c, int threads) {
-  const std::string what = "hsgd gpt threads " + std::to_string(threads);
-  const std::vector<std::string> out =
-      run_forked_ranks(1, std::chrono::seconds(900), what, [&](int) {
-        const Measurement m = hsgd_measure(c, threads);
-        std::ostringstream o;
-        o << m.step_ms << " " << m.peak_mb;
-        return o.str();
-      });
-  std::istringstream in(out[0]);
-  std::vector<std::string> fields;
-  for (std::string f; in >> f;) fields.push_back(f);
-  return parse(fields, what);
+  return measure_in_child("hsgd gpt threads " + std::to_string(threads),
+                          [&] { return hsgd_measure(c, threads); });
 }
 
 Measurement torch_run(const std::string& script, const Config& c, int threads) {
@@ -120,7 +95,7 @@ Measurement torch_run(const std::string& script, const Config& c, int threads) {
        std::to_string(g.dropout), "--warmup", std::to_string(c.warmup), "--steps",
        std::to_string(c.steps)},
       900);
-  return parse(results.back(), "torch gpt threads " + std::to_string(threads));
+  return parse_step_measurement(results.back(), "torch gpt threads " + std::to_string(threads));
 }
 
 // Matrix-product FLOPs of one training step (see the file comment).

@@ -19,21 +19,7 @@ import torch.nn.functional as F
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "models"))
 from gpt_torch import GPT  # noqa: E402
-
-
-def status_mb(field):
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field):
-                return int(line.split()[1]) / 1024.0
-    return 0.0
-
-
-def reset_peak_mb():
-    """Resets VmHWM to the current resident size (Linux >= 4.0); returns that size in MB."""
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
-    return status_mb("VmRSS:")
+from resnet_step_bench_torch import reset_peak_mb, status_mb  # noqa: E402
 
 
 def main():

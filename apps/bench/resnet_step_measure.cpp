@@ -53,19 +53,6 @@ Measurement hsgd_measure(const Config& c, int warmup, int steps) {
   return {median(times), process_status_kb(::getpid(), "VmHWM") / 1024.0 - before};
 }
 
-// "STEP_MS PEAK_MB", as a child returns it and the PyTorch script prints it after RESULT.
-Measurement parse_measurement(const std::vector<std::string>& fields, const std::string& what) {
-  Measurement m;
-  bool ok = fields.size() == 2;
-  if (ok) {
-    std::istringstream(fields[0]) >> m.step_ms;
-    std::istringstream(fields[1]) >> m.peak_mb;
-  }
-  HSGD_CHECK_AS(Error, ok && m.step_ms > 0, what, ": expected 'STEP_MS PEAK_MB' with a positive ",
-                "step, got ", fields.size(), " fields");
-  return m;
-}
-
 }  // namespace
 
 std::string describe(const Config& c) {
@@ -73,18 +60,7 @@ std::string describe(const Config& c) {
 }
 
 Measurement hsgd_run(const Config& c, int warmup, int steps) {
-  const std::string what = "hsgd " + describe(c);
-  const std::vector<std::string> out =
-      run_forked_ranks(1, std::chrono::seconds(900), what, [&](int) {
-        const Measurement m = hsgd_measure(c, warmup, steps);
-        std::ostringstream o;
-        o << m.step_ms << " " << m.peak_mb;
-        return o.str();
-      });
-  std::istringstream in(out[0]);
-  std::vector<std::string> fields;
-  for (std::string f; in >> f;) fields.push_back(f);
-  return parse_measurement(fields, what);
+  return measure_in_child("hsgd " + describe(c), [&] { return hsgd_measure(c, warmup, steps); });
 }
 
 Measurement torch_run(const std::string& script, const Config& c, int warmup, int steps) {
@@ -94,7 +70,7 @@ Measurement torch_run(const std::string& script, const Config& c, int warmup, in
                           "--batch-size", std::to_string(c.batch), "--warmup",
                           std::to_string(warmup), "--steps", std::to_string(steps)},
                          900);
-  return parse_measurement(results.back(), "torch " + describe(c));
+  return parse_step_measurement(results.back(), "torch " + describe(c));
 }
 
 double sgemm_gflops(int threads) {

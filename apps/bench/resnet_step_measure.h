@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "apps/bench/bench_util.h"
+
 namespace resnet_bench {
 
 struct Config {
@@ -17,10 +19,7 @@ struct Config {
 // "MODEL batch B threads T": a configuration's key and its name in error messages.
 std::string describe(const Config& c);
 
-struct Measurement {
-  double step_ms = 0;  // median (bench_util.h) of the timed steps
-  double peak_mb = 0;  // peak resident memory above the process's before the model was built
-};
+using Measurement = StepMeasurement;  // bench_util.h
 
 // hsgd's step in a forked child: builds the model, takes `warmup` untimed and `steps` timed
 // steps. Throws hsgd::Error when the child fails or takes longer than 900 s (it is killed).
