@@ -5,6 +5,7 @@ find_package(Gloo REQUIRED)            # target: gloo (TCP transport built in, n
 find_package(Protobuf REQUIRED)        # FindProtobuf module; use protobuf_generate(TARGET ...)
 find_package(Boost 1.74 REQUIRED COMPONENTS system)
 find_package(spdlog REQUIRED)
+find_package(OpenSSL 3 REQUIRED)       # TLS 1.3 with pre-shared keys (comm/tls)
 find_package(ZLIB REQUIRED)
 find_package(CLI11 REQUIRED)
 set(BLA_VENDOR OpenBLAS)

@@ -12,7 +12,7 @@ only apps/, tests/ and programs outside the tree include it.
 Inside comm/ the same holds for its base (the headers at comm/'s root: errors, logging) and its
 subsystems, one folder each, from the bottom:
 
-    base  <-  store  <-  rendezvous  <-  process_group  <-  elastic  <-  launcher
+    base  <-  tls  <-  transport  <-  store  <-  rendezvous  <-  process_group  <-  elastic  <-  launcher
 
 A subsystem includes the base, itself and the subsystems below it; the base includes only itself.
 A folder under comm/ that is not in this order is reported too, so that a new one gets a place.
@@ -42,7 +42,7 @@ ALLOWED = {
 }
 LAYERS = tuple(ALLOWED)
 # comm/'s subsystems from the bottom; "base" is the headers at comm/'s root.
-COMM_ORDER = ("base", "store", "rendezvous", "process_group", "elastic", "launcher")
+COMM_ORDER = ("base", "tls", "transport", "store", "rendezvous", "process_group", "elastic", "launcher")
 COMM_ORDER_TEXT = " < ".join(COMM_ORDER)
 SOURCE_SUFFIXES = {".h", ".hpp", ".cpp", ".cc"}
 INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')

@@ -1,0 +1,267 @@
+#include "comm/tls/tls.h"
+
+#include <openssl/core_names.h>
+#include <openssl/err.h>
+#include <openssl/kdf.h>
+#include <poll.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+namespace hsgd::comm::tls {
+namespace {
+
+constexpr std::string_view kIdentityPrefix = "hsgd1 ";
+constexpr std::string_view kPskSalt = "hsgd tls 1.3 psk";
+// TLS_AES_128_GCM_SHA256's code point: the one suite both ends use.
+constexpr unsigned char kSuite[2] = {0x13, 0x01};
+
+int keys_index() {
+  static const int index = SSL_get_ex_new_index(0, nullptr, nullptr, nullptr, nullptr);
+  return index;
+}
+
+int context_index() {
+  static const int index = SSL_CTX_get_ex_new_index(0, nullptr, nullptr, nullptr, nullptr);
+  return index;
+}
+
+ConnectionKeys* keys_of(SSL* ssl) {
+  return static_cast<ConnectionKeys*>(SSL_get_ex_data(ssl, keys_index()));
+}
+
+// A TLS 1.3 session that carries psk as its resumption secret: OpenSSL's form of an external PSK.
+SSL_SESSION* psk_session(SSL* ssl, const Psk& psk) {
+  const SSL_CIPHER* cipher = SSL_CIPHER_find(ssl, kSuite);
+  if (cipher == nullptr) return nullptr;
+  SSL_SESSION* session = SSL_SESSION_new();
+  if (session == nullptr) return nullptr;
+  if (SSL_SESSION_set1_master_key(session, psk.data(), psk.size()) != 1 ||
+      SSL_SESSION_set_cipher(session, cipher) != 1 ||
+      SSL_SESSION_set_protocol_version(session, TLS1_3_VERSION) != 1) {
+    SSL_SESSION_free(session);
+    return nullptr;
+  }
+  return session;
+}
+
+int use_session(SSL* ssl, const EVP_MD* md, const unsigned char** id, size_t* id_len,
+                SSL_SESSION** session) {
+  *session = nullptr;
+  ConnectionKeys* keys = keys_of(ssl);
+  if (keys == nullptr || keys->client_identity.empty()) return 1;  // no PSK: the handshake fails
+  SSL_SESSION* made = psk_session(ssl, keys->client_psk);
+  if (made == nullptr) return 0;
+  if (md != nullptr && md != SSL_CIPHER_get_handshake_digest(SSL_SESSION_get0_cipher(made))) {
+    SSL_SESSION_free(made);
+    return 1;
+  }
+  *id = reinterpret_cast<const unsigned char*>(keys->client_identity.data());
+  *id_len = keys->client_identity.size();
+  *session = made;
+  return 1;
+}
+
+int find_session(SSL* ssl, const unsigned char* id, size_t id_len, SSL_SESSION** session) {
+  *session = nullptr;
+  const auto* context =
+      static_cast<const Context*>(SSL_CTX_get_ex_data(SSL_get_SSL_CTX(ssl), context_index()));
+  ConnectionKeys* keys = keys_of(ssl);
+  if (context == nullptr || keys == nullptr || !context->lookup()) return 0;
+  const std::string_view identity(reinterpret_cast<const char*>(id), id_len);
+  const std::optional<Psk> psk = context->lookup()(identity);
+  if (!psk) return 0;  // an unknown identity ends the handshake
+  *session = psk_session(ssl, *psk);
+  if (*session == nullptr) return 0;
+  // Read only after a successful handshake, which proves the client holds this identity's key.
+  keys->authenticated_identity = std::string(identity);
+  return 1;
+}
+
+SSL_CTX* new_context(const SSL_METHOD* method) {
+  SSL_CTX* ctx = SSL_CTX_new(method);
+  if (ctx == nullptr) throw Failure(false, "SSL_CTX_new: " + openssl_errors());
+  bool ok = SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION) == 1 &&
+            SSL_CTX_set_max_proto_version(ctx, TLS1_3_VERSION) == 1 &&
+            SSL_CTX_set_ciphersuites(ctx, "TLS_AES_128_GCM_SHA256") == 1 &&
+            SSL_CTX_set_num_tickets(ctx, 0) == 1;
+  if (!ok) {
+    const std::string why = openssl_errors();
+    SSL_CTX_free(ctx);
+    throw Failure(false, "configuring TLS 1.3: " + why);
+  }
+  SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
+  return ctx;
+}
+
+int remaining_ms(Clock::time_point deadline) {
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return static_cast<int>(std::clamp<int64_t>(left, 0, 1 << 30));
+}
+
+void wait_ready(int fd, short events, Clock::time_point deadline, const char* what) {
+  for (;;) {
+    pollfd p{.fd = fd, .events = events, .revents = 0};
+    const int n = ::poll(&p, 1, remaining_ms(deadline));
+    if (n > 0) return;  // ready, or an error that the next call reports
+    if (n == 0) throw Failure(true, std::string(what) + ": no progress before the deadline");
+    if (errno != EINTR) throw Failure(false, std::string(what) + ": poll: " + std::strerror(errno));
+  }
+}
+
+}  // namespace
+
+Psk derive_psk(std::string_view token, std::string_view identity) {
+  if (token.empty()) throw Failure(false, "derive_psk: an empty token keys nothing");
+  EVP_KDF* kdf = EVP_KDF_fetch(nullptr, "HKDF", nullptr);
+  EVP_KDF_CTX* kctx = kdf != nullptr ? EVP_KDF_CTX_new(kdf) : nullptr;
+  EVP_KDF_free(kdf);
+  if (kctx == nullptr) throw Failure(false, "HKDF unavailable: " + openssl_errors());
+  char digest[] = "SHA256";
+  OSSL_PARAM params[] = {
+      OSSL_PARAM_construct_utf8_string(OSSL_KDF_PARAM_DIGEST, digest, 0),
+      OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_KEY, const_cast<char*>(token.data()),
+                                        token.size()),
+      OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_SALT, const_cast<char*>(kPskSalt.data()),
+                                        kPskSalt.size()),
+      OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_INFO, const_cast<char*>(identity.data()),
+                                        identity.size()),
+      OSSL_PARAM_construct_end()};
+  Psk psk{};
+  const int rc = EVP_KDF_derive(kctx, psk.data(), psk.size(), params);
+  EVP_KDF_CTX_free(kctx);
+  if (rc != 1) throw Failure(false, "HKDF: " + openssl_errors());
+  return psk;
+}
+
+std::string psk_identity(std::string_view purpose, std::string_view job, std::string_view who) {
+  std::string out(kIdentityPrefix);
+  out.append(purpose).append(" ").append(job).append(" ").append(who);
+  return out;
+}
+
+std::optional<std::string> identity_job(std::string_view identity) {
+  if (identity.substr(0, kIdentityPrefix.size()) != kIdentityPrefix) return std::nullopt;
+  identity.remove_prefix(kIdentityPrefix.size());
+  const size_t purpose_end = identity.find(' ');
+  if (purpose_end == std::string_view::npos || purpose_end == 0) return std::nullopt;
+  identity.remove_prefix(purpose_end + 1);
+  const size_t job_end = identity.find(' ');
+  if (job_end == 0) return std::nullopt;
+  return std::string(identity.substr(0, job_end));
+}
+
+std::shared_ptr<Context> Context::client() {
+  SSL_CTX* ctx = new_context(TLS_client_method());
+  SSL_CTX_set_psk_use_session_callback(ctx, use_session);
+  return std::shared_ptr<Context>(new Context(ctx, nullptr));
+}
+
+std::shared_ptr<Context> Context::server(PskLookup lookup) {
+  SSL_CTX* ctx = new_context(TLS_server_method());
+  SSL_CTX_set_psk_find_session_callback(ctx, find_session);
+  std::shared_ptr<Context> context(new Context(ctx, std::move(lookup)));
+  SSL_CTX_set_ex_data(ctx, context_index(), context.get());
+  return context;
+}
+
+Context::~Context() { SSL_CTX_free(ctx_); }
+
+void attach(SSL* ssl, ConnectionKeys* keys) { SSL_set_ex_data(ssl, keys_index(), keys); }
+
+std::string openssl_errors() {
+  std::string out;
+  while (const unsigned long code = ERR_get_error()) {
+    char text[256];
+    ERR_error_string_n(code, text, sizeof(text));
+    if (!out.empty()) out += "; ";
+    out += text;
+  }
+  return out;
+}
+
+Stream::Stream(int fd, std::shared_ptr<Context> context, Role role)
+    : fd_(fd), context_(std::move(context)), ssl_(SSL_new(context_->native())) {
+  if (ssl_ == nullptr) throw Failure(false, "SSL_new: " + openssl_errors());
+  attach(ssl_, &keys_);
+  SSL_set_mode(ssl_, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  if (SSL_set_fd(ssl_, fd) != 1) {
+    SSL_free(ssl_);
+    throw Failure(false, "SSL_set_fd: " + openssl_errors());
+  }
+  if (role == Role::kClient) {
+    SSL_set_connect_state(ssl_);
+  } else {
+    SSL_set_accept_state(ssl_);
+  }
+}
+
+Stream::~Stream() { SSL_free(ssl_); }
+
+void Stream::set_client_psk(std::string identity, const Psk& psk) {
+  keys_.client_identity = std::move(identity);
+  keys_.client_psk = psk;
+}
+
+int Stream::drive(const char* what, Clock::time_point deadline, const std::function<int()>& op) {
+  for (;;) {
+    ERR_clear_error();
+    errno = 0;
+    const int rc = op();
+    if (rc > 0) return rc;
+    switch (SSL_get_error(ssl_, rc)) {
+      case SSL_ERROR_WANT_READ:
+        wait_ready(fd_, POLLIN, deadline, what);
+        break;
+      case SSL_ERROR_WANT_WRITE:
+        wait_ready(fd_, POLLOUT, deadline, what);
+        break;
+      case SSL_ERROR_ZERO_RETURN:
+        throw Failure(false, std::string(what) + ": the peer closed the connection");
+      case SSL_ERROR_SYSCALL: {
+        const int error = errno;
+        const std::string queued = openssl_errors();
+        throw Failure(false, std::string(what) + ": " +
+                                 (error != 0 ? std::strerror(error)
+                                             : queued.empty() ? "the peer closed the connection"
+                                                              : queued));
+      }
+      default: {
+        const std::string queued = openssl_errors();
+        throw Failure(false, std::string(what) + ": " + (queued.empty() ? "TLS error" : queued));
+      }
+    }
+  }
+}
+
+void Stream::handshake(Clock::time_point deadline) {
+  drive("TLS handshake", deadline, [&] { return SSL_do_handshake(ssl_); });
+}
+
+void Stream::write_all(const void* data, size_t size, Clock::time_point deadline) {
+  const auto* bytes = static_cast<const uint8_t*>(data);
+  size_t done = 0;
+  while (done < size) {
+    size_t written = 0;
+    drive("TLS write", deadline,
+          [&] { return SSL_write_ex(ssl_, bytes + done, size - done, &written); });
+    done += written;
+  }
+}
+
+void Stream::read_exact(void* out, size_t size, Clock::time_point deadline) {
+  auto* bytes = static_cast<uint8_t*>(out);
+  size_t done = 0;
+  while (done < size) done += read_some(bytes + done, size - done, deadline);
+}
+
+size_t Stream::read_some(void* out, size_t size, Clock::time_point deadline) {
+  size_t got = 0;
+  drive("TLS read", deadline, [&] { return SSL_read_ex(ssl_, out, size, &got); });
+  return got;
+}
+
+bool Stream::has_buffered() const { return SSL_pending(ssl_) > 0; }
+
+}  // namespace hsgd::comm::tls
