@@ -21,11 +21,11 @@ void add_level_flags(CLI::App& app, LevelFlags& flags) {
                  "top level: merge each averaging this many steps later, training meanwhile")
       ->capture_default_str();
   app.add_option("--compression", flags.compression,
-                 "top level: values on the wire (none, bf16, fp16)")
+                 "top level: values on the wire (none, bf16, fp16, int8, int4)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"none", "bf16", "fp16"}));
+      ->check(CLI::IsMember({"none", "bf16", "fp16", "int8", "int4"}));
   app.add_option("--compression-scale", flags.compression_scale,
-                 "top level: values are multiplied by it before rounding to 16 bits")
+                 "top level: values are multiplied by it before rounding to 16 bits (bf16, fp16)")
       ->capture_default_str();
   app.add_flag("--error-feedback", flags.error_feedback,
                "top level: add the rounding error to the next averaging's payload");
@@ -83,6 +83,8 @@ std::vector<LevelOptions> make_level_options(const std::vector<std::pair<int64_t
     top.overlap_steps = flags.overlap_steps;
     top.compression = flags.compression == "bf16"   ? Compression::kBF16
                       : flags.compression == "fp16" ? Compression::kFP16
+                      : flags.compression == "int8" ? Compression::kInt8
+                      : flags.compression == "int4" ? Compression::kInt4
                                                     : Compression::kNone;
     top.compression_scale = flags.compression_scale;
     top.error_feedback = flags.error_feedback;

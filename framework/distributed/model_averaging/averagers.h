@@ -19,7 +19,7 @@
 // - Beyond torch: options.average_buffers are averaged with the parameters (BatchNorm running
 //   statistics); level_stats() counts, per level, the averagings, payload bytes and seconds.
 // - Beyond torch: each level may take LevelOptions (level_options.h): an outer optimizer
-//   (DiLoCo), overlap with the next steps, 16-bit compression. The constructors without
+//   (DiLoCo), overlap with the next steps, 16-, 8- or 4-bit compression. The constructors without
 //   LevelOptions build plain levels, which average exactly as before (bit for bit).
 //
 // Schedule of levels with options (the arithmetic of one level is in averaging_level.h). At each

@@ -12,10 +12,10 @@
 //   - the level's first averaging when it keeps an anchor and has none yet (no previous
 //     averaging): payload x / g, float32 (exactly plain averaging); on completion A := R.
 //   - plain level (only overlap): payload x / g, float32 allreduce (sum).
-//   - anchored level, kNone (or 16-bit with a group of one rank, where nothing crosses a node):
+//   - anchored level, kNone (or compressed with a group of one rank, where nothing crosses a node):
 //     payload (A - x) / g, float32 allreduce (sum).
-//   - anchored level, 16-bit: payload p = A - x; D = its group mean with float32 sums within
-//     each node and 16-bit values between nodes, rounded at the points and with the error
+//   - anchored level, compressed: payload p = A - x; D = its group mean with float32 sums within
+//     each node and compressed values between nodes, rounded at the points and with the error
 //     feedback (residual e, kept by each node's leader) that compressed_average.h states.
 //   D := the group mean of the payload. S := x (the snapshot) when overlap_steps > 0.
 // COMPLETE (at once when overlap_steps == 0, else at step s + overlap_steps, or earlier when the

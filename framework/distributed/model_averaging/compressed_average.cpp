@@ -59,7 +59,7 @@ int64_t CompressedAverage::start(std::span<float> buffer, std::span<float> resid
   // 2. 16-bit ring over the leaders, in the background
   job_ = std::async(std::launch::async, [this, buffer, residual] { ring(buffer, residual); });
   const auto c = static_cast<int64_t>((buffer.size() + nodes_ - 1) / nodes_);
-  return 2 * (nodes_ - 1) * packed_words(c) * static_cast<int64_t>(sizeof(int64_t));
+  return 2 * (nodes_ - 1) * packed_words(compression_, c) * static_cast<int64_t>(sizeof(int64_t));
 }
 
 void CompressedAverage::wait() {
@@ -83,7 +83,7 @@ void CompressedAverage::ring(std::span<float> buffer, std::span<float> residual)
   const size_t n = buffer.size();
   const auto big_n = static_cast<size_t>(nodes_);
   const size_t c = (n + big_n - 1) / big_n;
-  const auto words = static_cast<size_t>(packed_words(static_cast<int64_t>(c)));
+  const auto words = static_cast<size_t>(packed_words(compression_, static_cast<int64_t>(c)));
   const int i = leaders_->rank();
   acc_.resize(c);
   send_.assign(words, 0);
@@ -99,7 +99,7 @@ void CompressedAverage::ring(std::span<float> buffer, std::span<float> residual)
     encode(compression_, scale_, std::span<const float>(acc_).first(size),
            residual.empty() ? std::span<float>() : residual.subspan(begin, size),
            std::span<int64_t>(send_).first(
-               static_cast<size_t>(packed_words(static_cast<int64_t>(size)))));
+               static_cast<size_t>(packed_words(compression_, static_cast<int64_t>(size)))));
   };
   const auto exchange = [&](const char* label) {
     leaders_->ring_exchange(send_, recv_, label, comm::RunOn::kCaller)

@@ -1,6 +1,7 @@
 #pragma once
-// CompressedAverage: the group mean of a float32 payload with 16-bit values on the wire between
-// nodes and float32 sums everywhere else (the averaging of a compressed level, level_options.h).
+// CompressedAverage: the group mean of a float32 payload with compressed values (16-bit, int8,
+// int4: compression.h) on the wire between nodes and float32 sums everywhere else (the
+// averaging of a compressed level, level_options.h).
 // Internal to the averagers (averaging_level.h).
 //
 // Node layout: comm/process_group/node_layout.h (the nodes the launcher declared, uneven ones
@@ -22,16 +23,17 @@
 //          a = s                 (j == 0)
 //          a = decoded_in + s    (j > 0, decoded_in: what the previous leader sent, decoded)
 //          v = a + e             (e: the leader's error-feedback residual; without it v = a)
-//          q = to16(v * scale);  e := v - from16(q) / scale (with error feedback)
-//      and sends q to the next leader (j < N-1), or, being the last (the owner of chunk k),
-//      sends q around the ring unchanged (the allgather). T = from16(q) / scale of the owner's
-//      q, the same bits on every leader. Each leader encodes each value exactly once per
-//      averaging, so its residual holds exactly its own rounding errors;
+//          q = encode(v);        e := v - decode(q) (with error feedback)
+//      (encode/decode: compression.h; a block format quantizes the chunk's values in blocks
+//      counted from the chunk's first value) and sends q to the next leader (j < N-1), or, being
+//      the last (the owner of chunk k), sends q around the ring unchanged (the allgather).
+//      T = decode(q) of the owner's q, the same bits on every leader. Each leader encodes each
+//      value exactly once per averaging, so its residual holds exactly its own rounding errors;
 //   3. the leader hands T to its node (the node group's allreduce of T and zeros: exact);
 //   4. D = T / g on every member.
-// Bytes on the wire between nodes: a leader sends 2 (N - 1) chunks of packed_words(c) int64
-// words (compression.h), about 4 (N - 1) n / N bytes; float32 ring allreduce: twice that. The
-// other members send nothing between nodes.
+// Bytes on the wire between nodes: a leader sends 2 (N - 1) chunks of packed_words(compression,
+// c) int64 words (compression.h): about 2 (N - 1) n / N times 2 bytes (16-bit), 33/32 (int8) or
+// 17/32 (int4); a float32 ring allreduce sends 4. The other members send nothing between nodes.
 //
 // Usage (every member of pg, in the same order):
 //   std::vector<float> payload(1000, 1.0f), residual(1000, 0.0f);  // residual: error feedback
@@ -94,7 +96,7 @@ class CompressedAverage {
   std::span<float> buffer_;           // the buffer of the averaging in flight
   std::future<void> job_;             // step 2 on a leader of N >= 2 nodes
   std::vector<float> acc_;            // (c,) a, then v, of the chunk being encoded
-  std::vector<int64_t> send_, recv_;  // (packed_words(c),) the ring's messages
+  std::vector<int64_t> send_, recv_;  // (packed_words(compression_, c),) the ring's messages
 };
 
 }  // namespace hsgd::distributed::detail

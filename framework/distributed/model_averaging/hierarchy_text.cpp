@@ -15,7 +15,8 @@ constexpr int64_t kLargest = int64_t{1} << 30;
 constexpr const char* kExpectPairs =
     "expected period:group_size pairs separated by commas, e.g. 2:2,8:world";
 constexpr const char* kExpectOptions =
-    "expected outer=LR[/MOMENTUM[/nesterov]], overlap=K, bf16[=SCALE], fp16[=SCALE] or ef";
+    "expected outer=LR[/MOMENTUM[/nesterov]], overlap=K, bf16[=SCALE], fp16[=SCALE], int8, int4 "
+    "or ef";
 constexpr const char* kExpectOuter = "expected outer=LR[/MOMENTUM[/nesterov]]";
 
 std::vector<std::string_view> split(std::string_view text, char sep) {
@@ -112,6 +113,8 @@ void parse_option(const Errors& errors, size_t index, std::string_view item, Lev
       level.compression_scale = parse_number<float>(errors, index, value, "scale",
                                                     "expected bf16[=SCALE] or fp16[=SCALE]");
     }
+  } else if ((key == "int8" || key == "int4") && !has_value) {
+    level.compression = key == "int8" ? Compression::kInt8 : Compression::kInt4;
   } else if (key == "ef" && !has_value) {
     level.error_feedback = true;
   } else if (key == "scale") {
@@ -124,8 +127,8 @@ void parse_option(const Errors& errors, size_t index, std::string_view item, Lev
 
 bool is_option_key(std::string_view item) {
   const std::string_view key = item.substr(0, item.find('='));
-  return key == "outer" || key == "overlap" || key == "bf16" || key == "fp16" || key == "ef" ||
-         key == "scale";
+  return key == "outer" || key == "overlap" || key == "bf16" || key == "fp16" || key == "int8" ||
+         key == "int4" || key == "ef" || key == "scale";
 }
 
 // The shortest text that std::from_chars reads back as `value` (the same double or float). Such

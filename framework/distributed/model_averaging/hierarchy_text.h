@@ -9,6 +9,7 @@
 //   option    := 'outer=' LR ['/' MOMENTUM ['/nesterov']]   outer SGD on the level's anchor
 //              | 'overlap=' K                              merge the averaging K steps later
 //              | ('bf16' | 'fp16') ['=' SCALE]             16-bit values on the wire
+//              | 'int8' | 'int4'                           8-/4-bit values, a step per block
 //              | 'ef'                                      error feedback
 // e.g. "2:node,16:world@outer=0.7/0.9/nesterov,overlap=2,bf16,ef". PERIOD is 1 to 2^30, a group
 // size at most 2^30. A comma-separated item without ':' continues the options of the level

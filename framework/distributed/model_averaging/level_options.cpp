@@ -15,6 +15,10 @@ const char* to_string(Compression compression) {
       return "bf16";
     case Compression::kFP16:
       return "fp16";
+    case Compression::kInt8:
+      return "int8";
+    case Compression::kInt4:
+      return "int4";
   }
   return "unknown";
 }
@@ -54,10 +58,14 @@ std::string validate_options(const LevelOptions& level, size_t index, const char
   if (level.compression == Compression::kNone) {
     if (level.compression_scale != 1.0f) {
       return str_cat(at, "compression_scale ", level.compression_scale,
-                     " needs a compression (bf16 or fp16)");
+                     " needs a 16-bit compression (bf16 or fp16)");
     }
     if (level.error_feedback)
-      return str_cat(at, "error_feedback needs a compression (bf16 or fp16)");
+      return str_cat(at, "error_feedback needs a compression (bf16, fp16, int8 or int4)");
+  } else if ((level.compression == Compression::kInt8 || level.compression == Compression::kInt4) &&
+             level.compression_scale != 1.0f) {
+    return str_cat(at, "compression_scale ", level.compression_scale, " does not apply to ",
+                   to_string(level.compression), ", which chooses a step per block of values");
   } else if (level.group_size == 1) {
     return str_cat(at, "compression ", to_string(level.compression),
                    " needs a group of at least 2 ranks, got group size 1");

@@ -12,12 +12,14 @@
 //   started at step s runs in the background and is merged k steps later (see averaging_level.h
 //   for the exact rule), so training does not wait for the group.
 // - compression: kBF16 / kFP16 put 16-bit values on the wire between nodes instead of float32,
-//   (value * scale) rounded to nearest even; sums are float32 within a node and at each step of
-//   the ring between the node leaders (compressed_average.h states the rule; a group within one
-//   node sums in float32 and rounds nothing). Only the difference to the anchor
-//   is compressed, never the parameters themselves, so a compressed level keeps an anchor even
-//   without outer (it then behaves as outer lr 1, momentum 0). error_feedback adds this rank's
-//   rounding error of an averaging to its payload at the level's next averaging.
+//   (value * scale) rounded to nearest even; kInt8 / kInt4 put 8- or 4-bit integers with one
+//   float32 step per block of 256 values (compression.h states the formats). Sums are float32
+//   within a node and at each step of the ring between the node leaders (compressed_average.h
+//   states the rule; a group within one node sums in float32 and rounds nothing). Only the
+//   difference to the anchor is compressed, never the parameters themselves, so a compressed
+//   level keeps an anchor even without outer (it then behaves as outer lr 1, momentum 0).
+//   error_feedback adds this rank's rounding error of an averaging to its payload at the
+//   level's next averaging.
 //
 // Usage:
 //   const LevelOptions level{.period = 16, .group_size = 8,
@@ -35,8 +37,10 @@ enum class Compression {
   kNone,  // float32
   kBF16,  // bfloat16: float32's range, 8 significant bits
   kFP16,  // IEEE half: 11 significant bits, |value * scale| saturates at 65504
+  kInt8,  // 8-bit integers with a float32 step per block of 256 values (compression.h)
+  kInt4,  // 4-bit integers in [-7, 7] with a float32 step per block of 256 values
 };
-// "none", "bf16", "fp16".
+// "none", "bf16", "fp16", "int8", "int4".
 const char* to_string(Compression compression);
 
 // The outer optimizer of a level: torch.optim.SGD(lr, momentum, nesterov) applied to the anchor.
@@ -68,7 +72,8 @@ struct LevelOptions {
   int64_t overlap_steps = 0;  // >= 0; 0: the averaging completes within its step
   Compression compression = Compression::kNone;
   // Values are multiplied by it before rounding to 16 bits and divided after (> 0, finite).
-  // Useful with kFP16, whose smallest normal value is 6.1e-5.
+  // Useful with kFP16, whose smallest normal value is 6.1e-5. Must be 1 for kInt8 and kInt4,
+  // which choose a step per block.
   float compression_scale = 1.0f;
   bool error_feedback = false;  // needs compression
 

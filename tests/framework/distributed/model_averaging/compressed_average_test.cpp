@@ -47,7 +47,9 @@ TEST_P(CompressedAverageTest, MatchesReferenceBitForBit) {
   const Layout& layout = GetParam();
   const int world = layout.world;
   const std::vector<int>& node_sizes = layout.node_sizes;
-  constexpr size_t kN = 37;  // chunks of uneven size, the last one short
+  // 16-bit formats: chunks of uneven size, the last one short; block formats: chunks of several
+  // blocks, the last block of each chunk short.
+  constexpr size_t kN16 = 37, kNBlocks = 2 * kQuantBlock * 3 + 41;
   hsgd::testing::WorldOptions options;
   if (layout.uneven) {
     options.node_sizes = node_sizes;
@@ -62,7 +64,10 @@ TEST_P(CompressedAverageTest, MatchesReferenceBitForBit) {
     };
     for (const Case& c :
          {Case{Compression::kBF16, 1.0f, false}, Case{Compression::kBF16, 1.0f, true},
-          Case{Compression::kFP16, 512.0f, true}}) {
+          Case{Compression::kFP16, 512.0f, true}, Case{Compression::kInt8, 1.0f, false},
+          Case{Compression::kInt8, 1.0f, true}, Case{Compression::kInt4, 1.0f, true}}) {
+      const bool block = c.compression == Compression::kInt8 || c.compression == Compression::kInt4;
+      const size_t kN = block ? kNBlocks : kN16;
       const std::string what = std::string(to_string(c.compression)) +
                                (c.error_feedback ? " with error feedback" : "") + ", rank " +
                                std::to_string(rank);
@@ -86,7 +91,8 @@ TEST_P(CompressedAverageTest, MatchesReferenceBitForBit) {
         }
         const int nodes = average.nodes();
         ASSERT_EQ(nodes, static_cast<int>(node_sizes.size())) << what;
-        const int64_t chunk_words = packed_words((kN + nodes - 1) / nodes);
+        const int64_t chunk_words =
+            packed_words(c.compression, static_cast<int64_t>((kN + nodes - 1) / nodes));
         EXPECT_EQ(bytes, average.leader() && nodes > 1 ? 2 * (nodes - 1) * chunk_words * 8 : 0)
             << what;
       }
@@ -113,7 +119,8 @@ INSTANTIATE_TEST_SUITE_P(Layouts, CompressedAverageTest,
                            return name;
                          });
 
-// 4 ranks on 2 nodes: a bf16 level sends at most 0.55x the bytes of the same level in float32
+// 4 ranks on 2 nodes: a bf16 level sends at most 0.55x the bytes of the same level in float32,
+// int8 at most 0.28x, int4 at most 1/7
 // (the first averaging of each is float32 and sets the anchor, so it is left out).
 TEST(CompressedAverageBytes, FourRanksTwoNodes_AtMostHalfOfFloat32) {
   auto result = run_world(4, {.local_world_size = 2}, [&](int rank, const auto& pg) {
@@ -136,9 +143,17 @@ TEST(CompressedAverageBytes, FourRanksTwoNodes_AtMostHalfOfFloat32) {
     EXPECT_EQ(bf16, rank % 2 == 0 ? 4 * 2 * 125 * 8 : 0);
     EXPECT_LE(static_cast<double>(bf16), 0.55 * static_cast<double>(fp32));
     // Over the group too (the float32 path counts every rank's payload).
-    std::vector<double> totals{static_cast<double>(fp32), static_cast<double>(bf16)};
+    // int8 and int4: chunks of 500 values are a block of 256 and one of 244, each with a step
+    // word: 1 + 32 + 1 + 31 words (int8), 1 + 16 + 1 + 16 (int4).
+    const int64_t int8 = run(Compression::kInt8), int4 = run(Compression::kInt4);
+    EXPECT_EQ(int8, rank % 2 == 0 ? 4 * 2 * 65 * 8 : 0);
+    EXPECT_EQ(int4, rank % 2 == 0 ? 4 * 2 * 34 * 8 : 0);
+    std::vector<double> totals{static_cast<double>(fp32), static_cast<double>(bf16),
+                               static_cast<double>(int8), static_cast<double>(int4)};
     pg->allreduce(std::span<double>(totals))->wait();
     EXPECT_LE(totals[1], 0.55 * totals[0]);
+    EXPECT_LE(totals[2], 0.28 * totals[0]);
+    EXPECT_LE(totals[3], 1.0 / 7 * totals[0]);
   });
   EXPECT_RANKS_OK(result);
 }

@@ -104,6 +104,8 @@ TEST(HierarchyTextTest, FormatOfParse_GivesTheCanonicalText) {
       {"8:world@bf16=1,overlap=0", "8:world@bf16"},
       {"2:2@outer=5e-1/0.90", "2:2@outer=0.5/0.9"},
       {"16:world@overlap=3", "16:world@overlap=3"},
+      {"2:node,16:world@ef,int4,outer=0.7", "2:node,16:world@outer=0.7/0,int4,ef"},
+      {"4:4@int8", "4:4@int8"},
   };
   for (const auto& [text, canonical] : cases) {
     EXPECT_EQ(format_hierarchy(parse_hierarchy(text)), canonical) << "text '" << text << "'";
@@ -152,8 +154,9 @@ TEST(HierarchyTextTest, BadPairs_NameTheItemAndTheExpectedForm) {
 TEST(HierarchyTextTest, BadOptions_NameTheLevelAndTheOption) {
   expect_invalid("2:2,4:4@zip",
                  {"level 1: unknown level option 'zip'",
-                  "expected outer=LR[/MOMENTUM[/nesterov]], overlap=K, bf16[=SCALE], fp16[=SCALE] "
-                  "or ef"});
+                  "expected outer=LR[/MOMENTUM[/nesterov]], overlap=K, bf16[=SCALE], fp16[=SCALE], "
+                  "int8, int4 or ef"});
+  expect_invalid("4:4@int8=2", {"level 0: unknown level option 'int8=2'"});
   expect_invalid("2:2@ef=1,4:4", {"level 0: unknown level option 'ef=1'"});
   expect_invalid("2:2@", {"level 0: unknown level option ''"});
   expect_invalid("2:2,4:4@outer=fast", {"level 1: outer lr 'fast' is not a number",

@@ -737,7 +737,7 @@ TEST(Compression, RoundTripRoundsToNearestEvenAndSaturates) {
   EXPECT_TRUE(std::isnan(round_trip(Compression::kBF16, std::nanf(""))));
   // Packing: 5 values in two words, decoded back in order.
   const Values in = {1.0f, -2.0f, 0.5f, 3.0f, -0.25f};
-  std::vector<int64_t> words(static_cast<size_t>(packed_words(5)));
+  std::vector<int64_t> words(static_cast<size_t>(packed_words(Compression::kBF16, 5)));
   ASSERT_EQ(words.size(), 2u);
   Values residual(5, 0.0f);
   encode(Compression::kBF16, 1.0f, in, residual, words);
@@ -753,6 +753,102 @@ TEST(Compression, RoundTripRoundsToNearestEvenAndSaturates) {
   std::vector<int64_t> w(1);
   encode(Compression::kBF16, 1.0f, small, e, w);
   EXPECT_EQ(e[0], 1.0f / 512);
+}
+
+
+// The step of a block is its largest magnitude over qmax; values are rounded to the nearest
+// multiple of it (ties to even), so the largest value is exact.
+TEST(Compression, BlockFormatsQuantizeEachBlockWithItsOwnStep) {
+  for (const auto [compression, qmax] :
+       {std::pair{Compression::kInt8, 127.0f}, std::pair{Compression::kInt4, 7.0f}}) {
+    // Two blocks of very different magnitude, the second one short.
+    Values in(static_cast<size_t>(kQuantBlock + 5));
+    for (size_t i = 0; i < in.size(); ++i) {
+      const float magnitude = i < static_cast<size_t>(kQuantBlock) ? 1.0f : 1e-3f;
+      in[i] = magnitude * std::sin(0.37f * static_cast<float>(i) + 0.1f);
+    }
+    in[7] = -2.0f;  // the first block's largest magnitude
+    const Values out = round_trip(compression, 1.0f, in);
+    ASSERT_EQ(out.size(), in.size());
+    for (size_t b = 0; b < 2; ++b) {
+      const size_t begin = b * static_cast<size_t>(kQuantBlock);
+      const size_t end = std::min(in.size(), begin + static_cast<size_t>(kQuantBlock));
+      float largest = 0.0f;
+      for (size_t i = begin; i < end; ++i) largest = std::max(largest, std::abs(in[i]));
+      const float step = largest / qmax;
+      for (size_t i = begin; i < end; ++i) {
+        const float q = std::nearbyint(in[i] / step);
+        EXPECT_LE(std::abs(q), qmax) << to_string(compression) << " value " << i;
+        EXPECT_EQ(out[i], q * step) << to_string(compression) << " value " << i;
+        EXPECT_LE(std::abs(out[i] - in[i]), 0.5f * step * (1 + 1e-6f)) << i;
+      }
+    }
+    EXPECT_FLOAT_EQ(out[7], -2.0f) << to_string(compression);
+    // Words: a step word per block, then 8 (int8) or 16 (int4) values a word.
+    const int64_t per_word = compression == Compression::kInt8 ? 8 : 16;
+    EXPECT_EQ(packed_words(compression, kQuantBlock + 5),
+              (1 + kQuantBlock / per_word) + (1 + 1));
+    EXPECT_EQ(packed_words(compression, 0), 0);
+  }
+}
+
+TEST(Compression, BlockFormatsKeepZerosExactAndPoisonOnlyTheBlockWithANaN) {
+  for (const Compression compression : {Compression::kInt8, Compression::kInt4}) {
+    Values in(static_cast<size_t>(2 * kQuantBlock), 0.0f);
+    Values out = round_trip(compression, 1.0f, in);
+    for (const float v : out) EXPECT_EQ(v, 0.0f);
+    in[3] = std::nanf("");
+    in[static_cast<size_t>(kQuantBlock) + 1] = 0.75f;
+    out = round_trip(compression, 1.0f, in);
+    for (size_t i = 0; i < static_cast<size_t>(kQuantBlock); ++i) {
+      EXPECT_TRUE(std::isnan(out[i])) << to_string(compression) << " value " << i;
+    }
+    EXPECT_FLOAT_EQ(out[static_cast<size_t>(kQuantBlock) + 1], 0.75f);
+    EXPECT_EQ(out[static_cast<size_t>(kQuantBlock)], 0.0f);
+  }
+}
+
+TEST(Compression, BlockFormatsCarryTheRoundingErrorInTheResidual) {
+  for (const Compression compression : {Compression::kInt8, Compression::kInt4}) {
+    Values payload(100), residual(100);
+    for (size_t i = 0; i < payload.size(); ++i) {
+      payload[i] = std::cos(0.21f * static_cast<float>(i));
+      residual[i] = 0.01f * std::sin(static_cast<float>(i));
+    }
+    const Values before = residual;
+    std::vector<int64_t> words(static_cast<size_t>(packed_words(compression, 100)));
+    encode(compression, 1.0f, payload, residual, words);
+    Values decoded(100, 0.0f);
+    decode_add(compression, 1.0f, words, decoded);
+    for (size_t i = 0; i < payload.size(); ++i) {
+      const float v = payload[i] + before[i];
+      EXPECT_EQ(residual[i], v - decoded[i]) << to_string(compression) << " value " << i;
+    }
+    // Summed over many averagings of the same payload, what arrives approaches the payload:
+    // the error does not accumulate.
+    Values e(100, 0.0f), total(100, 0.0f);
+    const int rounds = 64;
+    for (int r = 0; r < rounds; ++r) {
+      encode(compression, 1.0f, payload, e, words);
+      decode_add(compression, 1.0f, words, total);
+    }
+    for (size_t i = 0; i < payload.size(); ++i) {
+      EXPECT_NEAR(total[i] / rounds, payload[i], 0.2f / rounds) << to_string(compression) << i;
+    }
+  }
+}
+
+TEST(Compression, BlockFormatsRefuseAScale) {
+  LevelOptions level{.period = 4, .group_size = 2, .compression = Compression::kInt8,
+                     .compression_scale = 64.0f};
+  EXPECT_NE(validate_options(level, 1, "test").find("compression_scale 64 does not apply to int8"),
+            std::string::npos)
+      << validate_options(level, 1, "test");
+  level.compression_scale = 1.0f;
+  EXPECT_EQ(validate_options(level, 1, "test"), "");
+  Values in(4, 1.0f);
+  std::vector<int64_t> words(static_cast<size_t>(packed_words(Compression::kInt4, 4)));
+  EXPECT_THROW(encode(Compression::kInt4, 2.0f, in, {}, words), InvalidArgument);
 }
 
 }  // namespace

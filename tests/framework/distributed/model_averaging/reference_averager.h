@@ -54,27 +54,31 @@ inline std::vector<float> reference_compressed_mean(const std::vector<std::vecto
     }
     sums.push_back(s);
   }
-  // 2. the ring: chunk k visits leaders k, k+1, ..., k+N-1
+  // 2. the ring: chunk k visits leaders k, k+1, ..., k+N-1; each leader encodes the chunk's
+  // values once (a block format quantizes them in blocks counted from the chunk's start)
   const size_t big_n = nodes.size();
   std::vector<float> total = sums[0];
   if (big_n > 1) {
     const size_t c = (n + big_n - 1) / big_n;
     for (size_t k = 0; k < big_n; ++k) {
-      for (size_t i = std::min(n, k * c); i < std::min(n, (k + 1) * c); ++i) {
-        float decoded = 0.0f;
-        for (size_t j = 0; j < big_n; ++j) {
-          const size_t node = (k + j) % big_n;
+      const size_t begin = std::min(n, k * c), end = std::min(n, (k + 1) * c);
+      std::vector<float> decoded(end - begin, 0.0f);
+      for (size_t j = 0; j < big_n; ++j) {
+        const size_t node = (k + j) % big_n;
+        std::vector<float>& e = residual[nodes[node][0]];
+        std::vector<float> v(end - begin);
+        for (size_t i = begin; i < end; ++i) {
           float a = 0.0f;
-          if (j > 0) a += decoded;
+          if (j > 0) a += decoded[i - begin];
           a += sums[node][i];
-          std::vector<float>& e = residual[nodes[node][0]];
-          const float v = error_feedback ? a + e[i] : a;
-          decoded = 0.0f;
-          decoded += round_trip(compression, v * scale) / scale;
-          if (error_feedback) e[i] = v - round_trip(compression, v * scale) / scale;
+          v[i - begin] = error_feedback ? a + e[i] : a;
         }
-        total[i] = decoded;
+        decoded = round_trip(compression, scale, v);
+        if (error_feedback) {
+          for (size_t i = begin; i < end; ++i) e[i] = v[i - begin] - decoded[i - begin];
+        }
       }
+      std::copy(decoded.begin(), decoded.end(), total.begin() + static_cast<std::ptrdiff_t>(begin));
     }
   }
   // 4. mean
