@@ -37,6 +37,10 @@ MiB = 1 << 20
 DIRECT_ALLREDUCE_BYTES = 512 * 1024
 SMALL_ALLREDUCE_BYTES = MiB
 TOLERANCE = 0.15
+# The two-level allreduce: shared memory holds 2 to SHM_MAX_RANKS ranks per node; the number of
+# nodes is not limited (TWO_LEVEL_ANY: no limit on the group's size).
+SHM_MAX_RANKS = 64
+TWO_LEVEL_ANY = 10**9
 
 # ---------------------------------------------------------------------------------------------
 # Calibration inputs: measurements recorded in the docs (page, table, date). Seconds per epoch
@@ -188,7 +192,7 @@ class Net:
     TCP path, time on the bottleneck link (incl. latency terms)."""
 
     def __init__(self, topology, nodes, per_node, rate, alpha, shm_rate, shm_alpha, tcp_cpu_rate,
-                 burst=0.0, rack_rate=None, oversubscribed=False, two_level_max=64):
+                 burst=0.0, rack_rate=None, oversubscribed=False, two_level_max=TWO_LEVEL_ANY):
         self.topology, self.nodes, self.per_node = topology, nodes, per_node
         self.rate, self.alpha = rate, alpha  # payload bytes/s of a node's link, s per message
         self.shm_rate, self.shm_alpha = shm_rate, shm_alpha
@@ -250,7 +254,7 @@ class Net:
             return shm, cpu, self.wire(per_node, self.rate, idle) + msgs * self.alpha, per_node
         per_node = 2 * (N - 1) / N * nbytes
         cpu = N * per_node / self.tcp_cpu_rate
-        if w >= 2 and N * w <= self.two_level_max:
+        if 2 <= w <= SHM_MAX_RANKS and N * w <= self.two_level_max:
             # two levels: shm reduce, w shards over TCP in parallel, shm assemble
             msgs = self.gloo_latency_msgs(N, nbytes / w)
             shm = 2 * self.shm(nbytes)
@@ -518,7 +522,7 @@ TABLE_MODES = [
 ]
 
 
-def scale_step(mode, nodes, params, compute, gbit, shm_rate, two_level_max=64):
+def scale_step(mode, nodes, params, compute, gbit, shm_rate, two_level_max=TWO_LEVEL_ANY):
     """Seconds per step (steady state, after warm-up) and its communication, and bytes per node
     per direction per step across the node's link."""
     net = Net("nodes", nodes, WORKERS_PER_NODE, gbit * 1e9 / 8, LATENCY, shm_rate, SHM_ALPHA,
@@ -543,7 +547,7 @@ def scale_step(mode, nodes, params, compute, gbit, shm_rate, two_level_max=64):
     return compute + comm, comm, top[3] / period
 
 
-def table(nodes_list=NODE_COUNTS, two_level_max=64, out=sys.stdout):
+def table(nodes_list=NODE_COUNTS, two_level_max=TWO_LEVEL_ANY, out=sys.stdout):
     print("Weak scaling: per-worker batch fixed; "
           f"{WORKERS_PER_NODE} workers per node; epoch = {SAMPLES_PER_EPOCH:,} samples; "
           f"{LATENCY * 1e6:.0f} us per message between nodes; steady state (no warm-up).",
@@ -671,8 +675,9 @@ def main(argv=None):
     p.add_argument("--nodes", default=None,
                    help="node counts of --table (comma-separated; default 8,...,1024); with "
                         "--plan: the cluster's nodes (one number)")
-    p.add_argument("--two-level-max", type=int, default=64,
-                   help="largest group (ranks) that uses the two-level allreduce (hsgd: 64)")
+    p.add_argument("--two-level-max", type=int, default=TWO_LEVEL_ANY,
+                   help="largest group (ranks) that uses the two-level allreduce (hsgd: any size, "
+                        "with 2 to 64 ranks per node); e.g. 64: a flat ring above 64 ranks")
     p.add_argument("--scale-measured", type=float, default=1.0, metavar="F",
                    help="multiply the checked measurements by F (a test that --check can fail)")
     plan_args = p.add_argument_group("--plan: the cluster and the budget")

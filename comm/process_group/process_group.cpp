@@ -149,8 +149,10 @@ ProcessGroup::~ProcessGroup() {
 void ProcessGroup::connect() {
   // Everyone announces itself first, so that a missing rank is named ("ranks [3] did not
   // arrive") instead of surfacing as an anonymous Gloo store timeout.
-  // The value is this rank's node identity when the group may use shared memory.
-  const bool try_shm = options_.shared_memory && size() > 1 && size() <= ShmAllreduce::kMaxRanks;
+  // The value is this rank's node identity when the group may use shared memory: within one
+  // node (at most ShmAllreduce::kMaxRanks members), or within each node of a group that spans
+  // nodes (two levels, at any group size).
+  const bool try_shm = options_.shared_memory && size() > 1;
   const std::string arrived = options_.key_prefix + "arrived/";
   store_barrier(
       *options_.store, arrived, rank(), size(), options_.timeout,
@@ -179,10 +181,10 @@ void ProcessGroup::connect() {
         options_.store->multi_get(store_barrier_keys(arrived, size()), options_.timeout);
     const bool one_node = std::all_of(nodes.begin(), nodes.end(),
                                       [&](const Bytes& node) { return node == nodes.front(); });
-    if (one_node) {
+    if (one_node && size() <= ShmAllreduce::kMaxRanks) {
       shm_ = ShmAllreduce::connect(*options_.store, options_.key_prefix + "shm/", rank(), size(),
                                    options_.timeout, options_.name);
-    } else {
+    } else if (!one_node) {
       two_level_ = hsgd::detail::TwoLevelAllreduce::connect(options_, nodes);
     }
   }

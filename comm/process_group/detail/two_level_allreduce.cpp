@@ -32,7 +32,10 @@ std::unique_ptr<TwoLevelAllreduce> TwoLevelAllreduce::connect(
   const size_t per_node = node_members.front().size();
   const bool uniform = std::all_of(node_members.begin(), node_members.end(),
                                    [&](const auto& m) { return m.size() == per_node; });
-  if (node_members.size() < 2 || per_node < 2 || !uniform) return nullptr;
+  if (node_members.size() < 2 || per_node < 2 ||
+      per_node > static_cast<size_t>(comm::ShmAllreduce::kMaxRanks) || !uniform) {
+    return nullptr;
+  }
   int my_node = 0, my_index = 0;
   for (size_t k = 0; k < node_members.size(); ++k) {
     auto it = std::find(node_members[k].begin(), node_members[k].end(), group.rank);

@@ -1,7 +1,8 @@
 #pragma once
 // TwoLevelAllreduce: the allreduce plan of a group whose members span nodes (comm-internal):
 // shared memory within each node, TCP between nodes. Used by ProcessGroup's kAuto allreduce when
-// the members are on at least two nodes with the same number L >= 2 of members each.
+// the members are on at least two nodes with the same number L of members each, 2 <= L <=
+// ShmAllreduce::kMaxRanks, whatever the number of nodes.
 //
 // Plan: member i of a node (its i-th lowest group rank there) joins "cross group" i, which holds
 // member i of every node. An allreduce then
@@ -30,8 +31,8 @@ class TwoLevelAllreduce {
   // identity (indexed by group rank). Every rank computes the same plan from the same
   // identities, and whether every node could map its segment is agreed through the store, so
   // it returns the plan on every rank or nullptr on every rank (members not on >= 2 nodes of the
-  // same size >= 2, or a segment that could not be mapped). Throws hsgd::Timeout naming the
-  // members that did not take part within the group's timeout.
+  // same size in [2, ShmAllreduce::kMaxRanks], or a segment that could not be mapped). Throws
+  // hsgd::Timeout naming the members that did not take part within the group's timeout.
   static std::unique_ptr<TwoLevelAllreduce> connect(const comm::ProcessGroup::Options& group,
                                                     const std::vector<comm::Bytes>& identities);
   ~TwoLevelAllreduce();
