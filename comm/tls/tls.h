@@ -16,12 +16,16 @@
 //   root, as a shared secret always is.
 // - A peer without the key fails the handshake; nothing it sent reaches the application.
 //
-// Usage (client, blocking with a deadline):
-//   auto context = hsgd::comm::tls::Context::client();
-//   hsgd::comm::tls::Stream stream(fd, context, hsgd::comm::tls::Role::kClient);
-//   stream.set_client_psk("hsgd1 store job42 node-a", hsgd::comm::tls::derive_psk(token, id));
+// Usage (client, blocking with a deadline; fd: a connected non-blocking socket):
+//   int fd = -1;
+//   const std::string token = "the job token";
+//   const std::string id = hsgd::comm::tls::psk_identity("store", "job42", "node-a");
+//   const auto deadline = hsgd::comm::tls::Clock::now() + std::chrono::seconds(10);
+//   hsgd::comm::tls::Stream stream(fd, hsgd::comm::tls::Context::client(),
+//                                  hsgd::comm::tls::Role::kClient);
+//   stream.set_client_psk(id, hsgd::comm::tls::derive_psk(token, id));
 //   stream.handshake(deadline);
-//   stream.write_all(bytes, size, deadline);
+//   stream.write_all("hello", 5, deadline);
 
 #include <openssl/ssl.h>
 
