@@ -59,6 +59,10 @@ struct TokenTable {
   std::string token_for(const std::string& job, const std::string& origin = "the token file") const;
 };
 
+// A fresh token for one job: 32 bytes from OpenSSL's RAND_bytes as 64 hex digits. Throws
+// hsgd::CommError when the generator fails (it never returns a weak token).
+std::string random_token();
+
 // Parses the text of a token file; origin names it in errors ("--token-file '/x'").
 TokenTable parse_token_file(std::string_view text, const std::string& origin);
 

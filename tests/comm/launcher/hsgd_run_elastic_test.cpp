@@ -47,6 +47,8 @@ TEST(HsgdRunElasticTest, NodeRangeFlag_WorkersGetTheElasticVariables) {
                                    "2",
                                    "--rdzv-endpoint",
                                    server.endpoint,
+                                   "--token-file",
+                                   test_token_file(),
                                    "--rdzv-id",
                                    "elastic-flag",
                                    "--rdzv-last-call",
@@ -100,9 +102,10 @@ TEST(HsgdRunElasticTest, KilledNode_TheOtherGoesOnWithoutIt) {
   const std::string d = dir.string();
   auto start = [&] {
     // MAX nodes end the last call at once: generation 0 holds both.
-    return Command::start({kRun, "--nnodes", "1:2", "--rdzv-endpoint", server.endpoint, "--rdzv-id",
-                           "elastic-kill", "--rdzv-last-call", "30", "--heartbeat-timeout", "60",
-                           "--", "/bin/sh", "-c",
+    return Command::start({kRun, "--nnodes", "1:2", "--rdzv-endpoint", server.endpoint,
+                           "--token-file", test_token_file(), "--rdzv-id", "elastic-kill",
+                           "--rdzv-last-call", "30", "--heartbeat-timeout", "60", "--", "/bin/sh",
+                           "-c",
                            "echo $$ >> " + d +
                                "/pid_$HSGD_ELASTIC_NODE_ID; for i in $(seq 6000); "
                                "do [ -e " +

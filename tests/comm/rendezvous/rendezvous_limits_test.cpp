@@ -22,6 +22,7 @@ namespace {
 using namespace std::chrono_literals;
 using testing::eventually;
 using testing::RawClient;
+using testing::start_plain_server;
 
 using testing::client_options;
 using testing::start_server;
@@ -146,7 +147,7 @@ TEST(RendezvousLimitsTest, ConstructorRejectsBadLimits) {
 // Handshakes that arrive slowly share one byte budget: beyond it new ones are refused, and a
 // completed handshake gives its bytes back.
 TEST(RendezvousLimitsTest, UnauthenticatedBytes_AreBoundedAndReleased) {
-  auto server = start_server({.max_handshake_bytes = 256, .max_unauthenticated_bytes = 512});
+  auto server = start_plain_server({.max_handshake_bytes = 256, .max_unauthenticated_bytes = 512});
   const std::string frame = with_header(hello_payload(std::string(180, 'j')));
   ASSERT_GT(frame.size(), 180u);
   ASSERT_LT(frame.size(), 256u);
@@ -180,7 +181,7 @@ TEST(RendezvousLimitsTest, UnauthenticatedBytes_AreBoundedAndReleased) {
 }
 
 TEST(RendezvousLimitsTest, ConnectionCap_NewClientWaitsUntilOneCloses) {
-  auto server = start_server({.max_connections = 2});
+  auto server = start_plain_server({.max_connections = 2});
   EXPECT_EQ(server->max_connections(), 2u);
   auto first = std::make_unique<RawClient>(server->host(), server->port());
   ASSERT_TRUE(first->hello("cap").accepted());
@@ -209,7 +210,7 @@ TEST(RendezvousLimitsTest, DefaultConnectionCap_ComesFromTheFdLimit) {
 }
 
 TEST(RendezvousLimitsTest, SmallQuotas_RefuseThatJobOnly) {
-  auto server = start_server({.max_keys_per_job = 3, .max_waits_per_job = 1, .max_jobs = 2});
+  auto server = start_plain_server({.max_keys_per_job = 3, .max_waits_per_job = 1, .max_jobs = 2});
   TcpStore a(client_options(*server, "job-a"));
   TcpStore b(client_options(*server, "job-b"));
   for (const char* key : {"k1", "k2", "k3"}) a.set(key, to_bytes("v"));
