@@ -19,7 +19,7 @@
 // - Then the client's first frame is a Hello naming its job id (1 to 256 printable ASCII bytes
 //   without spaces); keys are namespaced by job id, so two jobs never see each other's keys. The
 //   Hello must name the job the TLS identity proved: a client holding job A's token cannot open
-//   job B; the server-wide token opens every job.
+//   job B; the server-wide token opens the jobs without a token of their own.
 // - insecure = true: plain TCP, no token, nobody authenticated (anyone reaching the port reads
 //   and writes every job). Only for a trusted single host, chosen explicitly.
 // - Nothing a client does grows the server without bound:
@@ -80,7 +80,7 @@ struct RendezvousLimitNames {
 struct RendezvousServerOptions {
   std::string host = "127.0.0.1";  // address to bind: "127.0.0.1", "::1", "0.0.0.0", a name
   int port = 29400;                // 0 = let the kernel pick a free port (see port())
-  // The server-wide token, valid for every job; empty = none. Unless insecure, it or job_tokens
+  // The server-wide token, for the jobs without their own; empty = none. Unless insecure, it or job_tokens
   // must hold a token (the constructor throws hsgd::InvalidArgument otherwise).
   std::string token = {};
   // Tokens of single jobs (job id -> token): a client of that job may key its TLS with its own.

@@ -87,9 +87,9 @@ bool same_token(std::string_view a, std::string_view b) {
 
 bool TokenTable::admits(const std::string& job, std::string_view token) const {
   if (empty()) return true;
-  if (!server_token.empty() && same_token(token, server_token)) return true;
   const auto it = job_tokens.find(job);
-  return it != job_tokens.end() && same_token(token, it->second);
+  const std::string& expected = it != job_tokens.end() ? it->second : server_token;
+  return !expected.empty() && same_token(token, expected);
 }
 
 std::string TokenTable::token_for(const std::string& job, const std::string& origin) const {

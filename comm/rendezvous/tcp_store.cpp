@@ -15,6 +15,7 @@
 #include "comm/rendezvous/detail/tcp_store_journal.h"
 #include "comm/rendezvous/frame.h"
 #include "comm/rendezvous/proto/rendezvous.pb.h"
+#include "comm/rendezvous/rendezvous_server_tokens.h"
 #include "comm/rendezvous/rendezvous_socket.h"
 
 namespace hsgd::comm {
@@ -133,6 +134,10 @@ class TcpStore::Client {
                  "' has no token: TLS to ", endpoint_,
                  " is keyed by the job's token; set "
                  "TcpStoreOptions::token, or insecure = true for a server started insecure");
+      // The job id is part of the TLS identity: a server refusing it could not say why.
+      if (auto problem = job_id_problem(options_.job_id)) {
+        HSGD_THROW(InvalidArgument, "TcpStore: ", *problem);
+      }
       tls_ = tls::Context::client();
       // A server that stops closes its sockets without a TLS close_notify: that is the server
       // closing the connection (an outage, retried), not an attack on the stream, whose frames

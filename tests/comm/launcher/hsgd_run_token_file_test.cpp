@@ -25,7 +25,7 @@ const std::string kRendezvous = HSGD_RENDEZVOUS_PATH;
 const std::string kWorker = LAUNCHER_TEST_WORKER_PATH;
 
 Rendezvous start_rendezvous(const fs::path& token_file) {
-  return start_rendezvous(kRendezvous, token_file.string());
+  return hsgd::testing::start_rendezvous(kRendezvous, token_file.string());
 }
 
 // One node of 2 workers against server with the given token file and job id.
@@ -135,7 +135,7 @@ TEST(HsgdRunTokenFileTest, Insecure_RunsPlainAndSaysSo) {
                                      {"HSGD_TOKEN_FILE=", "HSGD_RDZV_TOKEN="})
                           .wait(seconds(90));
   ASSERT_TRUE(result.status.success()) << show(result);
-  EXPECT_EQ(slurp(dir / "secrets_rank0"), "token=\ninsecure=1\n");
+  EXPECT_EQ(slurp(dir / "secrets_rank0"), "token=<unset>\ninsecure=1\n");
   EXPECT_NE(result.output.find("UNENCRYPTED"), std::string::npos) << show(result);
 }
 

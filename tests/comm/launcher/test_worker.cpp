@@ -123,8 +123,10 @@ int allreduce(const std::string& dir) {
 // whose command line holds the token (/proc/PID/cmdline is world-readable: there must be none),
 // then runs allreduce(), whose store and process group need that token (or plain mode).
 int check_secrets(const std::string& dir) {
-  const std::string token = env_str("HSGD_RDZV_TOKEN");
-  std::string record = "token=" + token + "\ninsecure=" + env_str("HSGD_INSECURE") + "\n";
+  const char* given = std::getenv("HSGD_RDZV_TOKEN");
+  const std::string token = given != nullptr ? given : "";
+  std::string record =
+      "token=" + env_str("HSGD_RDZV_TOKEN") + "\ninsecure=" + env_str("HSGD_INSECURE") + "\n";
   if (!token.empty()) {
     for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
       std::ifstream in(entry.path() / "cmdline", std::ios::binary);

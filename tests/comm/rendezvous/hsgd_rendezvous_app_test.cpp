@@ -151,12 +151,12 @@ TEST(HsgdRendezvousAppTest, BadArguments_ExitNonZero) {
 }
 
 TEST(HsgdRendezvousAppTest, PortInUse_ExitsNonZero) {
-  ChildProcess first({HSGD_RENDEZVOUS_BIN, "--port", "0"});
+  ChildProcess first({HSGD_RENDEZVOUS_BIN, "--port", "0", "--insecure"});
   const auto line = first.read_line(20s);
   ASSERT_TRUE(line.has_value());
   const int port = parse_port(*line, "127.0.0.1");
   ASSERT_GT(port, 0);
-  ChildProcess second({HSGD_RENDEZVOUS_BIN, "--port", std::to_string(port)});
+  ChildProcess second({HSGD_RENDEZVOUS_BIN, "--port", std::to_string(port), "--insecure"});
   const auto status = second.wait(20s);
   ASSERT_TRUE(status.has_value()) << "a server on a taken port must exit";
   ASSERT_TRUE(WIFEXITED(*status));

@@ -185,8 +185,9 @@ TEST(HsgdRendezvousResourcesTest, TokenFile_PerJobTokensIsolateJobs) {
   ASSERT_GT(port, 0);
   EXPECT_EQ(refusal(port, "job-a", "tok-a"), "");
   EXPECT_EQ(refusal(port, "job-b", "tok-b"), "");
-  EXPECT_EQ(refusal(port, "job-c", "admin-token"), "");  // the server-wide token: any job
-  EXPECT_EQ(refusal(port, "job-a", "admin-token"), "");
+  EXPECT_EQ(refusal(port, "job-c", "admin-token"), "");  // the server-wide token: other jobs
+  EXPECT_NE(refusal(port, "job-a", "admin-token").find("refused the TLS handshake"),
+            std::string::npos);  // a job with its own line: that token only
   // A client holding job A's token cannot touch job B, nor a job without an entry.
   EXPECT_NE(refusal(port, "job-b", "tok-a").find("refused the TLS handshake"), std::string::npos);
   EXPECT_NE(refusal(port, "job-c", "tok-a").find("refused the TLS handshake"), std::string::npos);

@@ -98,7 +98,8 @@ TEST(TokenFileTest, OneRule_CommentsBlanksCrlfTabs) {
   EXPECT_EQ(table.token_for("job-b"), "tok-b");
   EXPECT_EQ(table.token_for("job-z"), "server-tok");
   EXPECT_TRUE(table.admits("job-a", "tok-a"));
-  EXPECT_TRUE(table.admits("job-a", "server-tok"));
+  EXPECT_FALSE(table.admits("job-a", "server-tok")) << "job-a has its own token";
+  EXPECT_TRUE(table.admits("job-z", "server-tok"));
   EXPECT_FALSE(table.admits("job-b", "tok-a"));
   EXPECT_FALSE(table.admits("job-z", "tok-a"));
   EXPECT_FALSE(table.admits("job-a", ""));
@@ -249,16 +250,19 @@ TEST(RendezvousLimitsTest, SmallQuotas_RefuseThatJobOnly) {
   EXPECT_EQ(to_string(b.get("later", 5s)), "now");
 }
 
-TEST(RendezvousLimitsTest, JobTokens_IsolateJobs_ServerTokenOpensAll) {
+// A job with its own token is opened by that token only (its key derives from it); the
+// server-wide token opens the jobs without one.
+TEST(RendezvousLimitsTest, JobTokens_IsolateJobs_ServerTokenOpensTheOthers) {
   auto server = start_server({.token = "root", .job_tokens = {{"a", "ta"}, {"b", "tb"}}});
   TcpStore a(client_options(*server, "a", "ta"));
   a.set("secret", to_bytes("of a"));
   EXPECT_THROW(TcpStore(client_options(*server, "a", "tb")), CommError);
   EXPECT_THROW(TcpStore(client_options(*server, "c", "ta")), CommError);
-  TcpStore admin(client_options(*server, "a", "root"));
-  EXPECT_EQ(to_string(admin.get("secret", 5s)), "of a");
+  EXPECT_THROW(TcpStore(client_options(*server, "a", "root")), CommError);
   TcpStore other(client_options(*server, "c", "root"));
   EXPECT_FALSE(other.check({"secret"}));
+  other.set("secret", to_bytes("of c"));
+  EXPECT_EQ(to_string(a.get("secret", 5s)), "of a");
 }
 
 }  // namespace
