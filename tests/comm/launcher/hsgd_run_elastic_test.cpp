@@ -84,7 +84,8 @@ TEST(HsgdRunElasticTest, PetNnodesRange_RunsElastic) {
   // Node rank 0 hosts the rendezvous server on the endpoint, as under a PyTorchJob.
   const auto result =
       Command::start(argv, {"PET_NNODES=1:2", "PET_NODE_RANK=0", "PET_RDZV_ID=elastic-pet",
-                            "PET_RDZV_ENDPOINT=127.0.0.1:" + std::to_string(unused_port())})
+                            "PET_RDZV_ENDPOINT=127.0.0.1:" + std::to_string(unused_port()),
+                            "HSGD_TOKEN_FILE=" + test_token_file()})
           .wait(seconds(60));
   ASSERT_TRUE(result.status.success()) << show(result);
   expect_lines(slurp(dir / "env_0"),
