@@ -54,6 +54,7 @@
 //   keeps them.
 //
 // Usage:
+//   const std::string token = "s3cret";  // e.g. read_token_file(path).token_for(job)
 //   hsgd::comm::RendezvousServer server({.host = "127.0.0.1", .port = 0, .token = token});
 //   server.start();                      // bound and listening when it returns
 //   hsgd::comm::TcpStore store({.port = server.port(), .job_id = "job-1", .token = token});

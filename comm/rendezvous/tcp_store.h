@@ -43,6 +43,7 @@
 //   another thread of the same store.
 //
 // Usage:
+//   const std::string token = "s3cret";  // the job's token (HSGD_RDZV_TOKEN, a token file)
 //   hsgd::comm::TcpStore store(
 //       {.host = "127.0.0.1", .port = 29400, .job_id = "job-7", .token = token});
 //   store.set("rank0", hsgd::comm::to_bytes("10.0.0.1:4000"));
