@@ -171,6 +171,21 @@ TEST(RendezvousTlsTest, ServerNeedsATokenUnlessInsecure_AndInsecureTakesNone) {
   EXPECT_NO_THROW(RendezvousServer({.port = 0, .job_tokens = {{"j", "t"}}}));
 }
 
+// A TLS client meeting a plain server (or an older one) is told at once, not after retries.
+TEST(RendezvousTlsTest, TlsClientOfAnInsecureServer_IsRefusedSayingWhy) {
+  auto server = testing::start_plain_server();
+  auto options = client_options(*server, "job");
+  options.insecure = false;
+  options.token = "t";
+  try {
+    TcpStore store(options);
+    ADD_FAILURE() << "a TLS client was served by a plain server";
+  } catch (const CommError& e) {
+    EXPECT_NE(std::string(e.what()).find("started insecure"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(eventually([&] { return server->num_connections() == 0; }));
+}
+
 // The probe's attack: outsiders without the job's token try to open the job and to write the
 // failure record that restarts it. Every attempt is refused; the job's own clients, one of them
 // waiting throughout, see nothing of it.
