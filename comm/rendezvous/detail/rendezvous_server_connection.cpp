@@ -252,6 +252,12 @@ void RendezvousServer::Impl::Connection::on_readable() {
 
 void RendezvousServer::Impl::Connection::on_oversized() {
   const size_t length = decoder_.announced();
+  // 16 03 ..: the start of a TLS record read as a length, a TLS client of this plain server.
+  if (!handshake_done_ && !tls_up_ && (length >> 16) == 0x1603) {
+    return refuse("", RendezvousSession::refusal(
+                          "a TLS client reached this insecure (plain TCP) server: give both "
+                          "sides the job's token, or run the client insecure too"));
+  }
   if (!handshake_done_) {
     return refuse("",
                   RendezvousSession::refusal("a handshake frame of " + std::to_string(length) +
