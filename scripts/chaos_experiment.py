@@ -340,13 +340,23 @@ class Run:
             if re.search(r"resum|restart|attempt|error|Error|FAIL|fail|lost", line):
                 self.other.append((t, proc.label, line))
 
+    def token_file(self):
+        """The job's token (TLS keys, docs/security.md) in a 0600 file: never on a command line."""
+        path = os.path.join(self.dir, "token")
+        if not os.path.exists(path):
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(os.urandom(32).hex())
+        return path
+
     def start_rendezvous(self):
         log = os.path.join(self.dir, "rdzv.log")
+        security = ["--token-file", self.token_file()]
         if self.net is None:
-            argv = [self.args.rdzv_bin, "--host", "127.0.0.1", "--port", "0"]
+            argv = [self.args.rdzv_bin, "--host", "127.0.0.1", "--port", "0"] + security
         else:
             argv = self.net.exec_argv(self.net.switch) + [
-                self.args.rdzv_bin, "--host", self.net.server_addr, "--port", "0"]
+                self.args.rdzv_bin, "--host", self.net.server_addr, "--port", "0"] + security
         self.rdzv = Proc("rdzv", argv, log, lambda *_: None)
         self.procs.append(self.rdzv)
         deadline = time.monotonic() + 15
@@ -364,7 +374,8 @@ class Run:
         metrics = os.path.join(self.dir, f"metrics.node{slot}.{self.incarnation[slot]}.jsonl")
         argv = [a.run_bin, "--nnodes", nnodes, "--nproc-per-node", "1", "--rdzv-endpoint",
                 endpoint, "--rdzv-id", f"chaos-{self.name}", "--heartbeat-timeout", "3",
-                "--rdzv-last-call", "1", "--max-restarts", str(a.max_restarts), "--",
+                "--rdzv-last-call", "1", "--max-restarts", str(a.max_restarts),
+                "--token-file", self.token_file(), "--",
                 a.train_bin, "--data-dir", a.data_dir, "--epochs", str(a.epochs), "--log-every",
                 "1", "--seed", str(a.seed), "--metrics-out", metrics] + MODE + a.model_flags
         if a.train_subset:

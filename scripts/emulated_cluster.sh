@@ -43,6 +43,8 @@ Options:
   --stats FILE         write link statistics as key=value lines (rate, bytes each way, seconds,
                        per node TCP retransmissions and timeouts and the packets tbf dropped)
   --timeout S          stop the job after S seconds, exit code 124 (default: 1800)
+  --insecure           plain TCP between the processes of the job (by default TLS 1.3 keyed by
+                       a random token made for the run, in a 0600 file; docs/security.md)
   --build DIR          hsgd build tree (default: $root/build)
   -h, --help           this help
 
@@ -72,6 +74,7 @@ log_dir=""
 stats_file=""
 timeout_s=1800
 build="$root/build"
+insecure=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --rate) rate=${2:?--rate needs a value}; shift 2 ;;
@@ -85,6 +88,7 @@ while [ $# -gt 0 ]; do
     --stats) stats_file=${2:?--stats needs a value}; shift 2 ;;
     --timeout) timeout_s=${2:?--timeout needs a value}; shift 2 ;;
     --build) build=${2:?--build needs a value}; shift 2 ;;
+    --insecure) insecure=1; shift ;;
     -h|--help) usage; exit 0 ;;
     --) shift; break ;;
     *) echo "emulated_cluster: unknown option '$1'" >&2; usage >&2; exit 2 ;;
@@ -225,8 +229,16 @@ else
   }
 fi
 
-# ---- rendezvous server on node 0 ----
-ip netns exec "${ns[0]}" "$rendezvous" --host "${addr[0]}" --port "$port" >"$work/server.log" 2>&1 &
+# ---- the job's token, and the rendezvous server on node 0 ----
+# The token goes to every process through a 0600 file, never a command line (docs/security.md).
+if [ "$insecure" -eq 1 ]; then
+  security=(--insecure)
+else
+  (umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$work/token")
+  security=(--token-file "$work/token")
+fi
+ip netns exec "${ns[0]}" "$rendezvous" --host "${addr[0]}" --port "$port" "${security[@]}" \
+  >"$work/server.log" 2>&1 &
 server_pid=$!
 for _ in $(seq 100); do
   grep -q '^listening on' "$work/server.log" && break
@@ -254,7 +266,7 @@ for k in $(seq 0 $((nodes - 1))); do
   [ -n "$log_dir" ] && log_args=(--log-dir "$log_dir/node$k")
   ip netns exec "${ns[$k]}" "$run" --nnodes "$nodes" --node-rank "$k" --nproc-per-node "$nproc" \
     --rdzv-endpoint "${addr[0]}:$port" --rdzv-id "$job_id" --rdzv-timeout 60 \
-    "${log_args[@]}" -- "$@" &
+    "${security[@]}" "${log_args[@]}" -- "$@" &
   agent_pids+=($!)
 done
 

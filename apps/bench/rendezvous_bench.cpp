@@ -190,7 +190,9 @@ struct RunResult {
 };
 
 hsgd::comm::RendezvousServerOptions server_options(const BenchOptions& bench, int clients) {
-  hsgd::comm::RendezvousServerOptions options{.host = "127.0.0.1", .port = 0};
+  // Insecure: the fleet's clients speak the plain protocol from one epoll loop each; what is
+  // measured is the server's protocol path (waits, shared answers), not TLS handshakes.
+  hsgd::comm::RendezvousServerOptions options{.host = "127.0.0.1", .port = 0, .insecure = true};
   options.threads = bench.server_threads;
   options.max_waits_per_job = bench.max_waits_per_job > 0 ? bench.max_waits_per_job
                                                           : std::max(options.max_waits_per_job,

@@ -64,7 +64,9 @@ class ServerProcess {
       ::dup2(fds[1], STDOUT_FILENO);
       const int devnull = ::open("/dev/null", O_WRONLY);
       if (devnull >= 0) ::dup2(devnull, STDERR_FILENO);  // its warnings would drown the table
-      ::execl(path.c_str(), path.c_str(), "--port", "0", static_cast<char*>(nullptr));
+      // Insecure: the hostile clients speak raw frames of the plain protocol, the guards under
+      // test. (Against TLS every one of them fails its handshake before reaching them.)
+      ::execl(path.c_str(), path.c_str(), "--port", "0", "--insecure", static_cast<char*>(nullptr));
       ::_exit(127);
     }
     ::close(fds[1]);
@@ -222,7 +224,8 @@ int main(int argc, char** argv) {
     raise_fd_limit(static_cast<size_t>(idle + slow + attack) + 128);
     ServerProcess server(server_path);
     const int port = server.port();
-    hsgd::comm::TcpStore store({.port = port, .job_id = "measure", .connect_timeout = 10s});
+    hsgd::comm::TcpStore store(
+        {.port = port, .job_id = "measure", .insecure = true, .connect_timeout = 10s});
     store.set("warm-up", hsgd::comm::to_bytes("1"));
     const double rss_before = server.rss_mb();
     const double cpu_before = server.cpu_seconds();

@@ -1,14 +1,18 @@
 // hsgd-rendezvous: the standalone rendezvous server of hsgd jobs
 // (comm/rendezvous/rendezvous_server.h).
 //
-//   hsgd-rendezvous --host 127.0.0.1 --port 29400 [--token-file F] [--max-frame-bytes N]
+//   hsgd-rendezvous --host 127.0.0.1 --port 29400 --token-file F | --insecure
+//                   [--handshake-timeout S] [--max-frame-bytes N]
 //                   [--threads N] [--job-ttl S] [--max-connections N] [--max-keys-per-job N]
 //                   [--max-job-bytes N] [--max-waits-per-job N] [--max-jobs N]
 //
 // The first line on stdout is "listening on HOST:PORT" (IPv6 hosts in brackets), printed once
 // the server accepts connections, so a script can start it with --port 0 and read the port.
 // The token file follows comm/rendezvous/rendezvous_server_tokens.h (a server-wide token and/or
-// `JOB_ID TOKEN` lines), the same rule hsgd-run reads it by.
+// `JOB_ID TOKEN` lines), the same rule hsgd-run reads it by. Connections are TLS 1.3 keyed by
+// those tokens (docs/security.md). Without --token-file the server refuses to start (exit 2): a
+// token it made would reach no client, so the user makes one and gives it to both sides.
+// --insecure serves plain TCP without authentication, and says so on stderr at start.
 // SIGTERM or SIGINT stops it cleanly (exit code 0); a usage error (bad flag, malformed token
 // file) exits 2, a runtime error (port taken) 1.
 
@@ -37,6 +41,15 @@ int main(int argc, char** argv) {
   app.add_option("--token-file", token_file,
                  "tokens clients must present: lines 'TOKEN' (server-wide) and/or 'JOB_ID TOKEN'")
       ->check(CLI::ExistingFile);
+  bool insecure = false;
+  app.add_flag("--insecure", insecure,
+               "plain TCP without tokens: unencrypted, anyone who reaches the port reads and "
+               "writes every job (a trusted single host only)");
+  double handshake_timeout_s = 60;
+  app.add_option("--handshake-timeout", handshake_timeout_s,
+                 "seconds a new connection has to complete its TLS handshake and Hello")
+      ->capture_default_str()
+      ->check(CLI::Range(0.001, 3600.0));
   app.add_option("--max-frame-bytes", options.max_frame_bytes,
                  "largest frame accepted; larger ones close the connection")
       ->capture_default_str();
@@ -74,6 +87,19 @@ int main(int argc, char** argv) {
                          .max_jobs = "--max-jobs",
                          .max_connections = "--max-connections"};
   options.idle_job_ttl = std::chrono::seconds(job_ttl_s);
+  options.handshake_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(handshake_timeout_s * 1000));
+  options.insecure = insecure;
+  if (insecure == !token_file.empty()) {
+    std::cerr << "hsgd-rendezvous: "
+              << (insecure ? "--insecure takes no --token-file (plain TCP checks no token)"
+                           : "give --token-file F: connections are TLS 1.3 keyed by the job "
+                             "tokens in F, which hsgd-run reads too (make one with `head -c 32 "
+                             "/dev/urandom | xxd -p -c 64 > F; chmod 600 F`); or --insecure "
+                             "for plain TCP on a trusted host")
+              << std::endl;
+    return 2;
+  }
   try {
     if (!token_file.empty()) {
       const auto tokens =
@@ -98,6 +124,11 @@ int main(int argc, char** argv) {
   try {
     hsgd::comm::RendezvousServer server(options);
     server.start();
+    if (insecure) {
+      std::cerr << "hsgd-rendezvous: --insecure: connections are UNENCRYPTED and "
+                   "unauthenticated (plain TCP)"
+                << std::endl;
+    }
     const std::string host = server.host();
     const bool v6 = host.find(':') != std::string::npos;
     std::cout << "listening on " << (v6 ? "[" + host + "]" : host) << ":" << server.port()

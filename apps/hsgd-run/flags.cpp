@@ -186,12 +186,31 @@ void validate(Flags& f) {
   }
   // One rule with hsgd-rendezvous (comm/rendezvous/rendezvous_server_tokens.h): this job's line,
   // else the server-wide token.
-  try {
-    const std::string origin = "--token-file '" + f.token_file + "'";
-    if (!f.token_file.empty()) f.tokens = comm::read_token_file(f.token_file, origin);
-    f.token = f.tokens.token_for(f.rdzv_id, origin);
-  } catch (const InvalidArgument& e) {
-    throw UsageError(sentence_of(e));
+  // Without a file, one node makes its own token (its server and workers are all it must
+  // reach); several nodes cannot agree on a random one without a secret they already share.
+  if (f.insecure) {
+    if (!f.token_file.empty()) {
+      usage_error("--insecure runs plain TCP without authentication, so --token-file '",
+                  f.token_file, "' would protect nothing; drop one of them");
+    }
+  } else if (!f.token_file.empty()) {
+    try {
+      const std::string origin = "--token-file '" + f.token_file + "'";
+      f.tokens = comm::read_token_file(f.token_file, origin);
+      f.token = f.tokens.token_for(f.rdzv_id, origin);
+    } catch (const InvalidArgument& e) {
+      throw UsageError(sentence_of(e));
+    }
+  } else if (f.embedded) {
+    f.token = comm::random_token();
+    f.tokens.job_tokens[f.rdzv_id] = f.token;
+    f.generated_token = true;
+  } else {
+    usage_error("the rendezvous server at ",
+                f.endpoint.empty() ? "the step's first host" : f.endpoint,
+                " authenticates its clients by the job's token, and nodes cannot share a random "
+                "one: pass --token-file F (the file hsgd-rendezvous reads, copied to every node) "
+                "or HSGD_TOKEN_FILE; or --insecure for plain TCP to a server started --insecure");
   }
   if (!f.log_dir.empty()) check_log_dir(f.log_dir);
 }
@@ -402,6 +421,9 @@ std::optional<Flags> parse_flags(int argc, char** argv) {
                  "Token file of the rendezvous server ('TOKEN' and/or 'JOB_ID TOKEN' lines, as "
                  "hsgd-rendezvous reads it); this job's token is passed to workers")
       ->envname("HSGD_TOKEN_FILE");
+  app.add_flag("--insecure", f.insecure,
+               "Plain TCP without a token: the job's connections are unencrypted and anyone who "
+               "reaches its ports can read and write its store (a trusted single host only)");
   app.add_option("--grace-period", f.grace_period,
                  "Seconds between SIGTERM and SIGKILL when stopping")
       ->envname("HSGD_GRACE_PERIOD")

@@ -53,6 +53,7 @@ struct Flags {
   std::string rdzv_id = "default";
   std::string log_dir;
   std::string token_file;
+  bool insecure = false;        // plain TCP, no token (--insecure)
   double rdzv_timeout = 300;    // seconds
   double grace_period = 10;     // seconds
   double heartbeat = 30;        // seconds
@@ -66,7 +67,8 @@ struct Flags {
                              // of a job started through PET_* variables, see torch_env.h)
   Endpoint store_at;         // parsed endpoint (unset when embedded)
   comm::TokenTable tokens;
-  std::string token;  // this job's token ("" = none)
+  std::string token;             // this job's token ("" only when insecure)
+  bool generated_token = false;  // made by this hsgd-run (one node, no --token-file)
 };
 
 std::optional<Flags> parse_flags(int argc, char** argv);

@@ -86,6 +86,7 @@ AgentOptions agent_options(const Flags& f, const Endpoint& store_at) {
       .master_port = store_at.port,
       .token = f.token,
       .token_file = f.token_file,
+      .insecure = f.insecure,
       .program = f.program,
       .output = {.log_dir = f.log_dir, .tail_lines = static_cast<size_t>(f.tail_lines)},
       .names = hsgd::run::flag_names()};
@@ -124,13 +125,25 @@ int run(int argc, char** argv) {
         hsgd::comm::RendezvousServerOptions{.host = "127.0.0.1",
                                             .port = 0,
                                             .token = f.tokens.server_token,
-                                            .job_tokens = f.tokens.job_tokens});
+                                            .job_tokens = f.tokens.job_tokens,
+                                            .insecure = f.insecure});
     server->start();
     store_at = Endpoint{"127.0.0.1", server->port()};
   } else if (f.host_server) {
     server = std::make_unique<hsgd::comm::RendezvousServer>(hsgd::comm::RendezvousServerOptions{
-        .host = store_at.host, .port = store_at.port, .token = f.token});
+        .host = store_at.host, .port = store_at.port, .token = f.token, .insecure = f.insecure});
     server->start();
+  }
+  // The start-up line: how this job's connections are protected (never the token itself).
+  if (f.insecure) {
+    std::cerr << "hsgd-run: --insecure: this job's connections are UNENCRYPTED and "
+                 "unauthenticated (plain TCP): anyone who reaches "
+              << store_at.host << ":" << store_at.port << " can read and write its store\n";
+  } else {
+    std::cerr << "hsgd-run: job '" << f.rdzv_id << "': connections are TLS 1.3 keyed by "
+              << (f.generated_token ? "a random token made for this run"
+                                    : "the token of --token-file")
+              << "\n";
   }
 
   std::shared_ptr<hsgd::comm::TcpStore> store;
@@ -140,6 +153,8 @@ int run(int argc, char** argv) {
                                     .port = store_at.port,
                                     .job_id = f.rdzv_id,
                                     .token = f.token,
+                                    .name = "agent",
+                                    .insecure = f.insecure,
                                     .connect_timeout = seconds_to_ms(f.rdzv_timeout),
                                     .timeout = std::chrono::seconds(60),
                                     .reconnect_timeout_name = "--rdzv-timeout"});

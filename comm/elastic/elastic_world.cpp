@@ -22,6 +22,7 @@ std::shared_ptr<Store> make_store(const ElasticWorldOptions& options) {
                                                     .port = init.master_port,
                                                     .job_id = init.job_id,
                                                     .token = init.token,
+                                                    .insecure = init.insecure,
                                                     .connect_timeout = init.timeout,
                                                     .timeout = init.timeout,
                                                     // A server started again within the join

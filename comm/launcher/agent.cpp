@@ -283,6 +283,7 @@ void LaunchAgent::spawn_workers(Attempt& a) {
                                               .max_restarts = options_.max_restarts,
                                               .token = options_.token,
                                               .token_file = options_.token_file,
+                                              .insecure = options_.insecure,
                                               .progress_file = a.progress->path(),
                                           });
     try {

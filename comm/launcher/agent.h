@@ -48,8 +48,8 @@
 //   workers (SIGKILL after the grace period; a second request skips the grace period when it is
 //   SIGINT, not when a scheduler repeats SIGTERM or SIGUSR1 while the workers write a checkpoint)
 //   and the other nodes are told to stop (their workers get SIGTERM). A worker that handles
-//   SIGUSR1 / SIGTERM as a preemption (framework/runtime/preemption.h) writes a checkpoint at its next
-//   step boundary and exits kExitPreempted, and run() returns kExitPreempted.
+//   SIGUSR1 / SIGTERM as a preemption (framework/runtime/preemption.h) writes a checkpoint at its
+//   next step boundary and exits kExitPreempted, and run() returns kExitPreempted.
 // - Call run() from a thread that outlives it (workers die with the thread that forked them).
 //
 // Usage:
@@ -97,6 +97,7 @@ struct AgentOptions {
   int master_port = 0;
   std::string token{};                 // passed to workers as HSGD_RDZV_TOKEN
   std::string token_file{};            // passed to workers as HSGD_TOKEN_FILE
+  bool insecure = false;               // passed to workers as HSGD_INSECURE=1
   std::string hostname{};              // for the node table; empty = gethostname()
   std::vector<std::string> program{};  // argv of the worker program
   OutputOptions output{};

@@ -211,6 +211,7 @@ void ElasticAgent::start(Incarnation& inc) {
                          .max_restarts = options_.max_restarts,
                          .token = options_.token,
                          .token_file = options_.token_file,
+                         .insecure = options_.insecure,
                          .progress_file = inc.progress->path(),
                          .extra = {{"HSGD_ELASTIC_NODE_ID", inc.self.id},
                                    {"HSGD_ELASTIC_MIN_NODES", std::to_string(options_.min_nodes)},

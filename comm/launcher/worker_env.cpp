@@ -36,6 +36,14 @@ std::vector<std::string> build_worker_env(const std::vector<std::string>& base,
   set("HSGD_MAX_RESTARTS", std::to_string(o.max_restarts));
   if (!o.token.empty()) set("HSGD_RDZV_TOKEN", o.token);
   if (!o.token_file.empty()) set("HSGD_TOKEN_FILE", o.token_file);
+  // Never inherited: an outer job's choice is not this one's.
+  if (o.insecure) {
+    set("HSGD_INSECURE", "1");
+    vars.erase("HSGD_RDZV_TOKEN");
+    vars.erase("HSGD_TOKEN_FILE");
+  } else {
+    vars.erase("HSGD_INSECURE");
+  }
   // Always replaced: an inherited file (hsgd-run inside a worker) belongs to the outer job.
   set("HSGD_PROGRESS_FILE", o.progress_file);
   if (o.local_world_size > 1) {

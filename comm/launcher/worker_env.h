@@ -6,7 +6,8 @@
 // MASTER_ADDR, MASTER_PORT (the rendezvous store), HSGD_RUN_ID and HSGD_JOB_ID (both the
 // --rdzv-id: init_process_group uses the first for its per-attempt key prefix, the second as the
 // store's job namespace), HSGD_RESTART_COUNT, HSGD_MAX_RESTARTS, and HSGD_RDZV_TOKEN /
-// HSGD_TOKEN_FILE when the store needs a token, HSGD_PROGRESS_FILE
+// HSGD_TOKEN_FILE when the store needs a token (HSGD_INSECURE=1 instead when the job runs
+// insecure; an inherited HSGD_INSECURE is removed otherwise), HSGD_PROGRESS_FILE
 // (comm/process_group/worker_progress.h; empty when hsgd-run watches no progress). When
 // local_world_size > 1, OMP_NUM_THREADS, HSGD_NUM_THREADS and OPENBLAS_NUM_THREADS are set to 1
 // unless the user set them: P workers with P threads each would oversubscribe the cores. `extra`
@@ -35,6 +36,7 @@ struct WorkerEnvOptions {
   int max_restarts = 0;
   std::string token{};          // empty: the store has no token
   std::string token_file{};     // where the token came from, if a file
+  bool insecure = false;        // HSGD_INSECURE=1: the job's connections are plain TCP
   std::string progress_file{};  // HSGD_PROGRESS_FILE (worker_progress.h); empty: none
   std::map<std::string, std::string> extra{};  // further variables, set last (elastic mode)
 };

@@ -19,6 +19,7 @@
 #include "comm/process_group/process_group.h"
 #include "comm/process_group/slurm_env.h"
 #include "comm/rendezvous/rendezvous_server.h"
+#include "comm/rendezvous/rendezvous_server_tokens.h"
 #include "comm/rendezvous/tcp_store.h"
 #include "comm/store/hash_store.h"
 
@@ -130,9 +131,17 @@ InitOptions InitOptions::from_env() {
   options.master_port = static_cast<int>(env_int("MASTER_PORT", options.master_port, 0));
   HSGD_CHECK(options.master_port <= 65535, "environment variable MASTER_PORT=", options.master_port,
              " must be <= 65535");
-  options.token = env_string("HSGD_RDZV_TOKEN", "");
   options.socket_ifname = env_string("HSGD_SOCKET_IFNAME", "");
   options.job_id = env_string("HSGD_JOB_ID", options.job_id);
+  options.insecure = env_string("HSGD_INSECURE", "0") == "1";
+  if (!options.insecure) {
+    options.token = env_string("HSGD_RDZV_TOKEN", "");
+    const std::string file = env_string("HSGD_TOKEN_FILE", "");
+    if (options.token.empty() && !file.empty()) {
+      const std::string origin = "HSGD_TOKEN_FILE '" + file + "'";
+      options.token = read_token_file(file, origin).token_for(options.job_id, origin);
+    }
+  }
   options.timeout = Duration(env_int("HSGD_TIMEOUT_MS", options.timeout.count(), 1, kMaxTimeoutMs));
   options.mismatch_check =
       Duration(env_int("HSGD_MISMATCH_CHECK_MS", options.mismatch_check.count(), 0, kMaxTimeoutMs));
@@ -214,9 +223,16 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
   } else if (pg.store == nullptr) {
     HSGD_CHECK(options.master_port > 0 && options.master_port <= 65535,
                "init_process_group: master_port ", options.master_port, " must be in [1, 65535]");
+    HSGD_CHECK(options.insecure || !options.token.empty(), "init_process_group: the store at ",
+               options.master_addr, ":", options.master_port,
+               " is TLS keyed by the job's token and InitOptions::token is empty; set "
+               "HSGD_RDZV_TOKEN or HSGD_TOKEN_FILE on every rank (or HSGD_INSECURE=1: plain TCP)");
     if (options.embedded_server && options.rank == 0) {
-      server = std::make_shared<RendezvousServer>(RendezvousServerOptions{
-          .host = options.master_addr, .port = options.master_port, .token = options.token});
+      server =
+          std::make_shared<RendezvousServer>(RendezvousServerOptions{.host = options.master_addr,
+                                                                     .port = options.master_port,
+                                                                     .token = options.token,
+                                                                     .insecure = options.insecure});
       server->start();
       logger()->info("rank 0 hosts the rendezvous server on {}:{}", options.master_addr,
                      server->port());
@@ -225,6 +241,7 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
                                                           .port = options.master_port,
                                                           .job_id = options.job_id,
                                                           .token = options.token,
+                                                          .insecure = options.insecure,
                                                           .connect_timeout = options.timeout,
                                                           .timeout = options.timeout});
   }

@@ -38,7 +38,11 @@ struct InitOptions {
   // never reads the keys of the previous attempt. from_env() sets it to
   // "<HSGD_RUN_ID>/<HSGD_RESTART_COUNT>/" when launched by hsgd-run.
   std::string key_prefix = "";
-  std::string token = "";              // rendezvous token (HSGD_RDZV_TOKEN)
+  // The job's token: keys TLS to the rendezvous server (HSGD_RDZV_TOKEN, else the job's entry
+  // of HSGD_TOKEN_FILE). Required with a TCP store unless insecure.
+  std::string token = "";
+  // Plain TCP without authentication (HSGD_INSECURE=1), for a server started insecure.
+  bool insecure = false;
   std::string socket_ifname = "";      // network interface for Gloo (HSGD_SOCKET_IFNAME); "" = the
                                        // address that reaches master_addr
   Duration timeout = kDefaultTimeout;  // connect and every collective
@@ -74,6 +78,7 @@ struct InitOptions {
   // under hsgd-run; call it before starting threads. Without RANK or a Slurm step (a batch script's
   // own SLURM_PROCID does not count): a world of one. Throws hsgd::InvalidArgument naming the
   // variable and its value when a value is not a number, out of range or inconsistent.
+  // Also HSGD_INSECURE (1: insecure) and, when HSGD_RDZV_TOKEN is unset, HSGD_TOKEN_FILE.
   static InitOptions from_env();
 };
 

@@ -15,8 +15,9 @@ namespace hsgd::comm {
 
 // "HSGD" in ASCII: the first field of every Hello.
 inline constexpr uint32_t kProtocolMagic = 0x48534744;
-// Bumped on any change an older peer would misread.
-inline constexpr uint32_t kProtocolVersion = 1;
+// Bumped on any change an older peer would misread. 2: TLS 1.3 keyed by the token, which the
+// Hello no longer carries.
+inline constexpr uint32_t kProtocolVersion = 2;
 inline constexpr size_t kFrameHeaderBytes = 4;
 
 // Encodes a frame length as the 4-byte big-endian header.

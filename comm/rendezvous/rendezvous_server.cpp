@@ -52,6 +52,21 @@ TokenTable token_table(const RendezvousServerOptions& options) {
   return TokenTable{.server_token = options.token, .job_tokens = options.job_tokens};
 }
 
+// The key of a client identity: derived from its job's token, or nothing (the handshake fails)
+// when the identity names no job with a token. Runs inside OpenSSL's callback: never throws.
+std::optional<tls::Psk> psk_of(const TokenTable& tokens, std::string_view identity) {
+  const std::optional<std::string> job = tls::identity_job(identity);
+  if (!job || job_id_problem(*job)) return std::nullopt;
+  const auto own = tokens.job_tokens.find(*job);
+  const std::string& token = own != tokens.job_tokens.end() ? own->second : tokens.server_token;
+  if (token.empty()) return std::nullopt;
+  try {
+    return tls::derive_psk(token, identity);
+  } catch (const tls::Failure&) {
+    return std::nullopt;
+  }
+}
+
 }  // namespace
 
 std::optional<uint64_t> LogThrottle::allow() {
@@ -118,6 +133,22 @@ RendezvousServer::Impl::Impl(RendezvousServerOptions options)
                "RendezvousServer: the token of job '", job, "' has ", token.size(),
                " bytes; expected 1 to ", kMaxTokenBytes);
   }
+  if (options_.insecure) {
+    HSGD_CHECK(tokens_.empty(),
+               "RendezvousServer: an insecure server authenticates nobody; it "
+               "takes no token (got a server-wide token or ",
+               options_.job_tokens.size(), " job tokens)");
+  } else {
+    HSGD_CHECK(!tokens_.empty(),
+               "RendezvousServer: TLS keys its connections from a token, and "
+               "neither token nor job_tokens holds one; give one (hsgd-rendezvous --token-file), "
+               "or choose insecure (plain TCP, no authentication)");
+    tls_ = tls::Context::server(
+        [tokens = &tokens_](std::string_view identity) { return psk_of(*tokens, identity); });
+    // Asio's context takes ownership of a reference: tls_ keeps its own.
+    SSL_CTX_up_ref(tls_->native());
+    ssl_context_ = std::make_unique<asio::ssl::context>(tls_->native());
+  }
 }
 
 RendezvousServer::Impl::~Impl() { stop(); }
@@ -163,8 +194,11 @@ void RendezvousServer::Impl::start() {
     });
   }
   logger()->info(
-      "rendezvous: listening on {} ({} I/O thread(s), backlog {}, at most {} connections)",
-      to_string(acceptor_.local_endpoint()), options_.threads, listen_backlog(), max_connections_);
+      "rendezvous: listening on {} ({}; {} I/O thread(s), backlog {}, at most {} connections)",
+      to_string(acceptor_.local_endpoint()),
+      options_.insecure ? "INSECURE: plain TCP, unencrypted and unauthenticated"
+                        : "TLS 1.3 keyed by the job tokens",
+      options_.threads, listen_backlog(), max_connections_);
 }
 
 void RendezvousServer::Impl::accept() {
@@ -327,6 +361,8 @@ RendezvousServer::~RendezvousServer() = default;
 void RendezvousServer::start() { impl_->start(); }
 
 int RendezvousServer::port() const { return impl_->port_; }
+
+bool RendezvousServer::insecure() const { return impl_->options_.insecure; }
 
 std::string RendezvousServer::host() const { return impl_->options_.host; }
 

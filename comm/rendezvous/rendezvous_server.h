@@ -8,11 +8,20 @@
 //   IPv6, TCP_NODELAY, listen backlog = /proc/sys/net/core/somaxconn: the kernel drops the SYNs of
 //   clients beyond it, which retry after 1 s, so a host serving more ranks at once should raise
 //   it). Each turn of the event loop accepts up to 64 waiting connections.
-// - Every connection starts with a handshake naming its job id (1 to 256 printable ASCII bytes
-//   without spaces) and the token, when the server has tokens; keys are namespaced by job id, so
-//   two jobs never see each other's keys. With per-job tokens (job_tokens, read from a token file
-//   by comm/rendezvous/rendezvous_server_tokens.h) a client holding job A's token cannot open job
-//   B; the server-wide token (token) opens every job.
+// - Every connection is TLS 1.3 with a pre-shared key (comm/tls/tls.h): the client presents the
+//   identity psk_identity("store", job, who) and proves it holds derive_psk(token, identity),
+//   where token is the job's own (job_tokens, read from a token file by
+//   comm/rendezvous/rendezvous_server_tokens.h) or else the server-wide one (token). The token
+//   never crosses the wire. A connection that fails the TLS handshake (random bytes, a wrong
+//   token, a job without a token, a plain client, or no handshake within handshake_timeout) is
+//   closed having touched no job, and logged at warn level naming the peer's address only.
+//   A client speaking the plain protocol gets a plain refusal saying that TLS is required.
+// - Then the client's first frame is a Hello naming its job id (1 to 256 printable ASCII bytes
+//   without spaces); keys are namespaced by job id, so two jobs never see each other's keys. The
+//   Hello must name the job the TLS identity proved: a client holding job A's token cannot open
+//   job B; the server-wide token opens the jobs without a token of their own.
+// - insecure = true: plain TCP, no token, nobody authenticated (anyone reaching the port reads
+//   and writes every job). Only for a trusted single host, chosen explicitly.
 // - Nothing a client does grows the server without bound:
 //   - before the handshake a frame may have at most max_handshake_bytes, and all connections
 //     still in their handshake together hold at most max_unauthenticated_bytes (beyond that new
@@ -45,9 +54,10 @@
 //   keeps them.
 //
 // Usage:
-//   hsgd::comm::RendezvousServer server({.host = "127.0.0.1", .port = 0});
+//   const std::string token = "s3cret";  // e.g. read_token_file(path).token_for(job)
+//   hsgd::comm::RendezvousServer server({.host = "127.0.0.1", .port = 0, .token = token});
 //   server.start();                      // bound and listening when it returns
-//   hsgd::comm::TcpStore store({.port = server.port(), .job_id = "job-1"});
+//   hsgd::comm::TcpStore store({.port = server.port(), .job_id = "job-1", .token = token});
 
 #include <chrono>
 #include <cstddef>
@@ -71,11 +81,14 @@ struct RendezvousLimitNames {
 struct RendezvousServerOptions {
   std::string host = "127.0.0.1";  // address to bind: "127.0.0.1", "::1", "0.0.0.0", a name
   int port = 29400;                // 0 = let the kernel pick a free port (see port())
-  // The server-wide token, valid for every job; empty = none. With neither it nor job_tokens
-  // no token is required.
+  // The server-wide token, for the jobs without their own; empty = none. Unless insecure, it or job_tokens
+  // must hold a token (the constructor throws hsgd::InvalidArgument otherwise).
   std::string token = {};
-  // Tokens of single jobs (job id -> token): a client of that job may present its own token.
+  // Tokens of single jobs (job id -> token): a client of that job may key its TLS with its own.
   std::map<std::string, std::string> job_tokens = {};
+  // Plain TCP without authentication; then token and job_tokens must be empty (a token would
+  // promise a protection plain TCP does not give).
+  bool insecure = false;
   size_t max_frame_bytes = 8 << 20;  // larger frames close the connection
   size_t max_key_bytes = 4096;
   size_t max_keys_per_request = 65536;
@@ -94,8 +107,8 @@ struct RendezvousServerOptions {
   size_t max_connections = 0;
   RendezvousLimitNames limit_names = {};
   int threads = 1;  // I/O threads
-  // A connection without a handshake by then is closed (port scanners, stuck clients), so that
-  // stray connections cannot pile up file descriptors.
+  // A connection without a completed handshake (TLS and Hello) by then is closed (port
+  // scanners, stuck clients), so that stray connections cannot pile up file descriptors.
   std::chrono::milliseconds handshake_timeout = std::chrono::seconds(60);
   // Keys of a job without clients for this long are deleted; 0 keeps them while the server
   // runs.
@@ -121,6 +134,8 @@ class RendezvousServer {
   int port() const;
   // The host the server was asked to bind, as given in the options.
   std::string host() const;
+  // True when the server speaks plain TCP without authentication (options.insecure).
+  bool insecure() const;
 
   // Number of jobs that hold keys (for tests and monitoring).
   size_t num_jobs() const;

@@ -1,5 +1,8 @@
 #include "comm/rendezvous/rendezvous_server_tokens.h"
 
+#include <openssl/rand.h>
+
+#include <array>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -84,9 +87,9 @@ bool same_token(std::string_view a, std::string_view b) {
 
 bool TokenTable::admits(const std::string& job, std::string_view token) const {
   if (empty()) return true;
-  if (!server_token.empty() && same_token(token, server_token)) return true;
   const auto it = job_tokens.find(job);
-  return it != job_tokens.end() && same_token(token, it->second);
+  const std::string& expected = it != job_tokens.end() ? it->second : server_token;
+  return !expected.empty() && same_token(token, expected);
 }
 
 std::string TokenTable::token_for(const std::string& job, const std::string& origin) const {
@@ -148,6 +151,20 @@ TokenTable read_token_file(const std::string& path, const std::string& origin) {
   std::ostringstream text;
   text << in.rdbuf();
   return parse_token_file(text.str(), name);
+}
+
+std::string random_token() {
+  std::array<unsigned char, 32> bytes{};
+  HSGD_CHECK_AS(CommError, RAND_bytes(bytes.data(), static_cast<int>(bytes.size())) == 1,
+                "random_token: OpenSSL's RAND_bytes failed to make 32 random bytes");
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(2 * bytes.size());
+  for (const unsigned char b : bytes) {
+    out += kHex[b >> 4];
+    out += kHex[b & 15];
+  }
+  return out;
 }
 
 }  // namespace hsgd::comm

@@ -6,14 +6,16 @@
 // Token file format:
 // - One entry per line. Spaces, tabs and a trailing '\r' around fields are ignored; blank lines
 //   and lines whose first non-blank character is '#' are comments.
-// - `TOKEN` alone: the server-wide token, valid for every job (at most one such line). A file
+// - `TOKEN` alone: the server-wide token, for every job without its own line (at most one). A file
 //   holding just a token (`echo secret > f`) is therefore what it always was.
 // - `JOB_ID TOKEN`: the token of that job only. A client holding it cannot open any other job.
 // - A token is 1 to 1024 printable ASCII characters without spaces; a job id follows
 //   job_id_problem(). Anything else (three fields, a second server-wide token, a job listed
 //   twice, no entry at all) is an hsgd::InvalidArgument naming the file and the line.
-// - The server admits a client of job J whose token is J's or the server-wide one; a client
-//   (hsgd-run) presents J's token if the file has one, else the server-wide token.
+// - The token of job J is J's own line if the file has one, else the server-wide token: it keys
+//   J's TLS connections (a key derives from one token), so a job with its own line is opened by
+//   that token only, and the server-wide token opens the jobs without one. A client (hsgd-run)
+//   presents the same: J's token if the file has one, else the server-wide token.
 //
 // Usage:
 //   auto table = hsgd::comm::read_token_file("/etc/hsgd/tokens");
@@ -52,12 +54,16 @@ struct TokenTable {
 
   // True when no token is configured (the server admits everybody).
   bool empty() const { return server_token.empty() && job_tokens.empty(); }
-  // Whether a client presenting token may open job.
+  // Whether token is the one that keys job (job's own, else the server-wide one).
   bool admits(const std::string& job, std::string_view token) const;
   // The token a client of job presents; throws hsgd::InvalidArgument naming the job when the
   // table has neither an entry for it nor a server-wide token. "" for an empty table.
   std::string token_for(const std::string& job, const std::string& origin = "the token file") const;
 };
+
+// A fresh token for one job: 32 bytes from OpenSSL's RAND_bytes as 64 hex digits. Throws
+// hsgd::CommError when the generator fails (it never returns a weak token).
+std::string random_token();
 
 // Parses the text of a token file; origin names it in errors ("--token-file '/x'").
 TokenTable parse_token_file(std::string_view text, const std::string& origin);

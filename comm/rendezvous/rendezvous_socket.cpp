@@ -84,15 +84,43 @@ Socket::Socket(const std::string& host, int port, SocketClock::time_point deadli
 }
 
 Socket::~Socket() {
+  tls_.reset();
   if (fd_ >= 0) ::close(fd_);
 }
 
+void Socket::start_tls(std::shared_ptr<tls::Context> context, std::string identity,
+                       const tls::Psk& psk, SocketClock::time_point deadline) {
+  tls_ = std::make_unique<tls::Stream>(fd_, std::move(context), tls::Role::kClient);
+  tls_->set_client_psk(std::move(identity), psk);
+  try {
+    tls_->handshake(deadline);
+  } catch (const tls::Failure& failure) {
+    // A server that closes or resets mid-handshake may be going down (an outage, tried again);
+    // any other failure is the server's TLS answering no (an alert, or not TLS at all).
+    const std::string what = failure.what();
+    const bool lost = what.find("closed the connection") != std::string::npos ||
+                      what.find(std::strerror(ECONNRESET)) != std::string::npos ||
+                      what.find(std::strerror(EPIPE)) != std::string::npos;
+    throw SocketFailure{failure.timed_out, what, !failure.timed_out && !lost};
+  }
+}
+
 bool Socket::peer_closed() const {
+  // A TLS stream holding decrypted bytes while no reply is pending: the server sent unasked.
+  if (tls_ && tls_->has_buffered()) return true;
   pollfd p{.fd = fd_, .events = POLLIN | POLLRDHUP, .revents = 0};
   return ::poll(&p, 1, 0) != 0;  // ready, error or hang-up (or a poll failure: drop it too)
 }
 
 void Socket::write_all(const std::string& data, SocketClock::time_point deadline) {
+  if (tls_) {
+    try {
+      tls_->write_all(data.data(), data.size(), deadline);
+    } catch (const tls::Failure& failure) {
+      throw SocketFailure{failure.timed_out, failure.what()};
+    }
+    return;
+  }
   size_t done = 0;
   while (done < data.size()) {
     const ssize_t n = ::send(fd_, data.data() + done, data.size() - done, MSG_NOSIGNAL);
@@ -107,6 +135,14 @@ void Socket::write_all(const std::string& data, SocketClock::time_point deadline
 }
 
 void Socket::read_exact(uint8_t* out, size_t size, SocketClock::time_point deadline) {
+  if (tls_) {
+    try {
+      tls_->read_exact(out, size, deadline);
+    } catch (const tls::Failure& failure) {
+      throw SocketFailure{failure.timed_out, failure.what()};
+    }
+    return;
+  }
   size_t done = 0;
   while (done < size) {
     const ssize_t n = ::recv(fd_, out + done, size - done, 0);

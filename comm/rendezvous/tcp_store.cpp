@@ -15,6 +15,7 @@
 #include "comm/rendezvous/detail/tcp_store_journal.h"
 #include "comm/rendezvous/frame.h"
 #include "comm/rendezvous/proto/rendezvous.pb.h"
+#include "comm/rendezvous/rendezvous_server_tokens.h"
 #include "comm/rendezvous/rendezvous_socket.h"
 
 namespace hsgd::comm {
@@ -124,6 +125,28 @@ class TcpStore::Client {
                options_.connect_timeout.count(), " ms must not be negative");
     HSGD_CHECK(reconnect_timeout_.count() >= 0, "TcpStore: reconnect_timeout ",
                reconnect_timeout_.count(), " ms must not be negative");
+    if (options_.insecure) {
+      HSGD_CHECK(options_.token.empty(),
+                 "TcpStore: an insecure connection carries no token; "
+                 "leave TcpStoreOptions::token empty, or connect with TLS (insecure = false)");
+    } else {
+      HSGD_CHECK(!options_.token.empty(), "TcpStore: job '", options_.job_id,
+                 "' has no token: TLS to ", endpoint_,
+                 " is keyed by the job's token; set "
+                 "TcpStoreOptions::token, or insecure = true for a server started insecure");
+      // The job id is part of the TLS identity: a server refusing it could not say why.
+      if (auto problem = job_id_problem(options_.job_id)) {
+        HSGD_THROW(InvalidArgument, "TcpStore: ", *problem);
+      }
+      tls_ = tls::Context::client();
+      // A server that stops closes its sockets without a TLS close_notify: that is the server
+      // closing the connection (an outage, retried), not an attack on the stream, whose frames
+      // carry their own lengths.
+      SSL_CTX_set_options(tls_->native(), SSL_OP_IGNORE_UNEXPECTED_EOF);
+      identity_ = tls::psk_identity("store", options_.job_id,
+                                    options_.name.empty() ? owner_ : options_.name);
+      psk_ = tls::derive_psk(options_.token, identity_);
+    }
     Connection first = connect(options_.connect_timeout);
     known_instance_ = first.instance;
     release(std::move(first));
@@ -462,11 +485,22 @@ class TcpStore::Client {
 
   // The handshake; returns the server's instance (0 from an older server).
   uint64_t handshake(Socket& socket, Clock::time_point deadline) {
+    if (tls_) {
+      try {
+        socket.start_tls(tls_, identity_, psk_, deadline);
+      } catch (const SocketFailure& failure) {
+        if (!failure.refused) throw;
+        HSGD_THROW(CommError, "TcpStore: the rendezvous server at ", endpoint_,
+                   " refused the TLS handshake for job '", options_.job_id,
+                   "': it holds another token for this job, or none, or it was started "
+                   "insecure (",
+                   failure.what, ")");
+      }
+    }
     proto::Hello hello;
     hello.set_magic(kProtocolMagic);
     hello.set_version(kProtocolVersion);
     hello.set_job_id(options_.job_id);
-    hello.set_token(options_.token);
     hello.set_owner(owner_);
     socket.write_all(encode_frame(hello, 1 << 20, "TcpStore handshake"), deadline);
     proto::HelloReply reply;
@@ -595,6 +629,10 @@ class TcpStore::Client {
   const std::string endpoint_;
   const Duration reconnect_timeout_;
   const std::string owner_;  // names this client to the server across its connections
+  // TLS (null when insecure): the client context, the identity presented and its key.
+  std::shared_ptr<tls::Context> tls_;
+  std::string identity_;
+  tls::Psk psk_{};
 
   // Announced by the server in each handshake (the same for every connection to it).
   std::atomic<uint32_t> server_version_ = 0;

@@ -2,10 +2,13 @@
 // TcpStore: the Store client of RendezvousServer / hsgd-rendezvous.
 //
 // Contract:
+// - Every connection is TLS 1.3 keyed by options.token (comm/tls/tls.h; the token itself is
+//   never sent), or plain TCP when options.insecure. The constructor throws
+//   hsgd::InvalidArgument without a token (unless insecure).
 // - The constructor connects with exponential backoff and jitter until connect_timeout passes,
-//   then performs the handshake. It throws hsgd::Timeout when the server never answered, and
-//   hsgd::CommError when the server refused the handshake (wrong token, version) - both naming
-//   host:port.
+//   then performs the handshakes (TLS, then Hello). It throws hsgd::Timeout when the server
+//   never answered, and hsgd::CommError when the server refused a handshake (wrong token, a
+//   server started insecure, version) - both naming host:port.
 // - Every operation has a deadline: blocking operations (get, wait, multi_get) are timed by the
 //   server, which answers TIMEOUT at the deadline, and the client gives up a few seconds later
 //   if the server went silent (hsgd::Timeout); the others are bounded by options.timeout.
@@ -40,7 +43,9 @@
 //   another thread of the same store.
 //
 // Usage:
-//   hsgd::comm::TcpStore store({.host = "127.0.0.1", .port = 29400, .job_id = "job-7"});
+//   const std::string token = "s3cret";  // the job's token (HSGD_RDZV_TOKEN, a token file)
+//   hsgd::comm::TcpStore store(
+//       {.host = "127.0.0.1", .port = 29400, .job_id = "job-7", .token = token});
 //   store.set("rank0", hsgd::comm::to_bytes("10.0.0.1:4000"));
 //   auto peer = store.get("rank1", std::chrono::seconds(30));
 
@@ -58,7 +63,13 @@ struct TcpStoreOptions {
   std::string host = "127.0.0.1";
   int port = 29400;
   std::string job_id = "default";  // key namespace on the server
-  std::string token = {};          // must match the server's token, if it has one
+  // The job's token (or the server-wide one): it keys the TLS handshake under the identity
+  // psk_identity("store", job_id, name) and never crosses the wire. Required unless insecure.
+  std::string token = {};
+  // Who this client is, in its TLS identity (a node, a rank); empty: its random owner id.
+  std::string name = {};
+  // Plain TCP, no token, to a server started insecure.
+  bool insecure = false;
   Duration connect_timeout = std::chrono::seconds(60);
   Duration timeout = kDefaultTimeout;  // deadline of the non-blocking operations
   // How long after losing the server the client keeps trying to reach it again (see above);

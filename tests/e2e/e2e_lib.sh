@@ -9,7 +9,10 @@
 #                         e2e_cleanup if the script defined it, exits RC
 #   e2e_start_rendezvous [HOST PORT [NETNS]]
 #                         starts hsgd-rendezvous (default 127.0.0.1, a free port; in network
-#                         namespace NETNS when given); sets `endpoint` and `rdzv_pid`
+#                         namespace NETNS when given) with the job's token file; sets `endpoint`
+#                         and `rdzv_pid`
+#   token_file            $work/token (mode 0600, made by e2e_init), exported as HSGD_TOKEN_FILE:
+#                         every hsgd-run of the script keys its TLS with it
 #   wait_for_line FILE REGEX WHAT  waits (60 s at most) until FILE has a line matching REGEX;
 #                         fails "WHAT within 60 s" with FILE's last lines otherwise
 #   node_id_of FILE       the node id that the hsgd-run writing FILE registered first
@@ -30,6 +33,9 @@ e2e_init() {
   work=$(mktemp -d "/tmp/hsgd-$1.XXXXXX")
   pids=()
   trap 'e2e_finish $?' EXIT
+  token_file=$work/token
+  (umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$token_file")
+  export HSGD_TOKEN_FILE=$token_file
 }
 
 fail() { echo "$e2e_name: FAILED: $*" >&2; exit 1; }
@@ -51,13 +57,15 @@ e2e_start_rendezvous() {
   local host=${1:-127.0.0.1} port=${2:-0} netns=${3:-} out="$work/rdzv.out"
   [ -e "$out" ] && out="$work/rdzv.$(date +%s%N).out"
   if [ -n "$netns" ]; then
-    ip netns exec "$netns" "$rdzv" --host "$host" --port "$port" >"$out" 2>&1 &
+    ip netns exec "$netns" "$rdzv" --host "$host" --port "$port" --token-file "$token_file" \
+      >"$out" 2>&1 &
   else
-    "$rdzv" --host "$host" --port "$port" >"$out" 2>&1 &
+    "$rdzv" --host "$host" --port "$port" --token-file "$token_file" >"$out" 2>&1 &
   fi
   rdzv_pid=$!
   pids+=("$rdzv_pid")
-  for _ in $(seq 100); do grep -q "listening on" "$out" && break; sleep 0.1; done
+  # The very line parsed below, whole: the log line "rendezvous: listening on ..." comes first.
+  for _ in $(seq 100); do grep -qE '^listening on [^ ]+:[0-9]+$' "$out" && break; sleep 0.1; done
   endpoint=$(grep -E '^listening on ' "$out" | head -1 | awk '{print $3}')
   [ -n "$endpoint" ] || fail "hsgd-rendezvous did not start on $host:$port: $(cat "$out")"
 }

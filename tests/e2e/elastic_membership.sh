@@ -126,10 +126,13 @@ last=$(check_steps "$work/warm.0")
 echo "elastic_membership: a join during warm-up at step $join_step; steps 1..$last"
 
 # ---- 5. the rendezvous server killed (kill -9) and started again 10 s later on the same address
-"$rdzv" --host 127.0.0.1 --port 0 >"$work/rdzv2.out" 2>&1 &
+"$rdzv" --host 127.0.0.1 --port 0 --token-file "$token_file" >"$work/rdzv2.out" 2>&1 &
 server=$!
 pids+=("$server")
-for _ in $(seq 100); do grep -q "listening on" "$work/rdzv2.out" && break; sleep 0.1; done
+for _ in $(seq 100); do
+  grep -qE '^listening on [^ ]+:[0-9]+$' "$work/rdzv2.out" && break
+  sleep 0.1
+done
 endpoint2=$(grep -E '^listening on ' "$work/rdzv2.out" | head -1 | awk '{print $3}')
 [ -n "$endpoint2" ] || fail "the second hsgd-rendezvous did not start: $(cat "$work/rdzv2.out")"
 endpoint_saved=$endpoint
@@ -148,7 +151,7 @@ sleep 10
 during=$(highest_step "$work/outage.0")
 kill -0 "$out0" 2>/dev/null ||
   fail "the job ended before the server came back (step $during): it shows nothing; lengthen it"
-"$rdzv" --host 127.0.0.1 --port "${endpoint2##*:}" >"$work/rdzv3.out" 2>&1 &
+"$rdzv" --host 127.0.0.1 --port "${endpoint2##*:}" --token-file "$token_file" >"$work/rdzv3.out" 2>&1 &
 pids+=($!)
 expect_exit "$out0" 0 "$work/outage.0"
 expect_exit "$out1" 0 "$work/outage.1"

@@ -68,6 +68,9 @@ check_deadline() {
 
 # Named like the cluster's directory, so that a later cluster removes it if this shell is killed.
 work=$(mktemp -d "/tmp/hsgd-slurm-$$.smoke.XXXXXX")
+# The job's token for the srun steps (and the sbatch jobs, which inherit it): a 0600 file.
+(umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$work/token")
+export HSGD_TOKEN_FILE=$work/token
 chmod 755 "$work"
 slurm_cluster_start 4
 

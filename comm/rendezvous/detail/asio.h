@@ -8,6 +8,7 @@
 // clang-format off
 #include <utility>
 #include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
 // clang-format on
 
 namespace hsgd::comm {

@@ -1,7 +1,11 @@
 // RendezvousServer::Impl::Connection: one client connection (see rendezvous_server_impl.h).
 
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <array>
+#include <cerrno>
+#include <cstring>
 
 #include "comm/error.h"
 #include "comm/log.h"
@@ -34,18 +38,120 @@ RendezvousServer::Impl::Connection::Connection(Impl& server, tcp::socket socket)
 void RendezvousServer::Impl::Connection::start() {
   // Runs on the strand, like every other handler of this connection.
   std::weak_ptr<Connection> weak = weak_from_this();
-  session_.emplace(server_.options_, server_.tokens_, server_.state_, socket_.get_executor(),
+  session_.emplace(server_.options_, server_.state_, socket_.get_executor(),
                    [weak](const RendezvousAnswer& answer) {
                      if (auto self = weak.lock()) self->send(answer);
                    });
   hello_timer_.expires_after(server_.options_.handshake_timeout);
   hello_timer_.async_wait([self = shared_from_this()](error_code ec) {
     if (ec || self->handshake_done_ || self->closed_) return;
-    logger()->debug("rendezvous: {} sent no handshake within {} ms; closing", self->peer_,
-                    self->server_.options_.handshake_timeout.count());
+    if (auto held_back = self->server_.tls_log_.allow()) {
+      logger()->warn("rendezvous: {} completed no handshake within {} ms; closing it{}",
+                     self->peer_, self->server_.options_.handshake_timeout.count(),
+                     held_back_note(*held_back));
+    }
     self->close("handshake timeout");
   });
-  wait_readable();
+  if (server_.tls_) {
+    wait_first_byte();
+  } else {
+    wait_readable();
+  }
+}
+
+void RendezvousServer::Impl::Connection::wait_first_byte() {
+  socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](error_code ec) {
+    if (self->closed_) return;
+    if (ec) return self->close(ec.message().c_str());
+    uint8_t first = 0;
+    const ssize_t n = ::recv(self->socket_.native_handle(), &first, 1, MSG_PEEK);
+    if (n == 0) return self->close("peer closed");
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return self->wait_first_byte();
+      return self->close(std::strerror(errno));
+    }
+    // A TLS record of type handshake starts with 22. A plain frame starts with the high byte of
+    // its length, which 22 would make 352 MiB: no Hello is that long, so the byte tells them
+    // apart. A plain client (an older hsgd, or one started insecure) is told why in its own
+    // framing; what it sent is dropped first, so that closing does not reset the reply away.
+    if (first != 22) {
+      char drain[4096];
+      while (::recv(self->socket_.native_handle(), drain, sizeof(drain), MSG_DONTWAIT) > 0) {
+      }
+      return self->refuse(
+          "", RendezvousSession::refusal(
+                  "this server accepts only TLS 1.3 connections keyed by the job's token "
+                  "(protocol version " +
+                  std::to_string(kProtocolVersion) +
+                  "); this client speaks plain TCP: update it, or run the server insecure"));
+    }
+    self->start_tls();
+  });
+}
+
+void RendezvousServer::Impl::Connection::start_tls() {
+  tls_ = std::make_unique<asio::ssl::stream<tcp::socket&>>(socket_, *server_.ssl_context_);
+  tls::attach(tls_->native_handle(), &keys_);
+  tls_->async_handshake(asio::ssl::stream_base::server, [self = shared_from_this()](error_code ec) {
+    if (self->closed_) return;
+    if (ec) {
+      // Random bytes, a wrong token, a job without a token: nothing of it reached a job.
+      if (auto held_back = self->server_.tls_log_.allow()) {
+        logger()->warn("rendezvous: TLS handshake with {} failed ({}); closing it{}", self->peer_,
+                       ec.message(), held_back_note(*held_back));
+      }
+      return self->close("TLS handshake failed");
+    }
+    const std::optional<std::string> job = tls::identity_job(self->keys_.authenticated_identity);
+    if (!job) return self->close("TLS identity without a job");  // the key lookup needed one
+    self->session_->set_proven_job(*job);
+    self->tls_up_ = true;
+    self->read_tls();
+  });
+}
+
+void RendezvousServer::Impl::Connection::read_tls() {
+  if (closed_ || close_after_write_) return;
+  const size_t n = std::min(kTlsReadChunk, decoder_.wanted());
+  if (!handshake_done_) {
+    if (!server_.reserve_unauthenticated(n)) {
+      refuse("", RendezvousSession::refusal(
+                     "the server holds too many incomplete handshakes; try again"));
+      return;
+    }
+    unauthenticated_held_ += n;
+  }
+  auto space = decoder_.prepare(n);
+  tls_->async_read_some(asio::buffer(space.data(), space.size()), [self = shared_from_this(), n](
+                                                                      error_code ec, size_t got) {
+    if (self->closed_) return;
+    self->decoder_.commit(got);
+    if (!self->handshake_done_) {
+      self->server_.release_unauthenticated(n - got);
+      self->unauthenticated_held_ -= n - got;
+    }
+    if (ec) {
+      return self->close(ec == asio::error::eof || ec == asio::ssl::error::stream_truncated
+                             ? "peer closed"
+                             : ec.message().c_str());
+    }
+    if (self->on_bytes()) self->read_tls();
+  });
+}
+
+bool RendezvousServer::Impl::Connection::on_bytes() {
+  switch (decoder_.state()) {
+    case FrameDecoder::State::kOversized:
+      on_oversized();
+      return false;
+    case FrameDecoder::State::kFrame:
+      if (!on_frame()) return false;
+      decoder_.next();
+      return true;
+    case FrameDecoder::State::kNeedMore:
+      return true;
+  }
+  return true;
 }
 
 void RendezvousServer::Impl::Connection::send(const google::protobuf::MessageLite& message) {
@@ -132,16 +238,7 @@ void RendezvousServer::Impl::Connection::on_readable() {
     }
     if (ec == asio::error::would_block || ec == asio::error::try_again) return wait_readable();
     if (ec) return close(ec == asio::error::eof ? "peer closed" : ec.message().c_str());
-    switch (decoder_.state()) {
-      case FrameDecoder::State::kOversized:
-        return on_oversized();
-      case FrameDecoder::State::kFrame:
-        if (!on_frame()) return;
-        decoder_.next();
-        break;
-      case FrameDecoder::State::kNeedMore:
-        break;
-    }
+    if (!on_bytes()) return;
     budget -= std::min(budget, got);
     if (budget == 0) {
       // Yield to the other connections of this thread; continue in a fresh handler.
@@ -155,6 +252,12 @@ void RendezvousServer::Impl::Connection::on_readable() {
 
 void RendezvousServer::Impl::Connection::on_oversized() {
   const size_t length = decoder_.announced();
+  // 16 03 ..: the start of a TLS record read as a length, a TLS client of this plain server.
+  if (!handshake_done_ && !tls_up_ && (length >> 16) == 0x1603) {
+    return refuse("", RendezvousSession::refusal(
+                          "a TLS client reached this insecure (plain TCP) server: give both "
+                          "sides the job's token, or run the client insecure too"));
+  }
   if (!handshake_done_) {
     return refuse("",
                   RendezvousSession::refusal("a handshake frame of " + std::to_string(length) +
@@ -250,7 +353,7 @@ void RendezvousServer::Impl::Connection::write_next() {
   const OutFrame& frame = writes_.front();
   const std::array<asio::const_buffer, 2> buffers = {
       asio::buffer(frame.head), frame.tail ? asio::buffer(*frame.tail) : asio::const_buffer()};
-  asio::async_write(socket_, buffers, [self = shared_from_this()](error_code ec, size_t) {
+  auto on_written = [self = shared_from_this()](error_code ec, size_t) {
     if (ec) return self->close(ec.message().c_str());
     self->queued_bytes_ -= self->writes_.front().size();
     self->writes_.pop_front();
@@ -259,7 +362,12 @@ void RendezvousServer::Impl::Connection::write_next() {
     } else if (self->close_after_write_) {
       self->close("handshake refused");
     }
-  });
+  };
+  if (tls_up_) {
+    asio::async_write(*tls_, buffers, std::move(on_written));
+  } else {
+    asio::async_write(socket_, buffers, std::move(on_written));
+  }
 }
 
 }  // namespace hsgd::comm

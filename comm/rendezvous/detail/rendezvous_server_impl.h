@@ -22,6 +22,7 @@
 #include "comm/rendezvous/proto/rendezvous.pb.h"
 #include "comm/rendezvous/rendezvous_server.h"
 #include "comm/rendezvous/rendezvous_server_tokens.h"
+#include "comm/tls/tls.h"
 
 namespace hsgd::comm {
 
@@ -76,6 +77,10 @@ class RendezvousServer::Impl {
   // Constant after construction (port_, max_connections_ after start()).
   const RendezvousServerOptions options_;
   const TokenTable tokens_;
+  // The TLS contexts (null when insecure). Declared before io_: the connections' SSL objects,
+  // destroyed with io_'s handlers, refer to them.
+  std::shared_ptr<tls::Context> tls_;
+  std::unique_ptr<asio::ssl::context> ssl_context_;
   asio::io_context io_;  // declared first among the Asio objects: destroyed last
   RendezvousState state_;
   asio::ip::tcp::acceptor acceptor_;
@@ -92,6 +97,7 @@ class RendezvousServer::Impl {
   // Log throttles, one per kind of message.
   LogThrottle accept_log_{std::chrono::seconds(10)};
   LogThrottle refusal_log_{std::chrono::seconds(10)};
+  LogThrottle tls_log_{std::chrono::seconds(10)};
   LogThrottle request_log_{std::chrono::seconds(10)};
 
   mutable std::mutex mu_;
@@ -128,9 +134,18 @@ class RendezvousServer::Impl::Connection : public std::enable_shared_from_this<C
 
  private:
   static constexpr size_t kReadBudget = 256 << 10;
+  static constexpr size_t kTlsReadChunk = 16 << 10;  // one TLS record
 
+  // Plain TCP (insecure server): waits until readable, reads what the kernel holds.
   void wait_readable();
   void on_readable();
+  // TLS: peeks at the first byte (a plain client gets a plain refusal), runs the handshake,
+  // then reads decrypted bytes, at most kTlsReadChunk per turn.
+  void wait_first_byte();
+  void start_tls();
+  void read_tls();
+  // Feeds the decoder's state after got bytes were committed; false once reading must stop.
+  bool on_bytes();
   void on_oversized();
   // Returns false when the connection was closed (or will be, after a refusal is written).
   bool on_frame();
@@ -149,6 +164,9 @@ class RendezvousServer::Impl::Connection : public std::enable_shared_from_this<C
 
   Impl& server_;
   asio::ip::tcp::socket socket_;
+  tls::ConnectionKeys keys_;  // the identity the TLS handshake proved
+  std::unique_ptr<asio::ssl::stream<asio::ip::tcp::socket&>> tls_;
+  bool tls_up_ = false;  // the TLS handshake succeeded: every byte goes through tls_
   asio::steady_timer hello_timer_{socket_.get_executor()};
   std::string peer_;
   // Touched only on the strand.

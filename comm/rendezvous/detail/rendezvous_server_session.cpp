@@ -77,12 +77,10 @@ std::optional<RendezvousState::BlockingRequest> scan_blocking_request(std::strin
   return request;
 }
 
-RendezvousSession::RendezvousSession(const RendezvousServerOptions& options,
-                                     const TokenTable& tokens, RendezvousState& state,
+RendezvousSession::RendezvousSession(const RendezvousServerOptions& options, RendezvousState& state,
                                      asio::any_io_executor executor,
                                      RendezvousState::Reply async_reply)
     : options_(options),
-      tokens_(tokens),
       state_(state),
       executor_(std::move(executor)),
       async_reply_(std::move(async_reply)) {}
@@ -146,9 +144,11 @@ RendezvousSession::Step RendezvousSession::on_hello(std::string_view body) {
   } else if (hello.owner().size() > kMaxOwnerBytes) {
     refusal = "the owner named in the handshake has " + std::to_string(hello.owner().size()) +
               " bytes; at most " + std::to_string(kMaxOwnerBytes) + " are allowed";
-  } else if (!tokens_.admits(hello.job_id(), hello.token())) {
-    refusal = hello.token().empty() ? "this server requires a token and none was given"
-                                    : "invalid token for job '" + hello.job_id() + "'";
+  } else if (!options_.insecure && proven_job_.empty()) {
+    refusal = "this server accepts only TLS connections keyed by the job's token";
+  } else if (!options_.insecure && hello.job_id() != proven_job_) {
+    refusal = "this connection proved the token of job '" + printable_excerpt(proven_job_) +
+              "', not of job '" + printable_excerpt(hello.job_id()) + "'";
   }
   claimed_job_ = hello.job_id();
   if (!refusal.empty()) {

@@ -1,9 +1,10 @@
 #pragma once
 // RendezvousSession: the protocol of one rendezvous connection without its socket. The first
-// frame must be a Hello (magic, version, job id, token); every later frame is a Request,
-// dispatched to the RendezvousState in the job's namespace. The server's Connection feeds it the
-// frames its FrameDecoder assembled and does the I/O and the logging; the fuzz target and its
-// replay test (tests/comm/rendezvous/fuzz/) feed it bytes directly. Internal to the server.
+// frame must be a Hello (magic, version, job id, owner) naming the job the connection's TLS
+// identity proved (set_proven_job; nothing is proven on an insecure server); every later frame is a
+// Request, dispatched to the RendezvousState in the job's namespace. The server's Connection feeds
+// it the frames its FrameDecoder assembled and does the I/O and the logging; the fuzz target and
+// its replay test (tests/comm/rendezvous/fuzz/) feed it bytes directly. Internal to the server.
 //
 // Contract: on_frame() never throws on any input; after a step that is not kContinue the
 // session must not be fed again (the connection closes). Not thread-safe (one connection's
@@ -42,12 +43,15 @@ class RendezvousSession {
     std::shared_ptr<RendezvousState::Waiter> waiter;  // a request answered later, by reply
   };
 
-  // options and tokens must outlive the session; async_reply receives the answers of waiters
+  // options must outlive the session; async_reply receives the answers of waiters
   // (from any thread, under the state's mutex: it must only queue work). Deadline timers run
   // on executor.
-  RendezvousSession(const RendezvousServerOptions& options, const TokenTable& tokens,
-                    RendezvousState& state, asio::any_io_executor executor,
-                    RendezvousState::Reply async_reply);
+  RendezvousSession(const RendezvousServerOptions& options, RendezvousState& state,
+                    asio::any_io_executor executor, RendezvousState::Reply async_reply);
+
+  // The job the TLS handshake proved the client holds the key of; the Hello must name it.
+  // Unless options.insecure, a Hello before this is refused.
+  void set_proven_job(std::string job) { proven_job_ = std::move(job); }
 
   Step on_frame(std::string_view body);
 
@@ -67,7 +71,6 @@ class RendezvousSession {
   Step on_hello(std::string_view body);
 
   const RendezvousServerOptions& options_;
-  const TokenTable& tokens_;
   RendezvousState& state_;
   asio::any_io_executor executor_;
   RendezvousState::Reply async_reply_;
@@ -75,6 +78,7 @@ class RendezvousSession {
   std::string job_;
   std::string owner_;  // the Hello's owner, once the handshake is done
   std::string claimed_job_;
+  std::string proven_job_;
 };
 
 }  // namespace hsgd::comm

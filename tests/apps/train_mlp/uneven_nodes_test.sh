@@ -19,7 +19,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"$server" --host 127.0.0.1 --port 0 > "$tmp/server.log" 2>&1 &
+# The job's token, in a 0600 file that the server and both agents read (HSGD_TOKEN_FILE).
+(umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$tmp/token")
+export HSGD_TOKEN_FILE=$tmp/token
+"$server" --host 127.0.0.1 --port 0 --token-file "$tmp/token" > "$tmp/server.log" 2>&1 &
 pids+=("$!")
 disown "$!"  # killed by cleanup; no "Killed" notice from the shell
 deadline=$((SECONDS + 30))

@@ -9,12 +9,14 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <filesystem>
 #include <fstream>
 #include <regex>
 #include <sstream>
 #include <utility>
 
 #include "comm/launcher/worker_env.h"
+#include "tests/support/multiprocess.h"
 
 namespace hsgd::testing {
 
@@ -132,13 +134,38 @@ int unused_port() {
   return ntohs(addr.sin_port);
 }
 
+const std::string& test_token_file() {
+  static const std::string path = [] {
+    const auto dir = unique_temp_dir("hsgd_launcher_token");
+    const auto file = dir / "token";
+    std::ofstream(file) << kLauncherTestToken << "\n";
+    std::filesystem::permissions(
+        file, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+    return file.string();
+  }();
+  return path;
+}
+
 Rendezvous start_rendezvous(const std::string& program) {
-  auto cmd = Command::start({program, "--host", "127.0.0.1", "--port", "0"});
-  EXPECT_TRUE(cmd.wait_for_output("\n", std::chrono::seconds(30))) << cmd.output();
+  return start_rendezvous(program, test_token_file());
+}
+
+Rendezvous start_rendezvous(const std::string& program, const std::string& token_file) {
+  auto cmd =
+      Command::start({program, "--host", "127.0.0.1", "--port", "0", "--token-file", token_file});
+  // The very line that is parsed, whole: the server's log line "rendezvous: listening on ..."
+  // on stderr may come first, and a line may arrive in pieces.
+  const std::regex line("(^|\n)listening on 127\\.0\\.0\\.1:(\\d+)\n");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   std::smatch m;
-  const std::string out = cmd.output();
-  EXPECT_TRUE(std::regex_search(out, m, std::regex("listening on 127\\.0\\.0\\.1:(\\d+)"))) << out;
-  const int port = m.empty() ? 0 : std::stoi(m[1]);
+  std::string out = cmd.output();
+  while (!std::regex_search(out, m, line) && std::chrono::steady_clock::now() < deadline) {
+    // Reads for up to 50 ms; the text is one no program prints, so it only paces the loop.
+    cmd.wait_for_output("\x01", std::chrono::milliseconds(50));
+    out = cmd.output();
+  }
+  EXPECT_FALSE(m.empty()) << "no 'listening on 127.0.0.1:PORT' line within 30 s: " << out;
+  const int port = m.empty() ? 0 : std::stoi(m[2]);
   return Rendezvous{std::move(cmd), port, port == 0 ? "" : "127.0.0.1:" + std::to_string(port)};
 }
 

@@ -59,14 +59,21 @@ class Command {
   std::string output_;
 };
 
-// A hsgd-rendezvous (`program`) started on 127.0.0.1 with a port of its choosing, and that port.
+// A hsgd-rendezvous (`program`) started on 127.0.0.1 with a port of its choosing and token_file
+// (test_token_file() by default), and that port.
 // Fails the test (port 0, empty endpoint) when it does not say where it listens within 30 s.
 struct Rendezvous {
   Command command;
   int port = 0;
   std::string endpoint;  // "127.0.0.1:<port>"
 };
+Rendezvous start_rendezvous(const std::string& program, const std::string& token_file);
 Rendezvous start_rendezvous(const std::string& program);
+
+// The token every launcher test's hsgd-rendezvous and hsgd-run share (kLauncherTestToken), as a
+// file of mode 0600 made once per test process: pass it as --token-file (or HSGD_TOKEN_FILE).
+inline constexpr char kLauncherTestToken[] = "launcher-test-token";
+const std::string& test_token_file();
 
 // A finished command's exit status and output, for failure messages.
 std::string show(const Command::Result& result);

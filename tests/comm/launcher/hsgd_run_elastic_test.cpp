@@ -47,6 +47,8 @@ TEST(HsgdRunElasticTest, NodeRangeFlag_WorkersGetTheElasticVariables) {
                                    "2",
                                    "--rdzv-endpoint",
                                    server.endpoint,
+                                   "--token-file",
+                                   test_token_file(),
                                    "--rdzv-id",
                                    "elastic-flag",
                                    "--rdzv-last-call",
@@ -82,7 +84,8 @@ TEST(HsgdRunElasticTest, PetNnodesRange_RunsElastic) {
   // Node rank 0 hosts the rendezvous server on the endpoint, as under a PyTorchJob.
   const auto result =
       Command::start(argv, {"PET_NNODES=1:2", "PET_NODE_RANK=0", "PET_RDZV_ID=elastic-pet",
-                            "PET_RDZV_ENDPOINT=127.0.0.1:" + std::to_string(unused_port())})
+                            "PET_RDZV_ENDPOINT=127.0.0.1:" + std::to_string(unused_port()),
+                            "HSGD_TOKEN_FILE=" + test_token_file()})
           .wait(seconds(60));
   ASSERT_TRUE(result.status.success()) << show(result);
   expect_lines(slurp(dir / "env_0"),
@@ -100,9 +103,10 @@ TEST(HsgdRunElasticTest, KilledNode_TheOtherGoesOnWithoutIt) {
   const std::string d = dir.string();
   auto start = [&] {
     // MAX nodes end the last call at once: generation 0 holds both.
-    return Command::start({kRun, "--nnodes", "1:2", "--rdzv-endpoint", server.endpoint, "--rdzv-id",
-                           "elastic-kill", "--rdzv-last-call", "30", "--heartbeat-timeout", "60",
-                           "--", "/bin/sh", "-c",
+    return Command::start({kRun, "--nnodes", "1:2", "--rdzv-endpoint", server.endpoint,
+                           "--token-file", test_token_file(), "--rdzv-id", "elastic-kill",
+                           "--rdzv-last-call", "30", "--heartbeat-timeout", "60", "--", "/bin/sh",
+                           "-c",
                            "echo $$ >> " + d +
                                "/pid_$HSGD_ELASTIC_NODE_ID; for i in $(seq 6000); "
                                "do [ -e " +

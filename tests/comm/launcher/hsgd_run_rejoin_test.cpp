@@ -44,6 +44,8 @@ Command start_node(const std::string& endpoint, const std::string& job, const fs
                          "1",
                          "--rdzv-endpoint",
                          endpoint,
+                         "--token-file",
+                         test_token_file(),
                          "--rdzv-id",
                          job,
                          "--rdzv-timeout",

@@ -31,7 +31,8 @@ const std::string kWorker = LAUNCHER_TEST_WORKER_PATH;
 constexpr int kSteps = 1500;
 
 Command start_server(int port) {
-  auto cmd = Command::start({kRendezvous, "--host", "127.0.0.1", "--port", std::to_string(port)});
+  auto cmd = Command::start({kRendezvous, "--host", "127.0.0.1", "--port", std::to_string(port),
+                             "--token-file", test_token_file()});
   EXPECT_TRUE(cmd.wait_for_output("listening on 127.0.0.1:" + std::to_string(port), seconds(30)))
       << cmd.output();
   return cmd;
@@ -62,6 +63,8 @@ Command start_node(int port, const std::string& job, const fs::path& dir, int no
                          "2",
                          "--rdzv-endpoint",
                          "127.0.0.1:" + std::to_string(port),
+                         "--token-file",
+                         test_token_file(),
                          "--rdzv-id",
                          job,
                          "--rdzv-timeout",
@@ -135,7 +138,10 @@ TEST(HsgdRunServerOutageTest, ServerKilledAndStartedAgain_JobEndsWithoutRestartO
 
   // The new server knows the job's members and generation: nobody wrote them after the
   // restart, the agents re-published them.
-  comm::TcpStore store({.port = port, .job_id = "outage", .connect_timeout = seconds(10)});
+  comm::TcpStore store({.port = port,
+                        .job_id = "outage",
+                        .token = kLauncherTestToken,
+                        .connect_timeout = seconds(10)});
   EXPECT_EQ(comm::to_string(store.get("hsgd-run/current-attempt", seconds(5))), "0");
   EXPECT_EQ(store.add("hsgd-run/attempt/0/rdzv/arrivals", 0), 2);
   EXPECT_TRUE(store.check({"hsgd-run/attempt/0/rdzv/node/0", "hsgd-run/attempt/0/rdzv/node/1"}));
@@ -165,6 +171,8 @@ TEST(HsgdRunServerOutageTest, WorkerFailsWhileServerIsAway_JobRestartsOnceItIsBa
                            "2",
                            "--rdzv-endpoint",
                            "127.0.0.1:" + std::to_string(port),
+                           "--token-file",
+                           test_token_file(),
                            "--rdzv-id",
                            "outage-fail",
                            "--rdzv-timeout",

@@ -113,9 +113,10 @@ TEST(HsgdRunTest, TwoNodes_AgainstOneHsgdRendezvous) {
   const std::string endpoint = "127.0.0.1:" + std::to_string(server.port);
   std::vector<Command> nodes;
   for (int n = 0; n < 2; ++n) {
-    nodes.push_back(Command::start(
-        {kRun, "--nnodes", "2", "--nproc-per-node", "2", "--rdzv-endpoint", endpoint, "--rdzv-id",
-         "two-nodes", "--rdzv-timeout", "60", "--", kWorker, "allreduce", dir.string()}));
+    nodes.push_back(
+        Command::start({kRun, "--nnodes", "2", "--nproc-per-node", "2", "--rdzv-endpoint", endpoint,
+                        "--token-file", test_token_file(), "--rdzv-id", "two-nodes",
+                        "--rdzv-timeout", "60", "--", kWorker, "allreduce", dir.string()}));
   }
   for (int n = 0; n < 2; ++n) {
     auto result = nodes[n].wait(kJobTimeout);
@@ -162,8 +163,9 @@ TEST(HsgdRunTest, MissingNode_ClearErrorWithinTimeout) {
   ASSERT_GT(server.port, 0);
   const auto dir = unique_temp_dir("hsgd_run_missing");
   auto result = Command::start({kRun, "--nnodes", "2", "--rdzv-endpoint",
-                                "127.0.0.1:" + std::to_string(server.port), "--rdzv-id", "lonely",
-                                "--rdzv-timeout", "2", "--", kWorker, "env", dir.string()})
+                                "127.0.0.1:" + std::to_string(server.port), "--token-file",
+                                test_token_file(), "--rdzv-id", "lonely", "--rdzv-timeout", "2",
+                                "--", kWorker, "env", dir.string()})
                     .wait(kJobTimeout);
   EXPECT_FALSE(result.timed_out) << show(result);
   EXPECT_EQ(result.status.exit_code, 1) << show(result);
@@ -175,9 +177,10 @@ TEST(HsgdRunTest, MissingNode_ClearErrorWithinTimeout) {
 TEST(HsgdRunTest, UnreachableEndpoint_ClearErrorNamingHostPort) {
   const auto dir = unique_temp_dir("hsgd_run_unreachable");
   const std::string endpoint = "127.0.0.1:" + std::to_string(unused_port());
-  auto result = Command::start({kRun, "--nnodes", "2", "--rdzv-endpoint", endpoint,
-                                "--rdzv-timeout", "2", "--", kWorker, "env", dir.string()})
-                    .wait(kJobTimeout);
+  auto result =
+      Command::start({kRun, "--nnodes", "2", "--rdzv-endpoint", endpoint, "--token-file",
+                      test_token_file(), "--rdzv-timeout", "2", "--", kWorker, "env", dir.string()})
+          .wait(kJobTimeout);
   EXPECT_FALSE(result.timed_out) << show(result);
   EXPECT_EQ(result.status.exit_code, 1) << show(result);
   EXPECT_NE(result.output.find("cannot reach the rendezvous endpoint " + endpoint),
@@ -241,10 +244,27 @@ TEST(HsgdRunTest, TwoNodes_FailureOnOneNodeRestartsBoth) {
   std::vector<Command> nodes;
   // Node rank 1 is started first: ranks follow --node-rank, not arrival. Rank 1 (node 0) fails.
   for (int node_rank : {1, 0}) {
-    nodes.push_back(Command::start(
-        {kRun, "--nnodes", "2", "--node-rank", std::to_string(node_rank), "--nproc-per-node", "2",
-         "--max-restarts", "1", "--rdzv-endpoint", endpoint, "--rdzv-id", "restart-both",
-         "--rdzv-timeout", "60", "--", kWorker, "fail-once", dir.string()}));
+    nodes.push_back(Command::start({kRun,
+                                    "--nnodes",
+                                    "2",
+                                    "--node-rank",
+                                    std::to_string(node_rank),
+                                    "--nproc-per-node",
+                                    "2",
+                                    "--max-restarts",
+                                    "1",
+                                    "--rdzv-endpoint",
+                                    endpoint,
+                                    "--token-file",
+                                    test_token_file(),
+                                    "--rdzv-id",
+                                    "restart-both",
+                                    "--rdzv-timeout",
+                                    "60",
+                                    "--",
+                                    kWorker,
+                                    "fail-once",
+                                    dir.string()}));
   }
   for (auto& node : nodes) {
     auto result = node.wait(kJobTimeout);
@@ -277,6 +297,8 @@ TEST(HsgdRunTest, TwoNodes_SigtermOnOneNodeStopsBoth) {
                                     "1",
                                     "--rdzv-endpoint",
                                     endpoint,
+                                    "--token-file",
+                                    test_token_file(),
                                     "--rdzv-id",
                                     "stop-both",
                                     "--rdzv-timeout",
@@ -317,10 +339,27 @@ TEST(HsgdRunTest, TwoNodes_DeadLauncherIsNoticedByHeartbeat) {
   const std::string endpoint = "127.0.0.1:" + std::to_string(server.port);
   std::vector<Command> nodes;
   for (int node_rank : {0, 1}) {
-    nodes.push_back(Command::start({kRun, "--nnodes", "2", "--node-rank", std::to_string(node_rank),
-                                    "--heartbeat-timeout", "2", "--grace-period", "1",
-                                    "--rdzv-endpoint", endpoint, "--rdzv-id", "heartbeat",
-                                    "--rdzv-timeout", "60", "--", kWorker, "sleep", dir.string()}));
+    nodes.push_back(Command::start({kRun,
+                                    "--nnodes",
+                                    "2",
+                                    "--node-rank",
+                                    std::to_string(node_rank),
+                                    "--heartbeat-timeout",
+                                    "2",
+                                    "--grace-period",
+                                    "1",
+                                    "--rdzv-endpoint",
+                                    endpoint,
+                                    "--token-file",
+                                    test_token_file(),
+                                    "--rdzv-id",
+                                    "heartbeat",
+                                    "--rdzv-timeout",
+                                    "60",
+                                    "--",
+                                    kWorker,
+                                    "sleep",
+                                    dir.string()}));
   }
   auto pids = wait_ready(nodes[0], dir, 0, 1);
   auto more = wait_ready(nodes[1], dir, 1, 1);

@@ -24,19 +24,8 @@ const std::string kRun = HSGD_RUN_PATH;
 const std::string kRendezvous = HSGD_RENDEZVOUS_PATH;
 const std::string kWorker = LAUNCHER_TEST_WORKER_PATH;
 
-struct Rendezvous {
-  Command command;
-  int port = 0;
-};
-
 Rendezvous start_rendezvous(const fs::path& token_file) {
-  auto cmd = Command::start(
-      {kRendezvous, "--host", "127.0.0.1", "--port", "0", "--token-file", token_file.string()});
-  EXPECT_TRUE(cmd.wait_for_output("\n", seconds(30))) << cmd.output();
-  std::smatch m;
-  const std::string out = cmd.output();
-  EXPECT_TRUE(std::regex_search(out, m, std::regex("listening on 127\\.0\\.0\\.1:(\\d+)"))) << out;
-  return Rendezvous{std::move(cmd), m.empty() ? 0 : std::stoi(m[1])};
+  return hsgd::testing::start_rendezvous(kRendezvous, token_file.string());
 }
 
 // One node of 2 workers against server with the given token file and job id.
@@ -104,6 +93,65 @@ TEST(HsgdRunTokenFileTest, Standalone_EmbeddedServerUsesTheJobsToken) {
                           .wait(seconds(90));
   EXPECT_TRUE(result.status.success()) << show(result);
   EXPECT_TRUE(fs::exists(dir / "allreduce_rank1")) << show(result);
+}
+
+// Every file under dir and its folders, concatenated (the run's logs).
+std::string all_files(const fs::path& dir) {
+  std::string out;
+  for (const auto& entry : fs::recursive_directory_iterator(dir)) {
+    if (entry.is_regular_file()) out += slurp(entry.path());
+  }
+  return out;
+}
+
+// Standalone without --token-file: hsgd-run makes a random token, its workers use it (their
+// store and process group work), and it is in no process's command line nor any log line.
+TEST(HsgdRunTokenFileTest, Standalone_WithoutTokenFile_MakesATokenNoCmdlineOrLogShows) {
+  const auto dir = unique_temp_dir("hsgd_run_token_made");
+  const auto result =
+      Command::start({kRun, "--standalone", "--nproc-per-node", "2", "--log-dir",
+                      (dir / "logs").string(), "--", kWorker, "secrets", dir.string()},
+                     {"HSGD_TOKEN_FILE=", "HSGD_RDZV_TOKEN="})
+          .wait(seconds(90));
+  ASSERT_TRUE(result.status.success()) << show(result);
+  const std::string first = slurp(dir / "secrets_rank0");
+  const std::string second = slurp(dir / "secrets_rank1");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(first, m, std::regex("token=([0-9a-f]{64})\n"))) << first;
+  const std::string token = m[1];
+  EXPECT_EQ(first, second) << "both workers got the same token and saw no command line with it";
+  EXPECT_EQ(first.find("command line"), std::string::npos) << first;
+  EXPECT_EQ(result.output.find(token), std::string::npos) << "the token is in hsgd-run's output";
+  EXPECT_EQ(all_files(dir / "logs").find(token), std::string::npos) << "the token is in a log";
+  EXPECT_NE(result.output.find("TLS 1.3 keyed by a random token"), std::string::npos)
+      << show(result);
+}
+
+// --insecure: plain TCP on request, said at start; the workers get HSGD_INSECURE=1 and no token.
+TEST(HsgdRunTokenFileTest, Insecure_RunsPlainAndSaysSo) {
+  const auto dir = unique_temp_dir("hsgd_run_insecure");
+  const auto result = Command::start({kRun, "--standalone", "--insecure", "--nproc-per-node", "2",
+                                      "--", kWorker, "secrets", dir.string()},
+                                     {"HSGD_TOKEN_FILE=", "HSGD_RDZV_TOKEN="})
+                          .wait(seconds(90));
+  ASSERT_TRUE(result.status.success()) << show(result);
+  EXPECT_EQ(slurp(dir / "secrets_rank0"), "token=<unset>\ninsecure=1\n");
+  EXPECT_NE(result.output.find("UNENCRYPTED"), std::string::npos) << show(result);
+}
+
+// Nodes cannot share a random token: several without a token file is a usage error naming it.
+TEST(HsgdRunTokenFileTest, SeveralNodesWithoutTokenFile_IsAUsageErrorNamingTheFlag) {
+  const auto dir = unique_temp_dir("hsgd_run_token_none");
+  const auto result = Command::start({kRun, "--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:29400",
+                                      "--", kWorker, "env", dir.string()},
+                                     {"HSGD_TOKEN_FILE="})
+                          .wait(seconds(30));
+  EXPECT_EQ(result.status.exit_code, 2) << show(result);
+  EXPECT_NE(result.output.find("--token-file"), std::string::npos) << show(result);
+  const auto both = Command::start({kRun, "--insecure", "--token-file", test_token_file(), "--",
+                                    kWorker, "env", dir.string()})
+                        .wait(seconds(30));
+  EXPECT_EQ(both.status.exit_code, 2) << show(both);
 }
 
 }  // namespace

@@ -35,6 +35,7 @@ void run_two_pods(const std::vector<std::string>& pet, const std::string& mode,
   for (int node = 0; node < 2; ++node) {
     std::vector<std::string> env = pet;
     env.push_back("PET_NODE_RANK=" + std::to_string(node));
+    env.push_back("HSGD_TOKEN_FILE=" + test_token_file());  // as a mounted Secret would
     pods.push_back(Command::start({kRun, "--", kWorker, mode, dir.string()}, env));
   }
   for (int node = 0; node < 2; ++node) {

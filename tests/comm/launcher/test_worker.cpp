@@ -24,6 +24,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <string>
@@ -118,6 +119,28 @@ int allreduce(const std::string& dir) {
   return 0;
 }
 
+// Records the token this worker was given (HSGD_RDZV_TOKEN) and HSGD_INSECURE, and every process
+// whose command line holds the token (/proc/PID/cmdline is world-readable: there must be none),
+// then runs allreduce(), whose store and process group need that token (or plain mode).
+int check_secrets(const std::string& dir) {
+  const char* given = std::getenv("HSGD_RDZV_TOKEN");
+  const std::string token = given != nullptr ? given : "";
+  std::string record =
+      "token=" + env_str("HSGD_RDZV_TOKEN") + "\ninsecure=" + env_str("HSGD_INSECURE") + "\n";
+  if (!token.empty()) {
+    for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+      std::ifstream in(entry.path() / "cmdline", std::ios::binary);
+      const std::string cmdline((std::istreambuf_iterator<char>(in)),
+                                std::istreambuf_iterator<char>());
+      if (cmdline.find(token) != std::string::npos) {
+        record += "in the command line of " + entry.path().filename().string() + "\n";
+      }
+    }
+  }
+  write_file(dir + "/secrets_rank" + std::to_string(env_int("RANK")), record);
+  return allreduce(dir);
+}
+
 std::string slurp_or(const std::string& path, const std::string& otherwise) {
   std::ifstream in(path);
   std::string text;
@@ -165,6 +188,7 @@ int main(int argc, char** argv) {
   try {
     if (mode == "allreduce") return allreduce(dir);
     if (mode == "env") return check_env(dir);
+    if (mode == "secrets") return check_secrets(dir);
     if (mode == "fail-once") {
       const int rank = env_int("RANK"), restart = env_int("HSGD_RESTART_COUNT");
       write_file(dir + "/ran_attempt" + std::to_string(restart) + "_rank" + std::to_string(rank),

@@ -46,6 +46,20 @@ TEST(WorkerEnvTest, SetsTorchrunVariablesOverridingInheritedOnes) {
   EXPECT_EQ(env.count("HSGD_RDZV_TOKEN"), 0u);
 }
 
+// The job's transport is its own: a token for a TLS job, HSGD_INSECURE=1 and no token for an
+// insecure one, whatever the environment hsgd-run inherited (an outer job's) said.
+TEST(WorkerEnvTest, TokenOrInsecure_NeverInheritedFromAnOuterJob) {
+  const std::vector<std::string> outer = {"HSGD_INSECURE=1", "HSGD_RDZV_TOKEN=outer",
+                                          "HSGD_TOKEN_FILE=/outer"};
+  auto secure = as_map(build_worker_env(outer, WorkerEnvOptions{.token = "inner"}));
+  EXPECT_EQ(secure["HSGD_RDZV_TOKEN"], "inner");
+  EXPECT_EQ(secure.count("HSGD_INSECURE"), 0u);
+  auto insecure = as_map(build_worker_env(outer, WorkerEnvOptions{.insecure = true}));
+  EXPECT_EQ(insecure["HSGD_INSECURE"], "1");
+  EXPECT_EQ(insecure.count("HSGD_RDZV_TOKEN"), 0u);
+  EXPECT_EQ(insecure.count("HSGD_TOKEN_FILE"), 0u);
+}
+
 TEST(WorkerEnvTest, ThreadVariables_OneWhenSeveralWorkersUnlessUserSetThem) {
   auto several =
       as_map(build_worker_env({"OMP_NUM_THREADS=3"}, WorkerEnvOptions{.local_world_size = 2}));

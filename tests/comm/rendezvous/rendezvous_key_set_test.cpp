@@ -26,6 +26,7 @@ using namespace std::chrono_literals;
 using testing::client_options;
 using testing::eventually;
 using testing::RawClient;
+using testing::start_plain_server;
 using testing::start_server;
 
 std::string request_frame(uint64_t id, proto::Op op, const std::vector<std::string>& keys,
@@ -140,7 +141,7 @@ TEST(RendezvousKeySetTest, ScanOfAProtobufFrame_FindsTheKeysTheStateEncodes) {
 // Waiters on several connections name the same keys; the keys are written by several threads
 // at once. Every waiter gets its own id and every value in order.
 TEST(RendezvousKeySetTest, ManyWaitersOfTheSameKeys_EachGetsItsIdAndAllValuesInOrder) {
-  auto server = start_server();
+  auto server = start_plain_server();
   const auto keys = key_names(40);
   std::vector<std::unique_ptr<RawClient>> waiters;
   for (uint64_t id = 1; id <= 24; ++id) {
@@ -161,7 +162,7 @@ TEST(RendezvousKeySetTest, ManyWaitersOfTheSameKeys_EachGetsItsIdAndAllValuesInO
 
 // Other orders, a wait (no values) and a get of one key are other KeySets: each answered as asked.
 TEST(RendezvousKeySetTest, OtherOrderWaitAndGet_EachAnsweredAsAsked) {
-  auto server = start_server();
+  auto server = start_plain_server();
   const auto keys = key_names(5);
   const std::vector<std::string> reversed(keys.rbegin(), keys.rend());
   auto a = waiting(*server, 1, proto::OP_MULTI_GET, keys);
@@ -181,7 +182,7 @@ TEST(RendezvousKeySetTest, OtherOrderWaitAndGet_EachAnsweredAsAsked) {
 }
 
 TEST(RendezvousKeySetTest, OneWaiterTimesOut_TheOthersOfItsKeysAreStillAnswered) {
-  auto server = start_server();
+  auto server = start_plain_server();
   const auto keys = key_names(3);
   auto patient = waiting(*server, 1, proto::OP_MULTI_GET, keys);
   auto hasty = waiting(*server, 2, proto::OP_MULTI_GET, keys, 200);
@@ -203,7 +204,7 @@ TEST(RendezvousKeySetTest, OneWaiterTimesOut_TheOthersOfItsKeysAreStillAnswered)
 }
 
 TEST(RendezvousKeySetTest, DisconnectedWaiters_LeaveTheKeySet_TheLastOneIsAnswered) {
-  auto server = start_server();
+  auto server = start_plain_server();
   const auto keys = key_names(3);
   std::vector<std::unique_ptr<RawClient>> gone;
   for (uint64_t id = 1; id <= 3; ++id) gone.push_back(waiting(*server, id, proto::OP_WAIT, keys));
@@ -239,7 +240,7 @@ TEST(RendezvousKeySetTest, AnswerAfterAWriteOrDelete_SeesTheNewState) {
 
 // A key deleted after it was seen, before the KeySet completed, is waited for again.
 TEST(RendezvousKeySetTest, KeyDeletedBeforeTheLastArrives_IsWaitedForAgain) {
-  auto server = start_server();
+  auto server = start_plain_server();
   const auto keys = key_names(2);
   auto raw = waiting(*server, 1, proto::OP_MULTI_GET, keys);
   ASSERT_TRUE(eventually([&] { return server->num_pending_waits() == 1; }));
@@ -255,8 +256,8 @@ TEST(RendezvousKeySetTest, KeyDeletedBeforeTheLastArrives_IsWaitedForAgain) {
 // A job's byte quota counts the keys of a pending KeySet once, however many wait on it; a new
 // KeySet is charged its keys.
 TEST(RendezvousKeySetTest, JoiningWaiters_AreNotChargedTheKeysAgain) {
-  const auto keys = key_names(10, std::string(95, 'x'));  // about 1,000 bytes of keys
-  auto server = start_server({.max_job_bytes = 3000});    // a KeySet is charged twice its keys
+  const auto keys = key_names(10, std::string(95, 'x'));      // about 1,000 bytes of keys
+  auto server = start_plain_server({.max_job_bytes = 3000});  // a KeySet is charged twice its keys
   std::vector<std::unique_ptr<RawClient>> waiters;
   for (uint64_t id = 1; id <= 5; ++id) {
     waiters.push_back(waiting(*server, id, proto::OP_MULTI_GET, keys));

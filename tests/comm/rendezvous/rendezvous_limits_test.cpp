@@ -22,6 +22,7 @@ namespace {
 using namespace std::chrono_literals;
 using testing::eventually;
 using testing::RawClient;
+using testing::start_plain_server;
 
 using testing::client_options;
 using testing::start_server;
@@ -97,7 +98,8 @@ TEST(TokenFileTest, OneRule_CommentsBlanksCrlfTabs) {
   EXPECT_EQ(table.token_for("job-b"), "tok-b");
   EXPECT_EQ(table.token_for("job-z"), "server-tok");
   EXPECT_TRUE(table.admits("job-a", "tok-a"));
-  EXPECT_TRUE(table.admits("job-a", "server-tok"));
+  EXPECT_FALSE(table.admits("job-a", "server-tok")) << "job-a has its own token";
+  EXPECT_TRUE(table.admits("job-z", "server-tok"));
   EXPECT_FALSE(table.admits("job-b", "tok-a"));
   EXPECT_FALSE(table.admits("job-z", "tok-a"));
   EXPECT_FALSE(table.admits("job-a", ""));
@@ -146,7 +148,7 @@ TEST(RendezvousLimitsTest, ConstructorRejectsBadLimits) {
 // Handshakes that arrive slowly share one byte budget: beyond it new ones are refused, and a
 // completed handshake gives its bytes back.
 TEST(RendezvousLimitsTest, UnauthenticatedBytes_AreBoundedAndReleased) {
-  auto server = start_server({.max_handshake_bytes = 256, .max_unauthenticated_bytes = 512});
+  auto server = start_plain_server({.max_handshake_bytes = 256, .max_unauthenticated_bytes = 512});
   const std::string frame = with_header(hello_payload(std::string(180, 'j')));
   ASSERT_GT(frame.size(), 180u);
   ASSERT_LT(frame.size(), 256u);
@@ -180,7 +182,7 @@ TEST(RendezvousLimitsTest, UnauthenticatedBytes_AreBoundedAndReleased) {
 }
 
 TEST(RendezvousLimitsTest, ConnectionCap_NewClientWaitsUntilOneCloses) {
-  auto server = start_server({.max_connections = 2});
+  auto server = start_plain_server({.max_connections = 2});
   EXPECT_EQ(server->max_connections(), 2u);
   auto first = std::make_unique<RawClient>(server->host(), server->port());
   ASSERT_TRUE(first->hello("cap").accepted());
@@ -209,7 +211,7 @@ TEST(RendezvousLimitsTest, DefaultConnectionCap_ComesFromTheFdLimit) {
 }
 
 TEST(RendezvousLimitsTest, SmallQuotas_RefuseThatJobOnly) {
-  auto server = start_server({.max_keys_per_job = 3, .max_waits_per_job = 1, .max_jobs = 2});
+  auto server = start_plain_server({.max_keys_per_job = 3, .max_waits_per_job = 1, .max_jobs = 2});
   TcpStore a(client_options(*server, "job-a"));
   TcpStore b(client_options(*server, "job-b"));
   for (const char* key : {"k1", "k2", "k3"}) a.set(key, to_bytes("v"));
@@ -248,16 +250,19 @@ TEST(RendezvousLimitsTest, SmallQuotas_RefuseThatJobOnly) {
   EXPECT_EQ(to_string(b.get("later", 5s)), "now");
 }
 
-TEST(RendezvousLimitsTest, JobTokens_IsolateJobs_ServerTokenOpensAll) {
+// A job with its own token is opened by that token only (its key derives from it); the
+// server-wide token opens the jobs without one.
+TEST(RendezvousLimitsTest, JobTokens_IsolateJobs_ServerTokenOpensTheOthers) {
   auto server = start_server({.token = "root", .job_tokens = {{"a", "ta"}, {"b", "tb"}}});
   TcpStore a(client_options(*server, "a", "ta"));
   a.set("secret", to_bytes("of a"));
   EXPECT_THROW(TcpStore(client_options(*server, "a", "tb")), CommError);
   EXPECT_THROW(TcpStore(client_options(*server, "c", "ta")), CommError);
-  TcpStore admin(client_options(*server, "a", "root"));
-  EXPECT_EQ(to_string(admin.get("secret", 5s)), "of a");
+  EXPECT_THROW(TcpStore(client_options(*server, "a", "root")), CommError);
   TcpStore other(client_options(*server, "c", "root"));
   EXPECT_FALSE(other.check({"secret"}));
+  other.set("secret", to_bytes("of c"));
+  EXPECT_EQ(to_string(a.get("secret", 5s)), "of a");
 }
 
 }  // namespace

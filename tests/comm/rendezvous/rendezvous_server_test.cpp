@@ -24,6 +24,7 @@ namespace {
 using namespace std::chrono_literals;
 using testing::eventually;
 using testing::RawClient;
+using testing::start_plain_server;
 
 using testing::client_options;
 using testing::start_server;
@@ -54,7 +55,7 @@ TEST(RendezvousServerTest, StartPicksFreePort_WhenPortIsZero) {
 
 TEST(RendezvousServerTest, StartThrowsCommErrorNamingHostPort_WhenPortIsTaken) {
   auto first = start_server();
-  RendezvousServer second({.port = first->port()});
+  RendezvousServer second({.port = first->port(), .token = testing::kTestToken});
   try {
     second.start();
     FAIL() << "binding a taken port must throw";
@@ -67,12 +68,12 @@ TEST(RendezvousServerTest, StartThrowsCommErrorNamingHostPort_WhenPortIsTaken) {
 
 TEST(RendezvousServerTest, ConstructorRejectsBadOptions) {
   EXPECT_THROW(RendezvousServer({.threads = 0}), InvalidArgument);
-  EXPECT_THROW(RendezvousServer({.port = 70000}), InvalidArgument);
+  EXPECT_THROW(RendezvousServer({.port = 70000, .token = "test-token"}), InvalidArgument);
   EXPECT_THROW(RendezvousServer({.max_frame_bytes = 10}), InvalidArgument);
 }
 
 TEST(RendezvousServerTest, StopIsIdempotentAndClosesConnections) {
-  auto server = start_server();
+  auto server = start_plain_server();
   RawClient raw(server->host(), server->port());
   ASSERT_TRUE(raw.hello("job").accepted());
   ASSERT_TRUE(eventually([&] { return server->num_connections() == 1; }));
@@ -108,7 +109,7 @@ TEST(RendezvousServerTest, IdleJobKeysExpireUnlessAClientReturns) {
 }
 
 TEST(RendezvousServerTest, HandshakeAnnouncesVersionAndLimits) {
-  auto server = start_server({.max_frame_bytes = 4096, .max_key_bytes = 100});
+  auto server = start_plain_server({.max_frame_bytes = 4096, .max_key_bytes = 100});
   RawClient raw(server->host(), server->port());
   const auto reply = raw.hello("job");
   EXPECT_TRUE(reply.accepted());
@@ -118,7 +119,7 @@ TEST(RendezvousServerTest, HandshakeAnnouncesVersionAndLimits) {
 }
 
 TEST(RendezvousServerTest, RefusesBadMagic_AndKeepsServing) {
-  auto server = start_server();
+  auto server = start_plain_server();
   RawClient raw(server->host(), server->port());
   proto::Hello hello;
   hello.set_magic(0x12345678);
@@ -135,9 +136,9 @@ TEST(RendezvousServerTest, RefusesBadMagic_AndKeepsServing) {
 }
 
 TEST(RendezvousServerTest, RefusesOtherProtocolVersion_NamingBothVersions) {
-  auto server = start_server();
+  auto server = start_plain_server();
   RawClient raw(server->host(), server->port());
-  const auto reply = raw.hello("job", "", kProtocolVersion + 7);
+  const auto reply = raw.hello("job", kProtocolVersion + 7);
   EXPECT_FALSE(reply.accepted());
   EXPECT_NE(reply.error().find(std::to_string(kProtocolVersion + 7)), std::string::npos)
       << reply.error();
@@ -147,21 +148,22 @@ TEST(RendezvousServerTest, RefusesOtherProtocolVersion_NamingBothVersions) {
 
 TEST(RendezvousServerTest, TokenRefusal_GivesClearClientError) {
   auto server = start_server({.token = "s3cret"});
-  auto options = client_options(*server);
+  auto options = client_options(*server, "job", "");
   try {
     TcpStore store(options);
-    FAIL() << "a client without token must be refused";
-  } catch (const CommError& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find("requires a token"), std::string::npos) << what;
-    EXPECT_NE(what.find(std::to_string(server->port())), std::string::npos) << what;
+    FAIL() << "a client without a token must be refused before it connects";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("has no token"), std::string::npos) << e.what();
   }
   options.token = "wrong";
   try {
     TcpStore store(options);
     FAIL() << "a client with a wrong token must be refused";
   } catch (const CommError& e) {
-    EXPECT_NE(std::string(e.what()).find("invalid token"), std::string::npos) << e.what();
+    const std::string what = e.what();
+    EXPECT_NE(what.find("refused the TLS handshake"), std::string::npos) << what;
+    EXPECT_NE(what.find(std::to_string(server->port())), std::string::npos) << what;
+    EXPECT_EQ(what.find("wrong"), std::string::npos) << "the token is not in errors: " << what;
   }
   options.token = "s3cret";
   TcpStore store(options);
@@ -170,7 +172,7 @@ TEST(RendezvousServerTest, TokenRefusal_GivesClearClientError) {
 }
 
 TEST(RendezvousServerTest, MalformedFrame_ClosesOnlyThatConnection) {
-  auto server = start_server();
+  auto server = start_plain_server();
   TcpStore bystander(client_options(*server));
   RawClient raw(server->host(), server->port());
   ASSERT_TRUE(raw.hello("job").accepted());
@@ -182,7 +184,7 @@ TEST(RendezvousServerTest, MalformedFrame_ClosesOnlyThatConnection) {
 }
 
 TEST(RendezvousServerTest, MalformedHandshake_ClosesConnection) {
-  auto server = start_server();
+  auto server = start_plain_server();
   RawClient raw(server->host(), server->port());
   raw.send_bytes("GET / HTTP/1.1\r\nHost: x\r\n\r\n");  // a port scanner or a browser
   EXPECT_TRUE(raw.closed_by_server());
@@ -201,7 +203,7 @@ TEST(RendezvousServerTest, ConnectionWithoutHandshake_IsClosedAfterHandshakeTime
 }
 
 TEST(RendezvousServerTest, OversizedFrame_ClosesOnlyThatConnection) {
-  auto server = start_server({.max_frame_bytes = 4096});
+  auto server = start_plain_server({.max_frame_bytes = 4096});
   TcpStore bystander(client_options(*server));
   RawClient raw(server->host(), server->port());
   ASSERT_TRUE(raw.hello("job").accepted());
@@ -214,7 +216,7 @@ TEST(RendezvousServerTest, OversizedFrame_ClosesOnlyThatConnection) {
 }
 
 TEST(RendezvousServerTest, RequestBreakingKeyLimit_GetsInvalidArgumentAndConnectionStays) {
-  auto server = start_server({.max_key_bytes = 8});
+  auto server = start_plain_server({.max_key_bytes = 8});
   RawClient raw(server->host(), server->port());
   ASSERT_TRUE(raw.hello("job").accepted());
   raw.send_frame(request_frame(proto::OP_CHECK, {"this key is too long"}));
@@ -234,7 +236,7 @@ TEST(RendezvousServerTest, RequestBreakingKeyLimit_GetsInvalidArgumentAndConnect
 // Random bytes after a valid handshake: each frame either fails to parse (connection closed) or
 // parses as some request (answered, possibly INVALID_ARGUMENT). Either way the server survives.
 TEST(RendezvousServerTest, RandomFrames_ServerSurvives) {
-  auto server = start_server({.max_frame_bytes = 4096});
+  auto server = start_plain_server({.max_frame_bytes = 4096});
   std::mt19937 rng(12345);
   for (int round = 0; round < 200; ++round) {
     RawClient raw(server->host(), server->port());
@@ -261,7 +263,7 @@ TEST(RendezvousServerTest, ReplyOverFrameLimit_GetsInvalidArgument) {
 }
 
 TEST(RendezvousServerTest, WrongArity_GetsInvalidArgument) {
-  auto server = start_server();
+  auto server = start_plain_server();
   RawClient raw(server->host(), server->port());
   ASSERT_TRUE(raw.hello("job").accepted());
   raw.send_frame(request_frame(proto::OP_SET, {"a", "b"}));  // two keys, no value
@@ -274,7 +276,7 @@ TEST(RendezvousServerTest, WrongArity_GetsInvalidArgument) {
 }
 
 TEST(RendezvousServerTest, ClientDisconnectingWhileWaiting_DropsItsWaits) {
-  auto server = start_server();
+  auto server = start_plain_server();
   {
     RawClient raw(server->host(), server->port());
     ASSERT_TRUE(raw.hello("job").accepted());
@@ -308,18 +310,19 @@ TEST(RendezvousServerTest, TwoJobsAreIsolated) {
 }
 
 TEST(RendezvousServerTest, ServesOverIpv6Loopback) {
-  auto server =
-      std::make_unique<RendezvousServer>(RendezvousServerOptions{.host = "::1", .port = 0});
+  auto server = std::make_unique<RendezvousServer>(
+      RendezvousServerOptions{.host = "::1", .port = 0, .token = "t"});
   try {
     server->start();
   } catch (const CommError& e) {
     GTEST_SKIP() << "no IPv6 loopback here: " << e.what();
   }
-  TcpStore store({.host = "::1", .port = server->port(), .connect_timeout = 10s});
+  TcpStore store({.host = "::1", .port = server->port(), .token = "t", .connect_timeout = 10s});
   EXPECT_EQ(store.endpoint(), "[::1]:" + std::to_string(server->port()));
   store.set("v6", to_bytes("ok"));
   EXPECT_EQ(to_string(store.get("v6", 5s)), "ok");
-  TcpStore bracketed({.host = "[::1]", .port = server->port(), .connect_timeout = 10s});
+  TcpStore bracketed(
+      {.host = "[::1]", .port = server->port(), .token = "t", .connect_timeout = 10s});
   EXPECT_EQ(to_string(bracketed.get("v6", 5s)), "ok");
 }
 

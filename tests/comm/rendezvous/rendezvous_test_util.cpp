@@ -24,13 +24,25 @@ TcpStoreOptions client_options(const RendezvousServer& server, std::string job, 
   return {.host = server.host(),
           .port = server.port(),
           .job_id = std::move(job),
-          .token = std::move(token),
+          .token = server.insecure() ? "" : std::move(token),
+          .insecure = server.insecure(),
           .connect_timeout = std::chrono::seconds(10),
           .timeout = std::chrono::seconds(20)};
 }
 
 std::unique_ptr<RendezvousServer> start_server(RendezvousServerOptions options) {
   options.port = 0;
+  if (!options.insecure && options.token.empty() && options.job_tokens.empty()) {
+    options.token = kTestToken;
+  }
+  auto server = std::make_unique<RendezvousServer>(options);
+  server->start();
+  return server;
+}
+
+std::unique_ptr<RendezvousServer> start_plain_server(RendezvousServerOptions options) {
+  options.port = 0;
+  options.insecure = true;
   auto server = std::make_unique<RendezvousServer>(options);
   server->start();
   return server;
@@ -82,13 +94,11 @@ void RawClient::send_frame(const std::string& payload) {
   send_bytes(std::string(header.begin(), header.end()) + payload);
 }
 
-proto::HelloReply RawClient::hello(const std::string& job, const std::string& token,
-                                   uint32_t version) {
+proto::HelloReply RawClient::hello(const std::string& job, uint32_t version) {
   proto::Hello hello;
   hello.set_magic(kProtocolMagic);
   hello.set_version(version == 0 ? kProtocolVersion : version);
   hello.set_job_id(job);
-  hello.set_token(token);
   send_frame(hello.SerializeAsString());
   auto frame = read_frame();
   if (!frame) throw std::runtime_error("RawClient: no handshake reply");

@@ -18,19 +18,27 @@
 
 namespace hsgd::comm::testing {
 
-// An in-process server on a free port (options.port is overridden), started.
-std::unique_ptr<RendezvousServer> start_server(RendezvousServerOptions options = {});
+// The server-wide token of start_server()'s servers.
+inline constexpr char kTestToken[] = "test-token";
 
-// A TcpStore client of `server` for `job` (10 s to connect, 20 s per request).
+// An in-process TLS server on a free port (options.port is overridden), started. Without a
+// token in options, kTestToken is its server-wide token.
+std::unique_ptr<RendezvousServer> start_server(RendezvousServerOptions options = {});
+// The same, insecure (plain TCP): for tests that speak raw frames with RawClient.
+std::unique_ptr<RendezvousServer> start_plain_server(RendezvousServerOptions options = {});
+
+// A TcpStore client of `server` for `job` (10 s to connect, 20 s per request), TLS keyed by
+// token, or plain when the server is insecure.
 TcpStoreOptions client_options(const RendezvousServer& server, std::string job = "job",
-                               std::string token = "");
+                               std::string token = kTestToken);
 
 // Waits until condition() is true or the deadline passes; returns the last value. Used only for
 // conditions the server reaches asynchronously (connection counts), never for timing claims.
 bool eventually(const std::function<bool()>& condition,
                 std::chrono::milliseconds deadline = std::chrono::seconds(20));
 
-// A plain blocking TCP socket speaking raw frames, with a receive timeout on every read.
+// A plain blocking TCP socket speaking raw frames, with a receive timeout on every read (to an
+// insecure server; to a TLS server it is the outsider without a key).
 class RawClient {
  public:
   RawClient(const std::string& host, int port);
@@ -42,8 +50,7 @@ class RawClient {
   // Sends header + payload as one frame.
   void send_frame(const std::string& payload);
   // Hello with the given fields; returns the server's reply.
-  proto::HelloReply hello(const std::string& job, const std::string& token = "",
-                          uint32_t version = 0 /* 0 = current */);
+  proto::HelloReply hello(const std::string& job, uint32_t version = 0 /* 0 = current */);
   // Reads one frame; std::nullopt when the server closed the connection.
   std::optional<std::string> read_frame(
       std::chrono::milliseconds timeout = std::chrono::seconds(20));

@@ -22,10 +22,10 @@ class PrefixStoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
     server_.start();
-    base_ =
-        std::make_shared<TcpStore>(TcpStoreOptions{.port = server_.port(), .connect_timeout = 10s});
+    base_ = std::make_shared<TcpStore>(
+        TcpStoreOptions{.port = server_.port(), .token = "test-token", .connect_timeout = 10s});
   }
-  RendezvousServer server_{{.port = 0}};
+  RendezvousServer server_{{.port = 0, .token = "test-token"}};
   std::shared_ptr<TcpStore> base_;
 };
 
@@ -64,7 +64,8 @@ TEST_F(PrefixStoreTest, TwoPrefixesDoNotCollide_AndNest) {
 
 TEST_F(PrefixStoreTest, WaitThroughPrefix_IsWokenAndTimesOutNamingFullKey) {
   PrefixStore store("pg", base_);
-  auto other = std::make_shared<TcpStore>(TcpStoreOptions{.port = server_.port()});
+  auto other =
+      std::make_shared<TcpStore>(TcpStoreOptions{.port = server_.port(), .token = "test-token"});
   std::thread t([&] { store.wait({"ready"}, 30s); });
   ASSERT_TRUE(testing::eventually([&] { return server_.num_pending_waits() == 1; }));
   other->set("pg/ready", to_bytes("1"));

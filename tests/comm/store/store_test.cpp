@@ -35,10 +35,11 @@ class StoreContractTest : public ::testing::TestWithParam<std::string> {
       dir_ = hsgd::testing::unique_temp_dir("store");
       store_ = std::make_shared<FileStore>(dir_);
     } else {
-      server_ = std::make_unique<RendezvousServer>(RendezvousServerOptions{.port = 0});
+      server_ = std::make_unique<RendezvousServer>(
+          RendezvousServerOptions{.port = 0, .token = "test-token"});
       server_->start();
-      auto tcp = std::make_shared<TcpStore>(
-          TcpStoreOptions{.port = server_->port(), .connect_timeout = 10s, .timeout = 20s});
+      auto tcp = std::make_shared<TcpStore>(TcpStoreOptions{
+          .port = server_->port(), .token = "test-token", .connect_timeout = 10s, .timeout = 20s});
       if (kind == "tcp") {
         store_ = tcp;
       } else {

@@ -27,7 +27,8 @@ using testing::eventually;
 class TcpStoreOutageTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    server_ = std::make_unique<RendezvousServer>(RendezvousServerOptions{.port = 0});
+    server_ = std::make_unique<RendezvousServer>(
+        RendezvousServerOptions{.port = 0, .token = "test-token"});
     server_->start();
     port_ = server_->port();
   }
@@ -35,6 +36,7 @@ class TcpStoreOutageTest : public ::testing::Test {
   std::unique_ptr<TcpStore> connect(Duration reconnect_timeout = 30s) const {
     return std::make_unique<TcpStore>(TcpStoreOptions{.port = port_,
                                                       .job_id = "job",
+                                                      .token = "test-token",
                                                       .connect_timeout = 10s,
                                                       .timeout = 20s,
                                                       .reconnect_timeout = reconnect_timeout});
@@ -43,7 +45,8 @@ class TcpStoreOutageTest : public ::testing::Test {
   // kill: the server and every key it held are gone; then a new one on the same port.
   void stop_server() { server_->stop(); }
   void start_server() {
-    server_ = std::make_unique<RendezvousServer>(RendezvousServerOptions{.port = port_});
+    server_ = std::make_unique<RendezvousServer>(
+        RendezvousServerOptions{.port = port_, .token = "test-token"});
     server_->start();
   }
 

@@ -27,7 +27,8 @@ using testing::eventually;
 class TcpStoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    server_ = std::make_unique<RendezvousServer>(RendezvousServerOptions{.port = 0});
+    server_ = std::make_unique<RendezvousServer>(
+        RendezvousServerOptions{.port = 0, .token = "test-token"});
     server_->start();
   }
 
@@ -35,6 +36,7 @@ class TcpStoreTest : public ::testing::Test {
     return {.host = "127.0.0.1",
             .port = server_->port(),
             .job_id = std::move(job),
+            .token = "test-token",
             .connect_timeout = 10s,
             .timeout = 20s};
   }
@@ -218,9 +220,9 @@ TEST_F(TcpStoreTest, KeyOverServerLimit_IsRejectedLocally) {
 }
 
 TEST_F(TcpStoreTest, ValueOverFrameLimit_IsRejectedLocally) {
-  RendezvousServer small({.port = 0, .max_frame_bytes = 4096});
+  RendezvousServer small({.port = 0, .token = "test-token", .max_frame_bytes = 4096});
   small.start();
-  TcpStore store({.port = small.port(), .connect_timeout = 10s});
+  TcpStore store({.port = small.port(), .token = "test-token", .connect_timeout = 10s});
   EXPECT_THROW(store.set("big", Bytes(10000, 1)), InvalidArgument);
   store.set("small", Bytes(100, 1));
   EXPECT_EQ(store.get("small", 5s).size(), 100u);
@@ -255,7 +257,8 @@ TEST_F(TcpStoreTest, ReconnectsAfterServerRestart) {
     const NoServerWait no_wait;
     EXPECT_THROW(store->set("during", to_bytes("x")), ServerUnavailable);
   }
-  server_ = std::make_unique<RendezvousServer>(RendezvousServerOptions{.port = port});
+  server_ = std::make_unique<RendezvousServer>(
+      RendezvousServerOptions{.port = port, .token = "test-token"});
   server_->start();
   store->set("after", to_bytes("2"));  // reconnects transparently
   EXPECT_EQ(to_string(store->get("after", 5s)), "2");
@@ -267,12 +270,12 @@ TEST(TcpStoreConnectTest, NoServer_ThrowsTimeoutNamingEndpoint) {
   // Find a port nobody listens on: bind one, then stop the server.
   int port = 0;
   {
-    RendezvousServer probe({.port = 0});
+    RendezvousServer probe({.port = 0, .token = "test-token"});
     probe.start();
     port = probe.port();
   }
   try {
-    TcpStore store({.port = port, .connect_timeout = 300ms});
+    TcpStore store({.port = port, .token = "test-token", .connect_timeout = 300ms});
     FAIL() << "connecting to a closed port must time out";
   } catch (const Timeout& e) {
     const std::string what = e.what();
@@ -284,7 +287,7 @@ TEST(TcpStoreConnectTest, NoServer_ThrowsTimeoutNamingEndpoint) {
 TEST(TcpStoreConnectTest, RetriesUntilServerStarts) {
   int port = 0;
   {
-    RendezvousServer probe({.port = 0});
+    RendezvousServer probe({.port = 0, .token = "test-token"});
     probe.start();
     port = probe.port();
   }
@@ -292,13 +295,14 @@ TEST(TcpStoreConnectTest, RetriesUntilServerStarts) {
   std::string error;
   std::thread client([&] {
     try {
-      store = std::make_unique<TcpStore>(TcpStoreOptions{.port = port, .connect_timeout = 30s});
+      store = std::make_unique<TcpStore>(
+          TcpStoreOptions{.port = port, .token = "test-token", .connect_timeout = 30s});
     } catch (const std::exception& e) {
       error = e.what();
     }
   });
   std::this_thread::sleep_for(200ms);  // let the client fail a few attempts first
-  RendezvousServer server({.port = port});
+  RendezvousServer server({.port = port, .token = "test-token"});
   server.start();
   client.join();
   ASSERT_EQ(error, "");

@@ -10,7 +10,7 @@ import os
 import struct
 
 MAGIC = 0x48534744
-VERSION = 1
+VERSION = 2
 OP = {"set": 1, "get": 2, "add": 3, "compare_set": 4, "wait": 5, "check": 6, "delete_key": 7,
       "num_keys": 8, "multi_get": 9, "multi_set": 10, "ping": 11}
 
@@ -35,9 +35,9 @@ def field_varint(number, value):
     return varint(number << 3) + varint(value)
 
 
-def hello(job, token=b"", version=VERSION, magic=MAGIC):
+def hello(job, version=VERSION, magic=MAGIC):
     return (varint(1 << 3 | 5) + struct.pack("<I", magic) + field_varint(2, version) +
-            field_bytes(3, job) + (field_bytes(4, token) if token else b""))
+            field_bytes(3, job))
 
 
 def request(rid, op, keys=(), values=(), delta=0, timeout_ms=0):
@@ -57,17 +57,17 @@ def frame(payload):
     return struct.pack(">I", len(payload)) + payload
 
 
-def login(job=b"fuzz", token=b"tok"):
-    return frame(hello(job, token))
+def login(job=b"fuzz"):
+    return frame(hello(job))
 
 
 SEEDS = {
     "hello_set_get": b"\x3f" + login() + frame(request(1, "set", [b"k"], [b"v"])) +
                      frame(request(2, "get", [b"k"], timeout_ms=1000)),
-    "hello_bad_token": b"\x00" + frame(hello(b"fuzz", b"wrong")),
-    "hello_server_token_other_job": b"\x07" + login(b"other", b"root") +
-                                    frame(request(1, "num_keys")),
-    "hello_bad_job_id": b"\x3f" + frame(hello(b"bad job\n", b"root")),
+    # The harness's connection proved job "fuzz" (its TLS identity): another job is refused.
+    "hello_unproven_job": b"\x00" + login(b"other") + frame(request(1, "num_keys")),
+    "hello_old_version": b"\x07" + frame(hello(b"fuzz", version=1)),
+    "hello_bad_job_id": b"\x3f" + frame(hello(b"bad job\n")),
     "prelogin_8mib": b"\x3f" + struct.pack(">I", 8 << 20),
     "garbage_after_hello": b"\x3f" + login() + frame(b"\xff\xff\xff\xff garbage"),
     "wait_then_set": b"\x3f" + login() + frame(request(1, "wait", [b"a", b"b"], timeout_ms=60000)) +

@@ -18,7 +18,6 @@ namespace {
 
 const RendezvousServerOptions& fuzz_options() {
   static const RendezvousServerOptions options{.token = "root",
-                                               .job_tokens = {{"fuzz", "tok"}},
                                                .max_frame_bytes = 64 << 10,
                                                .max_keys_per_job = 64,
                                                .max_job_bytes = 64 << 10,
@@ -40,7 +39,6 @@ Summary run_input(const uint8_t* data, size_t size) {
   Summary summary;
   if (size == 0) return summary;
   const auto& options = fuzz_options();
-  const TokenTable tokens{.server_token = options.token, .job_tokens = options.job_tokens};
   const size_t chunk = 1 + data[0] % 64;
   std::span<const uint8_t> stream(data + 1, size - 1);
 
@@ -51,8 +49,9 @@ Summary run_input(const uint8_t* data, size_t size) {
                                          .max_job_bytes = options.max_job_bytes,
                                          .max_waits_per_job = options.max_waits_per_job,
                                          .max_jobs = options.max_jobs});
-  RendezvousSession session(options, tokens, state, io.get_executor(),
+  RendezvousSession session(options, state, io.get_executor(),
                             [&summary](const RendezvousAnswer&) { ++summary.async_replies; });
+  session.set_proven_job("fuzz");  // what the connection's TLS handshake would have proved
   FrameDecoder decoder(options.max_handshake_bytes);
   std::vector<std::shared_ptr<RendezvousState::Waiter>> waiters;
 

@@ -6,8 +6,9 @@
 //
 // Input format: byte 0 chooses the chunk size the rest is fed in (1 + byte % 64), so that the
 // fuzzer also explores frames split across reads; the rest is the byte stream. The server runs
-// with small limits (64 KiB frames, 64 keys, 64 KiB and 8 waits per job, 4 jobs) and tokens
-// (job "fuzz": "tok", server-wide "root"), so that every refusal path is reachable.
+// with small limits (64 KiB frames, 64 keys, 64 KiB and 8 waits per job, 4 jobs), and the
+// connection has proved job "fuzz" (as its TLS handshake would), so that every refusal path of
+// the Hello is reachable.
 //
 // Checks (abort on failure, so the fuzzer reports them): pending waits all go away when the
 // connection's waits are dropped, and no exception escapes.

@@ -47,16 +47,16 @@ TEST(RendezvousFuzzReplayTest, SeedsTakeTheirPaths) {
   EXPECT_EQ(s.responses_ok, 2);
   EXPECT_FALSE(s.closed);
 
-  s = run(inputs.at("hello_bad_token"));
+  s = run(inputs.at("hello_unproven_job"));
   EXPECT_EQ(s.refused, 1);
   EXPECT_TRUE(s.closed);
+  EXPECT_EQ(s.responses_ok, 0);
 
   s = run(inputs.at("hello_bad_job_id"));
   EXPECT_EQ(s.refused, 1);
 
-  s = run(inputs.at("hello_server_token_other_job"));
-  EXPECT_TRUE(s.accepted);
-  EXPECT_EQ(s.responses_ok, 1);
+  s = run(inputs.at("hello_old_version"));
+  EXPECT_EQ(s.refused, 1);
 
   s = run(inputs.at("prelogin_8mib"));
   EXPECT_TRUE(s.closed);
