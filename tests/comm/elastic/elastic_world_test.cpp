@@ -357,6 +357,7 @@ TEST_P(ProcessGroupAbortTest, AbortReachesChildGroups) {
     auto world = init_process_group({.rank = rank,
                                      .world_size = 3,
                                      .store = store,
+                                     .token = "test-token",
                                      .timeout = kCollectiveTimeout,
                                      .shared_memory = GetParam()});
     auto child = new_group(world, {0, 1});
@@ -451,6 +452,7 @@ TEST(ProcessGroupAbortChildTest, NewGroupOfAbortedGroupThrows) {
     auto world = init_process_group({.rank = rank,
                                      .world_size = 2,
                                      .store = store,
+                                     .token = "test-token",
                                      .timeout = kCollectiveTimeout,
                                      .shared_memory = false});
     EXPECT_EQ(allreduce_rank_sum(*world), triangle(2));

@@ -297,6 +297,7 @@ TEST(CollectiveMismatchTest, FastCollectivesWriteNothingToTheStore) {
     auto pg = init_process_group({.rank = rank,
                                   .world_size = 3,
                                   .store = store,
+                                  .token = "test-token",
                                   .timeout = std::chrono::seconds(60),
                                   .shared_memory = false});
     std::vector<float> x(64, 1.0f);

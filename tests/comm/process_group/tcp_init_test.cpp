@@ -38,6 +38,7 @@ TEST(TcpInitTest, RankZeroHostsTheServer_SubgroupsWork) {
                                      .master_addr = "127.0.0.1",
                                      .master_port = port,
                                      .job_id = "tcp-init-test",
+                                     .token = "test-token",
                                      .timeout = std::chrono::seconds(30)});
     std::vector<float> x(5000, static_cast<float>(rank));
     world->allreduce(std::span<float>(x), ReduceOp::kSum)->wait();
