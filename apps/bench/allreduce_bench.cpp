@@ -358,12 +358,12 @@ void print_transport_row(int world, size_t bytes, const std::map<std::string, Sa
     hi = std::max(hi, ratio);
   }
   const double t = tls.pooled_median(), p = plain.pooled_median();
-  // The extra time per GB that each rank moved: a ring allreduce sends and receives
-  // 2 (p - 1) / p of the buffer per rank.
+  // The extra time per GB that each rank sent (a ring allreduce sends 2 (p - 1) / p of the
+  // buffer per rank), from 1 MiB on (0 below, where latency dominates).
   const double gb_moved = 2.0 * (world - 1) / world * static_cast<double>(bytes) / 1e9;
   std::printf("%5d %7s | %9.1f %9.1f | %6.3f %5.3f-%-5.3f | %8.1f\n", world,
               human_bytes(bytes).c_str(), t, p, t / p, lo, hi,
-              gb_moved > 0 ? (t - p) / 1e3 / gb_moved : 0.0);
+              bytes >= (1u << 20) ? (t - p) / 1e3 / gb_moved : 0.0);
   std::fflush(stdout);
 }
 

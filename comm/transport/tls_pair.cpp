@@ -105,6 +105,15 @@ TlsPair::TlsPair(TlsContext& context, TlsDevice& device, int peer)
 
 TlsPair::~TlsPair() {
   if (accepting_) device_.forget(address_.wire().pair_id);
+  {
+    // Messages already sent go out before the connection closes, as Gloo's TCP pairs write them
+    // before send() returns: the ring's last notification must reach a slower peer after this
+    // rank left.
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_until(lock, std::chrono::steady_clock::now() + context_.getTimeout(), [&] {
+      return (outgoing_.empty() && !writing_) || !error_.empty() || !io_running_;
+    });
+  }
   close();
   if (io_.joinable()) io_.join();
   ::close(wake_fd_);
@@ -271,11 +280,22 @@ void TlsPair::write_ready() {
     }
     constexpr size_t kHeader = sizeof(FrameHeader);
     const size_t total = kHeader + current_.header.length;
+    if (current_done_ == 0 && total <= kCoalesceBytes) {
+      // A small message goes out as one TLS record (one segment) instead of two.
+      staged_.resize(total);
+      std::memcpy(staged_.data(), &current_.header, kHeader);
+      if (current_.header.length > 0) {
+        std::memcpy(staged_.data() + kHeader, current_.data, current_.header.length);
+      }
+    }
     while (current_done_ < total) {
-      const char* data = current_done_ < kHeader
+      const char* data = total <= kCoalesceBytes ? staged_.data() + current_done_
+                         : current_done_ < kHeader
                              ? reinterpret_cast<const char*>(&current_.header) + current_done_
                              : current_.data + (current_done_ - kHeader);
-      const size_t size = current_done_ < kHeader ? kHeader - current_done_ : total - current_done_;
+      const size_t size = total <= kCoalesceBytes || current_done_ >= kHeader
+                              ? total - current_done_
+                              : kHeader - current_done_;
       const size_t written = socket_->write_some(data, size);
       if (written == 0) return;  // the socket is full: poll for POLLOUT
       current_done_ += written;

@@ -131,7 +131,12 @@ class TlsPair : public gloo::transport::Pair {
   const void* read_owner_ = nullptr;   // guarded by mu_: whose memory the I/O thread writes
   std::thread io_;
 
+  // Messages up to this size (header included) are copied into one TLS record: 16 KiB, TLS's
+  // largest record.
+  static constexpr size_t kCoalesceBytes = 16 << 10;
+
   // The I/O thread's own state.
+  std::vector<char> staged_;  // header and payload of a small message
   Outgoing current_{};
   size_t current_done_ = 0;  // bytes of header then payload written
   bool writing_ = false;

@@ -377,6 +377,25 @@ TEST(TlsTransportTest, PeerThatLeftFailsWaitsNamingIt) {
   EXPECT_RANKS_OK(result);
 }
 
+TEST(TlsTransportTest, MessagesSentBeforeLeavingStillArrive) {
+  Mesh mesh(Kind::kTls, 2);
+  mesh.connect();
+  const std::vector<char> payload(size_t{4} << 20, 'x');
+  {
+    // Rank 0 sends without waiting, drops the buffer and leaves (its context goes).
+    auto buffer =
+        mesh.contexts[0]->createUnboundBuffer(const_cast<char*>(payload.data()), payload.size());
+    buffer->send(1, 9);
+  }
+  mesh.contexts[0].reset();
+  mesh.transports[0].reset();
+  std::vector<char> received(payload.size());
+  auto buffer = mesh.contexts[1]->createUnboundBuffer(received.data(), received.size());
+  buffer->recv(0, 9);
+  EXPECT_TRUE(buffer->waitRecv());
+  EXPECT_TRUE(received == payload) << "the message of the rank that left did not arrive whole";
+}
+
 TEST(TlsTransportTest, CloseFailsThePendingWaitsOfBothEnds) {
   Mesh mesh(Kind::kTls, 2);
   mesh.connect();
