@@ -58,7 +58,8 @@ TlsContext::Arrival TlsContext::arrive(int src, uint64_t tag, size_t length) {
   std::lock_guard<std::mutex> lock(match_mu_);
   for (auto it = posted_.begin(); it != posted_.end(); ++it) {
     if (it->tag != tag || !accepts(it->ranks, src)) continue;
-    Arrival arrival{.target = it->target, .buffer = it->buffer, .kept = nullptr, .error = {}};
+    Arrival arrival{
+        .target = it->target, .buffer = it->buffer, .kept = nullptr, .tag = tag, .error = {}};
     if (it->nbytes != length) {
       arrival.error = length_mismatch(src, tag, length, it->nbytes);
       it->buffer->fail(arrival.error);
@@ -67,12 +68,14 @@ TlsContext::Arrival TlsContext::arrive(int src, uint64_t tag, size_t length) {
     return arrival;
   }
   Kept& kept = kept_.emplace_back(Kept{.src = src, .tag = tag, .data = std::vector<char>(length)});
-  return Arrival{.target = kept.data.data(), .buffer = nullptr, .kept = &kept, .error = {}};
+  return Arrival{
+      .target = kept.data.data(), .buffer = nullptr, .kept = &kept, .tag = tag, .error = {}};
 }
 
 void TlsContext::arrived(int src, const Arrival& arrival) {
   if (arrival.buffer != nullptr) {
     arrival.buffer->recv_done(src);
+    pair(src).acknowledge(arrival.tag);
     return;
   }
   std::lock_guard<std::mutex> lock(match_mu_);
@@ -85,12 +88,14 @@ void TlsContext::arrived(int src, const Arrival& arrival) {
   }
   if (!it->data.empty()) std::memcpy(it->claimed_target, it->data.data(), it->data.size());
   it->claimed_by->recv_done(src);
+  const uint64_t tag = it->tag;
   kept_.erase(it);
+  pair(src).acknowledge(tag);
 }
 
 void TlsContext::post_recv(TlsUnboundBuffer* buffer, const std::vector<int>& ranks, uint64_t tag,
                            char* target, size_t nbytes) {
-  for (int src : ranks) pair(src);  // throws for a rank without a connection
+  for (int src : ranks) pair(src);  // throws for a rank without a pair
   std::unique_lock<std::mutex> lock(match_mu_);
   for (auto it = kept_.begin(); it != kept_.end(); ++it) {
     if (it->tag != tag || it->claimed_by != nullptr || !accepts(ranks, it->src)) continue;
@@ -110,6 +115,7 @@ void TlsContext::post_recv(TlsUnboundBuffer* buffer, const std::vector<int>& ran
     kept_.erase(it);
     lock.unlock();
     buffer->recv_done(src);
+    pair(src).acknowledge(tag);
     return;
   }
   posted_.push_back(

@@ -121,6 +121,11 @@ TlsPair::~TlsPair() {
 
 int TlsPair::rank() const { return context_.rank; }
 
+std::string TlsPair::failure() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return error_;
+}
+
 std::string TlsPair::describe() const {
   return "rank " + std::to_string(context_.rank) + " and rank " + std::to_string(peer_);
 }
@@ -211,6 +216,9 @@ void TlsPair::fail(const std::string& why) {
     if (!error_.empty()) return;
     error_ = why;
     dropped.swap(outgoing_);
+    for (const auto& [tag, buffer] : unacknowledged_)
+      dropped.push_back(Outgoing{.unbound = buffer});
+    unacknowledged_.clear();
     cv_.notify_all();  // bound buffers' waiters see error_
   }
   for (const Outgoing& out : dropped) {
@@ -259,6 +267,8 @@ void TlsPair::run() {
   if (writing_ && current_.unbound != nullptr) current_.unbound->fail(why);
   if (in_payload_ && in_arrival_.buffer != nullptr) in_arrival_.buffer->fail(why);
   std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& entry : unacknowledged_) entry.second->fail(why);
+  unacknowledged_.clear();
   io_running_ = false;
   write_owner_ = nullptr;
   read_owner_ = nullptr;
@@ -304,7 +314,11 @@ void TlsPair::write_ready() {
     writing_ = false;
     write_owner_ = nullptr;
     if (current_.bound != nullptr) ++current_.bound->sends_done_;
-    if (current_.unbound != nullptr) current_.unbound->send_done(peer_);
+    if (current_.unbound != nullptr && !error_.empty()) {
+      current_.unbound->fail(error_);  // failed meanwhile (close()): no acknowledgement comes
+    } else if (current_.unbound != nullptr) {
+      unacknowledged_.emplace_back(current_.header.slot, current_.unbound);
+    }
     current_ = {};
     cv_.notify_all();
   }
@@ -322,6 +336,10 @@ void TlsPair::read_ready() {
       in_header_got_ += got;
       if (in_header_got_ < sizeof(in_)) continue;
       in_header_got_ = 0;
+      if (in_.kind == static_cast<uint32_t>(FrameKind::kAck)) {
+        acknowledged(in_.slot);
+        continue;
+      }
       begin_payload();
       if (in_left_ == 0) end_payload();
       continue;
@@ -333,6 +351,15 @@ void TlsPair::read_ready() {
     in_left_ -= got;
     if (in_left_ == 0) end_payload();
   }
+}
+
+void TlsPair::acknowledged(uint64_t tag) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = std::find_if(unacknowledged_.begin(), unacknowledged_.end(),
+                               [&](const auto& entry) { return entry.first == tag; });
+  if (it == unacknowledged_.end()) return;  // its buffer is gone
+  it->second->send_done(peer_);
+  unacknowledged_.erase(it);
 }
 
 void TlsPair::begin_payload() {
@@ -449,6 +476,7 @@ void TlsPair::forget(const void* owner) {
     out.bound = nullptr;
     out.unbound = nullptr;
   }
+  std::erase_if(unacknowledged_, [&](const auto& entry) { return entry.second == owner; });
   const auto idle = [&] { return (write_owner_ != owner && read_owner_ != owner) || !io_running_; };
   if (cv_.wait_until(lock, std::chrono::steady_clock::now() + context_.getTimeout(), idle)) return;
   // The I/O thread is still reading or writing the owner's memory: end the connection first.
@@ -483,6 +511,16 @@ void TlsPair::send_unbound(TlsUnboundBuffer& buffer, uint64_t tag, const char* d
     std::lock_guard<std::mutex> lock(mu_);
     if (!error_.empty()) throw gloo::IoException(error_);
     outgoing_.push_back(Outgoing{.header = header, .data = data, .unbound = &buffer});
+  }
+  wake();
+}
+
+void TlsPair::acknowledge(uint64_t tag) {
+  FrameHeader header{.kind = static_cast<uint32_t>(FrameKind::kAck), .slot = tag};
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!error_.empty()) return;  // the sender fails anyway
+    outgoing_.push_back(Outgoing{.header = header, .data = nullptr});
   }
   wake();
 }

@@ -41,6 +41,7 @@ class TlsContext : public gloo::transport::Context,
     char* target = nullptr;              // where the payload goes
     TlsUnboundBuffer* buffer = nullptr;  // its receive, or nullptr: kept
     void* kept = nullptr;                // the kept message (an internal entry)
+    uint64_t tag = 0;                    // the message's tag
     std::string error;                   // non-empty: the message cannot be received
   };
   // A pair's thread calls arrive() when a message's header arrived and arrived() when its

@@ -69,6 +69,8 @@ class TlsPair : public gloo::transport::Pair {
             size_t nbytes) override;
 
   int peer() const { return peer_; }
+  // Why the pair failed, or "" while it works.
+  std::string failure() const;
   int rank() const;
   // Device: hands over an authenticated connection; false (the caller closes it) when the pair
   // already has one or was closed.
@@ -77,6 +79,8 @@ class TlsPair : public gloo::transport::Pair {
   // Buffers (tls_buffers.cpp).
   void send_bound(TlsBuffer& buffer, size_t offset, size_t length, size_t roffset);
   void send_unbound(TlsUnboundBuffer& buffer, uint64_t tag, const char* data, size_t nbytes);
+  // Tells the peer that a receive took its message of tag (a kAck frame).
+  void acknowledge(uint64_t tag);
   void register_recv(TlsBuffer& buffer);
   void unregister(TlsBuffer& buffer);
   // Owner (a buffer) is being destroyed: its queued sends go from a copy; a transfer in flight
@@ -102,6 +106,7 @@ class TlsPair : public gloo::transport::Pair {
   void run();          // the I/O thread
   void write_ready();  // writes queued frames until the socket is full or the queue empty
   void read_ready();   // reads frames until no bytes are available (or a budget is spent)
+  void acknowledged(uint64_t tag);  // the peer's kAck
   void begin_payload();
   void end_payload();
   void fail(const std::string& why);
@@ -120,13 +125,15 @@ class TlsPair : public gloo::transport::Pair {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::unique_ptr<TlsSocket> socket_;            // guarded by mu_ until the I/O thread starts
-  std::string error_;                            // guarded by mu_; non-empty once failed
-  bool closed_ = false;                          // guarded by mu_
-  bool io_running_ = false;                      // guarded by mu_
-  std::deque<Outgoing> outgoing_;                // guarded by mu_
-  std::map<uint64_t, TlsBuffer*> recv_buffers_;  // guarded by mu_, by slot
-  std::map<uint64_t, std::deque<Early>> early_;  // guarded by mu_, by slot
+  std::unique_ptr<TlsSocket> socket_;  // guarded by mu_ until the I/O thread starts
+  std::string error_;                  // guarded by mu_; non-empty once failed
+  bool closed_ = false;                // guarded by mu_
+  bool io_running_ = false;            // guarded by mu_
+  std::deque<Outgoing> outgoing_;      // guarded by mu_
+  // Unbound messages written, whose sends complete when the peer's kAck for their tag arrives.
+  std::deque<std::pair<uint64_t, TlsUnboundBuffer*>> unacknowledged_;  // guarded by mu_
+  std::map<uint64_t, TlsBuffer*> recv_buffers_;                        // guarded by mu_, by slot
+  std::map<uint64_t, std::deque<Early>> early_;                        // guarded by mu_, by slot
   const void* write_owner_ = nullptr;  // guarded by mu_: whose memory the I/O thread reads
   const void* read_owner_ = nullptr;   // guarded by mu_: whose memory the I/O thread writes
   std::thread io_;

@@ -27,7 +27,9 @@ struct WireAddress {
 };
 static_assert(sizeof(WireAddress) <= 192, "gloo::transport::Address::kMaxByteSize");
 
-enum class FrameKind : uint32_t { kBuffer = 1, kUnbound = 2 };
+// kAck (no payload) tells the sender of a kUnbound message of tag `slot` that a receive took it:
+// its send completes then, as in Gloo's TCP transport (a sender waits for its receiver).
+enum class FrameKind : uint32_t { kBuffer = 1, kUnbound = 2, kAck = 3 };
 
 struct FrameHeader {
   uint32_t kind = 0;
