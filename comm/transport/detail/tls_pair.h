@@ -91,11 +91,11 @@ class TlsPair : public gloo::transport::Pair {
 
  private:
   struct Outgoing {
-    FrameHeader header;
-    const char* data;
+    FrameHeader header{};
+    const char* data = nullptr;
     TlsBuffer* bound = nullptr;
     TlsUnboundBuffer* unbound = nullptr;
-    std::shared_ptr<std::vector<char>> owned;  // the payload, when its buffer is gone
+    std::shared_ptr<std::vector<char>> owned = nullptr;  // the payload, when its buffer is gone
   };
   struct Early {  // a bound message that arrived before its receive buffer
     uint64_t offset;

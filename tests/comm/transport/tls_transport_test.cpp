@@ -201,10 +201,6 @@ std::vector<std::vector<float>> run(Mesh& mesh, Algorithm algorithm, size_t coun
   return out;
 }
 
-struct Case {
-  int ranks;
-};
-
 class TlsTransportAlgorithms : public ::testing::TestWithParam<int> {};
 
 TEST_P(TlsTransportAlgorithms, SameResultsAsGlooTcp) {
