@@ -15,7 +15,13 @@
 //               name (to_string's: halving-doubling, ring-chunked, ring, pinned-ring, direct,
 //               direct-scatter), as another contender of the same rounds; printed in a second
 //               table, to compare what kAuto could choose
-// All on 127.0.0.1, float32 sums, one process per rank; rank 0's per-iteration times.
+//   tls-tcp / plain-tcp - with --compare-transports: hsgd-tcp over the TLS data plane and over
+//               plain TCP (InitOptions::insecure) in the same rounds, printed in a table of their
+//               own with the ratio tls / plain
+// All on 127.0.0.1, float32 sums, one process per rank; rank 0's per-iteration times. Every
+// contender above runs over the data plane --transport names: tls (the default, as every job
+// runs) or plain. The header states the CPU cost of AES-128-GCM, the cipher of the TLS data
+// plane, measured on one core in 16 KiB records as TLS seals them.
 //
 // Each size runs in rounds; every round runs every contender (but torch) once, the order rotated
 // by one each round so that none always follows the same neighbour, each with the same warm-up
@@ -25,6 +31,7 @@
 //
 //   allreduce_bench [--quick] [--ranks 2,4,8] [--rounds 5] [--no-torch] [--only hsgd-tcp,hd]
 //                   [--tcp-algorithms direct,direct-scatter,halving-doubling]
+//                   [--transport tls|plain] [--compare-transports]
 // (--only runs the named contenders alone, e.g. under perf; the others' columns then read 0.
 // It does not filter the tcp-NAME contenders.)
 
@@ -33,6 +40,7 @@
 #include <gloo/allreduce_ring_chunked.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/tcp/device.h>
+#include <openssl/evp.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -48,6 +56,7 @@
 #include "comm/process_group/process_group.h"
 #include "comm/store/file_store.h"
 #include "comm/store/gloo_store.h"
+#include "comm/transport/tls_device.h"
 
 namespace {
 
@@ -65,6 +74,8 @@ struct Schedule {
   std::vector<std::string> only;  // empty: every contender
   // hsgd-tcp forced to each of these algorithms, contenders "tcp-" + to_string(algorithm).
   std::vector<hsgd::comm::AllreduceAlgorithm> tcp_algorithms;
+  bool insecure = false;            // --transport plain
+  bool compare_transports = false;  // adds tls-tcp and plain-tcp
   // Untimed runs of each contender at the start of each round.
   int warmup(size_t bytes) const { return bytes <= (1u << 20) ? 2 : 1; }
   // Timed runs of each contender per round: fewer as messages grow, so that a full run (4 B to
@@ -119,33 +130,47 @@ std::string run_rank(int rank, int world, const std::filesystem::path& dir,
                      const std::vector<size_t>& sizes, const Schedule& schedule) {
   auto store = std::make_shared<comm::FileStore>(dir);
   const auto timeout = std::chrono::seconds(120);
-  auto pg = comm::init_process_group(
-      {.rank = rank, .world_size = world, .store = store, .timeout = timeout});
+  const std::string token = "allreduce-bench-token";  // one host, one run: a fixed token will do
   // A group of its own (keys under prefix) with the given allreduce algorithm and shared memory.
   const auto group = [&](const std::string& prefix, comm::AllreduceAlgorithm algorithm,
-                         bool shared_memory) {
+                         bool shared_memory, bool insecure) {
     return comm::init_process_group({.rank = rank,
                                      .world_size = world,
                                      .store = store,
                                      .key_prefix = prefix,
+                                     .token = token,
+                                     .insecure = insecure,
                                      .timeout = timeout,
                                      .allreduce_algorithm = algorithm,
                                      .shared_memory = shared_memory});
   };
+  const bool insecure = schedule.insecure;
+  auto pg = group("", comm::AllreduceAlgorithm::kAuto, true, insecure);
   // hsgd with shared memory off: kAuto over Gloo's TCP transport, as between nodes.
-  auto pg_tcp = group("tcp/", comm::AllreduceAlgorithm::kAuto, false);
+  auto pg_tcp = group("tcp/", comm::AllreduceAlgorithm::kAuto, false, insecure);
   // hsgd forced to Gloo's unbound-buffer ring (zero copy), to document the kAuto choice.
-  auto pg_ring = group("ring/", comm::AllreduceAlgorithm::kRing, true);
+  auto pg_ring = group("ring/", comm::AllreduceAlgorithm::kRing, true, insecure);
+  // hsgd-tcp over each data plane, for --compare-transports.
+  std::shared_ptr<comm::ProcessGroup> pg_tls, pg_plain;
+  if (schedule.compare_transports) {
+    pg_tls = group("tls-tcp/", comm::AllreduceAlgorithm::kAuto, false, false);
+    pg_plain = group("plain-tcp/", comm::AllreduceAlgorithm::kAuto, false, true);
+  }
   // hsgd-tcp forced to each algorithm of --tcp-algorithms.
   std::vector<std::pair<std::string, std::shared_ptr<comm::ProcessGroup>>> pg_forced;
   for (auto algorithm : schedule.tcp_algorithms) {
     const std::string name = std::string("tcp-") + comm::to_string(algorithm);
-    pg_forced.emplace_back(name, group(name + "/", algorithm, false));
+    pg_forced.emplace_back(name, group(name + "/", algorithm, false, insecure));
   }
-  // Raw Gloo: its own context of the same type (rendezvous::Context over TCP), own device.
-  gloo::transport::tcp::attr attr;
-  attr.hostname = "127.0.0.1";
-  auto device = gloo::transport::tcp::CreateDevice(attr);
+  // Raw Gloo: its own context of the same type (rendezvous::Context), own device.
+  std::shared_ptr<gloo::transport::Device> device;
+  if (insecure) {
+    gloo::transport::tcp::attr attr;
+    attr.hostname = "127.0.0.1";
+    device = gloo::transport::tcp::CreateDevice(attr);
+  } else {
+    device = comm::transport::create_tls_device({.host = "127.0.0.1", .token = token});
+  }
   auto context = std::make_shared<gloo::rendezvous::Context>(rank, world);
   context->setTimeout(timeout);
   auto gloo_store = comm::as_gloo_store(store, "raw/", timeout);
@@ -178,6 +203,10 @@ std::string run_rank(int rank, int world, const std::filesystem::path& dir,
              std::find(schedule.only.begin(), schedule.only.end(), c.name) == schedule.only.end();
     });
     for (const auto& [name, group] : pg_forced) contenders.push_back({name, hsgd(*group, caller)});
+    if (schedule.compare_transports) {
+      contenders.push_back({"tls-tcp", hsgd(*pg_tls, caller)});
+      contenders.push_back({"plain-tcp", hsgd(*pg_plain, caller)});
+    }
     const auto samples = time_rounds(contenders, schedule, bytes);
     pg->barrier()->wait();
     if (rank != 0) continue;
@@ -190,6 +219,8 @@ std::string run_rank(int rank, int world, const std::filesystem::path& dir,
     }
   }
   for (const auto& forced : pg_forced) forced.second->shutdown();
+  if (pg_tls != nullptr) pg_tls->shutdown();
+  if (pg_plain != nullptr) pg_plain->shutdown();
   pg_tcp->shutdown();
   pg_ring->shutdown();
   pg->shutdown();
@@ -315,6 +346,50 @@ void print_forced_row(int world, size_t bytes, const std::map<std::string, Sampl
   std::printf(" %9.1f %-9s\n", best.empty() ? 0 : t[best], ("(" + best + ")").c_str());
 }
 
+// One row of the transport table (--compare-transports): hsgd-tcp over TLS and over plain TCP,
+// the ratio of their medians and its spread over the rounds.
+void print_transport_row(int world, size_t bytes, const std::map<std::string, Samples>& row) {
+  const Samples& tls = row.at("tls-tcp");
+  const Samples& plain = row.at("plain-tcp");
+  double lo = 1e300, hi = 0;
+  for (size_t r = 0; r < tls.rounds.size(); ++r) {
+    const double ratio = median(tls.rounds[r]) / median(plain.rounds[r]);
+    lo = std::min(lo, ratio);
+    hi = std::max(hi, ratio);
+  }
+  const double t = tls.pooled_median(), p = plain.pooled_median();
+  // The extra time per GB that each rank sent (a ring allreduce sends 2 (p - 1) / p of the
+  // buffer per rank), from 1 MiB on (0 below, where latency dominates).
+  const double gb_moved = 2.0 * (world - 1) / world * static_cast<double>(bytes) / 1e9;
+  std::printf("%5d %7s | %9.1f %9.1f | %6.3f %5.3f-%-5.3f | %8.1f\n", world,
+              human_bytes(bytes).c_str(), t, p, t / p, lo, hi,
+              bytes >= (1u << 20) ? (t - p) / 1e3 / gb_moved : 0.0);
+  std::fflush(stdout);
+}
+
+// Seconds of one core per GB sealed with AES-128-GCM in 16 KiB records (TLS's record size), the
+// cipher of the TLS data plane: the encryption half of its CPU cost (decryption costs the same).
+double aes_gcm_seconds_per_gb() {
+  constexpr size_t kRecord = 16 << 10;
+  constexpr size_t kTotal = size_t{1} << 30;
+  std::vector<unsigned char> in(kRecord, 0x5a), out(kRecord + 16);
+  unsigned char key[16] = {1}, iv[12] = {2}, tag[16];
+  EVP_CIPHER_CTX* ctx = EVP_CIPHER_CTX_new();
+  EVP_EncryptInit_ex(ctx, EVP_aes_128_gcm(), nullptr, key, iv);
+  const auto start = Clock::now();
+  for (size_t done = 0; done < kTotal; done += kRecord) {
+    int length = 0;
+    iv[0]++;
+    EVP_EncryptInit_ex(ctx, nullptr, nullptr, nullptr, iv);
+    EVP_EncryptUpdate(ctx, out.data(), &length, in.data(), static_cast<int>(kRecord));
+    EVP_EncryptFinal_ex(ctx, out.data() + length, &length);
+    EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, sizeof(tag), tag);
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  EVP_CIPHER_CTX_free(ctx);
+  return seconds / (static_cast<double>(kTotal) / 1e9);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -341,9 +416,17 @@ int main(int argc, char** argv) {
                  "shown in a second table")
       ->delimiter(',')
       ->check(CLI::IsMember(hsgd::comm::allreduce_algorithm_names()));
+  std::string transport = "tls";
+  app.add_option("--transport", transport,
+                 "data plane of the contenders: tls (encrypted, the default) or plain")
+      ->check(CLI::IsMember({"tls", "plain"}));
+  app.add_flag("--compare-transports", schedule.compare_transports,
+               "also run hsgd-tcp over TLS and over plain TCP in the same rounds, in a table of "
+               "their own (tls-tcp, plain-tcp)");
   std::string torch_script = HSGD_BENCH_DIR "/allreduce_bench_torch.py";
   app.add_option("--torch-script", torch_script, "path of allreduce_bench_torch.py");
   CLI11_PARSE(app, argc, argv);
+  schedule.insecure = transport == "plain";
   std::vector<std::string> forced = {"hsgd-tcp"};  // the second table's contenders
   for (const auto& name : tcp_algorithm_names) {
     schedule.tcp_algorithms.push_back(
@@ -362,8 +445,13 @@ int main(int argc, char** argv) {
   HSGD_CHECK(schedule.rounds >= 1, "allreduce_bench: --rounds ", schedule.rounds,
              " must be at least 1");
 
-  std::printf("allreduce_bench: float32 sum on 127.0.0.1, medians of rank 0 (us), %d rounds\n",
-              schedule.rounds);
+  std::printf(
+      "allreduce_bench: float32 sum on 127.0.0.1 over the %s data plane, medians of rank 0 (us), "
+      "%d rounds\n",
+      schedule.insecure ? "plain TCP" : "TLS", schedule.rounds);
+  const double aes = aes_gcm_seconds_per_gb();
+  std::printf("AES-128-GCM on one core, 16 KiB records: %.2f GB/s, %.0f ms of CPU per GB sealed\n",
+              1.0 / aes, aes * 1e3);
   std::printf("%5s %7s | %9s %9s %10s %9s | %9s %9s %9s %-9s | %9s | %6s %11s | %6s\n", "ranks",
               "bytes", "hsgd", "hsgd-tcp", "tcp-worker", "hsgd-ring", "ring", "chunked", "hd",
               "(best)", "torch", "tcp/gl", "spread", "hsgd/gl");
@@ -388,6 +476,16 @@ int main(int argc, char** argv) {
       "the group's worker thread; hsgd-ring: hsgd-tcp forced to Gloo's ring. tcp/gl: hsgd-tcp\n"
       "over the fastest raw Gloo algorithm (lower is better; medians over all rounds), spread:\n"
       "the smallest and largest ratio of one round's medians; hsgd/gl: hsgd over the same.\n");
+  if (schedule.compare_transports) {
+    std::printf(
+        "\nhsgd-tcp over TLS and over plain TCP, in the same rounds: median us, tls / plain with "
+        "its spread over rounds, extra ms per GB each rank sent\n");
+    std::printf("%5s %7s | %9s %9s | %6s %11s | %8s\n", "ranks", "bytes", "tls-tcp", "plain-tcp",
+                "ratio", "spread", "ms/GB");
+    for (const auto& [world, rows] : all_rows) {
+      for (const auto& [bytes, row] : rows) print_transport_row(world, bytes, row);
+    }
+  }
   if (forced.size() == 1) return 0;
   std::printf(
       "\nhsgd-tcp forced to each algorithm, in the same rounds: median us and / best raw Gloo\n");

@@ -62,6 +62,7 @@ std::string run_rank(int rank, int world, const fs::path& dir, const Workload& w
   init.rank = rank;
   init.world_size = world;
   init.store = std::make_shared<hsgd::comm::FileStore>(dir / "store");
+  init.token = "averaging-bench-token";  // one host, one run: a fixed token keys the TLS data plane
   init.timeout = std::chrono::seconds(120);
   init.allreduce_algorithm = algorithm;
   init.shared_memory = shared_memory;

@@ -49,6 +49,7 @@ std::string run_rank(int rank, int world, const fs::path& dir, const Case& c, in
   init.rank = rank;
   init.world_size = world;
   init.store = std::make_shared<hsgd::comm::FileStore>(dir / "store");
+  init.token = "ddp-bench-token";  // one host, one run: a fixed token keys the TLS data plane
   init.timeout = std::chrono::seconds(120);
   init.shared_memory = shared_memory;
   auto pg = hsgd::comm::init_process_group(init);

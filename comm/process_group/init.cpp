@@ -22,6 +22,7 @@
 #include "comm/rendezvous/rendezvous_server_tokens.h"
 #include "comm/rendezvous/tcp_store.h"
 #include "comm/store/hash_store.h"
+#include "comm/transport/tls_device.h"
 
 namespace hsgd::comm {
 namespace {
@@ -102,6 +103,32 @@ void apply_slurm_step(const SlurmStep& step, InitOptions& options) {
   }
 }
 
+// The transport between ranks: TLS keyed by the token unless the user chose plain TCP.
+std::shared_ptr<gloo::transport::Device> data_plane_device(const InitOptions& options) {
+  const std::string host = gloo_bind_address(options.master_addr, options.socket_ifname);
+  if (options.insecure) {
+    if (options.rank == 0) {
+      logger()->warn(
+          "the data plane between ranks is unencrypted and unauthenticated (plain TCP on {}, "
+          "InitOptions::insecure): anyone on the network can read and disturb this job",
+          host);
+    }
+    gloo::transport::tcp::attr attr;
+    attr.hostname = host;
+    return gloo::transport::tcp::CreateDevice(attr);
+  }
+  HSGD_CHECK(!options.token.empty(), "init_process_group: rank ", options.rank, " of ",
+             options.world_size,
+             " has no token, which keys the encrypted data plane between ranks: set "
+             "InitOptions::token (HSGD_RDZV_TOKEN) or choose unencrypted TCP with "
+             "InitOptions::insecure (HSGD_INSECURE=1)");
+  const auto handshake = std::min<Duration>(options.timeout, std::chrono::seconds(10));
+  return comm::transport::create_tls_device({.host = host,
+                                             .job_id = options.job_id,
+                                             .token = options.token,
+                                             .handshake_timeout = handshake});
+}
+
 }  // namespace
 
 InitOptions InitOptions::from_env() {
@@ -133,7 +160,12 @@ InitOptions InitOptions::from_env() {
              " must be <= 65535");
   options.socket_ifname = env_string("HSGD_SOCKET_IFNAME", "");
   options.job_id = env_string("HSGD_JOB_ID", options.job_id);
-  options.insecure = env_string("HSGD_INSECURE", "0") == "1";
+  if (const char* insecure = env("HSGD_INSECURE")) {
+    const std::string value = insecure;
+    HSGD_CHECK(value == "0" || value == "1", "environment variable HSGD_INSECURE='", value,
+               "' must be 0 (TLS, the default) or 1 (plain TCP, unencrypted)");
+    options.insecure = value == "1";
+  }
   if (!options.insecure) {
     options.token = env_string("HSGD_RDZV_TOKEN", "");
     const std::string file = env_string("HSGD_TOKEN_FILE", "");
@@ -250,11 +282,7 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
   pg.rank = options.rank;
   for (int r = 0; r < options.world_size; ++r) pg.ranks.push_back(r);
   pg.timeout = options.timeout;
-  if (options.world_size > 1) {
-    gloo::transport::tcp::attr attr;
-    attr.hostname = gloo_bind_address(options.master_addr, options.socket_ifname);
-    pg.device = gloo::transport::tcp::CreateDevice(attr);
-  }
+  if (options.world_size > 1) pg.device = data_plane_device(options);
   pg.resources = server;
   pg.allreduce_algorithm = options.allreduce_algorithm;
   pg.shared_memory = options.shared_memory;

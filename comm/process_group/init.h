@@ -38,10 +38,13 @@ struct InitOptions {
   // never reads the keys of the previous attempt. from_env() sets it to
   // "<HSGD_RUN_ID>/<HSGD_RESTART_COUNT>/" when launched by hsgd-run.
   std::string key_prefix = "";
-  // The job's token: keys TLS to the rendezvous server (HSGD_RDZV_TOKEN, else the job's entry
-  // of HSGD_TOKEN_FILE). Required with a TCP store unless insecure.
+  // The job's secret (HSGD_RDZV_TOKEN, else the job's entry of HSGD_TOKEN_FILE): it keys TLS to
+  // the rendezvous server and the TLS data plane between ranks (comm/transport/tls_device.h). A
+  // group of several ranks needs one unless `insecure` is set.
   std::string token = "";
-  // Plain TCP without authentication (HSGD_INSECURE=1), for a server started insecure.
+  // Plain TCP to the rendezvous server and between ranks (Gloo's transport: no encryption, no
+  // authentication), for trusted single-host work; only when the user asks (HSGD_INSECURE=1).
+  // Rank 0 logs a warning saying so.
   bool insecure = false;
   std::string socket_ifname = "";      // network interface for Gloo (HSGD_SOCKET_IFNAME); "" = the
                                        // address that reaches master_addr
@@ -67,9 +70,9 @@ struct InitOptions {
 
   // Reads RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT,
   // HSGD_RDZV_TOKEN, HSGD_SOCKET_IFNAME, HSGD_RUN_ID, HSGD_RESTART_COUNT, HSGD_JOB_ID,
-  // HSGD_TIMEOUT_MS, HSGD_MISMATCH_CHECK_MS and HSGD_SHM (0 or 1). Without RANK, a task started by
-  // srun takes its place from Slurm (see comm/process_group/slurm_env.h): rank SLURM_PROCID, world
-  // SLURM_NTASKS, local rank SLURM_LOCALID, local world its node's entry of
+  // HSGD_TIMEOUT_MS, HSGD_MISMATCH_CHECK_MS, HSGD_SHM and HSGD_INSECURE (0 or 1). Without RANK, a
+  // task started by srun takes its place from Slurm (see comm/process_group/slurm_env.h): rank
+  // SLURM_PROCID, world SLURM_NTASKS, local rank SLURM_LOCALID, local world its node's entry of
   // SLURM_STEP_TASKS_PER_NODE, node rank SLURM_NODEID; unless MASTER_ADDR / MASTER_PORT are set,
   // the rendezvous is on the first host of SLURM_STEP_NODELIST at
   // slurm_rendezvous_port(SLURM_JOB_ID, SLURM_STEP_ID), hosted by rank 0. It then also exports
@@ -85,8 +88,10 @@ struct InitOptions {
 // Creates the world group: ranks() = 0..world_size-1. Without options.store: world_size 1 uses a
 // HashStore; otherwise a TcpStore to master_addr:master_port, and (like env://) rank 0 hosts an
 // embedded rendezvous server on master_port when the job was not launched by hsgd-run (no
-// HSGD_RUN_ID). Blocks until every rank arrived; throws hsgd::Timeout naming the ranks missing
-// after options.timeout, hsgd::InvalidArgument for inconsistent options.
+// HSGD_RUN_ID). Between ranks, collectives run over TLS 1.3 keyed by options.token and bound to
+// (job_id, ranks, pair); with options.insecure over plain TCP. Blocks until every rank arrived;
+// throws hsgd::Timeout naming the ranks missing after options.timeout, hsgd::InvalidArgument for
+// inconsistent options, including several ranks with neither a token nor insecure.
 std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options);
 
 // The local address Gloo binds to for reaching host: the interface's address when ifname is

@@ -14,7 +14,8 @@
 //   auto dir = hsgd::testing::unique_temp_dir("allreduce");
 //   auto result = hsgd::testing::run_ranks(4, std::chrono::seconds(30), [&](int rank) {
 //     auto store = std::make_shared<hsgd::comm::FileStore>(dir);
-//     auto pg = hsgd::comm::init_process_group({.rank = rank, .world_size = 4, .store = store});
+//     auto pg = hsgd::comm::init_process_group(
+//         {.rank = rank, .world_size = 4, .store = store, .token = "test-token"});
 //     std::vector<float> x{1.0f};
 //     pg->allreduce(std::span<float>(x))->wait();
 //     EXPECT_EQ(x[0], 4.0f);

@@ -25,6 +25,8 @@ RunResult run_world(int world_size, const WorldOptions& options, const WorldBody
     init.rank = rank;
     init.world_size = world_size;
     init.store = std::make_shared<comm::FileStore>(dir);
+    init.token = options.token;
+    init.insecure = options.insecure;
     init.timeout = options.timeout;
     init.shared_memory = options.shared_memory;
     init.local_world_size = options.local_world_size;

@@ -42,6 +42,10 @@ struct WorldOptions {
   // (InitOptions::node_rank) and its node's size as local_world_size. The sizes must sum to the
   // world size. Empty: only local_world_size is declared (no node ranks).
   std::vector<int> node_sizes = {};
+  // InitOptions::token and ::insecure: the ranks talk over TLS keyed by the token (the default,
+  // as in every real job), or over plain TCP when insecure.
+  std::string token = "run-world-test-token";
+  bool insecure = false;
 };
 
 using WorldBody = std::function<void(int rank, const std::shared_ptr<comm::ProcessGroup>& world)>;

@@ -95,6 +95,12 @@ int shutdown_connections(const std::vector<SocketEnds>& connections) {
 
 int abort_gloo_connections(gloo::Context& context, comm::Store& store,
                            const std::string& key_prefix) {
+  if (context.size > 1 && !pair_address(context, context.rank == 0 ? 1 : 0)) {
+    // hsgd's TLS transport: closing a pair shuts its socket down and fails the operations
+    // pending on it, here and on the peer.
+    context.closeConnections();
+    return context.size - 1;
+  }
   std::vector<SocketEnds> known;             // both ends
   std::vector<sockaddr_storage> local_only;  // the peer's addresses could not be read
   for (int peer = 0; peer < context.size; ++peer) {

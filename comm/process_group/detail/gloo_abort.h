@@ -16,6 +16,9 @@
 // connection (or the store's). Afterwards the group is unusable, as after any failure; the
 // other groups of the process are untouched.
 //
+// hsgd's TLS transport (comm/transport) needs none of this: its Pair::close() shuts its own
+// socket down and wakes its waiters, so aborting closes the context's pairs.
+//
 // Usage (inside ProcessGroup; not compiled: uses its private members):
 //   publish_gloo_connections(*context_, *options_.store, options_.key_prefix);  // once connected
 //   abort_gloo_connections(*context_, *options_.store, options_.key_prefix);
@@ -48,7 +51,8 @@ void publish_gloo_connections(gloo::Context& context, comm::Store& store,
 // A peer whose addresses are not in the store (or cannot be read within 1 s) is matched by the
 // local address alone, and only when no other socket of this process has that address. Returns the
 // number of sockets shut down (0 if none could be found; then the connections are closed instead,
-// which fails the peers' pending operations only).
+// which fails the peers' pending operations only). Over the TLS transport: closes every pair and
+// returns their number.
 int abort_gloo_connections(gloo::Context& context, comm::Store& store,
                            const std::string& key_prefix);
 

@@ -7,6 +7,7 @@
 #include <gloo/context.h>
 #include <gloo/math.h>
 #include <gloo/transport/pair.h>
+#include <gloo/transport/tcp/address.h>
 
 #include <algorithm>
 #include <atomic>
@@ -85,6 +86,12 @@ size_t held_bytes(AllreduceAlgorithm algorithm, size_t bytes, int ranks) {
   if (algorithm == AllreduceAlgorithm::kDirect) return 2 * static_cast<size_t>(ranks) * bytes;
   if (algorithm == AllreduceAlgorithm::kDirectScatter) return 4 * bytes;
   return bytes;
+}
+
+// Whether the context's pairs are Gloo's TCP transport (not hsgd's TLS one).
+bool over_gloo_tcp(gloo::Context& context) {
+  return context.size < 2 || dynamic_cast<const gloo::transport::tcp::Address*>(
+                                 &context.getPair(context.rank == 0 ? 1 : 0)->address()) != nullptr;
 }
 
 }  // namespace
@@ -321,7 +328,9 @@ void GlooAllreduce::allreduce_impl(std::span<T> data, ReduceOp op, AllreduceAlgo
 }
 
 void GlooAllreduce::prepare(size_t bytes, bool pinned) {
-  if (!send_buffers_sized_ && (pinned || pinned_used_) && bytes > kUnsizedBytes) {
+  // Only Gloo's TCP pairs fix their send buffers; hsgd's TLS pairs leave them to the kernel.
+  if (!send_buffers_sized_ && (pinned || pinned_used_) && bytes > kUnsizedBytes &&
+      over_gloo_tcp(*context_)) {
     size_send_buffers(*context_, timeout_);
     send_buffers_sized_ = true;
   }

@@ -26,6 +26,7 @@ const char* const kVars[] = {"RANK",
                              "HSGD_RUN_ID",
                              "HSGD_RESTART_COUNT",
                              "HSGD_RDZV_TOKEN",
+                             "HSGD_INSECURE",
                              "HSGD_SOCKET_IFNAME",
                              "SLURM_PROCID",
                              "SLURM_NTASKS",
@@ -229,6 +230,15 @@ TEST(InitEnvTest, AllreduceAlgorithmByName) {
   expect_invalid({{"HSGD_ALLREDUCE_ALGORITHM", "Ring"}},
                  "HSGD_ALLREDUCE_ALGORITHM='Ring' must be one of auto, halving-doubling, "
                  "ring-chunked, ring, pinned-ring, direct, direct-scatter");
+}
+
+TEST(InitEnvTest, InsecureIsZeroOrOne) {
+  with_env({}, [] { EXPECT_FALSE(InitOptions::from_env().insecure); });
+  with_env({{"HSGD_INSECURE", "1"}}, [] { EXPECT_TRUE(InitOptions::from_env().insecure); });
+  with_env({{"HSGD_INSECURE", "0"}}, [] { EXPECT_FALSE(InitOptions::from_env().insecure); });
+  expect_invalid({{"HSGD_INSECURE", "yes"}},
+                 "HSGD_INSECURE='yes' must be 0 (TLS between ranks, the default) or 1 (plain TCP, "
+                 "unencrypted)");
 }
 
 // Timeouts beyond a year (and numbers beyond 64 bits) are refused by name instead of

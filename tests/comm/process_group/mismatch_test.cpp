@@ -112,8 +112,11 @@ TEST(CollectiveMismatchTest, OneRankInAnotherCollective_EveryRankFailsWithinSeco
 // The others' collective is the group's first large transfer after a pinned allreduce, so they
 // size the pairs' send buffers first (an exchange of pinned messages); no pinned message of it
 // may reach rank 0, which is in another collective and would then read nothing else.
+// Plain TCP: only Gloo's TCP pairs have their send buffers sized.
 TEST(CollectiveMismatchTest, AnotherCollectiveWhileTheOthersSizeSendBuffers_FailsWithinSeconds) {
-  auto result = run_world(3, long_timeout(false), [&](int rank, const auto& pg) {
+  WorldOptions options = long_timeout(false);
+  options.insecure = true;
+  auto result = run_world(3, options, [&](int rank, const auto& pg) {
     std::vector<float> x(16, 1.0f);
     pg->allreduce(std::span<float>(x))->wait();  // pinned, 64 bytes: no sizing yet
     std::vector<float> metric(1, 1.0f);
@@ -297,6 +300,7 @@ TEST(CollectiveMismatchTest, FastCollectivesWriteNothingToTheStore) {
     auto pg = init_process_group({.rank = rank,
                                   .world_size = 3,
                                   .store = store,
+                                  .token = "test-token",
                                   .timeout = std::chrono::seconds(60),
                                   .shared_memory = false});
     std::vector<float> x(64, 1.0f);

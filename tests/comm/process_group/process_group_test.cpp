@@ -155,6 +155,7 @@ TEST(ProcessGroupTest, EveryAllreduceAlgorithmAtEverySize) {
                                       .world_size = world,
                                       .store = store,
                                       .key_prefix = to_string(algorithm) + std::string("/"),
+                                      .token = "test-token",
                                       .timeout = std::chrono::seconds(30),
                                       .allreduce_algorithm = algorithm});
         for (size_t n : {size_t{1}, size_t{1000}, size_t{100000}}) {
@@ -187,6 +188,7 @@ TEST(ProcessGroupTest, DirectAlgorithms_SumInRankOrderOnEveryRank) {
       auto pg = init_process_group({.rank = rank,
                                     .world_size = world,
                                     .store = store,
+                                    .token = "test-token",
                                     .timeout = std::chrono::seconds(30),
                                     .allreduce_algorithm = algorithm});
       // Rank r's value at index i of call c: magnitudes 1e-8 to 1e8, different per rank.
@@ -338,7 +340,8 @@ TEST(RunWorldTest, FailingRankIsNamed_PeersDoNotHang) {
 TEST(ProcessGroupTest, RanksAsThreadsShareOneHashStore) {
   auto store = std::make_shared<HashStore>();
   auto result = hsgd::testing::run_ranks_in_threads(4, std::chrono::seconds(60), [&](int rank) {
-    auto pg = init_process_group({.rank = rank, .world_size = 4, .store = store});
+    auto pg =
+        init_process_group({.rank = rank, .world_size = 4, .store = store, .token = "test-token"});
     std::vector<float> x(3000, static_cast<float>(rank));
     pg->allreduce(std::span<float>(x), ReduceOp::kMax)->wait();
     for (float v : x) {
@@ -364,7 +367,8 @@ TEST(ProcessGroupTest, BadArgumentsNameTheValue) {
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("3 elements"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(init_process_group({.rank = 2, .world_size = 2}), InvalidArgument);
+  EXPECT_THROW(init_process_group({.rank = 2, .world_size = 2, .token = "test-token"}),
+               InvalidArgument);
 }
 
 TEST(ProcessGroupTest, WorldOfOneIsLocal) {
@@ -430,12 +434,13 @@ std::vector<int> tcp_send_buffers() {
   return sizes;
 }
 
-// A group of world ranks over Gloo's TCP only (shared memory off), meeting through a FileStore
-// in dir.
+// A group of world ranks over Gloo's TCP only (shared memory off, plain TCP: the send buffers
+// that these tests size are those of Gloo's TCP pairs), meeting through a FileStore in dir.
 std::shared_ptr<ProcessGroup> tcp_group(const std::filesystem::path& dir, int rank, int world) {
   return init_process_group({.rank = rank,
                              .world_size = world,
                              .store = std::make_shared<FileStore>(dir),
+                             .insecure = true,
                              .timeout = std::chrono::seconds(30),
                              .shared_memory = false});
 }

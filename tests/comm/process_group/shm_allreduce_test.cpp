@@ -86,11 +86,13 @@ TEST(ShmAllreduceTest, MatchesTcpAcrossChunkEdges_SameBitsOnEveryRank) {
                                      .world_size = world,
                                      .store = store,
                                      .key_prefix = "shm/",
+                                     .token = "test-token",
                                      .timeout = std::chrono::seconds(30)});
       auto tcp = init_process_group({.rank = rank,
                                      .world_size = world,
                                      .store = store,
                                      .key_prefix = "tcp/",
+                                     .token = "test-token",
                                      .timeout = std::chrono::seconds(30),
                                      .shared_memory = false});
       ASSERT_TRUE(shm->uses_shared_memory());
@@ -109,7 +111,8 @@ TEST(ShmAllreduceTest, SubgroupsOfOneNodeUseItAndInheritTheSwitch) {
   const auto dir = unique_temp_dir("shm_subgroups");
   auto result = run_ranks(4, std::chrono::seconds(60), [&](int rank) {
     auto store = std::make_shared<FileStore>(dir);
-    auto world = init_process_group({.rank = rank, .world_size = 4, .store = store});
+    auto world =
+        init_process_group({.rank = rank, .world_size = 4, .store = store, .token = "test-token"});
     auto [pair, pairs] = new_subgroups(world, 2);
     ASSERT_TRUE(pair->uses_shared_memory());
     std::vector<float> x{static_cast<float>(rank)};
@@ -119,6 +122,7 @@ TEST(ShmAllreduceTest, SubgroupsOfOneNodeUseItAndInheritTheSwitch) {
                                    .world_size = 4,
                                    .store = store,
                                    .key_prefix = "off/",
+                                   .token = "test-token",
                                    .shared_memory = false});
     auto [off_pair, off_pairs] = new_subgroups(off, 2);
     EXPECT_FALSE(off_pair->uses_shared_memory());
@@ -135,8 +139,10 @@ TEST(ShmAllreduceTest, RanksOfDifferentNodesNeverShareOneSegment) {
   const auto dir = unique_temp_dir("shm_nodes");
   auto result = run_ranks(4, std::chrono::seconds(60), [&](int rank) {
     ::setenv("GROUP_RANK", std::to_string(rank / 2).c_str(), 1);
-    auto world = init_process_group(
-        {.rank = rank, .world_size = 4, .store = std::make_shared<FileStore>(dir)});
+    auto world = init_process_group({.rank = rank,
+                                     .world_size = 4,
+                                     .store = std::make_shared<FileStore>(dir),
+                                     .token = "test-token"});
     EXPECT_FALSE(world->uses_shared_memory());
     EXPECT_TRUE(world->uses_two_level_allreduce());
     auto [node, nodes] = new_subgroups(world, 2);
@@ -174,11 +180,13 @@ TEST(ShmAllreduceTest, TwoLevelAcrossNodesMatchesTcp) {
                                      .world_size = layout.world,
                                      .store = store,
                                      .key_prefix = "two/",
+                                     .token = "test-token",
                                      .timeout = std::chrono::seconds(30)});
       auto tcp = init_process_group({.rank = rank,
                                      .world_size = layout.world,
                                      .store = store,
                                      .key_prefix = "tcp/",
+                                     .token = "test-token",
                                      .timeout = std::chrono::seconds(30),
                                      .shared_memory = false});
       ASSERT_FALSE(two->uses_shared_memory());
@@ -201,8 +209,11 @@ TEST(ShmAllreduceTest, PeerThatExitedIsNamedLongBeforeTheTimeout) {
   options.timeout = std::chrono::seconds(60);
   auto result = run_ranks(3, options, [&](int rank) {
     auto store = std::make_shared<FileStore>(dir);
-    auto pg =
-        init_process_group({.rank = rank, .world_size = 3, .store = store, .timeout = kTimeout});
+    auto pg = init_process_group({.rank = rank,
+                                  .world_size = 3,
+                                  .store = store,
+                                  .token = "test-token",
+                                  .timeout = kTimeout});
     ASSERT_TRUE(pg->uses_shared_memory());
     std::vector<float> x(1000, 1.0f);
     pg->allreduce(std::span<float>(x))->wait();

@@ -25,8 +25,11 @@ TEST(CommTimeoutTest, MissingRankAtCollective_IsNamed) {
   const auto dir = unique_temp_dir("timeout");
   auto result = run_ranks(4, std::chrono::seconds(60), [&](int rank) {
     auto store = std::make_shared<FileStore>(dir);
-    auto pg =
-        init_process_group({.rank = rank, .world_size = 4, .store = store, .timeout = kTimeout});
+    auto pg = init_process_group({.rank = rank,
+                                  .world_size = 4,
+                                  .store = store,
+                                  .token = "test-token",
+                                  .timeout = kTimeout});
     std::vector<float> x(1000, 1.0f);
     pg->allreduce(std::span<float>(x))->wait();  // everyone takes part in #0
     if (rank == 2) {
@@ -69,6 +72,7 @@ TEST(CommTimeoutTest, MissingRankAtInit_IsNamed) {
       init_process_group({.rank = rank,
                           .world_size = 3,
                           .store = std::make_shared<FileStore>(dir),
+                          .token = "test-token",
                           .timeout = std::chrono::milliseconds(1000)});
       ADD_FAILURE() << "init without rank 1 should time out";
     } catch (const Timeout& e) {

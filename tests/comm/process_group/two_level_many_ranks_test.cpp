@@ -47,6 +47,7 @@ TEST(TwoLevelManyRanksTest, WorldOfSeventyTwoRanksInNineNodesTakesTheTwoLevelPat
     auto world = init_process_group({.rank = rank,
                                      .world_size = kWorld,
                                      .store = std::make_shared<FileStore>(dir),
+                                     .token = "test-token",
                                      .timeout = std::chrono::seconds(180)});
     ASSERT_FALSE(world->uses_shared_memory());
     ASSERT_TRUE(world->uses_two_level_allreduce());

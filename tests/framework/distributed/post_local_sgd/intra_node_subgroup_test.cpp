@@ -37,6 +37,7 @@ std::shared_ptr<comm::ProcessGroup> world_with_layout(int rank, int world_size,
                                    .world_size = world_size,
                                    .local_world_size = local_world_size,
                                    .store = std::make_shared<comm::FileStore>(dir),
+                                   .token = "test-token",
                                    .timeout = std::chrono::seconds(20)});
 }
 
