@@ -390,6 +390,25 @@ HSGD_INLINE void add_lanes(const V& acc, double& total) {
 }
 
 template <typename V>
+HSGD_INLINE double dot_row(const float* a, const float* b, int64_t n) {
+  constexpr int kL = Lanes<V>::kCount;
+  V av, bv, acc;
+  double total = 0;
+  int64_t i = 0;
+  while (i + kL <= n) {
+    acc = V{};
+    for (int64_t blk = 0; blk < kSumBlock && i + kL <= n; ++blk, i += kL) {
+      load(av, a + i);
+      load(bv, b + i);
+      acc += av * bv;
+    }
+    add_lanes(acc, total);
+  }
+  for (; i < n; ++i) total += a[i] * b[i];
+  return total;
+}
+
+template <typename V>
 HSGD_INLINE float layer_norm_row(const float* x, const float* w, const float* b, float eps,
                                  float* xhat, float* y, int64_t k) {
   constexpr int kL = Lanes<V>::kCount;
@@ -547,6 +566,14 @@ void softmax_backward_baseline(const float* p, const float* dp, float delta, flo
   softmax_backward_row<V4>(p, dp, delta, ds, n);
 }
 
+HSGD_AVX512_TARGET double dot_avx512(const float* a, const float* b, int64_t n) {
+  return dot_row<V16>(a, b, n);
+}
+HSGD_AVX2_TARGET double dot_avx2(const float* a, const float* b, int64_t n) {
+  return dot_row<V8>(a, b, n);
+}
+double dot_baseline(const float* a, const float* b, int64_t n) { return dot_row<V4>(a, b, n); }
+
 HSGD_AVX512_TARGET float layer_norm_avx512(const float* x, const float* w, const float* b,
                                            float eps, float* xhat, float* y, int64_t k) {
   return layer_norm_row<V16>(x, w, b, eps, xhat, y, k);
@@ -676,6 +703,19 @@ void softmax_backward(const float* p, const float* dp, float delta, float* ds, i
       break;
   }
   softmax_backward_baseline(p, dp, delta, ds, n);
+}
+
+double dot(const float* a, const float* b, int64_t n, Isa isa) {
+  check_isa(isa, "dot");
+  switch (isa) {
+    case Isa::kAvx512:
+      return dot_avx512(a, b, n);
+    case Isa::kAvx2:
+      return dot_avx2(a, b, n);
+    case Isa::kBaseline:
+      break;
+  }
+  return dot_baseline(a, b, n);
 }
 
 float layer_norm(const float* x, const float* weight, const float* bias, float eps, float* xhat,

@@ -1,8 +1,8 @@
 #pragma once
 // Elementwise float math over arrays for the hot activations and softmaxes: exp, exact and
 // tanh-approximate GELU, SiLU, forward and backward; and the row kernels of softmax, attention and
-// LayerNorm (max, scale, softmax backward, LayerNorm forward and backward of one row). For kernel
-// code.
+// LayerNorm (max, scale, dot, softmax backward, LayerNorm forward and backward of one row). For
+// kernel code.
 //
 // Every function reads and writes n contiguous floats; outputs may alias inputs element for
 // element (y == x), not partially overlap them. Each runs the AVX-512, AVX2+FMA or baseline
@@ -22,7 +22,8 @@
 //   silu            x sigmoid(x): within 5 ulp, forward and backward.
 //
 //   max, scale, softmax_backward: exact (every path gives the scalar loop's bits).
-//   layer_norm(_backward): sums in float lanes, moved to double every few hundred elements; the
+//   dot, layer_norm(_backward): sums in float lanes, moved to double every few hundred elements;
+//   the
 //                   results are within a few ulp of a double-precision row (float rounding of
 //                   x - mean and of each product).
 //
@@ -88,6 +89,10 @@ void scale(const float* x, float s, float* y, int64_t n, simd::Isa isa = simd::c
 // given dp, the gradient with respect to p, and delta = sum(p * dp).
 void softmax_backward(const float* p, const float* dp, float delta, float* ds, int64_t n,
                       simd::Isa isa = simd::conv_isa());
+
+// sum(a (n) * b (n)): products and sums in float lanes, moved to double every few hundred
+// elements (as exp_shifted sums).
+double dot(const float* a, const float* b, int64_t n, simd::Isa isa = simd::conv_isa());
 
 // One LayerNorm row x (k), k >= 1: xhat (k) = (x - mean) * rstd and y (k) = xhat * weight + bias,
 // where mean and the biased variance var are x's and rstd = 1 / sqrt(var + eps); returns rstd.

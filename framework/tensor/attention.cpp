@@ -2,11 +2,12 @@
 //
 // Per batch-head, for each block of at most kRowBlock query rows [r0, r1):
 //   forward:  s = q[r0:r1] k^T * scale                      (rows, cols) on sgemm
-//             causal: s[i][j] = -inf for key j > query i
-//             p = softmax(s) row by row; lse[i] = log sum_j exp(s[i][j]) is saved
+//             p = softmax(s) row by row over the keys j <= i (causal) or all, 0 past them;
+//             lse[i] = log sum_j exp(s[i][j]) over those keys is saved
 //             out[r0:r1] = p v                               (rows, Dv) on sgemm
 //   backward: delta[i] = sum_c gout[i][c] * out[i][c]
 //             p = exp(q k^T * scale - lse) recomputed for the block (0 where masked)
+//             (the masked entries of a row are never exponentiated: they are set to 0)
 //             gv += p^T gout[r0:r1];  dp = gout[r0:r1] v^T
 //             ds = p * (dp - delta)
 //             gq[r0:r1] = ds k * scale;  gk += ds^T q[r0:r1] * scale
@@ -47,6 +48,8 @@ struct AttentionDims {
 
   // The keys a block ending (exclusive) at query row r1 needs.
   int64_t cols(int64_t r1) const { return causal ? std::min(s, r1) : s; }
+  // The keys query row i attends to: [0, visible(i)) (at most S).
+  int64_t visible(int64_t i) const { return causal ? std::min(s, i + 1) : s; }
 };
 
 // One head's (rows, cols) matrix inside a tensor: its first entry and its row stride (entries of
@@ -123,17 +126,12 @@ void for_each_head_range(int64_t heads, const Fn& fn) {
   }
 }
 
-// scores (rows, cols) of query rows [r0, r0 + rows) against keys [0, cols), masked entries -inf.
+// scores (rows, cols) of query rows [r0, r0 + rows) against keys [0, cols), unmasked: the
+// callers work on the first dims.visible(r0 + i) entries of row i and zero the rest.
 void block_scores(const AttentionDims& dims, HeadMatrix q, HeadMatrix k, int64_t r0, int64_t rows,
                   int64_t cols, float* scores) {
   sgemm(false, true, rows, cols, dims.d, dims.scale, q.row(r0), q.ld, k.data, k.ld, 0.0f, scores,
         cols);
-  if (!dims.causal) return;
-  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  for (int64_t i = 0; i < rows; ++i) {
-    const int64_t first_masked = std::min(cols, r0 + i + 1);
-    std::fill(scores + i * cols + first_masked, scores + (i + 1) * cols, kNegInf);
-  }
 }
 
 // One batch-head forward: q (T,D), k (S,D), v (S,Dv) -> out (T,Dv) (row stride ldo), lse (T).
@@ -146,10 +144,12 @@ void attention_forward(const AttentionDims& dims, HeadMatrix q, HeadMatrix k, He
     block_scores(dims, q, k, r0, rows, cols, scores.data());
     for (int64_t i = 0; i < rows; ++i) {
       float* row = scores.data() + i * cols;
+      const int64_t visible = std::min(cols, dims.visible(r0 + i));
       // Row r0 + i sees at least key 0 whenever S >= 1, so max is finite.
-      const float max = kernels::vecmath::max(row, cols);
-      const double total = kernels::vecmath::exp_shifted(row, max, row, cols);
-      kernels::vecmath::scale(row, static_cast<float>(1.0 / total), row, cols);
+      const float max = kernels::vecmath::max(row, visible);
+      const double total = kernels::vecmath::exp_shifted(row, max, row, visible);
+      kernels::vecmath::scale(row, static_cast<float>(1.0 / total), row, visible);
+      std::fill(row + visible, row + cols, 0.0f);
       lse[r0 + i] = max + static_cast<float>(std::log(total));
     }
     sgemm(false, false, rows, dims.dv, cols, 1.0f, scores.data(), cols, v.data, v.ld, 0.0f,
@@ -171,9 +171,7 @@ void attention_backward(const AttentionDims& dims, HeadMatrix q, HeadMatrix k, H
                         std::vector<float>& p, std::vector<float>& dp, std::vector<float>& delta) {
   delta.resize(static_cast<size_t>(dims.t));
   for (int64_t i = 0; i < dims.t; ++i) {
-    double sum = 0;
-    for (int64_t c = 0; c < dims.dv; ++c) sum += gout.row(i)[c] * y.row(i)[c];
-    delta[i] = static_cast<float>(sum);
+    delta[i] = static_cast<float>(kernels::vecmath::dot(gout.row(i), y.row(i), dims.dv));
   }
   for (int64_t r0 = 0; r0 < dims.t; r0 += kRowBlock) {
     const int64_t rows = std::min(kRowBlock, dims.t - r0);
@@ -183,15 +181,19 @@ void attention_backward(const AttentionDims& dims, HeadMatrix q, HeadMatrix k, H
     block_scores(dims, q, k, r0, rows, cols, p.data());
     for (int64_t i = 0; i < rows; ++i) {
       float* row = p.data() + i * cols;
-      kernels::vecmath::exp_shifted(row, lse[r0 + i], row, cols);  // masked: exp(-inf) = 0
+      const int64_t visible = std::min(cols, dims.visible(r0 + i));
+      kernels::vecmath::exp_shifted(row, lse[r0 + i], row, visible);
+      std::fill(row + visible, row + cols, 0.0f);
     }
     sgemm(true, false, cols, dims.dv, rows, 1.0f, p.data(), cols, gout.row(r0), gout.ld, 1.0f, g.gv,
           g.ld_gv);
     sgemm(false, true, rows, cols, dims.dv, 1.0f, gout.row(r0), gout.ld, v.data, v.ld, 0.0f,
           dp.data(), cols);
-    for (int64_t i = 0; i < rows; ++i) {  // ds, in place of dp
+    for (int64_t i = 0; i < rows; ++i) {  // ds, in place of dp; 0 where p is masked
       float* row = dp.data() + i * cols;
-      kernels::vecmath::softmax_backward(p.data() + i * cols, row, delta[r0 + i], row, cols);
+      const int64_t visible = std::min(cols, dims.visible(r0 + i));
+      kernels::vecmath::softmax_backward(p.data() + i * cols, row, delta[r0 + i], row, visible);
+      std::fill(row + visible, row + cols, 0.0f);
     }
     sgemm(false, false, rows, dims.d, cols, dims.scale, dp.data(), cols, k.data, k.ld, 0.0f,
           g.gq + r0 * g.ld_gq, g.ld_gq);

@@ -3,8 +3,8 @@
 // and underflow thresholds, +-inf, NaN), on every instruction-set path this CPU can run. Each
 // sweep prints its maximum error in ulps (of the reference, or for a backward of the larger of
 // its two terms, since gelu' and silu' cross zero where a relative error is meaningless). The row
-// kernels (max, scale, softmax backward, LayerNorm forward and backward) are checked on every tail
-// length against the scalar loop's bits or a double-precision row.
+// kernels (max, scale, dot, softmax backward, LayerNorm forward and backward) are checked on every
+// tail length against the scalar loop's bits or a double-precision row.
 
 #include "framework/kernels/vec_math.h"
 
@@ -318,6 +318,22 @@ TEST_P(VecMathTest, RowMaxScaleAndSoftmaxBackwardGiveTheScalarLoopsBits_EveryTai
     }
   }
   EXPECT_EQ(vecmath::max(nullptr, 0, isa), -kInf);
+}
+
+TEST_P(VecMathTest, DotMatchesDoubleReference_EveryTail) {
+  const Isa isa = GetParam();
+  for (int64_t n : kRowLengths) {
+    const std::vector<float> a = test_row(n, 0.73f), b = test_row(n, 1.91f);
+    double expected = 0, magnitude = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      expected += static_cast<double>(a[i]) * b[i];
+      magnitude += std::fabs(static_cast<double>(a[i]) * b[i]);
+    }
+    // Float sums of at most 32 terms per lane before double: a few ulp of the terms' total.
+    EXPECT_NEAR(vecmath::dot(a.data(), b.data(), n, isa), expected, 32 * ulp(magnitude))
+        << "n " << n;
+  }
+  EXPECT_EQ(vecmath::dot(nullptr, nullptr, 0, isa), 0.0);
 }
 
 TEST_P(VecMathTest, LayerNormRowMatchesDoubleReference_EveryTail) {
