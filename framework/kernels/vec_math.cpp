@@ -311,6 +311,13 @@ HSGD_INLINE double exp_shifted_sum(const float* x, float shift, float* y, int64_
   double total = 0;
   int64_t i = 0;
   V xv, e;
+  // A row of at least one vector ends with the vector of its last kL entries, loaded before y
+  // (which may be x) is written; exponentiated again, its entries get the bits they got before,
+  // and only the new ones are summed. (A padded copy stalls on store forwarding, which costs more
+  // than a short row of attention scores.)
+  V last;
+  const bool overlap = n > kL && n % kL != 0;
+  if (overlap) load(last, x + n - kL);
   while (i + kL <= n) {
     V acc{};
     for (int64_t b = 0; b < kSumBlock && i + kL <= n; ++b, i += kL) {
@@ -324,6 +331,13 @@ HSGD_INLINE double exp_shifted_sum(const float* x, float shift, float* y, int64_
   }
   if (i == n) return total;
   const int64_t rest = n - i;
+  if (overlap) {
+    last = last - shift;
+    exp_core<V, false>(last, last, e);
+    store(y + n - kL, e);
+    for (int64_t l = kL - rest; l < kL; ++l) total += e[l];
+    return total;
+  }
   float xb[kL], yb[kL];
   for (int l = 0; l < kL; ++l) xb[l] = -__builtin_inff();  // exp(-inf - shift) = 0
   std::memcpy(xb, x + i, rest * sizeof(float));
