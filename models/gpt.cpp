@@ -59,10 +59,17 @@ class GPT::Block : public nn::Module {
   // h (B,T,C) -> causal self-attention over n_heads heads, (B,T,C)
   Tensor attention(const Tensor& h) {
     const int64_t b = h.size(0), t = h.size(1), c = h.size(2), d = c / n_heads_;
-    const std::vector<Tensor> qkv = split(c_attn_->forward(h), c, 2);  // 3 x (B,T,C)
-    auto heads = [&](const Tensor& x) { return x.reshape({b, t, n_heads_, d}).transpose(1, 2); };
-    const Tensor y = scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]),
-                                                  /*is_causal=*/true);  // (B,H,T,D)
+    // q, k and v (B,T,C) are c_attn's three blocks of rows, one product each: slicing a single
+    // (B,T,3C) output would give each slice's gradient as a zero-filled (B,T,3C) tensor, three of
+    // them summed, where the weight's slices cost (3C,C) each.
+    const Tensor w = c_attn_->weight(), bias = c_attn_->bias();
+    auto heads = [&](int64_t i) {
+      const Tensor x = linear(h, w.narrow(0, i * c, c), bias.narrow(0, i * c, c));  // (B,T,C)
+      return x.reshape({b, t, n_heads_, d}).transpose(1, 2);                        // (B,H,T,D)
+    };
+    // The heads are read in place and y is a (B,H,T,D) view of a (B,T,H,D) buffer, so the
+    // reshape below is a view too.
+    const Tensor y = scaled_dot_product_attention(heads(0), heads(1), heads(2), /*is_causal=*/true);
     return y.transpose(1, 2).reshape({b, t, c});
   }
 

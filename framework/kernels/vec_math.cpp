@@ -21,6 +21,8 @@
 
 #include "framework/kernels/vec_math.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "comm/error.h"
@@ -309,6 +311,13 @@ HSGD_INLINE double exp_shifted_sum(const float* x, float shift, float* y, int64_
   double total = 0;
   int64_t i = 0;
   V xv, e;
+  // A row of at least one vector ends with the vector of its last kL entries, loaded before y
+  // (which may be x) is written; exponentiated again, its entries get the bits they got before,
+  // and only the new ones are summed. (A padded copy stalls on store forwarding, which costs more
+  // than a short row of attention scores.)
+  V last;
+  const bool overlap = n > kL && n % kL != 0;
+  if (overlap) load(last, x + n - kL);
   while (i + kL <= n) {
     V acc{};
     for (int64_t b = 0; b < kSumBlock && i + kL <= n; ++b, i += kL) {
@@ -322,6 +331,13 @@ HSGD_INLINE double exp_shifted_sum(const float* x, float shift, float* y, int64_
   }
   if (i == n) return total;
   const int64_t rest = n - i;
+  if (overlap) {
+    last = last - shift;
+    exp_core<V, false>(last, last, e);
+    store(y + n - kL, e);
+    for (int64_t l = kL - rest; l < kL; ++l) total += e[l];
+    return total;
+  }
   float xb[kL], yb[kL];
   for (int l = 0; l < kL; ++l) xb[l] = -__builtin_inff();  // exp(-inf - shift) = 0
   std::memcpy(xb, x + i, rest * sizeof(float));
@@ -332,6 +348,182 @@ HSGD_INLINE double exp_shifted_sum(const float* x, float shift, float* y, int64_
   std::memcpy(y + i, yb, rest * sizeof(float));
   for (int l = 0; l < kL; ++l) total += e[l];
   return total;
+}
+
+// ---- softmax and layer-norm rows ----
+
+template <typename V>
+HSGD_INLINE float max_row(const float* x, int64_t n) {
+  constexpr int kL = Lanes<V>::kCount;
+  float best = -__builtin_inff();
+  int64_t i = 0;
+  if (n >= kL) {
+    V m, xv;
+    load(m, x);
+    for (i = kL; i + kL <= n; i += kL) {
+      load(xv, x + i);
+      m = xv > m ? xv : m;
+    }
+    for (int l = 0; l < kL; ++l) best = std::max(best, m[l]);
+  }
+  for (; i < n; ++i) best = std::max(best, x[i]);
+  return best;
+}
+
+template <typename V>
+HSGD_INLINE void scale_row(const float* x, float s, float* y, int64_t n) {
+  constexpr int kL = Lanes<V>::kCount;
+  int64_t i = 0;
+  V xv;
+  for (; i + kL <= n; i += kL) {
+    load(xv, x + i);
+    store(y + i, xv * s);
+  }
+  for (; i < n; ++i) y[i] = x[i] * s;
+}
+
+template <typename V>
+HSGD_INLINE void softmax_backward_row(const float* p, const float* dp, float delta, float* ds,
+                                      int64_t n) {
+  constexpr int kL = Lanes<V>::kCount;
+  int64_t i = 0;
+  V pv, dv;
+  for (; i + kL <= n; i += kL) {
+    load(pv, p + i);
+    load(dv, dp + i);
+    store(ds + i, pv * (dv - delta));
+  }
+  for (; i < n; ++i) ds[i] = p[i] * (dp[i] - delta);
+}
+
+// Sums below run in float lanes for kSumBlock vectors at a time, then in double, as
+// exp_shifted's; these add one block's lanes.
+template <typename V>
+HSGD_INLINE void add_lanes(const V& acc, double& total) {
+  for (int l = 0; l < Lanes<V>::kCount; ++l) total += acc[l];
+}
+
+template <typename V>
+HSGD_INLINE double dot_row(const float* a, const float* b, int64_t n) {
+  constexpr int kL = Lanes<V>::kCount;
+  V av, bv, acc;
+  double total = 0;
+  int64_t i = 0;
+  while (i + kL <= n) {
+    acc = V{};
+    for (int64_t blk = 0; blk < kSumBlock && i + kL <= n; ++blk, i += kL) {
+      load(av, a + i);
+      load(bv, b + i);
+      acc += av * bv;
+    }
+    add_lanes(acc, total);
+  }
+  for (; i < n; ++i) total += a[i] * b[i];
+  return total;
+}
+
+template <typename V>
+HSGD_INLINE float layer_norm_row(const float* x, const float* w, const float* b, float eps,
+                                 float* xhat, float* y, int64_t k) {
+  constexpr int kL = Lanes<V>::kCount;
+  const double kd = static_cast<double>(k);
+  V v, acc, wv, bv;
+  double sum = 0;
+  int64_t i = 0;
+  while (i + kL <= k) {
+    acc = V{};
+    for (int64_t blk = 0; blk < kSumBlock && i + kL <= k; ++blk, i += kL) {
+      load(v, x + i);
+      acc += v;
+    }
+    add_lanes(acc, sum);
+  }
+  for (; i < k; ++i) sum += x[i];
+  const float mean = static_cast<float>(sum / kd);
+  double sq = 0;
+  i = 0;
+  while (i + kL <= k) {
+    acc = V{};
+    for (int64_t blk = 0; blk < kSumBlock && i + kL <= k; ++blk, i += kL) {
+      load(v, x + i);
+      v = v - mean;
+      acc += v * v;
+    }
+    add_lanes(acc, sq);
+  }
+  for (; i < k; ++i) {
+    const float d = x[i] - mean;
+    sq += d * d;
+  }
+  const float rstd = static_cast<float>(1.0 / std::sqrt(sq / kd + static_cast<double>(eps)));
+  for (i = 0; i + kL <= k; i += kL) {
+    load(v, x + i);
+    v = (v - mean) * rstd;
+    store(xhat + i, v);
+    if (w != nullptr) {
+      load(wv, w + i);
+      v = v * wv;
+    }
+    if (b != nullptr) {
+      load(bv, b + i);
+      v = v + bv;
+    }
+    store(y + i, v);
+  }
+  for (; i < k; ++i) {
+    float h = (x[i] - mean) * rstd;
+    xhat[i] = h;
+    if (w != nullptr) h = h * w[i];
+    if (b != nullptr) h = h + b[i];
+    y[i] = h;
+  }
+  return rstd;
+}
+
+template <typename V>
+HSGD_INLINE void layer_norm_backward_row(const float* g, const float* xhat, const float* w,
+                                         float rstd, float* gx, int64_t k) {
+  constexpr int kL = Lanes<V>::kCount;
+  const double kd = static_cast<double>(k);
+  V gh, h, wv, acc1, acc2;
+  double s1 = 0, s2 = 0;
+  int64_t i = 0;
+  while (i + kL <= k) {
+    acc1 = V{};
+    acc2 = V{};
+    for (int64_t blk = 0; blk < kSumBlock && i + kL <= k; ++blk, i += kL) {
+      load(gh, g + i);
+      if (w != nullptr) {
+        load(wv, w + i);
+        gh = gh * wv;
+      }
+      load(h, xhat + i);
+      acc1 += gh;
+      acc2 += gh * h;
+    }
+    add_lanes(acc1, s1);
+    add_lanes(acc2, s2);
+  }
+  for (; i < k; ++i) {
+    const float ghs = w != nullptr ? g[i] * w[i] : g[i];
+    s1 += ghs;
+    s2 += ghs * xhat[i];
+  }
+  const float mean_gh = static_cast<float>(s1 / kd);
+  const float mean_ghh = static_cast<float>(s2 / kd);
+  for (i = 0; i + kL <= k; i += kL) {
+    load(gh, g + i);
+    if (w != nullptr) {
+      load(wv, w + i);
+      gh = gh * wv;
+    }
+    load(h, xhat + i);
+    store(gx + i, rstd * (gh - mean_gh - h * mean_ghh));
+  }
+  for (; i < k; ++i) {
+    const float ghs = w != nullptr ? g[i] * w[i] : g[i];
+    gx[i] = rstd * (ghs - mean_gh - xhat[i] * mean_ghh);
+  }
 }
 
 // ---- instantiations per instruction set ----
@@ -359,6 +551,72 @@ __attribute__((target("avx2,fma"))) double exp_shifted_avx2(const float* x, floa
 double exp_shifted_baseline(const float* x, float shift, float* y, int64_t n) {
   return exp_shifted_sum<V4>(x, shift, y, n);
 }
+
+// The row kernels, one wrapper per instruction set (the same three targets as above).
+#define HSGD_AVX512_TARGET __attribute__((target("avx512f,avx2,fma")))
+#define HSGD_AVX2_TARGET __attribute__((target("avx2,fma")))
+
+HSGD_AVX512_TARGET float max_avx512(const float* x, int64_t n) { return max_row<V16>(x, n); }
+HSGD_AVX2_TARGET float max_avx2(const float* x, int64_t n) { return max_row<V8>(x, n); }
+float max_baseline(const float* x, int64_t n) { return max_row<V4>(x, n); }
+
+HSGD_AVX512_TARGET void scale_avx512(const float* x, float s, float* y, int64_t n) {
+  scale_row<V16>(x, s, y, n);
+}
+HSGD_AVX2_TARGET void scale_avx2(const float* x, float s, float* y, int64_t n) {
+  scale_row<V8>(x, s, y, n);
+}
+void scale_baseline(const float* x, float s, float* y, int64_t n) { scale_row<V4>(x, s, y, n); }
+
+HSGD_AVX512_TARGET void softmax_backward_avx512(const float* p, const float* dp, float delta,
+                                                float* ds, int64_t n) {
+  softmax_backward_row<V16>(p, dp, delta, ds, n);
+}
+HSGD_AVX2_TARGET void softmax_backward_avx2(const float* p, const float* dp, float delta, float* ds,
+                                            int64_t n) {
+  softmax_backward_row<V8>(p, dp, delta, ds, n);
+}
+void softmax_backward_baseline(const float* p, const float* dp, float delta, float* ds, int64_t n) {
+  softmax_backward_row<V4>(p, dp, delta, ds, n);
+}
+
+HSGD_AVX512_TARGET double dot_avx512(const float* a, const float* b, int64_t n) {
+  return dot_row<V16>(a, b, n);
+}
+HSGD_AVX2_TARGET double dot_avx2(const float* a, const float* b, int64_t n) {
+  return dot_row<V8>(a, b, n);
+}
+double dot_baseline(const float* a, const float* b, int64_t n) { return dot_row<V4>(a, b, n); }
+
+HSGD_AVX512_TARGET float layer_norm_avx512(const float* x, const float* w, const float* b,
+                                           float eps, float* xhat, float* y, int64_t k) {
+  return layer_norm_row<V16>(x, w, b, eps, xhat, y, k);
+}
+HSGD_AVX2_TARGET float layer_norm_avx2(const float* x, const float* w, const float* b, float eps,
+                                       float* xhat, float* y, int64_t k) {
+  return layer_norm_row<V8>(x, w, b, eps, xhat, y, k);
+}
+float layer_norm_baseline(const float* x, const float* w, const float* b, float eps, float* xhat,
+                          float* y, int64_t k) {
+  return layer_norm_row<V4>(x, w, b, eps, xhat, y, k);
+}
+
+HSGD_AVX512_TARGET void layer_norm_backward_avx512(const float* g, const float* xhat,
+                                                   const float* w, float rstd, float* gx,
+                                                   int64_t k) {
+  layer_norm_backward_row<V16>(g, xhat, w, rstd, gx, k);
+}
+HSGD_AVX2_TARGET void layer_norm_backward_avx2(const float* g, const float* xhat, const float* w,
+                                               float rstd, float* gx, int64_t k) {
+  layer_norm_backward_row<V8>(g, xhat, w, rstd, gx, k);
+}
+void layer_norm_backward_baseline(const float* g, const float* xhat, const float* w, float rstd,
+                                  float* gx, int64_t k) {
+  layer_norm_backward_row<V4>(g, xhat, w, rstd, gx, k);
+}
+
+#undef HSGD_AVX512_TARGET
+#undef HSGD_AVX2_TARGET
 
 void check_isa(Isa isa, const char* op) {
   HSGD_CHECK(simd::isa_supported(isa), "vecmath::", op, ": this CPU cannot run ",
@@ -420,6 +678,88 @@ void silu(const float* x, float* y, int64_t n, Isa isa) {
 
 void silu_backward(const float* g, const float* x, float* gx, int64_t n, Isa isa) {
   run(Op::kSiluBackward, "silu_backward", g, x, gx, n, isa);
+}
+
+float max(const float* x, int64_t n, Isa isa) {
+  check_isa(isa, "max");
+  switch (isa) {
+    case Isa::kAvx512:
+      return max_avx512(x, n);
+    case Isa::kAvx2:
+      return max_avx2(x, n);
+    case Isa::kBaseline:
+      break;
+  }
+  return max_baseline(x, n);
+}
+
+void scale(const float* x, float s, float* y, int64_t n, Isa isa) {
+  check_isa(isa, "scale");
+  switch (isa) {
+    case Isa::kAvx512:
+      return scale_avx512(x, s, y, n);
+    case Isa::kAvx2:
+      return scale_avx2(x, s, y, n);
+    case Isa::kBaseline:
+      break;
+  }
+  scale_baseline(x, s, y, n);
+}
+
+void softmax_backward(const float* p, const float* dp, float delta, float* ds, int64_t n, Isa isa) {
+  check_isa(isa, "softmax_backward");
+  switch (isa) {
+    case Isa::kAvx512:
+      return softmax_backward_avx512(p, dp, delta, ds, n);
+    case Isa::kAvx2:
+      return softmax_backward_avx2(p, dp, delta, ds, n);
+    case Isa::kBaseline:
+      break;
+  }
+  softmax_backward_baseline(p, dp, delta, ds, n);
+}
+
+double dot(const float* a, const float* b, int64_t n, Isa isa) {
+  check_isa(isa, "dot");
+  switch (isa) {
+    case Isa::kAvx512:
+      return dot_avx512(a, b, n);
+    case Isa::kAvx2:
+      return dot_avx2(a, b, n);
+    case Isa::kBaseline:
+      break;
+  }
+  return dot_baseline(a, b, n);
+}
+
+float layer_norm(const float* x, const float* weight, const float* bias, float eps, float* xhat,
+                 float* y, int64_t k, Isa isa) {
+  check_isa(isa, "layer_norm");
+  HSGD_CHECK(k >= 1, "vecmath::layer_norm: row length ", k, " must be >= 1");
+  switch (isa) {
+    case Isa::kAvx512:
+      return layer_norm_avx512(x, weight, bias, eps, xhat, y, k);
+    case Isa::kAvx2:
+      return layer_norm_avx2(x, weight, bias, eps, xhat, y, k);
+    case Isa::kBaseline:
+      break;
+  }
+  return layer_norm_baseline(x, weight, bias, eps, xhat, y, k);
+}
+
+void layer_norm_backward(const float* g, const float* xhat, const float* weight, float rstd,
+                         float* gx, int64_t k, Isa isa) {
+  check_isa(isa, "layer_norm_backward");
+  HSGD_CHECK(k >= 1, "vecmath::layer_norm_backward: row length ", k, " must be >= 1");
+  switch (isa) {
+    case Isa::kAvx512:
+      return layer_norm_backward_avx512(g, xhat, weight, rstd, gx, k);
+    case Isa::kAvx2:
+      return layer_norm_backward_avx2(g, xhat, weight, rstd, gx, k);
+    case Isa::kBaseline:
+      break;
+  }
+  layer_norm_backward_baseline(g, xhat, weight, rstd, gx, k);
 }
 
 }  // namespace hsgd::kernels::vecmath

@@ -1,9 +1,11 @@
-// layer_norm forward and backward.
+// layer_norm forward and backward: one row at a time on vecmath's row kernels, rows split
+// across the pool.
 
 #include <cmath>
 
 #include "comm/error.h"
 #include "framework/autograd/node.h"
+#include "framework/kernels/vec_math.h"
 #include "framework/parallel/parallel.h"
 #include "framework/tensor/nn_ops.h"
 #include "framework/tensor/ops.h"
@@ -54,26 +56,10 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
     float* py = out.data();
     float* ph = xhat.data();
     float* pr = rstd.data();
+    const float eps_f = static_cast<float>(eps);
     parallel_for(0, m, kRowGrain, [&](int64_t lo, int64_t hi) {
       for (int64_t r = lo; r < hi; ++r) {
-        const float* row = px + r * k;
-        double sum = 0;
-        for (int64_t j = 0; j < k; ++j) sum += row[j];
-        const double mean = sum / static_cast<double>(k);
-        double sq = 0;
-        for (int64_t j = 0; j < k; ++j) sq += (row[j] - mean) * (row[j] - mean);
-        const double var = sq / static_cast<double>(k);  // biased, as torch
-        const float inv = static_cast<float>(1.0 / std::sqrt(var + eps));
-        pr[r] = inv;
-        const float mean_f = static_cast<float>(mean);
-        for (int64_t j = 0; j < k; ++j) {
-          const float h = (row[j] - mean_f) * inv;
-          ph[r * k + j] = h;
-          float y = h;
-          if (pw != nullptr) y = y * pw[j];
-          if (pb != nullptr) y = y + pb[j];
-          py[r * k + j] = y;
-        }
+        pr[r] = kernels::vecmath::layer_norm(px + r * k, pw, pb, eps_f, ph + r * k, py + r * k, k);
       }
     });
   }
@@ -93,18 +79,8 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
             // gx = rstd * (gh - mean(gh) - xhat * mean(gh * xhat)), gh = g * weight.
             parallel_for(0, m, kRowGrain, [&](int64_t lo, int64_t hi) {
               for (int64_t r = lo; r < hi; ++r) {
-                double s1 = 0, s2 = 0;
-                for (int64_t j = 0; j < k; ++j) {
-                  const float gh = pw != nullptr ? pg[r * k + j] * pw[j] : pg[r * k + j];
-                  s1 += gh;
-                  s2 += static_cast<double>(gh) * ph[r * k + j];
-                }
-                const float mean_gh = static_cast<float>(s1 / static_cast<double>(k));
-                const float mean_ghh = static_cast<float>(s2 / static_cast<double>(k));
-                for (int64_t j = 0; j < k; ++j) {
-                  const float gh = pw != nullptr ? pg[r * k + j] * pw[j] : pg[r * k + j];
-                  pgx[r * k + j] = pr[r] * (gh - mean_gh - ph[r * k + j] * mean_ghh);
-                }
+                kernels::vecmath::layer_norm_backward(pg + r * k, ph + r * k, pw, pr[r],
+                                                      pgx + r * k, k);
               }
             });
             grads[0] = gx;

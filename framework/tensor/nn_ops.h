@@ -109,7 +109,10 @@ Tensor embedding(const Tensor& weight, const IndexTensor& indices);
 // S must be >= 1. Gradients flow to query, key and value.
 // Fused: per batch-head the (T,S) scores exist only one block of 64 query rows at a time, in the
 // forward and in the backward, which recomputes them from each row's saved log-sum-exp; the
-// extra memory is (...,T) floats plus one block.
+// extra memory is (...,T) floats plus one block. Heads are read in place when the last dim is
+// unit-stride (a (B,H,T,D) transpose of a (B,T,H*D) projection needs no copy); the output and the
+// gradients are laid out in memory as query (resp. key, value) is, so the output of such a query
+// is a (B,H,T,Dv) view of a (B,T,H,Dv) buffer (not contiguous, like torch's transposed results).
 Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
                                     bool is_causal = false,
                                     std::optional<double> scale = std::nullopt);

@@ -2,12 +2,15 @@
 // references over a dense sweep of inputs and the edge cases (0, -0, subnormals, the overflow
 // and underflow thresholds, +-inf, NaN), on every instruction-set path this CPU can run. Each
 // sweep prints its maximum error in ulps (of the reference, or for a backward of the larger of
-// its two terms, since gelu' and silu' cross zero where a relative error is meaningless).
+// its two terms, since gelu' and silu' cross zero where a relative error is meaningless). The row
+// kernels (max, scale, dot, softmax backward, LayerNorm forward and backward) are checked on every
+// tail length against the scalar loop's bits or a double-precision row.
 
 #include "framework/kernels/vec_math.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -276,6 +279,104 @@ TEST_P(VecMathTest, BackwardScalesByGradient_EveryTail) {
       f(g.data(), x.data(), gx.data(), n, isa);
       for (int64_t i = 0; i < n; ++i) {
         EXPECT_NEAR(gx[i], g[i] * d[i], 2 * ulp(g[i] * d[i])) << "n " << n << " index " << i;
+      }
+    }
+  }
+}
+
+// ---- row kernels ----
+
+// Lengths around every lane count (4, 8, 16) and the float partial-sum block (32 vectors).
+const std::vector<int64_t> kRowLengths = {1, 3, 4, 5, 8, 15, 16, 17, 33, 128, 130, 511, 513, 2000};
+
+// A row of n values with a structure that no lane count hides (and an offset, so that the mean
+// matters).
+std::vector<float> test_row(int64_t n, float phase) {
+  std::vector<float> x(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) x[i] = 3.0f + std::sin(phase * static_cast<float>(i + 1)) * 2.0f;
+  return x;
+}
+
+TEST_P(VecMathTest, RowMaxScaleAndSoftmaxBackwardGiveTheScalarLoopsBits_EveryTail) {
+  const Isa isa = GetParam();
+  for (int64_t n : kRowLengths) {
+    std::vector<float> x = test_row(n, 0.73f), dp = test_row(n, 1.91f);
+    x[static_cast<size_t>(n / 2)] = 9.5f;  // the largest, wherever the lanes split the row
+    if (n > 4) x[1] = -kInf;               // masked, as causal attention masks its scores
+    float expected_max = -kInf;
+    for (float v : x) expected_max = std::max(expected_max, v);
+    EXPECT_EQ(vecmath::max(x.data(), n, isa), expected_max) << "n " << n;
+
+    std::vector<float> y(x);  // in place, as attention calls it
+    vecmath::scale(y.data(), 0.37f, y.data(), n, isa);
+    const float delta = 0.61f;
+    std::vector<float> ds(static_cast<size_t>(n));
+    vecmath::softmax_backward(x.data(), dp.data(), delta, ds.data(), n, isa);
+    for (int64_t i = 0; i < n; ++i) {
+      EXPECT_EQ(y[i], x[i] * 0.37f) << "scale: n " << n << " index " << i;
+      EXPECT_EQ(ds[i], x[i] * (dp[i] - delta)) << "softmax_backward: n " << n << " index " << i;
+    }
+  }
+  EXPECT_EQ(vecmath::max(nullptr, 0, isa), -kInf);
+}
+
+TEST_P(VecMathTest, DotMatchesDoubleReference_EveryTail) {
+  const Isa isa = GetParam();
+  for (int64_t n : kRowLengths) {
+    const std::vector<float> a = test_row(n, 0.73f), b = test_row(n, 1.91f);
+    double expected = 0, magnitude = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      expected += static_cast<double>(a[i]) * b[i];
+      magnitude += std::fabs(static_cast<double>(a[i]) * b[i]);
+    }
+    // Float sums of at most 32 terms per lane before double: a few ulp of the terms' total.
+    EXPECT_NEAR(vecmath::dot(a.data(), b.data(), n, isa), expected, 32 * ulp(magnitude))
+        << "n " << n;
+  }
+  EXPECT_EQ(vecmath::dot(nullptr, nullptr, 0, isa), 0.0);
+}
+
+TEST_P(VecMathTest, LayerNormRowMatchesDoubleReference_EveryTail) {
+  const Isa isa = GetParam();
+  const float eps = 1e-5f;
+  for (int64_t n : kRowLengths) {
+    const std::vector<float> x = test_row(n, 0.73f), w = test_row(n, 0.29f), b = test_row(n, 1.37f),
+                             g = test_row(n, 2.11f);
+    double mean = 0, var = 0;
+    for (float v : x) mean += v;
+    mean /= static_cast<double>(n);
+    for (float v : x) var += (v - mean) * (v - mean);
+    var /= static_cast<double>(n);
+    const double rstd = 1 / std::sqrt(var + eps);
+    std::vector<double> h(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) h[i] = (x[i] - mean) * rstd;
+    // With and without the affine parameters.
+    for (bool affine : {true, false}) {
+      std::vector<double> gh(static_cast<size_t>(n));
+      double mean_gh = 0, mean_ghh = 0, gx_scale = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        gh[i] = affine ? static_cast<double>(g[i]) * w[i] : g[i];
+        mean_gh += gh[i] / static_cast<double>(n);
+        mean_ghh += gh[i] * h[i] / static_cast<double>(n);
+        gx_scale = std::max(gx_scale, std::fabs(gh[i]) * rstd);  // the size of gx's terms
+      }
+      std::vector<float> xhat(static_cast<size_t>(n)), y(static_cast<size_t>(n)),
+          gx(static_cast<size_t>(n));
+      const float got_rstd =
+          vecmath::layer_norm(x.data(), affine ? w.data() : nullptr, affine ? b.data() : nullptr,
+                              eps, xhat.data(), y.data(), n, isa);
+      EXPECT_NEAR(got_rstd, rstd, 4 * ulp(rstd)) << "n " << n;
+      vecmath::layer_norm_backward(g.data(), xhat.data(), affine ? w.data() : nullptr, got_rstd,
+                                   gx.data(), n, isa);
+      for (int64_t i = 0; i < n; ++i) {
+        const double expected_y = affine ? h[i] * w[i] + b[i] : h[i];
+        const double expected_gx = rstd * (gh[i] - mean_gh - h[i] * mean_ghh);
+        const char* what = affine ? " (affine)" : "";
+        EXPECT_NEAR(xhat[i], h[i], 8 * ulp(1.0)) << "xhat: n " << n << " index " << i << what;
+        EXPECT_NEAR(y[i], expected_y, 8 * ulp(std::max(1.0, std::fabs(expected_y))))
+            << "y: n " << n << " index " << i << what;
+        EXPECT_NEAR(gx[i], expected_gx, 16 * ulp(gx_scale))
+            << "gx: n " << n << " index " << i << what;
       }
     }
   }

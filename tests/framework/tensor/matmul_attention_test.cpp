@@ -168,6 +168,41 @@ TEST(TensorOpsTest, ScaledDotProductAttention_MatchesComposition_ManyRowBlocks) 
   }
 }
 
+TEST(TensorOpsTest, ScaledDotProductAttention_ReadsStridedHeadsInPlace_SameBitsAsContiguous) {
+  Generator gen(55);
+  const int64_t b = 2, t = 70, h = 3, d = 4;
+  // q, k, v as a GPT splits them from one (B,T,3C) projection: (B,H,T,D) views with row stride
+  // 3C; and a value whose last dim is not unit-stride, which is read through a copy.
+  const Tensor qkv = randn({b, t, 3 * h * d}, gen);
+  const Tensor v_t = randn({b, h, d, t}, gen);
+  const Tensor gout = randn({b, h, t, d}, gen);
+  for (bool causal : {true, false}) {
+    SCOPED_TRACE(causal ? "causal" : "not causal");
+    Tensor base = qkv.clone().set_requires_grad(true);
+    Tensor v_base = v_t.clone().set_requires_grad(true);
+    auto heads = [&](int64_t i) {
+      return base.narrow(2, i * h * d, h * d).reshape({b, t, h, d}).transpose(1, 2);
+    };
+    const Tensor q = heads(0), k = heads(1), v = v_base.transpose(-1, -2);
+    ASSERT_FALSE(q.is_contiguous());
+    Tensor qc = q.detach().contiguous().set_requires_grad(true);
+    Tensor kc = k.detach().contiguous().set_requires_grad(true);
+    Tensor vc = v.detach().contiguous().set_requires_grad(true);
+    Tensor strided = scaled_dot_product_attention(q, k, v, causal);
+    Tensor packed = scaled_dot_product_attention(qc, kc, vc, causal);
+    // The output follows the query's (B,T,H,D) memory order.
+    EXPECT_TRUE(strided.transpose(1, 2).is_contiguous());
+    EXPECT_EQ(strided.to_vector(), packed.to_vector());
+    sum(strided * gout).backward();
+    sum(packed * gout).backward();
+    const Tensor grad_q = base.grad().narrow(2, 0, h * d).reshape({b, t, h, d}).transpose(1, 2);
+    const Tensor grad_k = base.grad().narrow(2, h * d, h * d).reshape({b, t, h, d}).transpose(1, 2);
+    EXPECT_EQ(grad_q.to_vector(), qc.grad().to_vector());
+    EXPECT_EQ(grad_k.to_vector(), kc.grad().to_vector());
+    EXPECT_EQ(v_base.grad().transpose(-1, -2).to_vector(), vc.grad().to_vector());
+  }
+}
+
 TEST(TensorOpsTest, ScaledDotProductAttention_RejectsMismatchedShapes) {
   EXPECT_THAT(error_message([] {
                 scaled_dot_product_attention(zeros({2, 5, 4}), zeros({2, 6, 3}), zeros({2, 6, 4}));
