@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
+#include <new>
 #include <vector>
 
 #include "comm/error.h"
@@ -21,10 +23,25 @@ inline int64_t block_grain(double flops_per_block) {
                            static_cast<int64_t>(kMinChunkFlops / std::max(1.0, flops_per_block)));
 }
 
+// A float buffer aligned to a cache line. glibc's new[] aligns to 16 bytes only, so the kernels'
+// 64-byte vector loads and stores at multiples of 16 floats into a scratch buffer would each
+// straddle two lines.
+struct AlignedFloatsDelete {
+  void operator()(float* p) const noexcept { ::operator delete[](p, std::align_val_t{64}); }
+};
+using AlignedFloats = std::unique_ptr<float[], AlignedFloatsDelete>;
+
+// count floats, uninitialised.
+inline AlignedFloats make_aligned_floats(int64_t count) {
+  const auto bytes = static_cast<size_t>(std::max<int64_t>(1, count)) * sizeof(float);
+  return AlignedFloats(static_cast<float*>(::operator new[](bytes, std::align_val_t{64})));
+}
+
 // One scratch object per chunk of parallel_for(0, blocks, grain, ...) (or per thread of
-// parallel_for_dynamic with the same arguments), all made by the calling thread before the split. Buffers allocated inside the chunks would come from each pool thread's
-// own malloc arena, where freed memory is kept apart: that raised the peak resident memory of a
-// 2-thread ResNet-20 step by about 20%. A chunk takes its object with at(parallel_thread_index()).
+// parallel_for_dynamic with the same arguments), all made by the calling thread before the split.
+// Buffers allocated inside the chunks would come from each pool thread's own malloc arena, where
+// freed memory is kept apart: that raised the peak resident memory of a 2-thread ResNet-20 step by
+// about 20%. A chunk takes its object with at(parallel_thread_index()).
 template <typename Scratch>
 class ChunkScratch {
  public:

@@ -26,10 +26,10 @@ constexpr int64_t kGrainFloats = 16384;
 
 // The column and wide buffers of one thread's blocks; a size of 0 leaves the buffer null.
 struct BlockBuffers {
-  std::unique_ptr<float[]> col, wide;
+  AlignedFloats col, wide;
   BlockBuffers(int64_t col_floats, int64_t wide_floats) {
-    if (col_floats > 0) col = std::make_unique_for_overwrite<float[]>(col_floats);
-    if (wide_floats > 0) wide = std::make_unique_for_overwrite<float[]>(wide_floats);
+    if (col_floats > 0) col = make_aligned_floats(col_floats);
+    if (wide_floats > 0) wide = make_aligned_floats(wide_floats);
   }
 };
 
