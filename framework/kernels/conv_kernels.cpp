@@ -59,6 +59,15 @@ bool input_grad_is_conv(const Conv2dGeometry& g) {
          g.c >= kMinChannelsForTransposedConv;
 }
 
+// Winograd pays per transformed tile and channel; with few input channels (an RGB stem) its
+// products are too short to repay the transforms and the 16 product planes it writes, and the
+// unfolded gemm (27 rows for 3x3 RGB) is cheaper.
+constexpr int64_t kMinChannelsForWinograd = 8;
+
+bool use_winograd(const Conv2dGeometry& g) {
+  return winograd_applies(g) && g.c >= kMinChannelsForWinograd;
+}
+
 // Copies samples [n0, n0+nb) of t (N,K,plane) into wide (K, nb*plane), the layout a blocked
 // gemm reads, and scatter_block copies such a result back.
 void gather_block(const float* t, int64_t k, int64_t plane, int64_t n0, int64_t nb, float* wide) {
@@ -167,7 +176,7 @@ void add_bias(const float* b, const Conv2dGeometry& g, float* y) {
 
 void conv2d_forward(const float* x, const float* w, const float* b, const Conv2dGeometry& g,
                     float* y) {
-  if (winograd_applies(g)) {
+  if (use_winograd(g)) {
     winograd_conv2d_forward(x, w, g, y);
     add_bias(b, g, y);
     return;
@@ -226,7 +235,7 @@ void conv2d_backward(const float* x, const float* w, const float* gy, const Conv
       }
     });
   }
-  if ((gx != nullptr || gw != nullptr) && winograd_applies(g)) {
+  if ((gx != nullptr || gw != nullptr) && use_winograd(g)) {
     winograd_conv2d_backward(x, w, gy, g, gx, gw);
     return;
   }
