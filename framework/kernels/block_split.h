@@ -6,11 +6,11 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
-#include <new>
 #include <vector>
 
 #include "comm/error.h"
 #include "framework/parallel/parallel.h"
+#include "framework/tensor/block_cache.h"
 
 namespace hsgd::kernels {
 
@@ -23,18 +23,22 @@ inline int64_t block_grain(double flops_per_block) {
                            static_cast<int64_t>(kMinChunkFlops / std::max(1.0, flops_per_block)));
 }
 
-// A float buffer aligned to a cache line. glibc's new[] aligns to 16 bytes only, so the kernels'
-// 64-byte vector loads and stores at multiples of 16 floats into a scratch buffer would each
-// straddle two lines.
+// A float buffer from the tensors' block cache (framework/tensor/block_cache.h): aligned to a
+// cache line, so that the kernels' 64-byte vector loads and stores at multiples of 16 floats do
+// not straddle two lines (glibc's new[] aligns to 16 bytes only), and taken again step after step
+// by the same request sizes, where aligned heap allocations fragmented the heap and raised the
+// peak resident memory of a ResNet-20 step by about 5%.
 struct AlignedFloatsDelete {
-  void operator()(float* p) const noexcept { ::operator delete[](p, std::align_val_t{64}); }
+  size_t bytes = 0;
+  void operator()(float* p) const noexcept { hsgd::detail::free_block(p, bytes); }
 };
 using AlignedFloats = std::unique_ptr<float[], AlignedFloatsDelete>;
 
 // count floats, uninitialised.
 inline AlignedFloats make_aligned_floats(int64_t count) {
-  const auto bytes = static_cast<size_t>(std::max<int64_t>(1, count)) * sizeof(float);
-  return AlignedFloats(static_cast<float*>(::operator new[](bytes, std::align_val_t{64})));
+  const size_t bytes = static_cast<size_t>(std::max<int64_t>(1, count)) * sizeof(float);
+  return AlignedFloats(static_cast<float*>(hsgd::detail::allocate_block(bytes)),
+                       AlignedFloatsDelete{bytes});
 }
 
 // One scratch object per chunk of parallel_for(0, blocks, grain, ...) (or per thread of
