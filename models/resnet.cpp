@@ -61,9 +61,9 @@ BasicBlock::BasicBlock(int64_t in_channels, int64_t out_channels, int64_t stride
 
 Tensor BasicBlock::forward(const Tensor& x) {
   Tensor out = bn1_->forward_relu(conv1_->forward(x));  // relu(bn1(conv1(x))), (N,out,H/s,W/s)
-  out = bn2_->forward(conv2_->forward(out));
+  out = conv2_->forward(out);
   const Tensor shortcut = downsample_ ? downsample_->forward(x) : x;
-  return relu(add(out, shortcut));
+  return bn2_->forward_add_relu(out, shortcut);  // relu(bn2(out) + shortcut)
 }
 
 // ---- ResNet ----

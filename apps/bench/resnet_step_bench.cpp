@@ -29,6 +29,7 @@
 #include "apps/bench/resnet_step_measure.h"
 #include "apps/bench/resnet_step_ops.h"
 #include "comm/error.h"
+#include "framework/kernels/conv_simd.h"
 
 extern "C" char* openblas_get_corename(void);
 
@@ -98,9 +99,10 @@ int main(int argc, char** argv) {
     std::map<int, double> peak;
     for (int t : thread_list) peak[t] = sgemm_gflops(t);
     std::printf(
-        "resnet_step_bench: OpenBLAS core %s; median of %d rounds x %d steps (after %d "
-        "warm-up)\n",
-        openblas_get_corename(), rounds, steps, warmup);
+        "resnet_step_bench: conv kernels %s (HSGD_CONV_ISA=avx2 forces AVX2), OpenBLAS core %s; "
+        "median of %d rounds x %d steps (after %d warm-up)\n",
+        hsgd::kernels::simd::isa_name(hsgd::kernels::simd::conv_isa()), openblas_get_corename(),
+        rounds, steps, warmup);
     for (int t : thread_list) {
       std::printf("sgemm 1536^3 at %d thread%s: %.1f GFLOP/s (best of 3)\n", t, t == 1 ? "" : "s",
                   peak[t]);

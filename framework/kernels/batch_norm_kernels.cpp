@@ -107,7 +107,7 @@ void batch_norm_statistics(const float* x, const BatchNormShape& shape, float* m
 
 void batch_norm_normalize(const float* x, const BatchNormShape& shape, const float* mean,
                           const float* invstd, const float* weight, const float* bias, float* y,
-                          bool relu) {
+                          bool relu, const float* residual) {
   const int64_t n = shape.n, c = shape.c, s = shape.s;
   parallel_for(0, n * c, grain_for(s), [&](int64_t lo, int64_t hi) {
     for (int64_t plane = lo; plane < hi; ++plane) {
@@ -115,9 +115,16 @@ void batch_norm_normalize(const float* x, const BatchNormShape& shape, const flo
       // y = x * scale + shift with scale = weight*invstd, shift = bias - mean*scale
       const float scale = (weight != nullptr ? weight[ch] : 1.0f) * invstd[ch];
       const float shift = (bias != nullptr ? bias[ch] : 0.0f) - mean[ch] * scale;
-      const float* xp = x + (i * c + ch) * s;
-      float* yp = y + (i * c + ch) * s;
-      if (relu) {
+      const float* __restrict xp = x + (i * c + ch) * s;
+      float* __restrict yp = y + (i * c + ch) * s;
+      if (residual != nullptr) {
+        const float* __restrict rp = residual + (i * c + ch) * s;
+        if (relu) {
+          for (int64_t k = 0; k < s; ++k) yp[k] = std::max((xp[k] * scale + shift) + rp[k], 0.0f);
+        } else {
+          for (int64_t k = 0; k < s; ++k) yp[k] = (xp[k] * scale + shift) + rp[k];
+        }
+      } else if (relu) {
         // std::max(v, 0) keeps NaN, as relu() does.
         for (int64_t k = 0; k < s; ++k) yp[k] = std::max(xp[k] * scale + shift, 0.0f);
       } else {
@@ -129,8 +136,8 @@ void batch_norm_normalize(const float* x, const BatchNormShape& shape, const flo
 
 void batch_norm_backward(const float* x, const float* gy, const BatchNormShape& shape,
                          const float* mean, const float* invstd, const float* weight,
-                         bool batch_stats, float* gx, float* gw, float* gb,
-                         const float* relu_out) {
+                         bool batch_stats, float* gx, float* gw, float* gb, const float* relu_out,
+                         float* g_residual) {
   const int64_t n = shape.n, c = shape.c, s = shape.s;
   const double count = static_cast<double>(shape.count());
   parallel_for(0, c, grain_for(n * s), [&](int64_t lo, int64_t hi) {
@@ -149,8 +156,6 @@ void batch_norm_backward(const float* x, const float* gy, const BatchNormShape& 
       const double sum_gy_xhat = sum_gy_xc * is;
       if (gw != nullptr) gw[ch] = static_cast<float>(sum_gy_xhat);
       if (gb != nullptr) gb[ch] = static_cast<float>(sum_gy);
-      if (gx == nullptr) continue;
-
       const float scale = (weight != nullptr ? weight[ch] : 1.0f) * is;
       // gx = scale * (gy - mean(gy) - (x - mean) * invstd^2 * mean(gy * (x - mean))); without
       // batch statistics gx = scale * gy. With relu_out, gy counts where relu_out > 0 only.
@@ -160,28 +165,50 @@ void batch_norm_backward(const float* x, const float* gy, const BatchNormShape& 
         const int64_t off = (i * c + ch) * s;
         const float* __restrict g = gy + off;
         const float* __restrict xp = x + off;
-        float* __restrict out = gx + off;
-        if (relu_out != nullptr) {
-          const float* __restrict r = relu_out + off;
-          // g[k] is read unconditionally so that the selects vectorise.
+        float* __restrict out = gx != nullptr ? gx + off : nullptr;
+        float* __restrict res = g_residual != nullptr ? g_residual + off : nullptr;
+        if (relu_out == nullptr) {
+          if (res != nullptr) std::copy(g, g + s, res);
+          if (out == nullptr) continue;
           if (!batch_stats) {
+            for (int64_t k = 0; k < s; ++k) out[k] = g[k] * scale;
+            continue;
+          }
+          for (int64_t k = 0; k < s; ++k) out[k] = scale * (g[k] - gy_mean - (xp[k] - m) * slope);
+          continue;
+        }
+        const float* __restrict r = relu_out + off;
+        // g[k] is read unconditionally so that the selects vectorise.
+        if (res != nullptr) {
+          // The residual's gradient is written in the pass that reads gy for gx.
+          if (out == nullptr) {
             for (int64_t k = 0; k < s; ++k) {
               const float gk = g[k];
-              out[k] = (r[k] > 0.0f ? gk : 0.0f) * scale;
+              res[k] = r[k] > 0.0f ? gk : 0.0f;
             }
             continue;
           }
           for (int64_t k = 0; k < s; ++k) {
             const float gk = g[k];
-            out[k] = scale * ((r[k] > 0.0f ? gk : 0.0f) - gy_mean - (xp[k] - m) * slope);
+            const float masked = r[k] > 0.0f ? gk : 0.0f;
+            res[k] = masked;
+            out[k] =
+                batch_stats ? scale * (masked - gy_mean - (xp[k] - m) * slope) : masked * scale;
           }
           continue;
         }
+        if (out == nullptr) continue;
         if (!batch_stats) {
-          for (int64_t k = 0; k < s; ++k) out[k] = g[k] * scale;
+          for (int64_t k = 0; k < s; ++k) {
+            const float gk = g[k];
+            out[k] = (r[k] > 0.0f ? gk : 0.0f) * scale;
+          }
           continue;
         }
-        for (int64_t k = 0; k < s; ++k) out[k] = scale * (g[k] - gy_mean - (xp[k] - m) * slope);
+        for (int64_t k = 0; k < s; ++k) {
+          const float gk = g[k];
+          out[k] = scale * ((r[k] > 0.0f ? gk : 0.0f) - gy_mean - (xp[k] - m) * slope);
+        }
       }
     }
   });

@@ -26,10 +26,10 @@ constexpr int64_t kGrainFloats = 16384;
 
 // The column and wide buffers of one thread's blocks; a size of 0 leaves the buffer null.
 struct BlockBuffers {
-  std::unique_ptr<float[]> col, wide;
+  AlignedFloats col, wide;
   BlockBuffers(int64_t col_floats, int64_t wide_floats) {
-    if (col_floats > 0) col = std::make_unique_for_overwrite<float[]>(col_floats);
-    if (wide_floats > 0) wide = std::make_unique_for_overwrite<float[]>(wide_floats);
+    if (col_floats > 0) col = make_aligned_floats(col_floats);
+    if (wide_floats > 0) wide = make_aligned_floats(wide_floats);
   }
 };
 
@@ -57,6 +57,15 @@ constexpr int64_t kMinChannelsForTransposedConv = 16;
 bool input_grad_is_conv(const Conv2dGeometry& g) {
   return g.sh == 1 && g.sw == 1 && g.ph < g.kh && g.pw < g.kw && !g.is_pointwise() &&
          g.c >= kMinChannelsForTransposedConv;
+}
+
+// Winograd pays per transformed tile and channel; with few input channels (an RGB stem) its
+// products are too short to repay the transforms and the 16 product planes it writes, and the
+// unfolded gemm (27 rows for 3x3 RGB) is cheaper.
+constexpr int64_t kMinChannelsForWinograd = 8;
+
+bool use_winograd(const Conv2dGeometry& g) {
+  return winograd_applies(g) && g.c >= kMinChannelsForWinograd;
 }
 
 // Copies samples [n0, n0+nb) of t (N,K,plane) into wide (K, nb*plane), the layout a blocked
@@ -167,7 +176,7 @@ void add_bias(const float* b, const Conv2dGeometry& g, float* y) {
 
 void conv2d_forward(const float* x, const float* w, const float* b, const Conv2dGeometry& g,
                     float* y) {
-  if (winograd_applies(g)) {
+  if (use_winograd(g)) {
     winograd_conv2d_forward(x, w, g, y);
     add_bias(b, g, y);
     return;
@@ -226,7 +235,7 @@ void conv2d_backward(const float* x, const float* w, const float* gy, const Conv
       }
     });
   }
-  if ((gx != nullptr || gw != nullptr) && winograd_applies(g)) {
+  if ((gx != nullptr || gw != nullptr) && use_winograd(g)) {
     winograd_conv2d_backward(x, w, gy, g, gx, gw);
     return;
   }

@@ -5,9 +5,9 @@
 //
 // Strategy: unfold a block of samples into a column matrix and multiply by the weight matrix
 // (as PyTorch's slow_conv2d), with conv_gemm.h's products (cblas_sgemm, or on AVX-512 kernels
-// suited to these small operands). 3x3, stride-1, padding-1 convs instead take the Winograd
-// kernels of conv_winograd.h. Samples are unfolded in blocks so that the gemm
-// stays wide when the output map is small (late ResNet stages have 4x4 or 8x8 maps); a 1x1,
+// suited to these small operands). 3x3, stride-1, padding-1 convs with 8 or more input channels
+// instead take the Winograd kernels of conv_winograd.h. Samples are unfolded in blocks so that the
+// gemm stays wide when the output map is small (late ResNet stages have 4x4 or 8x8 maps); a 1x1,
 // stride-1, unpadded conv whose block is a single sample skips the unfold entirely. Backward of
 // a stride-1 conv with 16+ input channels unfolds gy once and gets both gradients from it (gx as
 // a transposed conv with the flipped kernel, gw from the same columns); other convs unfold x for

@@ -9,7 +9,9 @@
 // without AVX-512 never executes its instructions. Vec values only live in locals and arrays,
 // never in by-value parameters, whose ABI would differ between those targets.
 
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 namespace hsgd::kernels::simd {
 
@@ -25,18 +27,15 @@ HSGD_INLINE void store(float* p, const Vec& v) { std::memcpy(p, &v, sizeof(Vec))
 // Widest first: a CPU supports an Isa and every one after it.
 enum class Isa { kAvx512, kAvx2, kBaseline };
 
-// The widest instruction set the running CPU supports, detected once.
-inline Isa conv_isa() {
-  static const Isa isa = [] {
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) return Isa::kAvx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::kAvx2;
-    return Isa::kBaseline;
-  }();
-  return isa;
-}
+// The widest instruction set the kernels may use, chosen once: the widest the running CPU
+// supports, unless the environment variable HSGD_CONV_ISA names a narrower one ("avx2" or
+// "baseline"), which then caps it for the whole process. The cap lets the narrower paths be
+// measured and tested on a wider CPU; a value that names no Isa, or one wider than the CPU
+// supports, is ignored.
+inline Isa conv_isa();
 
-// Whether the running CPU can execute code compiled for isa.
+// Whether code compiled for isa may run: the CPU supports it and HSGD_CONV_ISA does not exclude
+// it.
 inline bool isa_supported(Isa isa) { return static_cast<int>(isa) >= static_cast<int>(conv_isa()); }
 
 // Printable name, for messages and test labels.
@@ -50,6 +49,26 @@ inline const char* isa_name(Isa isa) {
       return "baseline";
   }
   return "?";
+}
+
+// Defined after isa_name, whose names HSGD_CONV_ISA takes.
+inline Isa conv_isa() {
+  static const Isa isa = [] {
+    __builtin_cpu_init();
+    Isa widest = Isa::kBaseline;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) widest = Isa::kAvx2;
+    if (__builtin_cpu_supports("avx512f")) widest = Isa::kAvx512;
+    const char* cap = std::getenv("HSGD_CONV_ISA");
+    if (cap == nullptr) return widest;
+    for (Isa named : {Isa::kAvx512, Isa::kAvx2, Isa::kBaseline}) {
+      if (std::string_view(cap) == isa_name(named) &&
+          static_cast<int>(named) > static_cast<int>(widest)) {
+        return named;
+      }
+    }
+    return widest;
+  }();
+  return isa;
 }
 
 // ---- lane moves on Vec ----

@@ -128,18 +128,22 @@ HSGD_INLINE void every_other(const float* row, V& out) {
 // channels before any is read back, so the vector loads do not wait on the stores.
 struct PaddedPlanes {
   int64_t rows, row_len, plane;
-  std::unique_ptr<float[]> data;
+  AlignedFloats data;
   PaddedPlanes(const TileGrid& g, int64_t channels, int m, int k) {
     rows = g.th * m + k;
     row_len = round_up((g.tw + kLanes) * m + k, kLanes);
     plane = rows * row_len;
-    data = std::make_unique<float[]>(channels * plane);  // zero: the borders stay so
+    data = make_aligned_floats(channels * plane);
+    std::fill(data.get(), data.get() + channels * plane, 0.0f);  // the borders stay zero
   }
-  void fill(const float* x, const TileGrid& g, int64_t channels, int64_t shift) {
+  // Inlined into each ISA's transform, where the row copies compile to that ISA's vectors: a
+  // memcpy call per row (8 to 32 floats) cost more than the copy itself.
+  HSGD_INLINE void fill(const float* x, const TileGrid& g, int64_t channels, int64_t shift) {
     for (int64_t c = 0; c < channels; ++c) {
       for (int64_t r = 0; r < g.h; ++r) {
-        std::memcpy(data.get() + c * plane + (r + shift) * row_len + shift, x + (c * g.h + r) * g.w,
-                    sizeof(float) * g.w);
+        const float* __restrict src = x + (c * g.h + r) * g.w;
+        float* __restrict dst = data.get() + c * plane + (r + shift) * row_len + shift;
+        for (int64_t q = 0; q < g.w; ++q) dst[q] = src[q];
       }
     }
   }
@@ -168,10 +172,9 @@ HSGD_INLINE void collect(const float* padded, int64_t row_len, const TileGrid& g
 // Stage rows of one plane: (alpha^2, stage_ld).
 struct StageRows {
   int64_t ld;
-  std::unique_ptr<float[]> data;
+  AlignedFloats data;
   StageRows(const TileGrid& g, int alpha)
-      : ld(g.per_sample() + 2 * kLanes),
-        data(std::make_unique_for_overwrite<float[]>(alpha * alpha * ld)) {}
+      : ld(g.per_sample() + 2 * kLanes), data(make_aligned_floats(alpha * alpha * ld)) {}
 };
 
 // Whether collect_direct applies: the L tiles of a vector of V are one tile row (a multiple of
@@ -424,14 +427,13 @@ void forward_transformed(const float* x, const float* u, const Conv2dGeometry& g
   const int64_t blocks = (g.n + block - 1) / block;
   const int64_t ld = round_up(block * grid.per_sample() + kLanes, kLanes);
   struct Scratch {
-    std::unique_ptr<float[]> v, m;  // (alpha^2, C, ld) and (alpha^2, K, ld)
+    AlignedFloats v, m;  // (alpha^2, C, ld) and (alpha^2, K, ld)
     PaddedPlanes pad;
     StageRows stage;
   };
   const int64_t grain = block_grain(2.0 * kA2 * c * k * block * grid.per_sample());
   ChunkScratch<Scratch> scratch(blocks, grain, [&] {
-    return Scratch{std::make_unique_for_overwrite<float[]>(kA2 * c * ld),
-                   std::make_unique_for_overwrite<float[]>(kA2 * k * ld),
+    return Scratch{make_aligned_floats(kA2 * c * ld), make_aligned_floats(kA2 * k * ld),
                    PaddedPlanes(grid, c, W::kM, W::kAlpha), StageRows(grid, W::kAlpha)};
   });
   parallel_for_dynamic(0, blocks, grain, [&](int64_t first, int64_t last) {
@@ -513,14 +515,13 @@ void backward(const float* x, const float* w, const float* gy, const Conv2dGeome
   // du_parts[b] (alpha^2, O, C) is block b's share of du.
   auto du_parts = std::make_unique_for_overwrite<float[]>(blocks * du_size);
   struct Scratch {
-    std::unique_ptr<float[]> v, dm;  // (alpha^2, C, ld) and (alpha^2, O, ld)
+    AlignedFloats v, dm;  // (alpha^2, C, ld) and (alpha^2, O, ld)
     PaddedPlanes pad_x, pad_gy;
     StageRows stage;
   };
   const int64_t grain = block_grain(2.0 * kA2 * g.c * g.o * block * grid.per_sample());
   ChunkScratch<Scratch> scratch(blocks, grain, [&] {
-    return Scratch{std::make_unique_for_overwrite<float[]>(kA2 * g.c * ld),
-                   std::make_unique_for_overwrite<float[]>(kA2 * g.o * ld),
+    return Scratch{make_aligned_floats(kA2 * g.c * ld), make_aligned_floats(kA2 * g.o * ld),
                    PaddedPlanes(grid, g.c, W::kM, W::kAlpha), PaddedPlanes(grid, g.o, W::kM, W::kM),
                    StageRows(grid, W::kAlpha)};
   });

@@ -17,12 +17,15 @@ BatchNormBase::BatchNormBase(const char* name, int64_t num_features, double eps,
   num_batches_tracked_ = register_buffer("num_batches_tracked", zeros({}));
 }
 
-Tensor BatchNormBase::normalize(const Tensor& x, bool relu) {
+Tensor BatchNormBase::normalize(const Tensor& x, bool relu, const Tensor& residual) {
   HSGD_CHECK(x.size(1) == num_features_, type_name(), ": input has ", x.size(1),
              " channels (shape ", shape_str(x.shape()),
              "), expected num_features = ", num_features_);
-  Tensor y = (relu ? batch_norm_relu : batch_norm)(x, weight_, bias_, running_mean_, running_var_,
-                                                   is_training(), momentum_, eps_);
+  Tensor y = residual.defined() ? batch_norm_add_relu(x, residual, weight_, bias_, running_mean_,
+                                                      running_var_, is_training(), momentum_, eps_)
+                                : (relu ? batch_norm_relu : batch_norm)(
+                                      x, weight_, bias_, running_mean_, running_var_, is_training(),
+                                      momentum_, eps_);
   if (is_training()) num_batches_tracked_.data()[0] += 1.0f;
   return y;
 }
@@ -43,6 +46,11 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
 Tensor BatchNorm2d::forward_relu(const Tensor& x) {
   check_input(x);
   return normalize(x, true);
+}
+
+Tensor BatchNorm2d::forward_add_relu(const Tensor& x, const Tensor& residual) {
+  check_input(x);
+  return normalize(x, true, residual);
 }
 
 BatchNorm1d::BatchNorm1d(int64_t num_features, double eps, double momentum)

@@ -14,6 +14,7 @@
 //   auto bn = std::make_shared<nn::BatchNorm2d>(16);
 //   Tensor y = bn->forward(x);        // x (N,16,H,W)
 //   Tensor z = bn->forward_relu(x);   // relu(bn->forward(x)) in one pass
+//   Tensor r = bn->forward_add_relu(x, shortcut);   // relu(bn->forward(x) + shortcut), one pass
 //   bn->eval();
 //   auto bn1 = std::make_shared<nn::BatchNorm1d>(64);
 //   Tensor h = bn1->forward(randn({32, 64}, gen));   // (N,C); (N,C,L) normalises over N and L
@@ -40,8 +41,9 @@ class BatchNormBase : public Module {
   // num_features <= 0, eps <= 0 or a momentum outside [0, 1].
   BatchNormBase(const char* name, int64_t num_features, double eps, double momentum);
   // x (N,C,...), its rank checked by the subclass: checks C == num_features (naming the shape),
-  // normalises (with a fused relu when relu) and counts the batch in training mode.
-  Tensor normalize(const Tensor& x, bool relu);
+  // normalises (adding residual when it is defined, then a fused relu when relu) and counts the
+  // batch in training mode.
+  Tensor normalize(const Tensor& x, bool relu, const Tensor& residual = Tensor());
 
  private:
   int64_t num_features_;
@@ -58,6 +60,8 @@ class BatchNorm2d : public BatchNormBase {
   Tensor forward(const Tensor& x) override;
   // relu(forward(x)), computed in one pass (batch_norm_relu): a fusion for models, same results.
   Tensor forward_relu(const Tensor& x);
+  // relu(forward(x) + residual) in one pass (batch_norm_add_relu), residual of x's shape.
+  Tensor forward_add_relu(const Tensor& x, const Tensor& residual);
 
  private:
   void check_input(const Tensor& x) const;

@@ -28,10 +28,11 @@ void update_running(Tensor& running, const std::vector<float>& batch, double mom
   running.copy_(from_vector(std::move(updated)));
 }
 
-// batch_norm, followed by ReLU in the same pass when relu (batch_norm_relu).
+// batch_norm, plus residual when it is defined, then ReLU when relu, all in the same pass
+// (batch_norm_relu, batch_norm_add_relu).
 Tensor batch_norm_impl(const Tensor& x, const Tensor& weight, const Tensor& bias,
                        Tensor running_mean, Tensor running_var, bool training, double momentum,
-                       double eps, bool relu) {
+                       double eps, bool relu, const Tensor& residual = Tensor()) {
   HSGD_CHECK(x.defined(), "batch_norm: input must be defined");
   HSGD_CHECK(x.dim() >= 2, "batch_norm: input must be (N,C), (N,C,L) or (N,C,H,W), got shape ",
              shape_str(x.shape()));
@@ -48,7 +49,13 @@ Tensor batch_norm_impl(const Tensor& x, const Tensor& weight, const Tensor& bias
   const int64_t count = shape.count();
   HSGD_CHECK(count > 0, "batch_norm: input ", shape_str(x.shape()), " is empty");
 
+  if (residual.defined()) {
+    HSGD_CHECK(residual.shape() == x.shape(), "batch_norm_add_relu: residual ",
+               shape_str(residual.shape()), " must have the input's shape ", shape_str(x.shape()));
+  }
+
   const Tensor xc = x.contiguous();
+  const Tensor rc = residual.defined() ? residual.contiguous() : Tensor();
   std::vector<float> mean(c), invstd(c);
   if (training) {
     HSGD_CHECK(count > 1, "batch_norm: training needs more than one value per channel, got input ",
@@ -79,49 +86,61 @@ Tensor batch_norm_impl(const Tensor& x, const Tensor& weight, const Tensor& bias
   const Tensor wc = weight.defined() ? weight.contiguous() : Tensor();
   const Tensor bc = bias.defined() ? bias.contiguous() : Tensor();
   Tensor y = empty(x.shape());
-  kernels::batch_norm_normalize(xc.data(), shape, mean.data(), invstd.data(),
-                                wc.defined() ? wc.data() : nullptr,
-                                bc.defined() ? bc.data() : nullptr, y.data(), relu);
+  kernels::batch_norm_normalize(
+      xc.data(), shape, mean.data(), invstd.data(), wc.defined() ? wc.data() : nullptr,
+      bc.defined() ? bc.data() : nullptr, y.data(), relu, rc.defined() ? rc.data() : nullptr);
 
-  if (autograd::needs_grad({xc, wc, bc})) {
+  if (autograd::needs_grad({xc, wc, bc, rc})) {
     // With relu the output is saved (detached) for ReLU's backward: y > 0 exactly where the
-    // normalised value is.
-    autograd::record(y, relu ? "BatchNormReluBackward" : "BatchNormBackward", {xc, wc, bc},
-                     [x = xc.detach(), w = wc.defined() ? wc.detach() : Tensor(), shape, training,
-                      mean = std::move(mean), invstd = std::move(invstd),
-                      out = relu ? y.detach() : Tensor()](const Tensor& gy,
-                                                          const autograd::NeedsGrad& needs) {
-                       const Tensor gyc = gy.contiguous();
-                       std::vector<Tensor> grads(3);
-                       if (needs[0]) grads[0] = empty(x.shape());
-                       if (needs[1]) grads[1] = empty({shape.c});
-                       if (needs[2]) grads[2] = empty({shape.c});
-                       kernels::batch_norm_backward(x.data(), gyc.data(), shape, mean.data(),
-                                                    invstd.data(), w.defined() ? w.data() : nullptr,
-                                                    training,
-                                                    grads[0].defined() ? grads[0].data() : nullptr,
-                                                    grads[1].defined() ? grads[1].data() : nullptr,
-                                                    grads[2].defined() ? grads[2].data() : nullptr,
-                                                    out.defined() ? out.data() : nullptr);
-                       return grads;
-                     });
+    // value before the ReLU is.
+    const char* name = rc.defined() ? "BatchNormAddReluBackward"
+                       : relu       ? "BatchNormReluBackward"
+                                    : "BatchNormBackward";
+    autograd::record(
+        y, name, {xc, wc, bc, rc},
+        [x = xc.detach(), w = wc.defined() ? wc.detach() : Tensor(), shape, training,
+         mean = std::move(mean), invstd = std::move(invstd),
+         out = relu ? y.detach() : Tensor()](const Tensor& gy, const autograd::NeedsGrad& needs) {
+          const Tensor gyc = gy.contiguous();
+          std::vector<Tensor> grads(4);
+          if (needs[0]) grads[0] = empty(x.shape());
+          if (needs[1]) grads[1] = empty({shape.c});
+          if (needs[2]) grads[2] = empty({shape.c});
+          if (needs[3]) grads[3] = empty(x.shape());
+          kernels::batch_norm_backward(x.data(), gyc.data(), shape, mean.data(), invstd.data(),
+                                       w.defined() ? w.data() : nullptr, training,
+                                       grads[0].defined() ? grads[0].data() : nullptr,
+                                       grads[1].defined() ? grads[1].data() : nullptr,
+                                       grads[2].defined() ? grads[2].data() : nullptr,
+                                       out.defined() ? out.data() : nullptr,
+                                       grads[3].defined() ? grads[3].data() : nullptr);
+          return grads;
+        });
   }
   return y;
 }
 
 }  // namespace
 
+Tensor batch_norm_add_relu(const Tensor& x, const Tensor& residual, const Tensor& weight,
+                           const Tensor& bias, Tensor running_mean, Tensor running_var,
+                           bool training, double momentum, double eps) {
+  HSGD_CHECK(residual.defined(), "batch_norm_add_relu: residual must be defined");
+  return batch_norm_impl(x, weight, bias, std::move(running_mean), std::move(running_var), training,
+                         momentum, eps, true, residual);
+}
+
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor running_mean,
                   Tensor running_var, bool training, double momentum, double eps) {
-  return batch_norm_impl(x, weight, bias, std::move(running_mean), std::move(running_var),
-                         training, momentum, eps, false);
+  return batch_norm_impl(x, weight, bias, std::move(running_mean), std::move(running_var), training,
+                         momentum, eps, false);
 }
 
 Tensor batch_norm_relu(const Tensor& x, const Tensor& weight, const Tensor& bias,
                        Tensor running_mean, Tensor running_var, bool training, double momentum,
                        double eps) {
-  return batch_norm_impl(x, weight, bias, std::move(running_mean), std::move(running_var),
-                         training, momentum, eps, true);
+  return batch_norm_impl(x, weight, bias, std::move(running_mean), std::move(running_var), training,
+                         momentum, eps, true);
 }
 
 }  // namespace hsgd

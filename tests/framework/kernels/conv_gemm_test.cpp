@@ -8,7 +8,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "framework/tensor/ops.h"
@@ -86,6 +88,21 @@ TEST(ConvGemmTest, NtMatchesDirectProduct_OverwriteAndAccumulate) {
       }
     }
   }
+}
+
+// HSGD_CONV_ISA=avx2 caps the kernels' choice on a wider CPU. The ctest entry
+// conv_kernels_test_avx2 runs this suite so; elsewhere the test has nothing to check.
+TEST(ConvIsaTest, EnvironmentCapsTheChoice_Avx2) {
+  const char* cap = std::getenv("HSGD_CONV_ISA");
+  if (cap == nullptr || std::string_view(cap) != "avx2")
+    GTEST_SKIP() << "HSGD_CONV_ISA is not avx2";
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
+    GTEST_SKIP() << "this CPU has no AVX2 + FMA";
+  }
+  EXPECT_EQ(kernels::simd::isa_name(kernels::simd::conv_isa()), std::string("avx2"));
+  EXPECT_FALSE(kernels::simd::isa_supported(kernels::simd::Isa::kAvx512));
+  EXPECT_TRUE(kernels::simd::isa_supported(kernels::simd::Isa::kAvx2));
 }
 
 }  // namespace

@@ -146,8 +146,8 @@ TEST(BatchNormTest, BatchNormRelu_EqualsReluOfBatchNormWithGradients) {
     Shape shape;
     bool training;
   };
-  for (const Case& cs : {Case{{4, 3, 7, 9}, true}, Case{{2, 5, 16, 16}, true},
-                         Case{{6, 4}, true}, Case{{3, 2, 5, 5}, false}}) {
+  for (const Case& cs : {Case{{4, 3, 7, 9}, true}, Case{{2, 5, 16, 16}, true}, Case{{6, 4}, true},
+                         Case{{3, 2, 5, 5}, false}}) {
     const std::string what = shape_str(cs.shape) + (cs.training ? " training" : " eval");
     const int64_t c = cs.shape[1];
     const Tensor x0 = randn(cs.shape, gen), w0 = randn({c}, gen), b0 = randn({c}, gen);
@@ -178,6 +178,60 @@ TEST(BatchNormTest, BatchNormRelu_EqualsReluOfBatchNormWithGradients) {
     testing::expect_near_all(fused.rm, plain.rm, 0, what + " running_mean");
     testing::expect_near_all(fused.rv, plain.rv, 0, what + " running_var");
   }
+}
+
+// batch_norm_add_relu must be relu(batch_norm(...) + residual) exactly: the same output, running
+// statistics and four gradients (the residual's too), in training and eval, with and without the
+// gradient of x.
+TEST(BatchNormTest, BatchNormAddRelu_EqualsReluOfSumWithGradients) {
+  Generator gen(27);
+  struct Case {
+    Shape shape;
+    bool training, x_grad;
+  };
+  for (const Case& cs : {Case{{4, 3, 7, 9}, true, true}, Case{{2, 5, 16, 16}, true, true},
+                         Case{{3, 2, 5, 5}, false, true}, Case{{2, 4, 6, 6}, true, false}}) {
+    const std::string what = shape_str(cs.shape) + (cs.training ? " training" : " eval") +
+                             (cs.x_grad ? "" : " without grad x");
+    const int64_t c = cs.shape[1];
+    const Tensor x0 = randn(cs.shape, gen), r0 = randn(cs.shape, gen);
+    const Tensor w0 = randn({c}, gen), b0 = randn({c}, gen), gout = randn(cs.shape, gen);
+    const Tensor rm0 = randn({c}, gen), rv0 = add(rand({c}, gen), 0.5f);
+    struct Result {
+      std::vector<float> y, gx, gr, gw, gb, rm, rv;
+    };
+    auto run = [&](bool fused) {
+      Tensor x = x0.clone().set_requires_grad(cs.x_grad), r = r0.clone().set_requires_grad(true);
+      Tensor w = w0.clone().set_requires_grad(true), b = b0.clone().set_requires_grad(true);
+      Tensor rm = rm0.clone(), rv = rv0.clone();
+      Tensor y = fused ? batch_norm_add_relu(x, r, w, b, rm, rv, cs.training)
+                       : relu(add(batch_norm(x, w, b, rm, rv, cs.training), r));
+      sum(y * gout).backward();
+      return Result{y.to_vector(),        cs.x_grad ? x.grad().to_vector() : std::vector<float>{},
+                    r.grad().to_vector(), w.grad().to_vector(),
+                    b.grad().to_vector(), rm.to_vector(),
+                    rv.to_vector()};
+    };
+    const Result fused = run(true), plain = run(false);
+    int64_t zeros = 0;
+    for (float v : plain.y) zeros += v == 0.0f;
+    ASSERT_GT(zeros, 0) << what << ": the case must exercise ReLU's zeros";
+    ASSERT_LT(zeros, static_cast<int64_t>(plain.y.size())) << what;
+    testing::expect_near_all(fused.y, plain.y, 0, what + " y");
+    testing::expect_near_all(fused.gx, plain.gx, 0, what + " grad x");
+    testing::expect_near_all(fused.gr, plain.gr, 0, what + " grad residual");
+    testing::expect_near_all(fused.gw, plain.gw, 0, what + " grad weight");
+    testing::expect_near_all(fused.gb, plain.gb, 0, what + " grad bias");
+    testing::expect_near_all(fused.rm, plain.rm, 0, what + " running_mean");
+    testing::expect_near_all(fused.rv, plain.rv, 0, what + " running_var");
+  }
+  Generator bad(28);
+  testing::expect_invalid_argument(
+      [&] {
+        batch_norm_add_relu(randn({2, 3, 4, 4}, bad), randn({2, 3, 4, 5}, bad), ones({3}),
+                            zeros({3}), zeros({3}), ones({3}), true);
+      },
+      "[2, 3, 4, 5]");
 }
 
 TEST(BatchNormTest, BadInput_ThrowsInvalidArgumentNamingValues) {
