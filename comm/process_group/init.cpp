@@ -163,7 +163,7 @@ InitOptions InitOptions::from_env() {
   if (const char* insecure = env("HSGD_INSECURE")) {
     const std::string value = insecure;
     HSGD_CHECK(value == "0" || value == "1", "environment variable HSGD_INSECURE='", value,
-               "' must be 0 (TLS, the default) or 1 (plain TCP, unencrypted)");
+               "' must be 0 (TLS between ranks, the default) or 1 (plain TCP, unencrypted)");
     options.insecure = value == "1";
   }
   if (!options.insecure) {

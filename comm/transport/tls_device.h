@@ -19,10 +19,15 @@
 //   the peer rank); Pair::close() (gloo::Context::closeConnections) fails the pair's pending
 //   operations at once, here and, through the closed socket, on the peer.
 //
-// Usage:
+// Usage (a HashStore here; across processes, a store every rank reaches):
+//   #include <gloo/rendezvous/context.h>
+//   #include <gloo/rendezvous/hash_store.h>
+//   gloo::rendezvous::HashStore store;
+//   const std::string token = "the job token";
 //   auto device = hsgd::comm::transport::create_tls_device(
 //       {.host = "10.0.0.5", .job_id = "job42", .token = token});
-//   context->connectFullMesh(store, device);  // a gloo::rendezvous::Context
+//   auto context = std::make_shared<gloo::rendezvous::Context>(/*rank=*/0, /*size=*/2);
+//   context->connectFullMesh(store, device);
 
 #include <chrono>
 #include <memory>

@@ -22,10 +22,9 @@
 //   silu            x sigmoid(x): within 5 ulp, forward and backward.
 //
 //   max, scale, softmax_backward: exact (every path gives the scalar loop's bits).
-//   dot, layer_norm(_backward): sums in float lanes, moved to double every few hundred elements;
-//   the
-//                   results are within a few ulp of a double-precision row (float rounding of
-//                   x - mean and of each product).
+//   dot, layer_norm(_backward): sums in float lanes, moved to double every few hundred
+//                   elements; the results are within a few ulp of a double-precision row
+//                   (float rounding of x - mean and of each product).
 //
 // A backward's error is in ulps of the larger of its two terms (gelu' = Phi + x phi crosses 0).
 // NaN in gives NaN out. Infinite inputs follow the formulas, as PyTorch 1.13 does: gelu(+inf) =

@@ -12,9 +12,9 @@
 //
 // Usage:
 //   auto bn = std::make_shared<nn::BatchNorm2d>(16);
-//   Tensor y = bn->forward(x);        // x (N,16,H,W)
+//   Tensor out = bn->forward(x);      // x (N,16,H,W)
 //   Tensor z = bn->forward_relu(x);   // relu(bn->forward(x)) in one pass
-//   Tensor r = bn->forward_add_relu(x, shortcut);   // relu(bn->forward(x) + shortcut), one pass
+//   Tensor r = bn->forward_add_relu(x, out);   // relu(bn->forward(x) + out), one pass
 //   bn->eval();
 //   auto bn1 = std::make_shared<nn::BatchNorm1d>(64);
 //   Tensor h = bn1->forward(randn({32, 64}, gen));   // (N,C); (N,C,L) normalises over N and L

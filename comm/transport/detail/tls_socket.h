@@ -9,11 +9,16 @@
 // object is not shared between threads); shutdown() may be called from any thread and makes the
 // other calls fail promptly. Errors are tls::Failure.
 //
-// Usage:
-//   TlsSocket socket(fd, tls::Context::client(), tls::Role::kClient);
+// Usage (fd: a connected non-blocking socket):
+//   namespace tls = hsgd::comm::tls;
+//   int fd = -1;
+//   const std::string token = "the job token";
+//   const std::string identity = tls::psk_identity("data", "job42", "0 -> 1 7");
+//   hsgd::comm::transport::detail::TlsSocket socket(fd, tls::Context::client(),
+//                                                   tls::Role::kClient);
 //   socket.set_client_psk(identity, tls::derive_psk(token, identity));
-//   socket.handshake(deadline);
-//   size_t n = socket.write_some(data, size);  // 0: poll for socket.wants() first
+//   socket.handshake(tls::Clock::now() + std::chrono::seconds(10));
+//   size_t n = socket.write_some("hello", 5);  // 0: poll for socket.wants() first
 
 #include <poll.h>
 #include <signal.h>
