@@ -407,6 +407,7 @@ void ProcessGroup::shutdown(Duration timeout) {
     try {
       store_barrier(*options_.store, options_.key_prefix + "shutdown/", rank(), size(),
                     std::max<Duration>(std::min(slice, left), Duration(1)), {.what = what});
+      wait_until_peers_left_store(what, deadline);
       return;
     } catch (const Timeout&) {
       if (std::chrono::steady_clock::now() >= deadline) throw;
@@ -420,6 +421,27 @@ void ProcessGroup::shutdown(Duration timeout) {
                                        mismatch->message),
                                mismatch->same_ranks);
     }
+  }
+}
+
+void ProcessGroup::wait_until_peers_left_store(const std::string& what,
+                                               std::chrono::steady_clock::time_point deadline) {
+  if (size() == 1) return;
+  // A member that left the barrier above may still be reading its keys; the member hosting the
+  // store (an embedded rendezvous server in options_.resources) must not take it away before
+  // every member is done with it, or that member would wait for a server that is gone.
+  const std::string done = options_.key_prefix + "shutdown_done/";
+  options_.store->set(done + std::to_string(rank()), to_bytes("1"));
+  if (options_.resources == nullptr) return;
+  std::vector<std::string> keys;
+  for (int r = 0; r < size(); ++r) keys.push_back(done + std::to_string(r));
+  const auto left =
+      std::chrono::duration_cast<Duration>(deadline - std::chrono::steady_clock::now());
+  try {
+    options_.store->wait(keys, std::max<Duration>(left, Duration(1)));
+  } catch (const Timeout& e) {
+    logger()->warn("{}: not every member confirmed it left the store it hosts: {}", what,
+                   e.what());
   }
 }
 

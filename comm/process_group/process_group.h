@@ -321,6 +321,11 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   bool uses_two_level_allreduce() const { return two_level_ != nullptr; }
 
  private:
+  // shutdown()'s last phase: each member says it is done with the store; the member holding
+  // options_.resources (the host of an embedded rendezvous server) waits for all of them, until
+  // deadline (a warning, not an error, after it).
+  void wait_until_peers_left_store(const std::string& what,
+                                   std::chrono::steady_clock::time_point deadline);
   // Takes the child id and reads options_ (device, resources...) of the parent.
   friend std::shared_ptr<ProcessGroup> hsgd::detail::make_child_group(
       const std::shared_ptr<ProcessGroup>& parent, std::vector<int> parent_ranks);
