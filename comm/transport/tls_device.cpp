@@ -11,6 +11,7 @@
 
 #include "comm/error.h"
 #include "comm/log.h"
+#include "comm/transport/detail/sockaddr_text.h"
 #include "comm/transport/detail/tls_context.h"
 #include "comm/transport/detail/tls_device_impl.h"
 #include "comm/transport/detail/tls_pair.h"
@@ -18,24 +19,6 @@
 
 namespace hsgd::comm::transport {
 namespace detail {
-namespace {
-
-std::string sockaddr_text(const sockaddr_storage& address) {
-  char host[INET6_ADDRSTRLEN] = "?";
-  int port = 0;
-  if (address.ss_family == AF_INET) {
-    const auto& in = reinterpret_cast<const sockaddr_in&>(address);
-    ::inet_ntop(AF_INET, &in.sin_addr, host, sizeof(host));
-    port = ntohs(in.sin_port);
-  } else if (address.ss_family == AF_INET6) {
-    const auto& in6 = reinterpret_cast<const sockaddr_in6&>(address);
-    ::inet_ntop(AF_INET6, &in6.sin6_addr, host, sizeof(host));
-    port = ntohs(in6.sin6_port);
-  }
-  return std::string(host) + ":" + std::to_string(port);
-}
-
-}  // namespace
 
 TlsDevice::TlsDevice(TlsDeviceOptions options)
     : options_(std::move(options)), bus_id_(), client_context_(tls::Context::client()) {

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "comm/transport/detail/sockaddr_text.h"
 #include "comm/transport/detail/tls_buffers.h"
 #include "comm/transport/detail/tls_context.h"
 #include "comm/transport/detail/tls_device_impl.h"
@@ -24,21 +25,6 @@ WireAddress make_address(TlsDevice& device, int rank) {
   wire.pair_id = device.next_pair_id();
   wire.listen = device.listen_address();
   return wire;
-}
-
-std::string sockaddr_text(const sockaddr_storage& address) {
-  char host[INET6_ADDRSTRLEN] = "?";
-  int port = 0;
-  if (address.ss_family == AF_INET) {
-    const auto& in = reinterpret_cast<const sockaddr_in&>(address);
-    ::inet_ntop(AF_INET, &in.sin_addr, host, sizeof(host));
-    port = ntohs(in.sin_port);
-  } else if (address.ss_family == AF_INET6) {
-    const auto& in6 = reinterpret_cast<const sockaddr_in6&>(address);
-    ::inet_ntop(AF_INET6, &in6.sin6_addr, host, sizeof(host));
-    port = ntohs(in6.sin6_port);
-  }
-  return std::string(host) + ":" + std::to_string(port);
 }
 
 socklen_t sockaddr_length(const sockaddr_storage& address) {
