@@ -105,7 +105,12 @@ void TlsContext::post_recv(TlsUnboundBuffer* buffer, const std::vector<int>& ran
       buffer->fail(why);
       return;
     }
-    if (!it->complete) {  // still arriving: delivered by arrived()
+    if (!it->complete) {  // still arriving: delivered by arrived(), unless its pair failed
+      if (std::string why = pair(it->src).failure(); !why.empty()) {
+        lock.unlock();
+        buffer->fail(why);
+        return;
+      }
       it->claimed_by = buffer;
       it->claimed_target = target;
       return;
@@ -117,6 +122,17 @@ void TlsContext::post_recv(TlsUnboundBuffer* buffer, const std::vector<int>& ran
     buffer->recv_done(src);
     pair(src).acknowledge(tag);
     return;
+  }
+  // No message kept, and a pair that failed before this receive was posted: fail_rank() ran
+  // already, and nothing more comes from that rank. (Checked under match_mu_: fail() records the
+  // failure before fail_rank() takes match_mu_, so a receive is either failed here or found
+  // there. A message that arrived before the failure was taken above.)
+  for (int src : ranks) {
+    if (std::string why = pair(src).failure(); !why.empty()) {
+      lock.unlock();
+      buffer->fail(why);
+      return;
+    }
   }
   posted_.push_back(
       Posted{.buffer = buffer, .ranks = ranks, .tag = tag, .target = target, .nbytes = nbytes});

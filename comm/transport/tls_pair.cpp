@@ -182,12 +182,17 @@ void TlsPair::close() {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) return;
     closed_ = true;
+  }
+  // The reason is recorded before the I/O thread can see closed_ and end, so that the operations
+  // it holds fail with it (an empty reason would wake no waiter).
+  fail("the connection between " + describe() + " was closed by rank " +
+       std::to_string(context_.rank));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
     if (socket_ != nullptr) socket_->shutdown();
     cv_.notify_all();
   }
   wake();
-  fail("the connection between " + describe() + " was closed by rank " +
-       std::to_string(context_.rank));
 }
 
 void TlsPair::wake() {

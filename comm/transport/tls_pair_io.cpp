@@ -47,6 +47,7 @@ void TlsPair::run() {
     std::lock_guard<std::mutex> lock(mu_);
     why = error_;
   }
+  if (why.empty()) why = "TLS transport: the connection between " + describe() + " ended";
   // The operations in flight on this thread, which fail() does not see.
   if (writing_ && current_.unbound != nullptr) current_.unbound->fail(why);
   if (in_payload_ && in_arrival_.buffer != nullptr) in_arrival_.buffer->fail(why);

@@ -44,11 +44,10 @@ Generation make_generation(int64_t number, const std::vector<std::pair<std::stri
 }
 
 ElasticWorldOptions options_for(const std::filesystem::path& dir, const std::string& host,
-                                int local_rank, bool insecure = false) {
+                                int local_rank) {
   return {.node_id = host + "-1-0",
           .init = {.local_rank = local_rank,
-                   .token = insecure ? "" : "test-token",
-                   .insecure = insecure,
+                   .token = "test-token",
                    .timeout = kCollectiveTimeout},
           .store = std::make_shared<FileStore>(dir),
           .join_timeout = seconds(20),
@@ -284,10 +283,7 @@ void check_many_generations(bool one_node) {
                : std::vector<std::pair<std::string, int>>{{"a", 1}, {"b", 1}};
   auto result = run_ranks(2, RunOptions{.timeout = seconds(150)}, [&](int rank) {
     const std::string host = one_node || rank == 0 ? "a" : "b";
-    // Two nodes over plain TCP: over the TLS data plane, one abandoned allreduce in a few dozen
-    // generations waits for the collective timeout instead of failing at rank 0's abort (a
-    // known gap of the TLS transport, not yet found).
-    ElasticWorld elastic(options_for(dir, host, one_node ? rank : 0, /*insecure=*/!one_node));
+    ElasticWorld elastic(options_for(dir, host, one_node ? rank : 0));
     Store& store = elastic.store();
     ProcessUsage warm;
     double max_failure_ms = 0;

@@ -29,6 +29,7 @@
 #include <thread>
 
 #include "comm/tls/tls.h"
+#include "comm/transport/detail/tls_pair.h"
 #include "comm/transport/detail/wire.h"
 #include "comm/transport/tls_device.h"
 #include "tests/support/multiprocess.h"
@@ -409,6 +410,51 @@ TEST(TlsTransportTest, CloseFailsThePendingWaitsOfBothEnds) {
     EXPECT_THROW(buffer->waitRecv(), gloo::IoException) << "rank " << rank;
   });
   EXPECT_RANKS_OK(result);
+}
+
+// A receive posted after its pair failed fails at once, naming the close, instead of waiting for
+// the timeout (the context's 20 s): the failure happened before there was anything to fail.
+TEST(TlsTransportTest, ReceivePostedAfterItsPairFailedFailsAtOnce) {
+  Mesh mesh(Kind::kTls, 2);
+  mesh.connect();
+  mesh.contexts[0]->closeConnections();
+  auto& pair = static_cast<transport::detail::TlsPair&>(*mesh.transports[1]->getPair(0));
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (pair.failure().empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(1ms);
+  }
+  ASSERT_FALSE(pair.failure().empty()) << "rank 1 never saw rank 0 close";
+  int value = 0;
+  auto buffer = mesh.contexts[1]->createUnboundBuffer(&value, sizeof(value));
+  buffer->recv(0, 5);
+  try {
+    buffer->waitRecv();
+    ADD_FAILURE() << "a receive from a closed pair completed";
+  } catch (const gloo::IoException& e) {
+    EXPECT_EQ(std::string(e.what()).find("timed out"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("rank 0"), std::string::npos) << e.what();
+  }
+}
+
+// A rank that closes its own connections fails its own send still waiting for the peer's
+// acknowledgement with the close as the reason, whichever of close() and the pair's I/O thread
+// gets there first (repeated, as the order varies from run to run).
+TEST(TlsTransportTest, ClosingFailsThisRanksUnacknowledgedSendWithTheReason) {
+  for (int round = 0; round < 20; ++round) {
+    Mesh mesh(Kind::kTls, 2);
+    mesh.connect();
+    int value = round;
+    auto buffer = mesh.contexts[0]->createUnboundBuffer(&value, sizeof(value));
+    buffer->send(1, 7);  // rank 1 posts no receive: the send stays unacknowledged
+    mesh.contexts[0]->closeConnections();
+    try {
+      buffer->waitSend();
+      ADD_FAILURE() << "round " << round << ": a send nobody received completed";
+    } catch (const gloo::IoException& e) {
+      ASSERT_NE(std::string(e.what()).find("closed by rank 0"), std::string::npos)
+          << "round " << round << ": " << e.what();
+    }
+  }
 }
 
 // ---- the wire ----
