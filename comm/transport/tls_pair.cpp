@@ -8,6 +8,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -94,11 +95,26 @@ TlsPair::~TlsPair() {
   {
     // Messages already sent go out before the connection closes, as Gloo's TCP pairs write them
     // before send() returns: the ring's last notification must reach a slower peer after this
-    // rank left.
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_until(lock, std::chrono::steady_clock::now() + context_.getTimeout(), [&] {
+    // rank left. Bounded by the context timeout, and by kDrainStall without progress (a link
+    // that is down would otherwise hold the process for the whole timeout).
+    const auto deadline = std::chrono::steady_clock::now() + context_.getTimeout();
+    const auto drained = [&] {
       return (outgoing_.empty() && !writing_) || !error_.empty() || !io_running_;
-    });
+    };
+    std::unique_lock<std::mutex> lock(mu_);
+    uint64_t written = bytes_written_.load(std::memory_order_relaxed);
+    auto stall_until = std::chrono::steady_clock::now() + kDrainStall;
+    while (!drained()) {
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= deadline) break;
+      if (const uint64_t w = bytes_written_.load(std::memory_order_relaxed); w != written) {
+        written = w;
+        stall_until = now + kDrainStall;
+      } else if (now >= stall_until) {
+        break;
+      }
+      cv_.wait_until(lock, std::min({deadline, stall_until, now + std::chrono::milliseconds(100)}));
+    }
   }
   close();
   if (io_.joinable()) io_.join();

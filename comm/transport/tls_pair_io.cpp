@@ -94,6 +94,7 @@ void TlsPair::write_ready() {
       const size_t written = socket_->write_some(data, size);
       if (written == 0) return;  // the socket is full: poll for POLLOUT
       current_done_ += written;
+      bytes_written_.fetch_add(written, std::memory_order_relaxed);
     }
     std::lock_guard<std::mutex> lock(mu_);
     writing_ = false;

@@ -17,6 +17,7 @@
 #include <gloo/transport/address.h>
 #include <gloo/transport/pair.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -137,10 +138,16 @@ class TlsPair : public gloo::transport::Pair {
   const void* write_owner_ = nullptr;  // guarded by mu_: whose memory the I/O thread reads
   const void* read_owner_ = nullptr;   // guarded by mu_: whose memory the I/O thread writes
   std::thread io_;
+  // Bytes the I/O thread handed to TLS so far: the destructor's measure of progress.
+  std::atomic<uint64_t> bytes_written_{0};
 
   // Messages up to this size (header included) are copied into one TLS record: 16 KiB, TLS's
   // largest record.
   static constexpr size_t kCoalesceBytes = 16 << 10;
+  // The destructor stops waiting for queued messages to go out once nothing was written for
+  // this long: the peer stopped reading or the link is gone, and waiting longer only delays the
+  // process's exit (up to the context timeout).
+  static constexpr std::chrono::seconds kDrainStall{5};
 
   // The I/O thread's own state.
   std::vector<char> staged_;  // header and payload of a small message
