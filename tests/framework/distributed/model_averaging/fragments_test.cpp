@@ -20,6 +20,7 @@
 #include "framework/distributed/model_averaging/hierarchical_model_averager.h"
 #include "framework/distributed/model_averaging/hierarchy_text.h"
 #include "framework/distributed/model_averaging/link_peak.h"
+#include "framework/distributed/model_averaging/utils.h"
 #include "tests/support/world.h"
 
 namespace hsgd::distributed {
@@ -191,15 +192,18 @@ TEST_P(FragmentsTest, OneFragment_IsBitIdenticalToNoOption) {
     HierarchicalModelAverager plain_with(parse_hierarchy("4:world@fragments=1"), 0, pg);
     HierarchicalModelAverager plain_without({{4, world}}, 0, pg);
     std::vector<Tensor> a = make_model(rank), b = make_model(rank);
-    std::vector<Tensor> c = make_model(rank), d = make_model(rank);
+    std::vector<Tensor> c = make_model(rank), d = make_model(rank), e = make_model(rank);
     for (int64_t t = 0; t < 12; ++t) {
-      for (auto* m : {&a, &b, &c, &d}) local_step(*m, rank, t);
+      for (auto* m : {&a, &b, &c, &d, &e}) local_step(*m, rank, t);
       with.average_parameters(a);
       without.average_parameters(b);
       plain_with.average_parameters(c);
       plain_without.average_parameters(d);
+      // torch's utils.average_parameters every 4 steps: what a plain level is, bit for bit.
+      if (t % 4 == 0) average_parameters(e, pg);
       ASSERT_EQ(flat(a), flat(b)) << "step " << t;
       ASSERT_EQ(flat(c), flat(d)) << "step " << t;
+      ASSERT_EQ(flat(c), flat(e)) << "step " << t;
     }
     EXPECT_EQ(with.level_stats()[1].bytes, without.level_stats()[1].bytes);
     EXPECT_TRUE(with.state_dict().contains("levels.1.anchor"));
