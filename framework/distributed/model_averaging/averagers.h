@@ -49,7 +49,7 @@
 // every rank, which the contract of ProcessGroup requires; waiting only ever waits for
 // collectives every member has already issued.
 // A pending averaging still in flight at the end of training is merged by finish_pending().
-
+//
 // Usage (post-local SGD: DDP with post_localSGD_hook for 100 steps, then average every 4):
 //   auto averager = std::make_shared<hsgd::distributed::PeriodicModelAverager>(4, 100, pg);
 //   for (const hsgd::data::Batch& batch : loader) {

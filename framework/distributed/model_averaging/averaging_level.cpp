@@ -72,7 +72,7 @@ int64_t AveragingLevel::start(int64_t step, std::span<const float> x, int64_t n_
   HSGD_CHECK(group_ != nullptr, name_, ": not a member of its group");
   const size_t n = x.size();
   const float g = static_cast<float>(group_->size());
-  const auto issued = std::chrono::steady_clock::now();
+  auto issued = std::chrono::steady_clock::now();
   Pending p{.start = step,
             .due = step + delay_,
             .n_params = n_params,
@@ -101,6 +101,7 @@ int64_t AveragingLevel::start(int64_t step, std::span<const float> x, int64_t n_
     }
     bytes = compressed_->start(
         mean_, options_.error_feedback ? std::span<float>(residual_) : std::span<float>());
+    issued = std::chrono::steady_clock::now();  // the ring between nodes starts now
   }
   if (delay_ > 0) p.snapshot.assign(x.begin(), x.end());
   p.transfer = Transfer{.start = seconds_of(issued), .end = 0, .bytes = bytes};
@@ -213,6 +214,7 @@ void AveragingLevel::load(const StateDict& state, const std::string& prefix) {
   }
   if (compressed_) compressed_->wait();
   pending_.reset();
+  received_.reset();
   const auto optional_values = [&](const std::string& key) {
     return state.contains(prefix + key) ? tensor_values(state, prefix + key) : std::vector<float>();
   };
