@@ -60,6 +60,7 @@ std::string MetricsLog::to_json(const MetricsRecord& r) {
            ", \"bytes\": " + std::to_string(level.bytes);
     append_number(out, "seconds", level.seconds);
     append_number(out, "overlap_wait_seconds", level.overlap_wait_seconds);
+    append_number(out, "peak_mb_per_s", level.peak_bytes_per_second / 1e6);
     out += "}";
   }
   out += "]";

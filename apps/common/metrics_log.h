@@ -5,12 +5,14 @@
 //   {"step": 200, "epoch": 2, "wall_s": 61.2, "train_s": 58.9, "train_loss": 0.4123,
 //    "lr": 0.0871, "samples_per_s": 2211.5, "test_loss": 0.3512, "test_accuracy": 0.8731,
 //    "averaging": [{"period": 2, "group_size": 2, "count": 90, "bytes": 98090640,
-//                   "seconds": 1.25}, ...]}
+//                   "seconds": 1.25, "overlap_wait_seconds": 0.0, "peak_mb_per_s": 81.7}, ...]}
 // step counts steps from the start of the run, epoch is 1-based, wall_s and train_s are seconds
 // since the start (train_s without evaluations), train_loss is rank 0's mean loss over the steps
 // since the previous record, test_accuracy a fraction, averaging the averager's cumulative
-// level_stats() (an empty list in --mode ddp). Non-finite numbers are written as null. Elastic
-// runs add a "generation" object to the record of each generation they enter (see below).
+// level_stats() (an empty list in --mode ddp): "bytes" this rank sent at the level, and
+// "peak_mb_per_s" the busiest 100 ms of the level's link (peak_bytes_per_second / 1e6). Non-finite
+// numbers are written as null. Elastic runs add a "generation" object to the record of each
+// generation they enter (see below).
 //
 // Resume: a run resumed from step S keeps the file's complete records with step <= S (those
 // after S are trained again) and appends; wall_s and train_s continue from the last kept record.
@@ -43,7 +45,8 @@ struct MetricsRecord {
   std::optional<double> test_loss = std::nullopt;
   std::optional<double> test_accuracy = std::nullopt;
   std::vector<distributed::AveragingLevelStats> averaging = {};
-  // Elastic runs (the runtime's generations, apps/common/training_run.h) write one record per generation entered:
+  // Elastic runs (the runtime's generations, apps/common/training_run.h) write one record per
+  // generation entered:
   //   "generation": {"number": 2, "nodes": 2, "workers": 4, "change": "lost node ...; joined
   //   node ...", "failure": true, "state_bytes": 4287628, "agreement_ms": 403.1}
   struct Generation {

@@ -111,13 +111,13 @@ std::string describe_mismatch(const ParallelFlags& flags, const runtime::Paralle
 }
 
 void print_averaging_stats(const std::vector<distributed::AveragingLevelStats>& levels) {
-  std::printf("model averaging per level (rank 0): %8s %10s %8s %10s %10s %12s\n", "period",
-              "group_size", "calls", "MB", "seconds", "overlap_wait");
+  std::printf("model averaging per level (rank 0): %8s %10s %8s %10s %10s %12s %12s\n", "period",
+              "group_size", "calls", "MB", "seconds", "overlap_wait", "peak_MB/s");
   for (const distributed::AveragingLevelStats& level : levels) {
-    std::printf("model averaging level: %8lld %10d %8lld %10.3f %10.3f %12.3f\n",
+    std::printf("model averaging level: %8lld %10d %8lld %10.3f %10.3f %12.3f %12.3f\n",
                 static_cast<long long>(level.period), level.group_size,
                 static_cast<long long>(level.calls), static_cast<double>(level.bytes) / 1e6,
-                level.seconds, level.overlap_wait_seconds);
+                level.seconds, level.overlap_wait_seconds, level.peak_bytes_per_second / 1e6);
   }
 }
 

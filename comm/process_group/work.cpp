@@ -34,10 +34,16 @@ std::exception_ptr Work::exception() const {
   return error_;
 }
 
+std::chrono::steady_clock::time_point Work::finished_at() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return finished_at_;
+}
+
 void Work::finish(std::exception_ptr error) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     completed_ = true;
+    finished_at_ = std::chrono::steady_clock::now();
     error_ = std::move(error);
   }
   done_.notify_all();

@@ -11,6 +11,7 @@
 //   // ... compute while the collective runs ...
 //   work->wait();   // rethrows the collective's error, if any
 
+#include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <functional>
@@ -48,6 +49,10 @@ class Work {
   // The error of a completed collective, or nullptr.
   std::exception_ptr exception() const;
 
+  // When the collective finished (the steady clock as finish() read it), so that a caller who
+  // waits late still knows how long the transfer took; time_point{} while not completed.
+  std::chrono::steady_clock::time_point finished_at() const;
+
   const std::string& description() const { return description_; }
 
   // Called once by the thread that ran the collective when it ends (error = nullptr on success).
@@ -59,8 +64,9 @@ class Work {
 
   mutable std::mutex mu_;
   std::condition_variable done_;
-  bool completed_ = false;    // guarded by mu_
-  std::exception_ptr error_;  // guarded by mu_
+  bool completed_ = false;                             // guarded by mu_
+  std::exception_ptr error_;                           // guarded by mu_
+  std::chrono::steady_clock::time_point finished_at_;  // guarded by mu_
 };
 
 }  // namespace hsgd::comm

@@ -21,19 +21,33 @@ std::string carry_key(distributed::LevelOptions level, int world_size) {
   return distributed::describe(level);
 }
 
+// A key of a level's state without its "levels.<i>." prefix: "anchor", or
+// "fragments.<f>.anchor" for a fragmented level (whose fragments carry each their own state).
+std::string level_key(const std::string& key) {
+  return key.substr(key.find('.', std::string("levels.").size()) + 1);
+}
+
+// Whether some key of state ends with the entry `name` ("anchor": a level's or a fragment's).
+bool has_entry(const StateDict& state, const std::string& name) {
+  for (const auto& [key, value] : state.entries()) {
+    if (key == name || key.ends_with("." + name)) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 // Collective over the new world: a top level that keeps state (outer optimizer, compression)
-// continues from the source's anchor and outer momentum, on every rank (a failure during an
-// averaging may have left the survivors' anchors apart), when the source's previous top level
-// was the same level; else it starts afresh (its first averaging is plain). With it, each rank
-// keeps its own error-feedback residual when its previous top level was the same level and left
-// one settled (no averaging pending there, see settled_level_state): the residual is the part of
-// this rank's past contributions that rounding kept back, and adding it to the next averaging
-// delivers it whatever the group (it is in units of the group's sum, so it enters the next mean
-// divided by the new group size). A joiner has contributed nothing and starts at zero; so does a
-// rank whose ring was interrupted. Lower levels always start afresh: their groups change with
-// the membership.
+// continues from the source's anchor and outer momentum (per fragment for a fragmented level), on
+// every rank (a failure during an averaging may have left the survivors' anchors apart), when the
+// source's previous top level was the same level; else it starts afresh (its first averaging is
+// plain). With it, each rank keeps its own error-feedback residual when its previous top level was
+// the same level and left one settled (no averaging pending there, see settled_level_state): the
+// residual is the part of this rank's past contributions that rounding kept back, and adding it to
+// the next averaging delivers it whatever the group (it is in units of the group's sum, so it
+// enters the next mean divided by the new group size). A joiner has contributed nothing and starts
+// at zero; so does a rank whose ring was interrupted. Lower levels always start afresh: their
+// groups change with the membership.
 void Loop::carry_top_level(int source) {
   comm::ProcessGroup& world = *world_;
   distributed::ModelAverager& averager = *parallel_.averager;
@@ -47,11 +61,11 @@ void Loop::carry_top_level(int source) {
   if (world.rank() == source && same_level) {
     for (const auto& [key, value] : top_carry_.state.entries()) {
       const std::string name = key.substr(key.rfind('.') + 1);
-      if (name == "anchor" || name == "outer_momentum") carry.set(name, value);
+      if (name == "anchor" || name == "outer_momentum") carry.set(level_key(key), value);
     }
   }
   carry = broadcast_state(world, source, replica_.step, carry, "the top level's state");
-  if (!carry.contains("anchor")) return;
+  if (!has_entry(carry, "anchor")) return;
   StateDict state;
   state.set("step", replica_.step);
   const std::string level = "levels." + std::to_string(top) + ".";
@@ -61,7 +75,7 @@ void Loop::carry_top_level(int source) {
   if (same_level) {
     for (const auto& [key, value] : top_carry_.state.entries()) {
       if (!key.ends_with(".residual")) continue;
-      state.set(level + "residual", value);
+      state.set(level + level_key(key), value);
       mine[0] = 1;
       for (const float e : std::get<Tensor>(value).to_vector()) {
         mine[1] |= static_cast<int64_t>(e != 0.0f);
@@ -78,9 +92,10 @@ void Loop::carry_top_level(int source) {
     kept += all[r];
     nonzero += all[r + 1];
   }
-  carried_ = str_cat("; top level ", distributed::describe(options),
-                     carry.contains("outer_momentum") ? ": anchor and outer momentum" : ": anchor",
-                     " from rank ", source);
+  carried_ =
+      str_cat("; top level ", distributed::describe(options),
+              has_entry(carry, "outer_momentum") ? ": anchor and outer momentum" : ": anchor",
+              " from rank ", source);
   if (options.error_feedback) {
     carried_ += str_cat(", error-feedback residuals kept on ", kept, " of ", world.size(),
                         " ranks (non-zero on ", nonzero, ")");

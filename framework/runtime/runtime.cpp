@@ -191,6 +191,18 @@ bool Loop::overlapped_world_start() const {
          parallel_.averager->has_pending();
 }
 
+bool Loop::streaming_world_period_start() const {
+  return parallel_.averager && parallel_.averager->started_streaming_whole_group_period_last_step();
+}
+
+void Loop::average_replicas_now() {
+  if (parallel_.averager) parallel_.averager->finish_pending(registered_.model->parameters());
+  std::vector<Tensor> tensors = registered_.model->parameters();
+  tensors.insert(tensors.end(), registered_.average_buffers.begin(),
+                 registered_.average_buffers.end());
+  distributed::AveragedReplicas(world_, std::move(tensors)).keep();
+}
+
 Leave Loop::train_generation() {
   comm::ProcessGroup& world = *world_;
   if (replica_.epoch >= options_.epochs || replica_.step >= replica_.total_steps) {
@@ -227,7 +239,8 @@ Leave Loop::train_generation() {
     ++*batch_;
     if (!elastic_) continue;
     const bool overlapped = overlapped_world_start();
-    if (overlapped || at_world_boundary()) {
+    const bool streaming = streaming_world_period_start();
+    if (overlapped || streaming || at_world_boundary()) {
       // With overlap, the snapshot of the previous world averaging is merged into every replica
       // by now (a level merges before it starts again).
       boundary_step_ = overlapped ? overlapped_start_step_ : replica_.step;
@@ -239,6 +252,8 @@ Leave Loop::train_generation() {
         // No local step since the snapshot: completing the averaging now leaves every replica at
         // the group's result, the same as an averaging without overlap.
         if (overlapped) parallel_.averager->finish_pending(registered_.model->parameters());
+        // A streaming world level: one averaging of the whole model makes the replicas equal.
+        if (streaming && !at_world_boundary()) average_replicas_now();
         boundary_step_ = replica_.step;
         return Leave::kJoin;
       }
@@ -379,8 +394,11 @@ void Loop::maybe_checkpoint(bool end_of_epoch) {
   // Elastic: a checkpoint resumes on any number of nodes only when the replicas are equal, so a
   // due checkpoint waits for the next step where they are (the same step on every rank).
   if (due && checkpoint_due_ < 0) checkpoint_due_ = replica_.step;
-  if (checkpoint_due_ >= 0 && at_world_boundary() &&
-      !(parallel_.averager && parallel_.averager->has_pending())) {
+  // A streaming world level has no such step: its period starts stand for it, and
+  // save_checkpoint averages the replicas there.
+  if (checkpoint_due_ >= 0 &&
+      ((at_world_boundary() && !(parallel_.averager && parallel_.averager->has_pending())) ||
+       streaming_world_period_start())) {
     save_checkpoint();
     checkpoint_due_ = -1;
   }
@@ -393,11 +411,7 @@ void Loop::save_checkpoint(bool preemption) {
   if (elastic_ && !equal) {
     // A preemption between world averagings: the replicas are averaged first, so that the job
     // can resume on any number of nodes (as the survivors of a failure do).
-    if (parallel_.averager) parallel_.averager->finish_pending(registered_.model->parameters());
-    std::vector<Tensor> tensors = registered_.model->parameters();
-    tensors.insert(tensors.end(), registered_.average_buffers.begin(),
-                   registered_.average_buffers.end());
-    distributed::AveragedReplicas(world_, std::move(tensors)).keep();
+    average_replicas_now();
     equal = true;
   }
   checkpointer_->save(replica_.step, {.replicas_equal = equal});

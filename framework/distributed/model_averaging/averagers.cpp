@@ -42,7 +42,8 @@ StateDict ModelAverager::state_dict() const {
     state.set(level + "bytes", stats_[i].bytes);
     state.set(level + "seconds", stats_[i].seconds);
     state.set(level + "overlap_wait_seconds", stats_[i].overlap_wait_seconds);
-    if (i < levels_.size()) levels_[i]->save(state, level);
+    state.set(level + "peak_bytes_per_second", stats_[i].peak_bytes_per_second);
+    for (size_t f = 0; f < levels_.at(i).size(); ++f) levels_[i][f]->save(state, unit_prefix(i, f));
   }
   return state;
 }
@@ -51,7 +52,9 @@ StateDict ModelAverager::settled_level_state(size_t level) const {
   HSGD_CHECK(level < levels_.size(), class_name_, "::settled_level_state: level ", level,
              " does not exist; the averager has ", levels_.size());
   StateDict state;
-  levels_[level]->save_settled(state, "levels." + std::to_string(level) + ".");
+  for (size_t f = 0; f < levels_[level].size(); ++f) {
+    levels_[level][f]->save_settled(state, unit_prefix(level, f));
+  }
   return state;
 }
 
@@ -63,7 +66,7 @@ void ModelAverager::load_state_dict(const StateDict& state) {
              stats_.size(), " levels ('", extra, "' exists)");
   for (size_t i = 0; i < stats_.size(); ++i) {
     const std::string level = "levels." + std::to_string(i) + ".";
-    levels_.at(i)->load(state, level);
+    for (size_t f = 0; f < levels_.at(i).size(); ++f) levels_[i][f]->load(state, unit_prefix(i, f));
     if (!state.contains(level + "calls")) continue;
     stats_[i].calls = state.get_int(level + "calls");
     stats_[i].bytes = state.get_int(level + "bytes");
@@ -71,12 +74,17 @@ void ModelAverager::load_state_dict(const StateDict& state) {
     if (state.contains(level + "overlap_wait_seconds")) {
       stats_[i].overlap_wait_seconds = state.get_double(level + "overlap_wait_seconds");
     }
+    if (state.contains(level + "peak_bytes_per_second")) {
+      peaks_[i].keep_at_least(state.get_double(level + "peak_bytes_per_second"));
+      stats_[i].peak_bytes_per_second = peaks_[i].bytes_per_second();
+    }
   }
   step_ = step;
   // The step before the restored one was a checkpoint's step: whether it averaged over the
   // whole group is not recorded, so do not claim it.
   whole_group_step_ = -1;
   whole_group_start_step_ = -1;
+  streaming_period_start_step_ = -1;
 }
 
 void ModelAverager::average_at_level(size_t level, const std::vector<Tensor>& params,
@@ -91,17 +99,23 @@ void ModelAverager::average_at_level(size_t level, const std::vector<Tensor>& pa
   const auto start = std::chrono::steady_clock::now();
   const int64_t bytes =
       flat_.average(to_average, options_.average_buffers, *group, level_labels_[level]);
-  const std::chrono::duration<double> spent = std::chrono::steady_clock::now() - start;
+  const auto end = std::chrono::steady_clock::now();
+  const std::chrono::duration<double> spent = end - start;
   if (group->size() == pg_->size()) whole_group_step_ = whole_group_start_step_ = step_;
   AveragingLevelStats& s = stats_.at(level);
   s.calls += 1;
   s.bytes += bytes;
   s.seconds += spent.count();
+  const auto seconds = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(t.time_since_epoch()).count();
+  };
+  peaks_.at(level).add(seconds(start), seconds(end), bytes);
+  s.peak_bytes_per_second = peaks_[level].bytes_per_second();
 }
 
 void ModelAverager::add_level(const LevelOptions& options,
                               std::shared_ptr<comm::ProcessGroup> group) {
-  if (options.overlap_steps > options.period && pg_->rank() == 0) {
+  if (merge_delay(options) > options.period && pg_->rank() == 0) {
     // The schedule (averagers.h) merges a pending averaging before the level's next one.
     comm::logger()->warn(
         "{} level {} ({}): overlap_steps {} exceeds the period {}, but an averaging is merged "
@@ -110,113 +124,21 @@ void ModelAverager::add_level(const LevelOptions& options,
         class_name_, levels_.size(), describe(options), options.overlap_steps, options.period,
         options.period, options.period);
   }
-  levels_.push_back(std::make_unique<detail::AveragingLevel>(levels_.size(), options, group));
+  // One unit per fragment; each compressed one makes its own node and leader groups (a
+  // collective over group), so that fragments in flight together never share a ring.
+  std::vector<Unit> units;
+  for (int64_t f = 0; f < options.fragments; ++f) {
+    units.push_back(std::make_unique<detail::AveragingLevel>(levels_.size(), options, group,
+                                                             options.fragments == 1 ? -1 : f));
+  }
+  levels_.push_back(std::move(units));
   level_options_.push_back(options);
+  fragments_.emplace_back();
+  peaks_.emplace_back(0.1);
   // A node level's groups differ in size (3 + 1 ranks): count this rank's.
   const int group_size =
       options.group_size == kNodeGroup && group != nullptr ? group->size() : options.group_size;
   stats_.push_back(AveragingLevelStats{.period = options.period, .group_size = group_size});
-}
-
-bool ModelAverager::has_pending() const {
-  for (const auto& level : levels_) {
-    if (level->pending()) return true;
-  }
-  return false;
-}
-
-std::vector<Tensor> ModelAverager::pack(const std::vector<Tensor>& params, int64_t& n_params) {
-  std::vector<Tensor> tensors = get_params_to_average(params);
-  n_params = flat_numel(tensors);
-  tensors.insert(tensors.end(), options_.average_buffers.begin(), options_.average_buffers.end());
-  x_.resize(static_cast<size_t>(flat_numel(tensors)));
-  flatten_into(tensors, x_);
-  return tensors;
-}
-
-void ModelAverager::complete_level(size_t level) {
-  for (size_t below = 0; below < level; ++below) {
-    if (levels_[below]->pending()) complete_level(below);
-  }
-  const auto start = std::chrono::steady_clock::now();
-  detail::AveragingLevel& current = *levels_[level];
-  const bool overlapped = current.options().overlap_steps > 0;
-  const double waited = current.receive();
-  if (overlapped) stats_[level].overlap_wait_seconds += waited;
-  const std::span<const float> result = current.complete(x_);
-  for (size_t below = 0; below < level; ++below) levels_[below]->reset_anchor(result);
-  if (!overlapped && current.group()->size() == pg_->size()) whole_group_step_ = step_;
-  const std::chrono::duration<double> spent = std::chrono::steady_clock::now() - start;
-  stats_[level].seconds += spent.count();
-}
-
-void ModelAverager::check_tensors_once(const std::vector<Tensor>& params) {
-  if (tensors_checked_) return;
-  const std::vector<Tensor> to_average = get_params_to_average(params);
-  std::vector<detail::TensorEntry> entries = detail::describe_tensors(to_average, "parameter");
-  const auto buffers = detail::describe_tensors(options_.average_buffers, "buffer");
-  entries.insert(entries.end(), buffers.begin(), buffers.end());
-  detail::check_same_tensors(*pg_, class_name_, entries,
-                             "what to average (parameters with a gradient, then buffers)");
-  tensors_checked_ = true;
-}
-
-void ModelAverager::average_step(int level, const std::vector<Tensor>& params) {
-  check_tensors_once(params);
-  bool due = false, settle = false, anchored_below = false;
-  for (size_t l = 0; l < levels_.size(); ++l) {
-    const bool at_or_below = level >= 0 && l <= static_cast<size_t>(level);
-    due |= levels_[l]->pending() && levels_[l]->due_step() <= step_;
-    settle |= at_or_below && levels_[l]->pending();
-    anchored_below |= at_or_below && static_cast<int>(l) < level && is_anchored(level_options_[l]);
-  }
-  const bool plain = level >= 0 && levels_[level]->plain();
-  if (!due && !settle && !anchored_below && (level < 0 || plain)) {
-    // Plain averaging, exactly as torch's (and hsgd's before level options).
-    if (level >= 0) average_at_level(static_cast<size_t>(level), params, levels_[level]->group());
-    return;
-  }
-  int64_t n_params = 0;
-  const std::vector<Tensor> tensors = pack(params, n_params);
-  for (size_t l = 0; l < levels_.size(); ++l) {
-    if (levels_[l]->pending() && levels_[l]->due_step() <= step_) complete_level(l);
-  }
-  if (level >= 0) {
-    const auto top = static_cast<size_t>(level);
-    for (size_t l = 0; l <= top; ++l) {
-      if (levels_[l]->pending()) complete_level(l);
-    }
-    detail::AveragingLevel& current = *levels_[top];
-    if (plain) {
-      unflatten_from(x_, tensors);
-      average_at_level(top, params, current.group());
-      flatten_into(tensors, x_);
-      for (size_t below = 0; below < top; ++below) levels_[below]->reset_anchor(x_);
-    } else if (current.group() != nullptr) {
-      const auto start = std::chrono::steady_clock::now();
-      stats_[top].calls += 1;
-      stats_[top].bytes += current.start(step_, x_, n_params);
-      if (current.group()->size() == pg_->size()) whole_group_start_step_ = step_;
-      const std::chrono::duration<double> spent = std::chrono::steady_clock::now() - start;
-      stats_[top].seconds += spent.count();
-      if (current.options().overlap_steps == 0) complete_level(top);
-    }
-  }
-  unflatten_from(x_, tensors);
-}
-
-void ModelAverager::finish_pending(const std::vector<Tensor>& params) {
-  if (!has_pending()) return;
-  int64_t n_params = 0;
-  const std::vector<Tensor> tensors = pack(params, n_params);
-  for (size_t l = 0; l < levels_.size(); ++l) {
-    if (levels_[l]->pending()) complete_level(l);
-  }
-  unflatten_from(x_, tensors);
-}
-
-void ModelAverager::finish_pending(const std::vector<ParamGroup>& groups) {
-  finish_pending(get_params_to_average(groups));
 }
 
 void ModelAverager::check_buffers_on_all_ranks() {
@@ -262,6 +184,11 @@ PeriodicModelAverager::PeriodicModelAverager(LevelOptions level, int64_t warmup_
         pg_->rank(), pg_->name());
   }
   add_level(level, pg_);
+}
+
+bool PeriodicModelAverager::fragment_starts(size_t, int64_t offset, int64_t step) const {
+  const int64_t since = step - warmup_steps_;
+  return since >= offset && (since - offset) % period_ == 0;
 }
 
 void PeriodicModelAverager::average_parameters(const std::vector<Tensor>& params) {

@@ -19,22 +19,35 @@
 // - Beyond torch: options.average_buffers are averaged with the parameters (BatchNorm running
 //   statistics); level_stats() counts, per level, the averagings, payload bytes and seconds.
 // - Beyond torch: each level may take LevelOptions (level_options.h): an outer optimizer
-//   (DiLoCo), overlap with the next steps, 16-, 8- or 4-bit compression. The constructors without
-//   LevelOptions build plain levels, which average exactly as before (bit for bit).
+//   (DiLoCo), overlap with the next steps, 16-, 8- or 4-bit compression, streaming in fragments.
+//   The constructors without LevelOptions build plain levels, which average exactly as before (bit
+//   for bit).
 //
-// Schedule of levels with options (the arithmetic of one level is in averaging_level.h). At each
-// call, in this order:
-//   1. every pending (overlapped) averaging whose due step (start + overlap_steps) is <= step
-//      completes, lowest level first;
-//   2. if level L averages at this step: every pending averaging of a level <= L completes first
-//      (so an averaging whose overlap reaches past the level's next averaging is waited for
-//      then, and a higher level never averages over a lower level's half-merged state); then
-//      L starts, and completes at once when its overlap_steps is 0.
-// Whenever level L completes (with result R, identical on every member of its group), pending
-// averagings of the levels below complete first, and then the anchored levels below take R as
-// their anchor: their next pseudo-gradient is the local progress since L's result, not L's own
-// move. Collectives are issued in this order on every rank, which the contract of ProcessGroup
-// requires; waiting only ever waits for collectives every member has already issued.
+// Schedule of levels with options (the arithmetic of one level is in averaging_level.h). A level
+// with fragments = F >= 2 (streaming) is F units, one per fragment (fragments.h: whole parameter
+// tensors, balanced bytes, the option buffers in the last); any other level is one unit over the
+// whole model. Unit f of a level of period H starts at the steps of offset o_f = f * H / F within
+// the period: PeriodicModelAverager at step >= warmup_steps with (step - warmup_steps - o_f) % H
+// == 0; HierarchicalModelAverager at step >= warmup_steps with step % H == o_f when no level
+// above averages at that step (for o_0 = 0 that is the level's usual step; a level above
+// averages the whole model over a larger group, which makes the fragment redundant). Each unit
+// merges merge_delay() steps after its start (level_options.h: overlap_steps, or H / F for a
+// fragmented level without overlap). At each call, in this order:
+//   1. every pending averaging whose due step (start + delay) is <= step completes, lowest level
+//      first, fragments in order;
+//   2. for each unit starting at this step, lowest level first, fragments in order: every
+//      pending averaging of a lower level completes first, and so does the unit's own previous
+//      one (an overlap reaching past the unit's next start is waited for then; a higher level
+//      never averages over a lower level's half-merged state); then the unit starts, and
+//      completes at once when its delay is 0. Other fragments of its level in flight stay in
+//      flight: that is the streaming.
+// Whenever a unit of level L completes (with result R over its part of the model, identical on
+// every member of its group), pending averagings of the levels below complete first, and then
+// the anchored levels below take R as their anchor on that part (an anchored unit below that
+// has no anchor yet and is covered only in part keeps none): their next pseudo-gradient is the
+// local progress since L's result, not L's own move. Collectives are issued in this order on
+// every rank, which the contract of ProcessGroup requires; waiting only ever waits for
+// collectives every member has already issued.
 // A pending averaging still in flight at the end of training is merged by finish_pending().
 //
 // Usage (post-local SGD: DDP with post_localSGD_hook for 100 steps, then average every 4):
@@ -54,7 +67,9 @@
 #include <vector>
 
 #include "comm/process_group/process_group.h"
+#include "framework/distributed/model_averaging/fragments.h"
 #include "framework/distributed/model_averaging/level_options.h"
+#include "framework/distributed/model_averaging/link_peak.h"
 #include "framework/distributed/model_averaging/utils.h"
 #include "framework/tensor/tensor.h"
 #include "framework/train/optimizer.h"
@@ -74,7 +89,9 @@ struct ModelAveragerOptions {
 struct AveragingLevelStats {
   int64_t period = 0;
   int group_size = 0;  // ranks of this rank's group at the level (a node level: its node's)
-  int64_t calls = 0;   // averagings run (started) at this level
+  // Averagings run (started) at this level; with fragments, each fragment's averaging counts
+  // one, so bytes / calls is what one averaging puts on the link.
+  int64_t calls = 0;
   // This rank's payload on the wire, summed over calls: 4 bytes per averaged element in float32.
   // Compressed averagings count what this rank sends between nodes (compressed_average.h): a
   // node leader about 4 (N - 1) / N bytes per element for N nodes, the other members 0.
@@ -86,6 +103,11 @@ struct AveragingLevelStats {
   // > 0) that had not arrived by the step they merged at. Zero when the overlap hid the
   // collective: its computation window (overlap_steps steps) was at least its transfer time.
   double overlap_wait_seconds = 0.0;
+  // The busiest 100 ms of the level's link on this rank: the most bytes of `bytes` that fall into
+  // any 100 ms window, each collective's bytes spread uniformly from its issue to its end
+  // (link_peak.h), per second. Streaming (fragments) lowers it: the same bytes spread over the
+  // period.
+  double peak_bytes_per_second = 0.0;
 };
 
 // Base class.
@@ -118,7 +140,8 @@ class ModelAverager {
   void finish_pending(const std::vector<Tensor>& params);
   void finish_pending(const std::vector<ParamGroup>& groups);
   // Whether the last average_parameters call averaged over the whole process group, so that
-  // every replica's parameters are equal now (a checkpoint then may resume on another world
+  // every replica's parameters are equal now (never for a fragmented level, which averages part
+  // of the model at a time) (a checkpoint then may resume on another world
   // size; see framework/checkpoint/checkpointer.h).
   bool averaged_whole_group_last_step() const { return whole_group_step_ == step_ - 1; }
   // Whether the last average_parameters call started an averaging over the whole process group,
@@ -128,17 +151,26 @@ class ModelAverager {
   bool started_whole_group_averaging_last_step() const {
     return whole_group_start_step_ == step_ - 1;
   }
+  // Whether the last average_parameters call started the period of a fragmented level over the
+  // whole process group (its fragment 0). Such a level never leaves the replicas equal (its
+  // fragments average at different steps); its period starts are where a program that needs
+  // equal replicas (an elastic join) averages them itself.
+  bool started_streaming_whole_group_period_last_step() const {
+    return streaming_period_start_step_ == step_ - 1;
+  }
 
   // For checkpoints: "step" (int64) and per level i "levels.<i>.{calls,bytes}" (int64) and
-  // "levels.<i>.{seconds,overlap_wait_seconds}" (double), so level_stats() keep counting across a
-  // resume; and the state of the level options, when it exists: "levels.<i>.anchor",
-  // "levels.<i>.outer_momentum", "levels.<i>.residual" (flat float tensors) and, for an averaging
-  // in flight, "levels.<i>.pending.{start,due,n_params,first}" (int64) with
+  // "levels.<i>.{seconds,overlap_wait_seconds,peak_bytes_per_second}" (double), so level_stats()
+  // keep counting across a resume; and the state of the level options, when it exists:
+  // "levels.<i>.anchor", "levels.<i>.outer_momentum", "levels.<i>.residual" (flat float tensors)
+  // and, for an averaging in flight, "levels.<i>.pending.{start,due,n_params,first}" (int64) with
   // "levels.<i>.pending.mean" (the group mean D it received: state_dict() waits for it) and
-  // "levels.<i>.pending.snapshot". A resumed averager thus merges at the same step with the same
-  // values.
+  // "levels.<i>.pending.snapshot". A level with fragments >= 2 keeps the same entries per
+  // fragment f under "levels.<i>.fragments.<f>." instead (a state without them starts the
+  // fragments afresh). A resumed averager thus merges at the same step with the same values.
   virtual StateDict state_dict() const;
-  // "levels.<level>.anchor" and "levels.<level>.outer_momentum" (those that exist), as in
+  // "levels.<level>.anchor" and "levels.<level>.outer_momentum" (those that exist; per fragment
+  // under "levels.<level>.fragments.<f>." for a fragmented level), as in
   // state_dict(), of the averagings that completed: never waits, so it may be called after the
   // group failed (an averaging in flight is left out). With no averaging of the level pending,
   // also this rank's "levels.<level>.residual" (error feedback; left out while one is pending,
@@ -159,10 +191,14 @@ class ModelAverager {
   void average_at_level(size_t level, const std::vector<Tensor>& params, comm::ProcessGroup* group);
   // Appends a level (its stats too); group is this rank's group at the level.
   void add_level(const LevelOptions& options, std::shared_ptr<comm::ProcessGroup> group);
-  // One call of the schedule (see the file comment): `level` averages at step_ (-1: none).
+  // One call of the schedule (see the file comment): `level` averages at step_ (-1: none), and
+  // the fragments of fragmented levels whose fragment_starts() says so.
   // Plain levels without pending or anchored levels below take average_at_level, unchanged.
   // Does not advance step_. The first call checks the tensors (check_tensors_once).
   void average_step(int level, const std::vector<Tensor>& params);
+  // Whether the fragment of `level` at `offset` (fragment_offset, > 0) within the level's
+  // period starts at `step` (the file comment states the rule of each averager).
+  virtual bool fragment_starts(size_t level, int64_t offset, int64_t step) const = 0;
   // Collective over pg_, once (the first call; later calls return at once): every rank averages
   // parameters and buffers of the same shapes. It runs before the first averaging starts, so
   // it never queues on pg_ behind an overlapped averaging in flight (a lower level's first
@@ -180,19 +216,38 @@ class ModelAverager {
   int64_t step_ = 0;
   int64_t whole_group_step_ = -1;        // the last step whose averaging covered the whole group
   int64_t whole_group_start_step_ = -1;  // the last step that started one (overlapped or not)
+  int64_t streaming_period_start_step_ = -1;  // the last step that started a fragmented world
+                                              // level's fragment 0
   std::vector<AveragingLevelStats> stats_;
 
  private:
-  // Completes level's pending averaging into x_ (lower pending levels first) and resets the
-  // anchors of the levels below.
-  void complete_level(size_t level);
-  // Packs the averaged tensors into x_ (parameters with a gradient, then buffers); returns them.
-  std::vector<Tensor> pack(const std::vector<Tensor>& params, int64_t& n_params);
+  using Unit = std::unique_ptr<detail::AveragingLevel>;
+  // Completes the pending averaging of fragment f of level (one unit: f = 0 for a level
+  // without fragments) into x_, lower pending levels first, and resets the anchors of the
+  // levels below on its part of x_.
+  void complete_unit(size_t level, size_t f);
+  // The anchored units of the levels below `level` take r, the common value of x_'s values
+  // [at, at + r.size()), as their anchor there.
+  void reset_anchors_below(size_t level, std::span<const float> r, size_t at);
+  // Values [offset, offset + size) of x_ that unit f of level averages, and its parameters.
+  detail::Fragment part(size_t level, size_t f) const;
+  // Packs the averaged tensors into x_ (parameters with a gradient, then buffers) and splits it
+  // into the fragments of the fragmented levels; returns the tensors.
+  std::vector<Tensor> pack(const std::vector<Tensor>& params);
+  // "levels.<level>." for a level without fragments, else "levels.<level>.fragments.<f>.".
+  std::string unit_prefix(size_t level, size_t f) const;
 
   FlatAverager flat_;
   std::vector<LevelOptions> level_options_;
-  std::vector<std::unique_ptr<detail::AveragingLevel>> levels_;
+  std::vector<std::vector<Unit>> levels_;  // [level][fragment]: one unit without fragments
+  std::vector<detail::LinkPeak> peaks_;    // per level
   std::vector<float> x_;                   // (n,) the averaged tensors, flat, during average_step
+  int64_t n_params_ = 0;                   // of x_, the parameters with a gradient
+  // The fragments of each level (empty for a level without fragments), split at the last pack
+  // from param_sizes_ (the sizes of the parameters with a gradient) and n_buffers_.
+  std::vector<std::vector<detail::Fragment>> fragments_;
+  std::vector<int64_t> param_sizes_;
+  int64_t n_buffers_ = -1;
   bool tensors_checked_ = false;           // check_tensors_once ran
   std::vector<std::string> level_labels_;  // "averager 2:4" per level, for failure reports
 };
@@ -222,6 +277,9 @@ class PeriodicModelAverager : public ModelAverager {
 
   int64_t period() const { return period_; }
   int64_t warmup_steps() const { return warmup_steps_; }
+
+ protected:
+  bool fragment_starts(size_t level, int64_t offset, int64_t step) const override;
 
  private:
   const int64_t period_;

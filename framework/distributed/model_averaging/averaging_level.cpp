@@ -19,11 +19,20 @@ std::vector<float> tensor_values(const StateDict& state, const std::string& key)
   return state.get_tensor(key).to_vector();
 }
 
+double seconds_of(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(t.time_since_epoch()).count();
+}
+
 }  // namespace
 
 AveragingLevel::AveragingLevel(size_t index, LevelOptions options,
-                               std::shared_ptr<comm::ProcessGroup> group)
-    : index_(index), options_(std::move(options)), group_(std::move(group)) {
+                               std::shared_ptr<comm::ProcessGroup> group, int64_t fragment)
+    : index_(index),
+      options_(std::move(options)),
+      group_(std::move(group)),
+      delay_(merge_delay(options_)),
+      name_(fragment < 0 ? str_cat("model averaging level ", index)
+                         : str_cat("model averaging level ", index, " fragment ", fragment)) {
   if (group_ != nullptr && options_.compression != Compression::kNone && group_->size() >= 2) {
     compressed_ = std::make_unique<CompressedAverage>(group_, options_.compression,
                                                       options_.compression_scale);
@@ -31,7 +40,7 @@ AveragingLevel::AveragingLevel(size_t index, LevelOptions options,
   // Compression rounds only what crosses a node: a group on one node (a group of one rank
   // included) averages in float32, so the option does nothing there. Said once per group.
   if (group_ != nullptr && options_.compression != Compression::kNone && group_->rank() == 0 &&
-      (compressed_ == nullptr || compressed_->nodes() == 1)) {
+      fragment <= 0 && (compressed_ == nullptr || compressed_->nodes() == 1)) {
     comm::logger()->warn(
         "model averaging level {} ({}): the {} ranks of group '{}' are on one node, so "
         "compression {}{} does nothing there: values are rounded only between nodes, and this "
@@ -46,29 +55,30 @@ AveragingLevel::~AveragingLevel() {
   try {
     pending_->work->wait(group_->timeout());
   } catch (const std::exception& e) {
-    comm::logger()->warn("model averaging level {}: the averaging in flight failed: {}", index_,
-                         e.what());
+    comm::logger()->warn("{}: the averaging in flight failed: {}", name_, e.what());
   }
 }
 
 void AveragingLevel::check_size(const char* what, size_t expected, size_t got) const {
-  HSGD_CHECK(expected == got, "model averaging level ", index_, " (", describe(options_),
-             "): ", what, " holds ", expected, " values but the averaged tensors have ", got,
+  HSGD_CHECK(expected == got, name_, " (", describe(options_), "): ", what, " holds ", expected,
+             " values but the averaged tensors have ", got,
              "; with an outer optimizer, overlap or compression the parameters with a gradient "
              "(and the buffers) must stay the same from one averaging to the next");
 }
 
 int64_t AveragingLevel::start(int64_t step, std::span<const float> x, int64_t n_params) {
-  HSGD_CHECK(!pending_, "model averaging level ", index_, ": started at step ", step,
-             " while the averaging of step ", pending_->start, " is pending");
-  HSGD_CHECK(group_ != nullptr, "model averaging level ", index_, ": not a member of its group");
+  HSGD_CHECK(!pending_, name_, ": started at step ", step, " while the averaging of step ",
+             pending_->start, " is pending");
+  HSGD_CHECK(group_ != nullptr, name_, ": not a member of its group");
   const size_t n = x.size();
   const float g = static_cast<float>(group_->size());
+  auto issued = std::chrono::steady_clock::now();
   Pending p{.start = step,
-            .due = step + options_.overlap_steps,
+            .due = step + delay_,
             .n_params = n_params,
             .snapshot = {},
-            .work = nullptr};
+            .work = nullptr,
+            .transfer = {}};
   p.first = anchored() && anchor_.empty();
   if (anchored() && !p.first) check_size("the anchor", anchor_.size(), n);
   mean_.resize(n);
@@ -91,24 +101,31 @@ int64_t AveragingLevel::start(int64_t step, std::span<const float> x, int64_t n_
     }
     bytes = compressed_->start(
         mean_, options_.error_feedback ? std::span<float>(residual_) : std::span<float>());
+    issued = std::chrono::steady_clock::now();  // the ring between nodes starts now
   }
-  if (options_.overlap_steps > 0) p.snapshot.assign(x.begin(), x.end());
+  if (delay_ > 0) p.snapshot.assign(x.begin(), x.end());
+  p.transfer = Transfer{.start = seconds_of(issued), .end = 0, .bytes = bytes};
   pending_ = std::move(p);
   return bytes;
 }
 
 double AveragingLevel::receive() {
-  HSGD_CHECK(pending_.has_value(), "model averaging level ", index_, ": nothing to receive");
+  HSGD_CHECK(pending_.has_value(), name_, ": nothing to receive");
   Pending& p = *pending_;
   if (p.received) return 0.0;
   const auto start = std::chrono::steady_clock::now();
   if (p.work) {
     p.work->wait(group_->timeout());
+    p.transfer.end = seconds_of(p.work->finished_at());
     p.work.reset();
   } else {
     compressed_->wait();  // leaves D in mean_ (compressed_average.h)
+    p.transfer.end = compressed_->leader() && compressed_->nodes() >= 2
+                         ? seconds_of(compressed_->ring_finished_at())
+                         : seconds_of(std::chrono::steady_clock::now());
   }
   p.received = true;
+  received_ = p.transfer;
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
@@ -130,7 +147,7 @@ void AveragingLevel::outer_step(std::span<const float> gradient) {
 }
 
 std::span<const float> AveragingLevel::complete(std::span<float> x) {
-  HSGD_CHECK(pending_.has_value(), "model averaging level ", index_, ": nothing to complete");
+  HSGD_CHECK(pending_.has_value(), name_, ": nothing to complete");
   receive();
   const Pending& p = *pending_;
   check_size("the averaging in flight", mean_.size(), x.size());
@@ -155,8 +172,19 @@ std::span<const float> AveragingLevel::complete(std::span<float> x) {
 }
 
 void AveragingLevel::reset_anchor(std::span<const float> r) {
-  HSGD_CHECK(!pending_, "model averaging level ", index_, ": anchor reset while pending");
+  HSGD_CHECK(!pending_, name_, ": anchor reset while pending");
   if (anchored()) anchor_.assign(r.begin(), r.end());
+}
+
+void AveragingLevel::reset_anchor_part(std::span<const float> r, size_t at) {
+  HSGD_CHECK(!pending_, name_, ": anchor reset while pending");
+  if (!anchored() || anchor_.empty()) return;
+  check_size("the anchor", anchor_.size(), std::max(anchor_.size(), at + r.size()));
+  std::copy(r.begin(), r.end(), anchor_.begin() + static_cast<std::ptrdiff_t>(at));
+}
+
+std::optional<AveragingLevel::Transfer> AveragingLevel::take_transfer() {
+  return std::exchange(received_, std::nullopt);
 }
 
 void AveragingLevel::save(StateDict& state, const std::string& prefix) {
@@ -186,6 +214,7 @@ void AveragingLevel::load(const StateDict& state, const std::string& prefix) {
   }
   if (compressed_) compressed_->wait();
   pending_.reset();
+  received_.reset();
   const auto optional_values = [&](const std::string& key) {
     return state.contains(prefix + key) ? tensor_values(state, prefix + key) : std::vector<float>();
   };
@@ -199,7 +228,8 @@ void AveragingLevel::load(const StateDict& state, const std::string& prefix) {
             .first = state.get_int(prefix + "pending.first") != 0,
             .received = true,
             .snapshot = {},
-            .work = nullptr};
+            .work = nullptr,
+            .transfer = {}};
   mean_ = tensor_values(state, prefix + "pending.mean");
   p.snapshot = optional_values("pending.snapshot");
   HSGD_CHECK(p.snapshot.empty() || p.snapshot.size() == mean_.size(), "load_state_dict: ", prefix,

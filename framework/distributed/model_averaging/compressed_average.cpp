@@ -57,7 +57,10 @@ int64_t CompressedAverage::start(std::span<float> buffer, std::span<float> resid
   buffer_ = buffer;
   if (leaders_ == nullptr) return 0;
   // 2. 16-bit ring over the leaders, in the background
-  job_ = std::async(std::launch::async, [this, buffer, residual] { ring(buffer, residual); });
+  job_ = std::async(std::launch::async, [this, buffer, residual] {
+    ring(buffer, residual);
+    ring_finished_at_ = std::chrono::steady_clock::now();
+  });
   const auto c = static_cast<int64_t>((buffer.size() + nodes_ - 1) / nodes_);
   return 2 * (nodes_ - 1) * packed_words(compression_, c) * static_cast<int64_t>(sizeof(int64_t));
 }

@@ -41,6 +41,7 @@
 //   const int64_t bytes = avg.start(payload, residual);           // payload in, D out
 //   avg.wait();                                                   // throws the collectives' errors
 
+#include <chrono>
 #include <cstdint>
 #include <future>
 #include <memory>
@@ -78,6 +79,9 @@ class CompressedAverage {
 
   int nodes() const { return nodes_; }
   bool leader() const { return leader_; }
+  // When step 2 (the ring between nodes) of the averaging waited for last ended on this
+  // leader (valid after wait() on a leader of N >= 2 nodes).
+  std::chrono::steady_clock::time_point ring_finished_at() const { return ring_finished_at_; }
 
  private:
   // Step 2 on a leader: the ring over the leaders; buffer holds s in, T out.
@@ -92,9 +96,10 @@ class CompressedAverage {
   std::shared_ptr<comm::ProcessGroup> node_;     // this rank's node (null: alone on it)
   std::shared_ptr<comm::ProcessGroup> leaders_;  // the leaders (null: not a leader, or N == 1)
 
-  bool in_flight_ = false;            // started, wait() not called yet
-  std::span<float> buffer_;           // the buffer of the averaging in flight
-  std::future<void> job_;             // step 2 on a leader of N >= 2 nodes
+  bool in_flight_ = false;                                  // started, wait() not called yet
+  std::span<float> buffer_;                                 // the buffer of the averaging in flight
+  std::future<void> job_;                                   // step 2 on a leader of N >= 2 nodes
+  std::chrono::steady_clock::time_point ring_finished_at_;  // written by job_, read after it
   std::vector<float> acc_;            // (c,) a, then v, of the chunk being encoded
   std::vector<int64_t> send_, recv_;  // (packed_words(compression_, c),) the ring's messages
 };

@@ -302,6 +302,11 @@ int HierarchicalModelAverager::level_at(int64_t step) const {
   return -1;
 }
 
+bool HierarchicalModelAverager::fragment_starts(size_t level, int64_t offset, int64_t step) const {
+  if (step < warmup_steps_ || step % period_group_size_.at(level).first != offset) return false;
+  return level_at(step) <= static_cast<int>(level);
+}
+
 void HierarchicalModelAverager::average_parameters(const std::vector<Tensor>& params) {
   average_step(level_at(step_), params);
   step_ += 1;

@@ -79,6 +79,10 @@ class HierarchicalModelAverager : public ModelAverager {
   // The level that averages at the given step, or -1 when none does.
   int level_at(int64_t step) const;
 
+ protected:
+  // step >= warmup_steps, step % period == offset, and no level above averages at step.
+  bool fragment_starts(size_t level, int64_t offset, int64_t step) const override;
+
  private:
   // The levels kept from given (kWholeGroup, and kNodeGroup when nodes is one node, resolved to
   // pg_size), in order; the others are appended to dropped. nodes: the ranks of each node (empty

@@ -15,8 +15,8 @@ constexpr int64_t kLargest = int64_t{1} << 30;
 constexpr const char* kExpectPairs =
     "expected period:group_size pairs separated by commas, e.g. 2:2,8:world";
 constexpr const char* kExpectOptions =
-    "expected outer=LR[/MOMENTUM[/nesterov]], overlap=K, bf16[=SCALE], fp16[=SCALE], int8, int4 "
-    "or ef";
+    "expected outer=LR[/MOMENTUM[/nesterov]], overlap=K, fragments=F, bf16[=SCALE], fp16[=SCALE], "
+    "int8, int4 or ef";
 constexpr const char* kExpectOuter = "expected outer=LR[/MOMENTUM[/nesterov]]";
 
 std::vector<std::string_view> split(std::string_view text, char sep) {
@@ -107,6 +107,9 @@ void parse_option(const Errors& errors, size_t index, std::string_view item, Lev
   } else if (key == "overlap" && has_value) {
     level.overlap_steps =
         parse_number<int64_t>(errors, index, value, "overlap", "expected overlap=K, K >= 0");
+  } else if (key == "fragments" && has_value) {
+    level.fragments =
+        parse_number<int64_t>(errors, index, value, "fragments", "expected fragments=F, F >= 1");
   } else if ((key == "bf16" || key == "fp16")) {
     level.compression = key == "bf16" ? Compression::kBF16 : Compression::kFP16;
     if (has_value) {
@@ -127,8 +130,8 @@ void parse_option(const Errors& errors, size_t index, std::string_view item, Lev
 
 bool is_option_key(std::string_view item) {
   const std::string_view key = item.substr(0, item.find('='));
-  return key == "outer" || key == "overlap" || key == "bf16" || key == "fp16" || key == "int8" ||
-         key == "int4" || key == "ef" || key == "scale";
+  return key == "outer" || key == "overlap" || key == "fragments" || key == "bf16" ||
+         key == "fp16" || key == "int8" || key == "int4" || key == "ef" || key == "scale";
 }
 
 // The shortest text that std::from_chars reads back as `value` (the same double or float). Such
@@ -159,6 +162,7 @@ void append_level(const LevelOptions& level, std::string& out) {
                  level.outer->nesterov ? "/nesterov" : ""));
   }
   if (level.overlap_steps != 0) next(str_cat("overlap=", level.overlap_steps));
+  if (level.fragments != 1) next(str_cat("fragments=", level.fragments));
   const std::string scale =
       level.compression_scale != 1.0f ? str_cat("=", shortest(level.compression_scale)) : "";
   if (level.compression != Compression::kNone) {

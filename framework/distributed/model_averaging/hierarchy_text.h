@@ -8,10 +8,12 @@
 //   GROUP     := a positive integer | 'world' or 0 (kWholeGroup) | 'node' (kNodeGroup)
 //   option    := 'outer=' LR ['/' MOMENTUM ['/nesterov']]   outer SGD on the level's anchor
 //              | 'overlap=' K                              merge the averaging K steps later
+//              | 'fragments=' F                            stream the level in F fragments
 //              | ('bf16' | 'fp16') ['=' SCALE]             16-bit values on the wire
 //              | 'int8' | 'int4'                           8-/4-bit values, a step per block
 //              | 'ef'                                      error feedback
-// e.g. "2:node,16:world@outer=0.7/0.9/nesterov,overlap=2,bf16,ef". PERIOD is 1 to 2^30, a group
+// e.g. "2:node,16:world@outer=0.7/0.9/nesterov,overlap=2,bf16,ef" or
+// "2:node,16:world@fragments=4,int8". PERIOD is 1 to 2^30, a group
 // size at most 2^30. A comma-separated item without ':' continues the options of the level
 // before it, which must have started them with '@'. The options mean the fields of LevelOptions
 // (level_options.h); parse_hierarchy checks only the grammar, the averagers check the values

@@ -1,5 +1,6 @@
 #include "framework/distributed/model_averaging/level_options.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "comm/error.h"
@@ -25,7 +26,12 @@ const char* to_string(Compression compression) {
 
 bool is_plain(const LevelOptions& level) {
   return !level.outer.has_value() && level.overlap_steps == 0 &&
-         level.compression == Compression::kNone;
+         level.compression == Compression::kNone && level.fragments == 1;
+}
+
+int64_t merge_delay(const LevelOptions& level) {
+  if (level.fragments <= 1 || level.overlap_steps > 0) return level.overlap_steps;
+  return std::max<int64_t>(1, level.period / level.fragments);
 }
 
 bool is_anchored(const LevelOptions& level) {
@@ -39,6 +45,11 @@ std::string validate_options(const LevelOptions& level, size_t index, const char
   const std::string at = str_cat(who, ": level ", index, " (", describe(level), "): ");
   if (level.overlap_steps < 0) {
     return str_cat(at, "overlap_steps must be >= 0, got ", level.overlap_steps);
+  }
+  if (level.fragments < 1) return str_cat(at, "fragments must be >= 1, got ", level.fragments);
+  if (level.fragments > level.period) {
+    return str_cat(at, "fragments ", level.fragments, " must be at most the period ", level.period,
+                   " so that each fragment averages at its own step of the period");
   }
   if (level.outer) {
     const OuterOptimizer& outer = *level.outer;

@@ -20,11 +20,18 @@
 //   level keeps an anchor even without outer (it then behaves as outer lr 1, momentum 0).
 //   error_feedback adds this rank's rounding error of an averaging to its payload at the
 //   level's next averaging.
+// - fragments = F >= 2 (streaming, Streaming DiLoCo): the averaged tensors are split into F
+//   fragments of whole parameter tensors with balanced bytes, and fragment f averages at its own
+//   step within each period, offset f * period / F, merging merge_delay() steps later; each
+//   fragment keeps its own anchor, momentum, residual and averaging in flight. averagers.h
+//   states the schedule, fragments.h the split. F = 1 is the whole-model level, bit for bit.
 //
 // Usage:
 //   const LevelOptions level{.period = 16, .group_size = 8,
 //                            .outer = OuterOptimizer{.lr = 0.7, .momentum = 0.9, .nesterov = true},
 //                            .overlap_steps = 2, .compression = Compression::kBF16};
+//   const LevelOptions streaming{.period = 16, .group_size = kWholeGroup,
+//                                .compression = Compression::kInt8, .fragments = 4};
 
 #include <cstdint>
 #include <optional>
@@ -76,14 +83,22 @@ struct LevelOptions {
   // which choose a step per block.
   float compression_scale = 1.0f;
   bool error_feedback = false;  // needs compression
+  // >= 1 and <= period; 1: the whole model at once. Last, so that designated initialisers
+  // written before it keep compiling.
+  int64_t fragments = 1;
 
   // Field by field: what parse_hierarchy(format_hierarchy(levels)) keeps (hierarchy_text.h).
   bool operator==(const LevelOptions&) const = default;
 };
 
-// Plain averaging: no outer optimizer, no overlap, no compression. Such a level averages exactly
-// as torch's averagers (the existing constructors build only plain levels).
+// Plain averaging: no outer optimizer, no overlap, no compression, one fragment. Such a level
+// averages exactly as torch's averagers (the existing constructors build only plain levels).
 bool is_plain(const LevelOptions& level);
+// The steps between the start of an averaging of the level and its merge: overlap_steps, or,
+// for a fragmented level (fragments >= 2) with overlap_steps 0, period / fragments (integer
+// division), so that each fragment's transfer runs behind the steps until the next fragment
+// starts.
+int64_t merge_delay(const LevelOptions& level);
 // Whether the level keeps an anchor: an outer optimizer or compression.
 bool is_anchored(const LevelOptions& level);
 
@@ -96,7 +111,7 @@ std::string describe(const LevelOptions& level);
 // The first problem with the options of level `index` (other than period and group size, which
 // the averagers check themselves), or "" when there is none. The message starts with
 // "<who>: level <index> (<describe>)" and names the bad value, e.g. "... overlap_steps must be
-// >= 0, got -1".
+// >= 0, got -1", "... fragments must be >= 1, got 0".
 std::string validate_options(const LevelOptions& level, size_t index, const char* who);
 
 }  // namespace hsgd::distributed

@@ -70,6 +70,13 @@ class Loop {
   EvalResult evaluate_average(bool keep, bool epoch_end);
   bool at_world_boundary() const;
   bool overlapped_world_start() const;
+  // A fragmented (streaming) world level started a period in the last step. Its fragments are
+  // never all averaged at one step, so the replicas are never equal there: a join or an elastic
+  // checkpoint at such a step makes them equal first (average_replicas_now).
+  bool streaming_world_period_start() const;
+  // Collective over the world: merges the averagings in flight, then sets every replica's
+  // parameters and averaged buffers to their mean over the world.
+  void average_replicas_now();
   // A checkpoint when one is due after this step (elastic: at a world boundary).
   void maybe_checkpoint(bool end_of_epoch);
   void save_checkpoint(bool preemption = false);

@@ -48,12 +48,13 @@ TEST(MetricsLogTest, ToJsonWritesEveryFieldAndNullForNonFinite) {
                                  .calls = 3,
                                  .bytes = 96,
                                  .seconds = 0.5,
-                                 .overlap_wait_seconds = 0.25}}};
+                                 .overlap_wait_seconds = 0.25,
+                                 .peak_bytes_per_second = 2.5e6}}};
   EXPECT_EQ(MetricsLog::to_json(r),
             "{\"step\": 7, \"epoch\": 2, \"wall_s\": 1.5, \"train_s\": 1.25, \"train_loss\": null, "
             "\"lr\": 0.1, \"test_accuracy\": 0.875, \"averaging\": [{\"period\": 2, "
             "\"group_size\": 4, \"count\": 3, \"bytes\": 96, \"seconds\": 0.5, "
-            "\"overlap_wait_seconds\": 0.25}]}");
+            "\"overlap_wait_seconds\": 0.25, \"peak_mb_per_s\": 2.5}]}");
 }
 
 TEST(MetricsLogTest, FreshRunTruncatesAndResumeKeepsRecordsUpToTheStep) {

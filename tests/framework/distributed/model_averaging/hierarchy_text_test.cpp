@@ -27,8 +27,9 @@ std::string fields(const std::vector<LevelOptions>& levels) {
                     level.outer->momentum, level.outer->nesterov ? "/nesterov" : "");
       out += number;
     }
-    std::snprintf(number, sizeof(number), ", overlap %lld, %s scale %a%s}",
-                  static_cast<long long>(level.overlap_steps), to_string(level.compression),
+    std::snprintf(number, sizeof(number), ", overlap %lld, fragments %lld, %s scale %a%s}",
+                  static_cast<long long>(level.overlap_steps),
+                  static_cast<long long>(level.fragments), to_string(level.compression),
                   static_cast<double>(level.compression_scale), level.error_feedback ? ", ef" : "");
     out += number;
   }
@@ -66,6 +67,14 @@ std::vector<std::vector<LevelOptions>> level_lists() {
          .group_size = kNodeGroup,
          .compression = Compression::kBF16,
          .compression_scale = 3.0e-38f}},
+      {L{.period = 2, .group_size = kNodeGroup},
+       L{.period = 16,
+         .group_size = kWholeGroup,
+         .outer = OuterOptimizer{.lr = 0.7, .momentum = 0.9, .nesterov = true},
+         .overlap_steps = 1,
+         .compression = Compression::kInt8,
+         .error_feedback = true,
+         .fragments = 4}},
   };
 }
 
@@ -106,6 +115,11 @@ TEST(HierarchyTextTest, FormatOfParse_GivesTheCanonicalText) {
       {"16:world@overlap=3", "16:world@overlap=3"},
       {"2:node,16:world@ef,int4,outer=0.7", "2:node,16:world@outer=0.7/0,int4,ef"},
       {"4:4@int8", "4:4@int8"},
+      // The run of the streaming example; fragments=1 is the default and is not written.
+      {"2:node,16:world@fragments=4,int8", "2:node,16:world@fragments=4,int8"},
+      {"2:node,16:world@int8,ef,fragments=4,overlap=2",
+       "2:node,16:world@overlap=2,fragments=4,int8,ef"},
+      {"8:world@fragments=1", "8:world"},
   };
   for (const auto& [text, canonical] : cases) {
     EXPECT_EQ(format_hierarchy(parse_hierarchy(text)), canonical) << "text '" << text << "'";
@@ -128,6 +142,14 @@ TEST(HierarchyTextTest, Parse_SetsEveryField) {
   EXPECT_TRUE(levels[1] == expected) << fields(levels);
   EXPECT_EQ(describe(levels[1]), "16:world@outer=0.7/0.9/nesterov,overlap=2,fp16=8,ef");
   EXPECT_EQ(format_hierarchy({}), "");
+  const auto streaming = parse_hierarchy("2:node,16:world@fragments=4,int8");
+  ASSERT_EQ(streaming.size(), 2u);
+  EXPECT_TRUE(streaming[1] == (LevelOptions{.period = 16,
+                                            .group_size = kWholeGroup,
+                                            .compression = Compression::kInt8,
+                                            .fragments = 4}))
+      << fields(streaming);
+  EXPECT_EQ(streaming[0].fragments, 1);
 }
 
 TEST(HierarchyTextTest, BadPairs_NameTheItemAndTheExpectedForm) {
@@ -154,8 +176,8 @@ TEST(HierarchyTextTest, BadPairs_NameTheItemAndTheExpectedForm) {
 TEST(HierarchyTextTest, BadOptions_NameTheLevelAndTheOption) {
   expect_invalid("2:2,4:4@zip",
                  {"level 1: unknown level option 'zip'",
-                  "expected outer=LR[/MOMENTUM[/nesterov]], overlap=K, bf16[=SCALE], fp16[=SCALE], "
-                  "int8, int4 or ef"});
+                  "expected outer=LR[/MOMENTUM[/nesterov]], overlap=K, fragments=F, bf16[=SCALE], "
+                  "fp16[=SCALE], int8, int4 or ef"});
   expect_invalid("4:4@int8=2", {"level 0: unknown level option 'int8=2'"});
   expect_invalid("2:2@ef=1,4:4", {"level 0: unknown level option 'ef=1'"});
   expect_invalid("2:2@", {"level 0: unknown level option ''"});
@@ -167,6 +189,10 @@ TEST(HierarchyTextTest, BadOptions_NameTheLevelAndTheOption) {
                  {"outer '1/0.9/nesterov/x' has an unknown part"});
   expect_invalid("2:2,4:4@outer=1e999", {"outer lr '1e999' is out of range"});
   expect_invalid("4:4@overlap=1.5", {"overlap '1.5' is not an integer"});
+  expect_invalid("4:4@fragments=two",
+                 {"level 0: fragments 'two' is not an integer", "expected fragments=F, F >= 1"});
+  expect_invalid("4:4@fragments", {"level 0: unknown level option 'fragments'"});
+  expect_invalid("2:2,fragments=2", {"option 'fragments=2' must follow '@' on a level"});
   expect_invalid("4:4@bf16=big", {"scale 'big' is not a number", "expected bf16[=SCALE]"});
   expect_invalid("4:4@scale=2", {"option 'scale=2' needs a compression", "bf16=SCALE"});
   expect_invalid("2:2,bf16,4:4", {"option 'bf16' must follow '@' on a level, e.g. 2:2@bf16"});
