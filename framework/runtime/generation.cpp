@@ -123,6 +123,14 @@ void Loop::make_checkpointer() {
   if (parallel_.hook_state) c.add("post_local_hook", parallel_.hook_state);
 }
 
+void Loop::start_averager_from_model() {
+  // At step 0 every rank holds the model DDP broadcast: compressed levels anchor on it, so their
+  // first averaging is compressed too (ModelAverager::start_from).
+  if (parallel_.averager && replica_.step == 0) {
+    parallel_.averager->start_from(registered_.model->parameters());
+  }
+}
+
 void Loop::enter_generation(bool after_failure) {
   GenerationEvent event{
       .lead = lead_,
@@ -140,6 +148,7 @@ void Loop::enter_generation(bool after_failure) {
       parallel_.averager->set_step(replica_.step);
       carry_top_level(agreement_source_);
       event.agreement += carried_;
+      start_averager_from_model();
     }
     make_loader();
     make_scheduler();
@@ -169,6 +178,7 @@ void Loop::enter_generation(bool after_failure) {
       event.agreement = "resumed from " + loaded->path;
     } else {
       event.agreement = "started fresh";
+      start_averager_from_model();
     }
     replica_.has_state = true;
     // hsgd-run counts the steps lost to restarts from the step each attempt starts at.

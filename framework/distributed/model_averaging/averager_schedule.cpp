@@ -104,6 +104,74 @@ void ModelAverager::complete_unit(size_t level, size_t f) {
   stats_[level].seconds += spent.count();
 }
 
+namespace {
+
+// start_from applies to compressed levels without an outer optimizer: with lr 1 and no
+// momentum, A - mean(A - x) is mean(x) whatever the anchor A, so a common start changes only
+// what goes on the wire.
+bool takes_start(const LevelOptions& level) {
+  return level.compression != Compression::kNone && !level.outer.has_value();
+}
+
+}  // namespace
+
+bool ModelAverager::start_from(const std::vector<Tensor>& params) {
+  if (std::none_of(level_options_.begin(), level_options_.end(), takes_start) || step_ != 0 ||
+      has_pending()) {
+    return false;
+  }
+  // Every parameter (which of them get a gradient is known only after the first backward) and
+  // the buffers, with their values now.
+  std::vector<std::pair<Tensor, std::vector<float>>> values;
+  for (const Tensor& t : params) {
+    if (t.defined()) values.emplace_back(t, t.to_vector());
+  }
+  for (const Tensor& t : options_.average_buffers) values.emplace_back(t, t.to_vector());
+  // FNV-1a over the bytes of every value: each rank must hold the same, bit for bit.
+  uint64_t hash = 1469598103934665603ull;
+  for (const auto& [tensor, v] : values) {
+    const auto* bytes = reinterpret_cast<const unsigned char*>(v.data());
+    for (size_t i = 0; i < v.size() * sizeof(float); ++i) {
+      hash = (hash ^ bytes[i]) * 1099511628211ull;
+    }
+  }
+  const auto mine = static_cast<int64_t>(hash);
+  std::vector<int64_t> all(static_cast<size_t>(pg_->size()));
+  pg_->allgather(std::span<const int64_t>(&mine, 1), std::span<int64_t>(all),
+                 "start_from fingerprint")
+      ->wait(pg_->timeout());
+  if (std::any_of(all.begin(), all.end(), [&](int64_t h) { return h != mine; })) return false;
+  start_values_ = std::move(values);
+  return true;
+}
+
+void ModelAverager::take_start_values(const std::vector<Tensor>& tensors) {
+  if (start_values_.empty()) return;
+  std::vector<float> start;
+  start.reserve(x_.size());
+  for (const Tensor& t : tensors) {
+    const auto it = std::find_if(start_values_.begin(), start_values_.end(), [&](const auto& e) {
+      return e.first.impl() == t.impl();
+    });
+    if (it == start_values_.end() || static_cast<int64_t>(it->second.size()) != t.numel()) {
+      start_values_.clear();  // not what start_from saw: no anchors from it
+      return;
+    }
+    start.insert(start.end(), it->second.begin(), it->second.end());
+  }
+  start_values_.clear();
+  for (size_t l = 0; l < levels_.size(); ++l) {
+    if (!takes_start(level_options_[l])) continue;
+    for (size_t f = 0; f < levels_[l].size(); ++f) {
+      detail::AveragingLevel& unit = *levels_[l][f];
+      if (unit.group() == nullptr || unit.has_anchor() || unit.pending()) continue;
+      const detail::Fragment p = part(l, f);
+      unit.reset_anchor(std::span<const float>(start).subspan(static_cast<size_t>(p.offset),
+                                                              static_cast<size_t>(p.size)));
+    }
+  }
+}
+
 void ModelAverager::check_tensors_once(const std::vector<Tensor>& params) {
   if (tensors_checked_) return;
   const std::vector<Tensor> to_average = get_params_to_average(params);
@@ -151,6 +219,7 @@ void ModelAverager::average_step(int level, const std::vector<Tensor>& params) {
     return;
   }
   const std::vector<Tensor> tensors = pack(params);
+  take_start_values(tensors);
   for (size_t l = 0; l < levels_.size(); ++l) {
     for (size_t f = 0; f < levels_[l].size(); ++f) {
       if (levels_[l][f]->pending() && levels_[l][f]->due_step() <= step_) complete_unit(l, f);

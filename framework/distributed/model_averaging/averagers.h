@@ -123,6 +123,18 @@ class ModelAverager {
   // Same over the parameters of the optimizer's param groups.
   void average_parameters(const std::vector<ParamGroup>& groups);
 
+  // The parameters every rank starts from, when they are the same on every rank (as after
+  // DDP's broadcast at construction). Compressed levels without an outer optimizer take them as
+  // their anchor, so that their first averaging already sends compressed differences instead of
+  // float32 parameters; its result is the same mean up to the rounding every later averaging
+  // has. Call it on every rank before the first average_parameters (params as that call will
+  // get them; the buffers are ModelAveragerOptions::average_buffers). Collective over the
+  // process group: an allgather of a 64-bit fingerprint of the values. Returns whether they were
+  // kept (the levels take them at the first averaging of the parameters with a gradient); false
+  // (nothing changed) when no level takes them, an averaging already ran, or the ranks' values
+  // differ. Throws the allgather's errors.
+  bool start_from(const std::vector<Tensor>& params);
+
   // Number of average_parameters calls so far (restored from checkpoints by
   // PostLocalSGDOptimizer::load_state_dict).
   int64_t step() const { return step_; }
@@ -204,6 +216,9 @@ class ModelAverager {
   // it never queues on pg_ behind an overlapped averaging in flight (a lower level's first
   // averaging would otherwise wait for the whole transfer of a higher one).
   void check_tensors_once(const std::vector<Tensor>& params);
+  // The anchors of the levels start_from applies to, from start_values_ in the order of
+  // tensors (pack's); once, then start_values_ is cleared.
+  void take_start_values(const std::vector<Tensor>& tensors);
   // Collective over pg_: every rank passed average_buffers of the same shapes. Called by the
   // subclasses' constructors after their configuration check.
   void check_buffers_on_all_ranks();
@@ -249,6 +264,9 @@ class ModelAverager {
   std::vector<int64_t> param_sizes_;
   int64_t n_buffers_ = -1;
   bool tensors_checked_ = false;           // check_tensors_once ran
+  // start_from's tensors and their values, until the first averaging that packs x_ turns them
+  // into anchors (take_start_values).
+  std::vector<std::pair<Tensor, std::vector<float>>> start_values_;
   std::vector<std::string> level_labels_;  // "averager 2:4" per level, for failure reports
 };
 

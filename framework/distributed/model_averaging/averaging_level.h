@@ -76,6 +76,9 @@ class AveragingLevel {
   comm::ProcessGroup* group() const { return group_.get(); }
   bool plain() const { return is_plain(options_); }
   bool pending() const { return pending_.has_value(); }
+  // Whether the level holds an anchor (an anchored level after its first averaging, or after
+  // reset_anchor).
+  bool has_anchor() const { return !anchor_.empty(); }
   // The step at which the pending averaging merges (valid when pending()).
   int64_t due_step() const { return pending_->due; }
   // The steps between a start and its merge (merge_delay(options())).

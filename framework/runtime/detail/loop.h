@@ -83,6 +83,8 @@ class Loop {
 
   // ---- generation.cpp: entering and leaving a generation ----
   void enter_generation(bool after_failure);
+  // Hands the model at step 0 to the averager (ModelAverager::start_from); no-op later.
+  void start_averager_from_model();
   // The state agreement of an elastic generation (see state_agreement.h); fills event.
   void agree_on_state(bool after_failure, GenerationEvent& event);
   // Loads the newest complete checkpoint into every rank (collective); false when there is none.

@@ -360,6 +360,57 @@ TEST(FragmentsCompressed, Int8WithErrorFeedback_StaysNearTheFloatMean) {
   EXPECT_RANKS_OK(result);
 }
 
+// start_from: with a common start, a compressed level's first averaging is compressed (fewer
+// bytes than float32's n * 4) and still lands near the exact group mean; without it, the first
+// averaging is float32 plain averaging. Ranks that start from different values are refused on
+// every rank, and nothing changes.
+TEST(StartFrom, CommonStartMakesTheFirstAveragingCompressed) {
+  const int world = 4;
+  auto result = run_world(world, {.local_world_size = 1}, [&](int rank, const auto& pg) {
+    const std::vector<int64_t> sizes = {300, 260, 280, 310, 290};
+    int64_t n = 0;
+    for (const int64_t size : sizes) n += size;
+    for (const bool common_start : {true, false}) {
+      for (const std::string hierarchy : {"8:world@int8", "8:world@fragments=2,int4,ef"}) {
+        HierarchicalModelAverager averager(parse_hierarchy(hierarchy), 0, pg);
+        std::vector<Tensor> params = make_model(0, sizes);  // rank 0's values on every rank
+        EXPECT_EQ(averager.start_from(common_start ? params : make_model(rank, sizes)),
+                  common_start)
+            << hierarchy;
+        local_step(params, rank, 0);
+        const std::vector<Values> before = gather(*pg, flat(params));
+        averager.average_parameters(params);  // step 0: the first averaging (fragment 0 only)
+        averager.finish_pending(params);
+        const AveragingLevelStats stats = averager.level_stats()[0];
+        const int64_t averaged = hierarchy.find("fragments") == std::string::npos
+                                     ? n
+                                     : sizes[0] + sizes[1] + sizes[2];  // fragment 0: 840 of 1440
+        if (common_start) {
+          // int8 or int4 values with a float32 step per block, twice through the ring of 4:
+          // under 2 bytes a value against float32's 4.
+          EXPECT_LT(stats.bytes, averaged * 2) << hierarchy;
+        } else {
+          EXPECT_EQ(stats.bytes, averaged * 4) << hierarchy;
+        }
+        const Values after = flat(params);
+        // Rounding of the differences (at most about 0.55 here): half a step of int8's 255 or
+        // int4's 15 levels per block; float32 plain averaging is exact but for summation order.
+        const double tolerance = !common_start                               ? 1e-5
+                                 : hierarchy.find("int4") != std::string::npos ? 0.1
+                                                                               : 0.01;
+        for (int64_t i = 0; i < averaged; ++i) {
+          double mean = 0;
+          for (const Values& v : before) mean += v[static_cast<size_t>(i)];
+          mean /= world;
+          ASSERT_NEAR(after[static_cast<size_t>(i)], mean, tolerance)
+              << hierarchy << " value " << i << (common_start ? " (common start)" : "");
+        }
+      }
+    }
+  });
+  EXPECT_RANKS_OK(result);
+}
+
 // A checkpoint in the middle of fragments in flight (outer, int8, error feedback, overlap,
 // under an anchored node level) resumes bit for bit; keys per fragment.
 TEST(FragmentsState, CheckpointResume_BitForBit) {
