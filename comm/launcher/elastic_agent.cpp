@@ -537,6 +537,9 @@ milliseconds ElasticAgent::alive_linger() const {
 }
 
 void ElasticAgent::leave(Incarnation& inc, bool propose_without) {
+  // Waits for a server that is away (the monitor does not): a node whose workers failed while
+  // the link to the server was down must still be recorded as gone, so that it can rejoin.
+  const ServerWait wait_for_the_server;
   store_->set(elastic::left_key(inc.self.id), to_bytes("left"));
   store_->delete_key(elastic::alive_key(inc.self.id));
   logger()->warn("{}: node {} ('{}') left job '{}'", options_.names.agent, inc.self.id, host_,

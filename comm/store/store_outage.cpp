@@ -15,6 +15,10 @@ NoServerWait::~NoServerWait() { --no_server_wait_depth; }
 
 bool NoServerWait::active() { return no_server_wait_depth > 0; }
 
+ServerWait::ServerWait() : saved_depth_(no_server_wait_depth) { no_server_wait_depth = 0; }
+
+ServerWait::~ServerWait() { no_server_wait_depth = saved_depth_; }
+
 std::string utc_text(std::chrono::system_clock::time_point t) {
   const std::time_t seconds = std::chrono::system_clock::to_time_t(t);
   std::tm parts{};

@@ -64,6 +64,20 @@ class NoServerWait {
   static bool active();
 };
 
+// For its lifetime, remote stores used from the constructing thread wait for a server that is
+// away again (within their reconnect bound), inside a NoServerWait scope too: for a write that
+// must not be skipped. Restores the enclosing scopes on destruction; not movable.
+class ServerWait {
+ public:
+  ServerWait();
+  ~ServerWait();
+  ServerWait(const ServerWait&) = delete;
+  ServerWait& operator=(const ServerWait&) = delete;
+
+ private:
+  int saved_depth_;
+};
+
 // "2026-12-04 18:40:12 UTC": a wall-clock time as messages show it.
 std::string utc_text(std::chrono::system_clock::time_point t);
 

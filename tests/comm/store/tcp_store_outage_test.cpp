@@ -161,6 +161,29 @@ TEST_F(TcpStoreOutageTest, NoServerWait_ThrowsServerUnavailableAtOnce_WithoutEff
   EXPECT_TRUE(store->check({"k", "after"}));
 }
 
+// ServerWait inside NoServerWait: the write waits for the server and lands once it is back
+// (as hsgd-run records that its node left while its monitor does not wait).
+TEST_F(TcpStoreOutageTest, ServerWaitInsideNoServerWait_WaitsForTheServerAndWrites) {
+  auto store = connect();
+  store->set("k", to_bytes("1"));
+  stop_server();
+  const NoServerWait no_wait;
+  EXPECT_THROW(store->set("skipped", to_bytes("x")), ServerUnavailable);
+  std::thread restart([&] {
+    std::this_thread::sleep_for(1s);
+    start_server();
+  });
+  {
+    const ServerWait wait;
+    EXPECT_FALSE(NoServerWait::active());
+    store->set("recorded", to_bytes("2"));  // waits for the restarted server
+  }
+  restart.join();
+  EXPECT_TRUE(NoServerWait::active()) << "ServerWait must restore the enclosing scope";
+  EXPECT_TRUE(store->check({"recorded"}));
+  EXPECT_FALSE(store->check({"skipped"}));
+}
+
 TEST_F(TcpStoreOutageTest, OutageLongerThanTheBound_SaysSinceWhenWhatWasTriedAndWhatToDo) {
   auto store = connect(/*reconnect_timeout=*/1500ms);
   store->set("k", to_bytes("1"));
