@@ -26,11 +26,10 @@ import re
 import statistics
 import subprocess
 import sys
-import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
-import cluster_bench as cb  # noqa: E402  (rate parsing)
+import experiment_args as ea  # noqa: E402  (the options every experiment shares)
 import hierarchy_experiment as hx  # noqa: E402  (the job runner and the modes)
 
 TRANSPORTS = ("tls", "plain")
@@ -75,10 +74,6 @@ def run_job(args, mode, rate, transport, round_index):
             "load": round(load, 1)}
 
 
-def median(rows, key):
-    return statistics.median(r[key] for r in rows)
-
-
 def table(args, results, aes_s_per_gb):
     lines = ["| mode | link | TLS s / epoch (min-max) | plain s / epoch (min-max) | cost | "
              "MB across the link | AES CPU s | test acc. TLS / plain | load |",
@@ -93,14 +88,14 @@ def table(args, results, aes_s_per_gb):
             for t in TRANSPORTS:
                 times = [r["train_s"] for r in rows[t]]
                 cells.append(f"{statistics.median(times):.2f} ({min(times):.2f}-{max(times):.2f})")
-            cost = median(rows["tls"], "train_s") / median(rows["plain"], "train_s") - 1
-            mb = median(rows["tls"], "mb_across_link")
+            cost = ea.median(rows["tls"], "train_s") / ea.median(rows["plain"], "train_s") - 1
+            mb = ea.median(rows["tls"], "mb_across_link")
             aes = f"{mb / 1e3 * aes_s_per_gb:.2f}" if aes_s_per_gb else ""
             lines.append(
                 f"| {mode} | {rate} | {cells[0]} | {cells[1]} | {100 * cost:+.1f}% | {mb:.0f} | "
-                f"{aes} | {median(rows['tls'], 'accuracy'):.2f}% / "
-                f"{median(rows['plain'], 'accuracy'):.2f}% | "
-                f"{median(rows['tls'] + rows['plain'], 'load'):.1f} |")
+                f"{aes} | {ea.median(rows['tls'], 'accuracy'):.2f}% / "
+                f"{ea.median(rows['plain'], 'accuracy'):.2f}% | "
+                f"{ea.median(rows['tls'] + rows['plain'], 'load'):.1f} |")
     return "\n".join(lines)
 
 
@@ -108,32 +103,13 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--modes", default="ddp,hierarchical",
                         help="subset of ddp,hierarchical (default both)")
-    parser.add_argument("--rates", default="1gbit,100mbit",
-                        help="link rates, tc syntax or 'none' (default 1gbit,100mbit)")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds of all jobs (default 3)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--build", default=os.path.join(ROOT, "build"))
-    parser.add_argument("--port", type=int, default=29470)
-    parser.add_argument("--run-timeout", type=int, default=600,
-                        help="seconds before a job is stopped (default 600)")
-    parser.add_argument("--log-dir", default=None,
-                        help="job logs and metrics (default: a new directory under /tmp)")
-    parser.add_argument("--out", default=None, help="also write the rows as JSON to this file")
+    ea.add_job_arguments(parser, rates="1gbit,100mbit", port=29470, run_timeout=600)
     args = parser.parse_args()
     args.modes = args.modes.split(",")
     for mode in args.modes:
         if mode not in ("ddp", "hierarchical"):
             parser.error(f"--modes: expected ddp or hierarchical, got '{mode}'")
-    args.rates = args.rates.split(",")
-    for rate in args.rates:
-        try:
-            cb.rate_bits(rate)
-        except ValueError as e:
-            parser.error(f"--rates: {e}")
-    if args.rounds < 1:
-        parser.error(f"--rounds must be >= 1, got {args.rounds}")
-    args.log_dir = args.log_dir or tempfile.mkdtemp(prefix="hsgd-encryption-")
-    os.makedirs(args.log_dir, exist_ok=True)
+    ea.check_job_arguments(parser, args, "hsgd-encryption-")
 
     aes_s_per_gb = aes_gcm_seconds_per_gb()
     results = []

@@ -24,13 +24,11 @@ Needs root (network namespaces). About 20-40 s per job on an idle 2-core machine
 import argparse
 import json
 import os
-import statistics
 import sys
-import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
-import cluster_bench as cb  # noqa: E402  (rate parsing)
+import experiment_args as ea  # noqa: E402  (the options every experiment shares)
 import hierarchy_experiment as hx  # noqa: E402  (the job runner)
 
 
@@ -68,37 +66,32 @@ def run_job(args, index, config, rate, round_index):
             "load": round(load, 1)}
 
 
-def median(rows, key):
-    values = [r[key] for r in rows if r.get(key) is not None]
-    return statistics.median(values) if values else None
-
-
 def table(args, results):
     plain = [r for r in results if r["config"] == ""]
-    plain_mb = median(plain, "mb_across_link") if plain else None
+    plain_mb = ea.median(plain, "mb_across_link") if plain else None
     lines = ["| top level | link | s / epoch (median, min-max) | ratio to no limit | waited for "
              "overlapped averagings, s | MB across the link | of float32 16:4 | busiest 100 ms, "
              "MB/s | test acc. | load |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for config in args.configs:
         unlimited = [r for r in results if r["config"] == config and r["rate"] == "none"]
-        base = median(unlimited, "s_per_epoch") if unlimited else None
+        base = ea.median(unlimited, "s_per_epoch") if unlimited else None
         for rate in args.rates:
             rows = [r for r in results if r["config"] == config and r["rate"] == rate]
             if not rows:
                 continue
-            s = median(rows, "s_per_epoch")
+            s = ea.median(rows, "s_per_epoch")
             spread = (f"{min(r['s_per_epoch'] for r in rows):.2f}-"
                       f"{max(r['s_per_epoch'] for r in rows):.2f}")
             ratio = f"{s / base:.2f}x" if base and rate != "none" else ""
-            mb = median(rows, "mb_across_link")
+            mb = ea.median(rows, "mb_across_link")
             share = f"1/{plain_mb / mb:.1f}" if plain_mb and config else ""
-            peak = median(rows, "top_peak_mb_s")
+            peak = ea.median(rows, "top_peak_mb_s")
             lines.append(
                 f"| 16:4{'@' + config if config else ''} | {rate} | {s:.2f} ({spread}) | "
-                f"{ratio} | {median(rows, 'overlap_wait_s'):.3f} | {mb:.1f} | {share} | "
-                f"{'' if peak is None else f'{peak:.1f}'} | {median(rows, 'accuracy'):.2f}% | "
-                f"{median(rows, 'load'):.1f} |")
+                f"{ratio} | {ea.median(rows, 'overlap_wait_s'):.3f} | {mb:.1f} | {share} | "
+                f"{'' if peak is None else f'{peak:.1f}'} | {ea.median(rows, 'accuracy'):.2f}% | "
+                f"{ea.median(rows, 'load'):.1f} |")
     return "\n".join(lines)
 
 
@@ -108,32 +101,13 @@ def main():
                         help="';'-separated option lists of the top level 16:4 ('' = plain "
                              "float32; default: plain, whole-model overlap 8 bf16, 4 fragments "
                              "int8)")
-    parser.add_argument("--rates", default="100mbit,none",
-                        help="link rates, tc syntax or 'none' (default 100mbit,none)")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds of all jobs (default 3)")
     parser.add_argument("--epochs", type=int, default=1, help="epochs per job (default 1)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--build", default=os.path.join(ROOT, "build"))
-    parser.add_argument("--port", type=int, default=29480)
-    parser.add_argument("--run-timeout", type=int, default=900,
-                        help="seconds before a job is stopped (default 900)")
-    parser.add_argument("--log-dir", default=None,
-                        help="job logs and metrics (default: a new directory under /tmp)")
-    parser.add_argument("--out", default=None, help="also write the rows as JSON to this file")
+    ea.add_job_arguments(parser, rates="100mbit,none", port=29480, run_timeout=900)
     args = parser.parse_args()
     args.configs = args.configs.split(";")
-    args.rates = args.rates.split(",")
-    for rate in args.rates:
-        try:
-            cb.rate_bits(rate)
-        except ValueError as e:
-            parser.error(f"--rates: {e}")
-    if args.rounds < 1:
-        parser.error(f"--rounds must be >= 1, got {args.rounds}")
     if args.epochs < 1:
         parser.error(f"--epochs must be >= 1, got {args.epochs}")
-    args.log_dir = args.log_dir or tempfile.mkdtemp(prefix="hsgd-streaming-")
-    os.makedirs(args.log_dir, exist_ok=True)
+    ea.check_job_arguments(parser, args, "hsgd-streaming-")
 
     results = []
     for round_index in range(1, args.rounds + 1):
