@@ -196,8 +196,10 @@ void RendezvousServer::Impl::start() {
   logger()->info(
       "rendezvous: listening on {} ({}; {} I/O thread(s), backlog {}, at most {} connections)",
       to_string(acceptor_.local_endpoint()),
-      options_.insecure ? "INSECURE: plain TCP, unencrypted and unauthenticated"
-                        : "TLS 1.3 keyed by the job tokens",
+      options_.insecure             ? "INSECURE: plain TCP, unencrypted and unauthenticated"
+      : tls_->uses_certificates() ? "TLS 1.3 with certificates of the site's CA, identities "
+                                    "bound to the job tokens"
+                                  : "TLS 1.3 keyed by the job tokens",
       options_.threads, listen_backlog(), max_connections_);
 }
 

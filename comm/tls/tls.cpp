@@ -1,12 +1,17 @@
 #include "comm/tls/tls.h"
 
 #include <openssl/core_names.h>
+#include <openssl/crypto.h>
 #include <openssl/err.h>
+#include <openssl/evp.h>
 #include <openssl/kdf.h>
+#include <openssl/x509.h>
 #include <poll.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 namespace hsgd::comm::tls {
@@ -95,6 +100,55 @@ SSL_CTX* new_context(const SSL_METHOD* method) {
   return ctx;
 }
 
+// The exporter label of the identity exchange; the prover's role is the exporter's context, so
+// the client's and the server's proofs differ.
+constexpr std::string_view kProofLabel = "EXPORTER-hsgd-identity";
+
+void check_readable(const std::string& path, const char* variable, const char* what) {
+  if (path.empty()) throw Failure(false, std::string(what) + " file is empty (" + variable + ")");
+  if (::access(path.c_str(), R_OK) != 0) {
+    throw Failure(false, "cannot read the " + std::string(what) + " file '" + path + "' (" +
+                             variable + "): " + std::strerror(errno));
+  }
+}
+
+// Mutual verification against files.authority, presenting files.certificate.
+void use_certificates(SSL_CTX* ctx, const CertificateFiles& files) {
+  check_readable(files.certificate, kCertificateVariable, "certificate");
+  check_readable(files.private_key, kPrivateKeyVariable, "private key");
+  check_readable(files.authority, kAuthorityVariable, "CA");
+  if (SSL_CTX_use_certificate_chain_file(ctx, files.certificate.c_str()) != 1) {
+    throw Failure(false, "the certificate file '" + files.certificate +
+                             "' holds no usable PEM certificate: " + openssl_errors());
+  }
+  if (SSL_CTX_use_PrivateKey_file(ctx, files.private_key.c_str(), SSL_FILETYPE_PEM) != 1 ||
+      SSL_CTX_check_private_key(ctx) != 1) {
+    if (ERR_GET_REASON(ERR_peek_last_error()) != X509_R_KEY_VALUES_MISMATCH) {
+      throw Failure(false, "the private key file '" + files.private_key +
+                               "' holds no usable PEM key: " + openssl_errors());
+    }
+    throw Failure(false, "the private key '" + files.private_key +
+                             "' does not belong to the certificate '" + files.certificate +
+                             "': " + openssl_errors());
+  }
+  if (SSL_CTX_load_verify_locations(ctx, files.authority.c_str(), nullptr) != 1) {
+    throw Failure(false, "the CA file '" + files.authority +
+                             "' holds no usable PEM certificate: " + openssl_errors());
+  }
+  SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+}
+
+SSL_CTX* configured(SSL_CTX* ctx, const std::optional<CertificateFiles>& certificates) {
+  if (!certificates) return ctx;
+  try {
+    use_certificates(ctx, *certificates);
+  } catch (...) {
+    SSL_CTX_free(ctx);
+    throw;
+  }
+  return ctx;
+}
+
 int remaining_ms(Clock::time_point deadline) {
   const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
   return static_cast<int>(std::clamp<int64_t>(left, 0, 1 << 30));
@@ -152,16 +206,35 @@ std::optional<std::string> identity_job(std::string_view identity) {
   return std::string(identity.substr(0, job_end));
 }
 
-std::shared_ptr<Context> Context::client() {
-  SSL_CTX* ctx = new_context(TLS_client_method());
-  SSL_CTX_set_psk_use_session_callback(ctx, use_session);
-  return std::shared_ptr<Context>(new Context(ctx, nullptr));
+std::optional<CertificateFiles> certificate_files_from_environment() {
+  const char* certificate = std::getenv(kCertificateVariable);
+  const char* key = std::getenv(kPrivateKeyVariable);
+  const char* authority = std::getenv(kAuthorityVariable);
+  if (certificate == nullptr && key == nullptr && authority == nullptr) return std::nullopt;
+  std::string missing;
+  for (const auto& [value, name] : {std::pair{certificate, kCertificateVariable},
+                                    std::pair{key, kPrivateKeyVariable},
+                                    std::pair{authority, kAuthorityVariable}}) {
+    if (value == nullptr) missing += (missing.empty() ? "" : ", ") + std::string(name);
+  }
+  if (!missing.empty()) {
+    throw Failure(false, "certificates need all of HSGD_TLS_CERT, HSGD_TLS_KEY and HSGD_TLS_CA; " +
+                             missing + " not set");
+  }
+  return CertificateFiles{certificate, key, authority};
 }
 
-std::shared_ptr<Context> Context::server(PskLookup lookup) {
-  SSL_CTX* ctx = new_context(TLS_server_method());
-  SSL_CTX_set_psk_find_session_callback(ctx, find_session);
-  std::shared_ptr<Context> context(new Context(ctx, std::move(lookup)));
+std::shared_ptr<Context> Context::client(std::optional<CertificateFiles> certificates) {
+  SSL_CTX* ctx = configured(new_context(TLS_client_method()), certificates);
+  if (!certificates) SSL_CTX_set_psk_use_session_callback(ctx, use_session);
+  return std::shared_ptr<Context>(new Context(ctx, nullptr, certificates.has_value()));
+}
+
+std::shared_ptr<Context> Context::server(PskLookup lookup,
+                                         std::optional<CertificateFiles> certificates) {
+  SSL_CTX* ctx = configured(new_context(TLS_server_method()), certificates);
+  if (!certificates) SSL_CTX_set_psk_find_session_callback(ctx, find_session);
+  std::shared_ptr<Context> context(new Context(ctx, std::move(lookup), certificates.has_value()));
   SSL_CTX_set_ex_data(ctx, context_index(), context.get());
   return context;
 }
@@ -179,6 +252,113 @@ std::string openssl_errors() {
     out += text;
   }
   return out;
+}
+
+Proof identity_proof(SSL* ssl, const Psk& psk, Role prover) {
+  std::array<uint8_t, 32> exported{};
+  const unsigned char role = prover == Role::kClient ? 'c' : 's';
+  if (SSL_export_keying_material(ssl, exported.data(), exported.size(), kProofLabel.data(),
+                                 kProofLabel.size(), &role, 1, 1) != 1) {
+    throw Failure(false, "exporting the identity secret: " + openssl_errors());
+  }
+  Proof proof{};
+  size_t length = 0;
+  if (EVP_Q_mac(nullptr, "HMAC", nullptr, "SHA256", nullptr, psk.data(), psk.size(),
+                exported.data(), exported.size(), proof.data(), proof.size(), &length) == nullptr ||
+      length != proof.size()) {
+    throw Failure(false, "HMAC of the identity secret: " + openssl_errors());
+  }
+  return proof;
+}
+
+std::string identity_claim(SSL* ssl, const ConnectionKeys& keys) {
+  const std::string& identity = keys.client_identity;
+  if (identity.empty() || identity.size() > kMaxClaimedIdentityBytes) {
+    throw Failure(false, "a certificate connection's identity has " +
+                             std::to_string(identity.size()) + " bytes; expected 1 to " +
+                             std::to_string(kMaxClaimedIdentityBytes) + " (set_client_psk)");
+  }
+  const Proof proof = identity_proof(ssl, keys.client_psk, Role::kClient);
+  std::string claim;
+  claim.push_back(static_cast<char>(identity.size() >> 8));
+  claim.push_back(static_cast<char>(identity.size() & 0xff));
+  claim += identity;
+  claim.append(reinterpret_cast<const char*>(proof.data()), proof.size());
+  return claim;
+}
+
+size_t claimed_identity_bytes(const uint8_t header[2]) {
+  const size_t length = (static_cast<size_t>(header[0]) << 8) | header[1];
+  if (length == 0 || length > kMaxClaimedIdentityBytes) {
+    throw Failure(false, "the client claims an identity of " + std::to_string(length) +
+                             " bytes; expected 1 to " + std::to_string(kMaxClaimedIdentityBytes));
+  }
+  return length;
+}
+
+Proof accept_identity_claim(SSL* ssl, const Context& context, std::string_view identity,
+                            const Proof& proof, ConnectionKeys* keys) {
+  const std::optional<Psk> psk = context.lookup() ? context.lookup()(identity) : std::nullopt;
+  if (!psk) {
+    throw Failure(false, "the client's identity '" + std::string(identity) +
+                             "' names no job this server holds a token for");
+  }
+  const Proof expected = identity_proof(ssl, *psk, Role::kClient);
+  if (CRYPTO_memcmp(expected.data(), proof.data(), proof.size()) != 0) {
+    throw Failure(false, "the client's proof for identity '" + std::string(identity) +
+                             "' does not match: its certificate is the site's, but it does not "
+                             "hold this job's token");
+  }
+  keys->authenticated_identity = std::string(identity);
+  return identity_proof(ssl, *psk, Role::kServer);
+}
+
+void check_server_proof(SSL* ssl, const ConnectionKeys& keys, const Proof& proof) {
+  const Proof expected = identity_proof(ssl, keys.client_psk, Role::kServer);
+  if (CRYPTO_memcmp(expected.data(), proof.data(), proof.size()) != 0) {
+    throw Failure(false, "the server's proof for identity '" + keys.client_identity +
+                             "' does not match: its certificate is the site's, but it does not "
+                             "hold this job's token");
+  }
+}
+
+void exchange_identity_proofs(SSL* ssl, const Context& context, Role role, ConnectionKeys* keys,
+                              const std::function<void(const void*, size_t)>& write_all,
+                              const std::function<void(void*, size_t)>& read_exact) {
+  Proof proof{};
+  if (role == Role::kClient) {
+    const std::string claim = identity_claim(ssl, *keys);
+    write_all(claim.data(), claim.size());
+    try {
+      read_exact(proof.data(), proof.size());
+    } catch (const Failure& failure) {
+      throw Failure(failure.timed_out, "the server answered no proof for identity '" +
+                                           keys->client_identity +
+                                           "' (it refuses a client without this job's token, "
+                                           "or does not hold the token itself): " +
+                                           failure.what());
+    }
+    check_server_proof(ssl, *keys, proof);
+    return;
+  }
+  try {
+    uint8_t header[2];
+    read_exact(header, sizeof(header));
+    std::string identity(claimed_identity_bytes(header), '\0');
+    read_exact(identity.data(), identity.size());
+    read_exact(proof.data(), proof.size());
+    const Proof answer = accept_identity_claim(ssl, context, identity, proof, keys);
+    write_all(answer.data(), answer.size());
+  } catch (const Failure&) {
+    SSL_shutdown(ssl);  // close_notify, best effort: the client learns at once that it is refused
+    throw;
+  }
+}
+
+std::string verification_note(SSL* ssl) {
+  const long result = SSL_get_verify_result(ssl);
+  if (result == X509_V_OK) return "";
+  return std::string(" (the peer's certificate: ") + X509_verify_cert_error_string(result) + ")";
 }
 
 Stream::Stream(int fd, std::shared_ptr<Context> context, Role role)
@@ -236,7 +416,17 @@ int Stream::drive(const char* what, Clock::time_point deadline, const std::funct
 }
 
 void Stream::handshake(Clock::time_point deadline) {
-  drive("TLS handshake", deadline, [&] { return SSL_do_handshake(ssl_); });
+  try {
+    drive("TLS handshake", deadline, [&] { return SSL_do_handshake(ssl_); });
+  } catch (const Failure& failure) {
+    if (!context_->uses_certificates()) throw;
+    throw Failure(failure.timed_out, failure.what() + verification_note(ssl_));
+  }
+  if (!context_->uses_certificates()) return;
+  exchange_identity_proofs(
+      ssl_, *context_, SSL_is_server(ssl_) == 1 ? Role::kServer : Role::kClient, &keys_,
+      [&](const void* data, size_t size) { write_all(data, size, deadline); },
+      [&](void* out, size_t size) { read_exact(out, size, deadline); });
 }
 
 void Stream::write_all(const void* data, size_t size, Clock::time_point deadline) {

@@ -16,6 +16,20 @@
 //   root, as a shared secret always is.
 // - A peer without the key fails the handshake; nothing it sent reaches the application.
 //
+// Certificates, an option for sites that have a PKI (CertificateFiles; hsgd-run --tls-cert,
+// --tls-key, --tls-ca set HSGD_TLS_CERT, HSGD_TLS_KEY, HSGD_TLS_CA for every process of the job):
+// - Each end presents its certificate and verifies the other's against the site's CA (mutual
+//   TLS 1.3, ECDHE key exchange, no PSK: OpenSSL's TLS 1.3 cannot combine the two in one
+//   handshake). A certificate says the host belongs to the site, not which job or rank it is.
+// - So the token still binds the identity: right after the handshake the client sends
+//   IdentityClaim (its identity and an HMAC, under the identity's derived key, of a secret
+//   exported from this very connection); the server checks it through its lookup and answers
+//   with its own proof; an end that finds a proof wrong closes before any application byte.
+//   A connection thus needs a certificate of the site's CA *and* the job's token, and a proof
+//   seen on one connection is worthless on another (the exported secret differs).
+// - Streams and the transport's sockets run the exchange inside handshake(); the rendezvous
+//   server (Boost.Asio) runs the same steps asynchronously.
+//
 // Usage (client, blocking with a deadline; fd: a connected non-blocking socket):
 //   int fd = -1;
 //   const std::string token = "the job token";
@@ -66,22 +80,49 @@ enum class Role { kClient, kServer };
 // The key a server holds for a client identity; nullopt refuses the client.
 using PskLookup = std::function<std::optional<Psk>(std::string_view identity)>;
 
-// An OpenSSL SSL_CTX configured as described above; shared by many connections.
+// PEM files: this process's certificate (a chain may follow it), its private key, and the CA
+// certificates that a peer's certificate must chain to.
+struct CertificateFiles {
+  std::string certificate;
+  std::string private_key;
+  std::string authority;
+  bool operator==(const CertificateFiles&) const = default;
+};
+
+// The environment variables that select certificates for every process of a job.
+inline constexpr const char* kCertificateVariable = "HSGD_TLS_CERT";
+inline constexpr const char* kPrivateKeyVariable = "HSGD_TLS_KEY";
+inline constexpr const char* kAuthorityVariable = "HSGD_TLS_CA";
+
+// Certificates from HSGD_TLS_CERT, HSGD_TLS_KEY and HSGD_TLS_CA; nullopt when none is set.
+// Throws Failure naming the missing ones when only some are set.
+std::optional<CertificateFiles> certificate_files_from_environment();
+
+// An OpenSSL SSL_CTX configured as described above; shared by many connections. Without
+// certificates it keys connections by PSK; with them it runs mutual certificate verification
+// plus the identity exchange. Every end of a job must be in the same mode. Throws Failure
+// naming the file when a certificate, key or CA file cannot be used.
 class Context {
  public:
-  static std::shared_ptr<Context> client();
-  static std::shared_ptr<Context> server(PskLookup lookup);
+  static std::shared_ptr<Context> client(
+      std::optional<CertificateFiles> certificates = certificate_files_from_environment());
+  static std::shared_ptr<Context> server(
+      PskLookup lookup,
+      std::optional<CertificateFiles> certificates = certificate_files_from_environment());
   ~Context();
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
 
   SSL_CTX* native() const { return ctx_; }
   const PskLookup& lookup() const { return lookup_; }
+  bool uses_certificates() const { return uses_certificates_; }
 
  private:
-  explicit Context(SSL_CTX* ctx, PskLookup lookup) : ctx_(ctx), lookup_(std::move(lookup)) {}
+  Context(SSL_CTX* ctx, PskLookup lookup, bool uses_certificates)
+      : ctx_(ctx), lookup_(std::move(lookup)), uses_certificates_(uses_certificates) {}
   SSL_CTX* ctx_;
   PskLookup lookup_;
+  bool uses_certificates_;
 };
 
 // What a connection knows about its keys; attached to each SSL object (attach()).
@@ -98,6 +139,35 @@ void attach(SSL* ssl, ConnectionKeys* keys);
 // The last OpenSSL errors as text, emptying the queue ("" when there were none).
 std::string openssl_errors();
 
+// The identity exchange of certificate mode, after a successful handshake on ssl.
+using Proof = std::array<uint8_t, 32>;
+inline constexpr size_t kMaxClaimedIdentityBytes = 1024;
+
+// HMAC-SHA256 under psk of 32 bytes exported from ssl's connection for prover's role.
+Proof identity_proof(SSL* ssl, const Psk& psk, Role prover);
+
+// The client's claim on the wire: identity length (2 bytes, big-endian), identity, proof.
+std::string identity_claim(SSL* ssl, const ConnectionKeys& keys);
+// The identity length a claim's first 2 bytes announce; throws Failure when it is 0 or larger
+// than kMaxClaimedIdentityBytes.
+size_t claimed_identity_bytes(const uint8_t header[2]);
+// Server: checks the claimed identity and proof through context's lookup. On success records
+// the identity in keys->authenticated_identity and returns the proof the server answers with;
+// throws Failure (naming the identity) otherwise.
+Proof accept_identity_claim(SSL* ssl, const Context& context, std::string_view identity,
+                            const Proof& proof, ConnectionKeys* keys);
+// Client: throws Failure unless proof is the server's proof for keys' identity.
+void check_server_proof(SSL* ssl, const ConnectionKeys& keys, const Proof& proof);
+
+// The reason a failed handshake's peer certificate was refused, as " (...)", or "" when it was
+// not refused.
+std::string verification_note(SSL* ssl);
+
+// Runs the whole exchange over blocking I/O (both functions honour the caller's deadline).
+void exchange_identity_proofs(SSL* ssl, const Context& context, Role role, ConnectionKeys* keys,
+                              const std::function<void(const void*, size_t)>& write_all,
+                              const std::function<void(void*, size_t)>& read_exact);
+
 // A blocking TLS connection over a non-blocking socket that the caller owns; every call has a
 // deadline. Each Stream is used by one thread at a time.
 class Stream {
@@ -108,6 +178,7 @@ class Stream {
   Stream& operator=(const Stream&) = delete;
 
   void set_client_psk(std::string identity, const Psk& psk);
+  // The TLS handshake, and in certificate mode the identity exchange, before deadline.
   void handshake(Clock::time_point deadline);
   // The identity the client proved (server side, after the handshake).
   const std::string& peer_identity() const { return keys_.authenticated_identity; }

@@ -102,12 +102,63 @@ void RendezvousServer::Impl::Connection::start_tls() {
       }
       return self->close("TLS handshake failed");
     }
-    const std::optional<std::string> job = tls::identity_job(self->keys_.authenticated_identity);
-    if (!job) return self->close("TLS identity without a job");  // the key lookup needed one
-    self->session_->set_proven_job(*job);
-    self->tls_up_ = true;
-    self->read_tls();
+    if (self->server_.tls_->uses_certificates()) return self->read_identity_claim();
+    self->on_tls_identity();
   });
+}
+
+void RendezvousServer::Impl::Connection::read_identity_claim() {
+  claim_.assign(2, 0);
+  asio::async_read(*tls_, asio::buffer(claim_), [self = shared_from_this()](error_code ec, size_t) {
+    if (self->closed_) return;
+    if (ec) return self->close("no identity claim after the TLS handshake");
+    size_t length = 0;
+    try {
+      length = tls::claimed_identity_bytes(self->claim_.data());
+    } catch (const tls::Failure& failure) {
+      return self->refuse_identity(failure.what());
+    }
+    self->claim_.resize(2 + length + sizeof(tls::Proof));
+    asio::async_read(
+        *self->tls_, asio::buffer(self->claim_.data() + 2, length + sizeof(tls::Proof)),
+        [self, length](error_code ec, size_t) {
+          if (self->closed_) return;
+          if (ec) return self->close("an incomplete identity claim after the TLS handshake");
+          const std::string identity(reinterpret_cast<const char*>(self->claim_.data() + 2),
+                                     length);
+          tls::Proof proof{};
+          std::copy_n(self->claim_.data() + 2 + length, proof.size(), proof.begin());
+          try {
+            self->answer_ = tls::accept_identity_claim(self->tls_->native_handle(),
+                                                       *self->server_.tls_, identity, proof,
+                                                       &self->keys_);
+          } catch (const tls::Failure& failure) {
+            return self->refuse_identity(failure.what());
+          }
+          asio::async_write(*self->tls_, asio::buffer(self->answer_),
+                            [self](error_code ec, size_t) {
+                              if (self->closed_) return;
+                              if (ec) return self->close(ec.message().c_str());
+                              self->on_tls_identity();
+                            });
+        });
+  });
+}
+
+void RendezvousServer::Impl::Connection::refuse_identity(const std::string& why) {
+  if (auto held_back = server_.tls_log_.allow()) {
+    logger()->warn("rendezvous: refused {} after its TLS handshake: {}; closing it{}", peer_, why,
+                   held_back_note(*held_back));
+  }
+  close("identity claim refused");
+}
+
+void RendezvousServer::Impl::Connection::on_tls_identity() {
+  const std::optional<std::string> job = tls::identity_job(keys_.authenticated_identity);
+  if (!job) return close("TLS identity without a job");  // the key lookup needed one
+  session_->set_proven_job(*job);
+  tls_up_ = true;
+  read_tls();
 }
 
 void RendezvousServer::Impl::Connection::read_tls() {

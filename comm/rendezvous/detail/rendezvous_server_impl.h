@@ -143,6 +143,12 @@ class RendezvousServer::Impl::Connection : public std::enable_shared_from_this<C
   // then reads decrypted bytes, at most kTlsReadChunk per turn.
   void wait_first_byte();
   void start_tls();
+  // Certificate mode: reads the client's identity claim, checks it, answers with the server's
+  // proof (tls.h), then goes on as after a PSK handshake.
+  void read_identity_claim();
+  void refuse_identity(const std::string& why);
+  // The TLS identity is proven: its job is the only one this connection may name.
+  void on_tls_identity();
   void read_tls();
   // Feeds the decoder's state after got bytes were committed; false once reading must stop.
   bool on_bytes();
@@ -167,6 +173,8 @@ class RendezvousServer::Impl::Connection : public std::enable_shared_from_this<C
   tls::ConnectionKeys keys_;  // the identity the TLS handshake proved
   std::unique_ptr<asio::ssl::stream<asio::ip::tcp::socket&>> tls_;
   bool tls_up_ = false;  // the TLS handshake succeeded: every byte goes through tls_
+  std::vector<uint8_t> claim_;  // certificate mode: the client's identity claim
+  tls::Proof answer_{};         // certificate mode: the server's proof, while it is written
   asio::steady_timer hello_timer_{socket_.get_executor()};
   std::string peer_;
   // Touched only on the strand.

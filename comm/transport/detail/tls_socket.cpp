@@ -109,19 +109,48 @@ size_t TlsSocket::step(const char* what, short* wants, int rc, size_t done) {
   }
 }
 
+void TlsSocket::wait(short events, tls::Clock::time_point deadline, const char* what) {
+  pollfd p{.fd = fd_, .events = events, .revents = 0};
+  const int n = ::poll(&p, 1, remaining_ms(deadline));
+  if (n == 0) throw tls::Failure(true, std::string(what) + ": no progress before the deadline");
+  if (n < 0 && errno != EINTR) {
+    throw tls::Failure(false, std::string(what) + ": poll: " + std::strerror(errno));
+  }
+}
+
 void TlsSocket::handshake(tls::Clock::time_point deadline) {
   for (;;) {
     ERR_clear_error();
     errno = 0;
     short wants = POLLIN;
-    if (step("TLS handshake", &wants, SSL_do_handshake(ssl_), 1) > 0) return;
-    pollfd p{.fd = fd_, .events = wants, .revents = 0};
-    const int n = ::poll(&p, 1, remaining_ms(deadline));
-    if (n == 0) throw tls::Failure(true, "TLS handshake: no progress before the deadline");
-    if (n < 0 && errno != EINTR) {
-      throw tls::Failure(false, std::string("TLS handshake: poll: ") + std::strerror(errno));
+    try {
+      if (step("TLS handshake", &wants, SSL_do_handshake(ssl_), 1) > 0) break;
+    } catch (const tls::Failure& failure) {
+      if (!context_->uses_certificates()) throw;
+      throw tls::Failure(failure.timed_out, failure.what() + tls::verification_note(ssl_));
     }
+    wait(wants, deadline, "TLS handshake");
   }
+  if (!context_->uses_certificates()) return;
+  const auto write_all = [&](const void* data, size_t size) {
+    const auto* bytes = static_cast<const uint8_t*>(data);
+    for (size_t done = 0; done < size;) {
+      const size_t n = write_some(bytes + done, size - done);
+      if (n == 0) wait(write_wants_, deadline, "TLS identity exchange");
+      done += n;
+    }
+  };
+  const auto read_exact = [&](void* out, size_t size) {
+    auto* bytes = static_cast<uint8_t*>(out);
+    for (size_t done = 0; done < size;) {
+      const size_t n = read_some(bytes + done, size - done);
+      if (n == 0) wait(read_wants_, deadline, "TLS identity exchange");
+      done += n;
+    }
+  };
+  tls::exchange_identity_proofs(ssl_, *context_,
+                                SSL_is_server(ssl_) == 1 ? tls::Role::kServer : tls::Role::kClient,
+                                &keys_, write_all, read_exact);
 }
 
 size_t TlsSocket::read_some(void* out, size_t size) {

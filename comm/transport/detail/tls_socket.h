@@ -56,7 +56,8 @@ class TlsSocket {
   TlsSocket& operator=(const TlsSocket&) = delete;
 
   void set_client_psk(std::string identity, const tls::Psk& psk);
-  // Blocks until the handshake completed or failed; tls::Failure(timed_out) after deadline.
+  // Blocks until the handshake (and in certificate mode the identity exchange) completed or
+  // failed; tls::Failure(timed_out) after deadline.
   void handshake(tls::Clock::time_point deadline);
   // The identity the client proved (server side, after the handshake).
   const std::string& peer_identity() const { return keys_.authenticated_identity; }
@@ -76,6 +77,8 @@ class TlsSocket {
   int fd() const { return fd_; }
 
  private:
+  // Polls for events until deadline; tls::Failure(timed_out) when none came.
+  void wait(short events, tls::Clock::time_point deadline, const char* what);
   // Runs op once; returns its byte count, or 0 and records what to wait for in *wants.
   size_t step(const char* what, short* wants, int rc, size_t done);
 

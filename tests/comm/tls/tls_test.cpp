@@ -1,8 +1,11 @@
 #include "comm/tls/tls.h"
 
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include <fstream>
 
 #include <atomic>
 #include <cstring>
@@ -10,7 +13,10 @@
 #include <thread>
 #include <vector>
 
+#include "tests/support/test_certificates.h"
+
 namespace tls = hsgd::comm::tls;
+using hsgd::testing::TestAuthority;
 
 namespace {
 
@@ -33,12 +39,17 @@ struct SocketPair {
 
 tls::Clock::time_point in(std::chrono::milliseconds ms) { return tls::Clock::now() + ms; }
 
-// A server whose only job is "job42" with token "secret-42".
-std::shared_ptr<tls::Context> job42_server() {
-  return tls::Context::server([](std::string_view identity) -> std::optional<tls::Psk> {
-    if (tls::identity_job(identity) != "job42") return std::nullopt;
-    return tls::derive_psk("secret-42", identity);
-  });
+// A server whose only job is "job42" with token "secret-42" (by default PSK; with certificates
+// when given).
+std::shared_ptr<tls::Context> job42_server(
+    std::optional<tls::CertificateFiles> certificates = std::nullopt,
+    std::string token = "secret-42") {
+  return tls::Context::server(
+      [token](std::string_view identity) -> std::optional<tls::Psk> {
+        if (tls::identity_job(identity) != "job42") return std::nullopt;
+        return tls::derive_psk(token, identity);
+      },
+      std::move(certificates));
 }
 
 // Runs the server's handshake on its own thread; returns its error text ("" on success) and the
@@ -216,6 +227,236 @@ TEST(TlsTest, RecordsOnTheWireDoNotContainThePlaintextOrTheToken) {
   EXPECT_GT(recorded.size(), secret_text.size());
   EXPECT_EQ(recorded.find(secret_text), std::string::npos);
   EXPECT_EQ(recorded.find("secret-42"), std::string::npos);
+}
+
+// Certificate mode.
+
+// An SSL object of context over fd with its handshake done (no identity exchange): what an
+// attacker with a certificate of the site can reach on its own.
+SSL* raw_handshake(int fd, const std::shared_ptr<tls::Context>& context, tls::Role role) {
+  SSL* ssl = SSL_new(context->native());
+  SSL_set_fd(ssl, fd);
+  if (role == tls::Role::kClient) {
+    SSL_set_connect_state(ssl);
+  } else {
+    SSL_set_accept_state(ssl);
+  }
+  const auto deadline = in(5s);
+  for (;;) {
+    const int rc = SSL_do_handshake(ssl);
+    if (rc == 1) return ssl;
+    const int error = SSL_get_error(ssl, rc);
+    if ((error != SSL_ERROR_WANT_READ && error != SSL_ERROR_WANT_WRITE) ||
+        tls::Clock::now() > deadline) {
+      ADD_FAILURE() << "raw handshake failed: " << tls::openssl_errors();
+      SSL_free(ssl);
+      return nullptr;
+    }
+    pollfd p{.fd = fd, .events = static_cast<short>(error == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT),
+             .revents = 0};
+    ::poll(&p, 1, 100);
+  }
+}
+
+void raw_write(SSL* ssl, int fd, const void* data, size_t size) {
+  size_t written = 0;
+  while (SSL_write_ex(ssl, data, size, &written) != 1) {
+    pollfd p{.fd = fd, .events = POLLOUT, .revents = 0};
+    ::poll(&p, 1, 100);
+  }
+}
+
+struct Site {
+  TestAuthority authority{"site"};
+  tls::CertificateFiles server = authority.issue("server");
+  tls::CertificateFiles client = authority.issue("client");
+};
+
+const std::string kNodeA = tls::psk_identity("store", "job42", "node-a");
+
+TEST(TlsCertificateTest, SiteCertificatesAndTheTokenConnect_TheServerLearnsTheIdentity) {
+  Site site;
+  SocketPair sockets;
+  const auto server = job42_server(site.server);
+  EXPECT_TRUE(server->uses_certificates());
+  ServerResult result;
+  std::thread server_thread([&] { result = serve(sockets.server, server, 11); });
+  tls::Stream client(sockets.client, tls::Context::client(site.client), tls::Role::kClient);
+  client.set_client_psk(kNodeA, tls::derive_psk("secret-42", kNodeA));
+  client.handshake(in(5s));
+  client.write_all("hello world", 11, in(5s));
+  char reply[2];
+  client.read_exact(reply, 2, in(5s));
+  server_thread.join();
+  EXPECT_EQ(result.error, "");
+  EXPECT_EQ(result.identity, kNodeA);
+  EXPECT_EQ(result.received, "hello world");
+  EXPECT_EQ(std::string(reply, 2), "ok");
+}
+
+TEST(TlsCertificateTest, CertificateOfAnotherAuthorityIsRefused) {
+  Site site;
+  TestAuthority other("other");
+  SocketPair sockets;
+  ServerResult result;
+  std::thread server_thread([&] { result = serve(sockets.server, job42_server(site.server), 1); });
+  // The stranger trusts the site's CA (it can see the server's certificate) but holds a
+  // certificate of its own CA, and even the token.
+  tls::CertificateFiles stranger = other.issue("stranger");
+  stranger.authority = site.client.authority;
+  tls::Stream client(sockets.client, tls::Context::client(stranger), tls::Role::kClient);
+  client.set_client_psk(kNodeA, tls::derive_psk("secret-42", kNodeA));
+  EXPECT_THROW(client.handshake(in(5s)), tls::Failure);
+  server_thread.join();
+  EXPECT_NE(result.error.find("certificate"), std::string::npos) << result.error;
+  EXPECT_EQ(result.identity, "");
+  EXPECT_EQ(result.received, "");
+}
+
+TEST(TlsCertificateTest, ClientWithoutACertificateIsRefused) {
+  Site site;
+  SocketPair sockets;
+  ServerResult result;
+  std::thread server_thread([&] { result = serve(sockets.server, job42_server(site.server), 1); });
+  // A PSK client with the right token: the server wants a certificate. In TLS 1.3 the client
+  // finishes its side of the handshake before the server checks it, so the client learns of the
+  // refusal when it reads.
+  tls::Stream client(sockets.client, tls::Context::client(std::nullopt), tls::Role::kClient);
+  client.set_client_psk(kNodeA, tls::derive_psk("secret-42", kNodeA));
+  EXPECT_THROW(
+      {
+        client.handshake(in(5s));
+        char reply[2];
+        client.read_exact(reply, 2, in(5s));
+      },
+      tls::Failure);
+  server_thread.join();
+  EXPECT_NE(result.error.find("certificate"), std::string::npos) << result.error;
+  EXPECT_EQ(result.identity, "");
+}
+
+TEST(TlsCertificateTest, SiteCertificateWithoutTheTokenIsRefusedOnBothSides) {
+  Site site;
+  SocketPair sockets;
+  ServerResult result;
+  std::thread server_thread([&] { result = serve(sockets.server, job42_server(site.server), 1); });
+  tls::Stream client(sockets.client, tls::Context::client(site.client), tls::Role::kClient);
+  client.set_client_psk(kNodeA, tls::derive_psk("guessed", kNodeA));
+  try {
+    client.handshake(in(5s));
+    ADD_FAILURE() << "the server accepted a client without the token";
+  } catch (const tls::Failure& failure) {
+    EXPECT_FALSE(failure.timed_out) << "the refusal must not wait for the deadline";
+    EXPECT_NE(std::string(failure.what()).find("answered no proof"), std::string::npos)
+        << failure.what();
+  }
+  server_thread.join();
+  EXPECT_NE(result.error.find("does not hold this job's token"), std::string::npos)
+      << result.error;
+  EXPECT_NE(result.error.find(kNodeA), std::string::npos) << result.error;
+  EXPECT_EQ(result.identity, "");
+}
+
+TEST(TlsCertificateTest, ServerWithoutTheTokenIsRefusedByTheClient) {
+  Site site;
+  SocketPair sockets;
+  // A host of the site posing as the job's server: it answers any claim with bytes of its own.
+  std::thread rogue([&] {
+    SSL* ssl = raw_handshake(sockets.server, job42_server(site.server), tls::Role::kServer);
+    if (ssl == nullptr) return;
+    const tls::Proof made_up{};
+    raw_write(ssl, sockets.server, made_up.data(), made_up.size());
+    SSL_free(ssl);
+  });
+  tls::Stream client(sockets.client, tls::Context::client(site.client), tls::Role::kClient);
+  client.set_client_psk(kNodeA, tls::derive_psk("secret-42", kNodeA));
+  try {
+    client.handshake(in(5s));
+    ADD_FAILURE() << "the client accepted a server without the token";
+  } catch (const tls::Failure& failure) {
+    EXPECT_NE(std::string(failure.what()).find("server's proof"), std::string::npos)
+        << failure.what();
+  }
+  rogue.join();
+}
+
+TEST(TlsCertificateTest, ProofSeenOnOneConnectionDoesNotOpenAnother) {
+  Site site;
+  const auto client_context = tls::Context::client(site.client);
+  // Connection 1: the real client's claim, as an eavesdropper on its host could learn it.
+  std::string claim;
+  {
+    SocketPair sockets;
+    ServerResult result;
+    std::thread server_thread(
+        [&] { result = serve(sockets.server, job42_server(site.server), 0); });
+    SSL* ssl = raw_handshake(sockets.client, client_context, tls::Role::kClient);
+    ASSERT_NE(ssl, nullptr);
+    tls::ConnectionKeys keys{.client_identity = kNodeA,
+                             .client_psk = tls::derive_psk("secret-42", kNodeA)};
+    claim = tls::identity_claim(ssl, keys);
+    raw_write(ssl, sockets.client, claim.data(), claim.size());
+    server_thread.join();
+    SSL_free(ssl);
+    ASSERT_EQ(result.error, "");  // the claim is the real one
+    ASSERT_EQ(result.identity, kNodeA);
+  }
+  // Connection 2: a host of the site without the token replays it.
+  SocketPair sockets;
+  ServerResult result;
+  std::thread server_thread([&] { result = serve(sockets.server, job42_server(site.server), 1); });
+  SSL* ssl = raw_handshake(sockets.client, client_context, tls::Role::kClient);
+  ASSERT_NE(ssl, nullptr);
+  raw_write(ssl, sockets.client, claim.data(), claim.size());
+  server_thread.join();
+  SSL_free(ssl);
+  EXPECT_NE(result.error.find("does not match"), std::string::npos) << result.error;
+  EXPECT_EQ(result.identity, "");
+}
+
+TEST(TlsCertificateTest, UnusableFilesAreNamed) {
+  Site site;
+  TestAuthority other("other");
+  tls::CertificateFiles missing = site.client;
+  missing.private_key = "/nonexistent/node.key";
+  tls::CertificateFiles mismatched = site.client;
+  mismatched.private_key = other.issue("x").private_key;
+  tls::CertificateFiles not_pem = site.client;
+  not_pem.authority = (site.authority.dir() / "garbage.pem").string();
+  std::ofstream(not_pem.authority) << "not a certificate\n";
+  for (const auto& [files, expected] :
+       {std::pair{missing, std::string("cannot read the private key file '/nonexistent/node.key' "
+                                       "(HSGD_TLS_KEY)")},
+        std::pair{mismatched, std::string("does not belong to the certificate")},
+        std::pair{not_pem, std::string("holds no usable PEM certificate")}}) {
+    try {
+      tls::Context::client(files);
+      ADD_FAILURE() << "no error for " << expected;
+    } catch (const tls::Failure& failure) {
+      EXPECT_NE(std::string(failure.what()).find(expected), std::string::npos) << failure.what();
+    }
+  }
+}
+
+TEST(TlsCertificateTest, EnvironmentSelectsCertificatesOnlyWhenComplete) {
+  Site site;
+  EXPECT_EQ(tls::certificate_files_from_environment(), std::nullopt);
+  {
+    hsgd::testing::ScopedCertificateEnvironment env(site.client);
+    const auto files = tls::certificate_files_from_environment();
+    ASSERT_TRUE(files.has_value());
+    EXPECT_EQ(files->certificate, site.client.certificate);
+    EXPECT_TRUE(tls::Context::client()->uses_certificates());
+    ::unsetenv(tls::kAuthorityVariable);
+    try {
+      tls::certificate_files_from_environment();
+      ADD_FAILURE() << "no error with HSGD_TLS_CA unset";
+    } catch (const tls::Failure& failure) {
+      EXPECT_NE(std::string(failure.what()).find("HSGD_TLS_CA not set"), std::string::npos)
+          << failure.what();
+    }
+  }
+  EXPECT_FALSE(tls::Context::client()->uses_certificates());
 }
 
 }  // namespace
