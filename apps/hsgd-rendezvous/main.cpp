@@ -28,6 +28,7 @@
 #include "comm/log.h"
 #include "comm/rendezvous/rendezvous_server.h"
 #include "comm/rendezvous/rendezvous_server_tokens.h"
+#include "comm/tls/tls.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"hsgd rendezvous server: the key-value store hsgd jobs meet through"};
@@ -45,6 +46,17 @@ int main(int argc, char** argv) {
   app.add_flag("--insecure", insecure,
                "plain TCP without tokens: unencrypted, anyone who reaches the port reads and "
                "writes every job (a trusted single host only)");
+  hsgd::comm::tls::CertificateFiles certificates;
+  app.add_option("--tls-cert", certificates.certificate,
+                 "PEM certificate of this server, signed by the site's CA (with --tls-key and "
+                 "--tls-ca): clients must present certificates of that CA and still prove the "
+                 "job's token")
+      ->envname("HSGD_TLS_CERT");
+  app.add_option("--tls-key", certificates.private_key, "PEM private key of --tls-cert")
+      ->envname("HSGD_TLS_KEY");
+  app.add_option("--tls-ca", certificates.authority,
+                 "PEM certificates of the site's CA, which clients' certificates must chain to")
+      ->envname("HSGD_TLS_CA");
   double handshake_timeout_s = 60;
   app.add_option("--handshake-timeout", handshake_timeout_s,
                  "seconds a new connection has to complete its TLS handshake and Hello")
@@ -100,7 +112,20 @@ int main(int argc, char** argv) {
               << std::endl;
     return 2;
   }
+  if (auto problem = hsgd::comm::tls::certificate_flags_problem(certificates)) {
+    std::cerr << "hsgd-rendezvous: " << *problem << std::endl;
+    return 2;
+  }
+  if (insecure && !certificates.certificate.empty()) {
+    std::cerr << "hsgd-rendezvous: --insecure runs plain TCP, so --tls-cert would protect "
+                 "nothing; drop one of them"
+              << std::endl;
+    return 2;
+  }
   try {
+    if (!certificates.certificate.empty()) {
+      hsgd::comm::tls::set_certificate_environment(certificates);
+    }
     if (!token_file.empty()) {
       const auto tokens =
           hsgd::comm::read_token_file(token_file, "--token-file '" + token_file + "'");
@@ -110,6 +135,9 @@ int main(int argc, char** argv) {
     hsgd::comm::RendezvousServer check(options);  // validates the options, binds nothing
   } catch (const hsgd::InvalidArgument& e) {
     std::cerr << "hsgd-rendezvous: " << e.what() << std::endl;
+    return 2;
+  } catch (const hsgd::comm::tls::Failure& e) {
+    std::cerr << "hsgd-rendezvous: --tls-cert/--tls-key/--tls-ca: " << e.what() << std::endl;
     return 2;
   }
 

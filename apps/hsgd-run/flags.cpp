@@ -188,6 +188,11 @@ void validate(Flags& f) {
   // else the server-wide token.
   // Without a file, one node makes its own token (its server and workers are all it must
   // reach); several nodes cannot agree on a random one without a secret they already share.
+  if (auto problem = comm::tls::certificate_flags_problem(f.certificates)) usage_error(*problem);
+  if (f.insecure && !f.certificates.certificate.empty()) {
+    usage_error("--insecure runs plain TCP, so --tls-cert '", f.certificates.certificate,
+                "' would protect nothing; drop one of them");
+  }
   if (f.insecure) {
     if (!f.token_file.empty()) {
       usage_error("--insecure runs plain TCP without authentication, so --token-file '",
@@ -424,6 +429,16 @@ std::optional<Flags> parse_flags(int argc, char** argv) {
   app.add_flag("--insecure", f.insecure,
                "Plain TCP without a token: the job's connections are unencrypted and anyone who "
                "reaches its ports can read and write its store (a trusted single host only)");
+  app.add_option("--tls-cert", f.certificates.certificate,
+                 "PEM certificate of this node, signed by the site's CA (with --tls-key and "
+                 "--tls-ca): connections verify certificates both ways and still need the job's "
+                 "token; every process of the job must use certificates")
+      ->envname("HSGD_TLS_CERT");
+  app.add_option("--tls-key", f.certificates.private_key, "PEM private key of --tls-cert")
+      ->envname("HSGD_TLS_KEY");
+  app.add_option("--tls-ca", f.certificates.authority,
+                 "PEM certificates of the site's CA, which peers' certificates must chain to")
+      ->envname("HSGD_TLS_CA");
   app.add_option("--grace-period", f.grace_period,
                  "Seconds between SIGTERM and SIGKILL when stopping")
       ->envname("HSGD_GRACE_PERIOD")

@@ -24,6 +24,7 @@
 
 #include "comm/launcher/launcher_names.h"
 #include "comm/rendezvous/rendezvous_server_tokens.h"
+#include "comm/tls/tls.h"
 
 namespace hsgd::run {
 
@@ -54,6 +55,7 @@ struct Flags {
   std::string log_dir;
   std::string token_file;
   bool insecure = false;        // plain TCP, no token (--insecure)
+  comm::tls::CertificateFiles certificates;  // --tls-cert, --tls-key, --tls-ca (all or none)
   double rdzv_timeout = 300;    // seconds
   double grace_period = 10;     // seconds
   double heartbeat = 30;        // seconds

@@ -115,6 +115,16 @@ int run(int argc, char** argv) {
               << " cores (one intra-op thread each), so each computes more slowly than alone\n";
   }
 
+  // Certificates: the servers and stores below, and every worker (through its environment).
+  const bool certificates = !f.certificates.certificate.empty();
+  if (certificates) {
+    try {
+      hsgd::comm::tls::set_certificate_environment(f.certificates);
+    } catch (const hsgd::comm::tls::Failure& e) {
+      throw hsgd::run::UsageError(std::string("--tls-cert/--tls-key/--tls-ca: ") + e.what());
+    }
+  }
+
   std::unique_ptr<hsgd::comm::RendezvousServer> server;
   Endpoint store_at = f.store_at;
   if (f.embedded) {
@@ -140,10 +150,16 @@ int run(int argc, char** argv) {
                  "unauthenticated (plain TCP): anyone who reaches "
               << store_at.host << ":" << store_at.port << " can read and write its store\n";
   } else {
-    std::cerr << "hsgd-run: job '" << f.rdzv_id << "': connections are TLS 1.3 keyed by "
-              << (f.generated_token ? "a random token made for this run"
-                                    : "the token of --token-file")
-              << "\n";
+    const char* token = f.generated_token ? "a random token made for this run"
+                                          : "the token of --token-file";
+    if (certificates) {
+      std::cerr << "hsgd-run: job '" << f.rdzv_id
+                << "': connections are TLS 1.3 with certificates verified against --tls-ca '"
+                << f.certificates.authority << "', identities bound to " << token << "\n";
+    } else {
+      std::cerr << "hsgd-run: job '" << f.rdzv_id << "': connections are TLS 1.3 keyed by "
+                << token << "\n";
+    }
   }
 
   std::shared_ptr<hsgd::comm::TcpStore> store;

@@ -490,6 +490,11 @@ class TcpStore::Client {
         socket.start_tls(tls_, identity_, psk_, deadline);
       } catch (const SocketFailure& failure) {
         if (!failure.refused) throw;
+        if (tls_->uses_certificates()) {
+          HSGD_THROW(CommError, "TcpStore: the rendezvous server at ", endpoint_,
+                     " refused the TLS connection for job '", options_.job_id, "': ",
+                     failure.what);
+        }
         HSGD_THROW(CommError, "TcpStore: the rendezvous server at ", endpoint_,
                    " refused the TLS handshake for job '", options_.job_id,
                    "': it holds another token for this job, or none, or it was started "

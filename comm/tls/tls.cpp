@@ -224,9 +224,41 @@ std::optional<CertificateFiles> certificate_files_from_environment() {
   return CertificateFiles{certificate, key, authority};
 }
 
+void set_certificate_environment(const CertificateFiles& files) {
+  (void)Context::client(files);  // every file is readable and fits the others
+  const auto absolute = [](const std::string& path) {
+    char* resolved = ::realpath(path.c_str(), nullptr);
+    std::string out = resolved != nullptr ? resolved : path;
+    std::free(resolved);
+    return out;
+  };
+  ::setenv(kCertificateVariable, absolute(files.certificate).c_str(), 1);
+  ::setenv(kPrivateKeyVariable, absolute(files.private_key).c_str(), 1);
+  ::setenv(kAuthorityVariable, absolute(files.authority).c_str(), 1);
+}
+
+std::optional<std::string> certificate_flags_problem(const CertificateFiles& given) {
+  std::string missing;
+  for (const auto& [value, flag] : {std::pair{&given.certificate, "--tls-cert"},
+                                    std::pair{&given.private_key, "--tls-key"},
+                                    std::pair{&given.authority, "--tls-ca"}}) {
+    if (value->empty()) missing += (missing.empty() ? "" : ", ") + std::string(flag);
+  }
+  if (missing.empty() || missing == "--tls-cert, --tls-key, --tls-ca") return std::nullopt;
+  return "certificates need --tls-cert, --tls-key and --tls-ca together (or HSGD_TLS_CERT, "
+         "HSGD_TLS_KEY, HSGD_TLS_CA); missing: " +
+         missing;
+}
+
 std::shared_ptr<Context> Context::client(std::optional<CertificateFiles> certificates) {
   SSL_CTX* ctx = configured(new_context(TLS_client_method()), certificates);
-  if (!certificates) SSL_CTX_set_psk_use_session_callback(ctx, use_session);
+  if (!certificates) {
+    SSL_CTX_set_psk_use_session_callback(ctx, use_session);
+    // A server that ignores the key and presents a certificate instead must not be talked to:
+    // with an empty trust store every certificate fails verification, while a PSK handshake
+    // sends none.
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nullptr);
+  }
   return std::shared_ptr<Context>(new Context(ctx, nullptr, certificates.has_value()));
 }
 
@@ -296,26 +328,39 @@ size_t claimed_identity_bytes(const uint8_t header[2]) {
   return length;
 }
 
-Proof accept_identity_claim(SSL* ssl, const Context& context, std::string_view identity,
-                            const Proof& proof, ConnectionKeys* keys) {
+Answer answer_identity_claim(SSL* ssl, const Context& context, std::string_view identity,
+                             const Proof& proof, ConnectionKeys* keys, std::string* why) {
+  Answer answer{};
+  answer[0] = kRefused;
   const std::optional<Psk> psk = context.lookup() ? context.lookup()(identity) : std::nullopt;
   if (!psk) {
-    throw Failure(false, "the client's identity '" + std::string(identity) +
-                             "' names no job this server holds a token for");
+    *why = "the client's identity '" + std::string(identity) +
+           "' names no job this server holds a token for";
+    return answer;
   }
   const Proof expected = identity_proof(ssl, *psk, Role::kClient);
   if (CRYPTO_memcmp(expected.data(), proof.data(), proof.size()) != 0) {
-    throw Failure(false, "the client's proof for identity '" + std::string(identity) +
-                             "' does not match: its certificate is the site's, but it does not "
-                             "hold this job's token");
+    *why = "the client's proof for identity '" + std::string(identity) +
+           "' does not match: its certificate is the site's, but it does not hold this job's "
+           "token";
+    return answer;
   }
   keys->authenticated_identity = std::string(identity);
-  return identity_proof(ssl, *psk, Role::kServer);
+  const Proof mine = identity_proof(ssl, *psk, Role::kServer);
+  answer[0] = kAccepted;
+  std::copy(mine.begin(), mine.end(), answer.begin() + 1);
+  return answer;
 }
 
-void check_server_proof(SSL* ssl, const ConnectionKeys& keys, const Proof& proof) {
+void check_server_answer(SSL* ssl, const ConnectionKeys& keys, const Answer& answer) {
+  if (answer[0] == kRefused) {
+    throw Failure(false, "the server refused identity '" + keys.client_identity +
+                             "': this client's token is not the one the server holds for the "
+                             "job (or the server holds none for it)");
+  }
   const Proof expected = identity_proof(ssl, keys.client_psk, Role::kServer);
-  if (CRYPTO_memcmp(expected.data(), proof.data(), proof.size()) != 0) {
+  if (answer[0] != kAccepted ||
+      CRYPTO_memcmp(expected.data(), answer.data() + 1, expected.size()) != 0) {
     throw Failure(false, "the server's proof for identity '" + keys.client_identity +
                              "' does not match: its certificate is the site's, but it does not "
                              "hold this job's token");
@@ -325,40 +370,44 @@ void check_server_proof(SSL* ssl, const ConnectionKeys& keys, const Proof& proof
 void exchange_identity_proofs(SSL* ssl, const Context& context, Role role, ConnectionKeys* keys,
                               const std::function<void(const void*, size_t)>& write_all,
                               const std::function<void(void*, size_t)>& read_exact) {
-  Proof proof{};
   if (role == Role::kClient) {
     const std::string claim = identity_claim(ssl, *keys);
-    write_all(claim.data(), claim.size());
+    Answer answer{};
     try {
-      read_exact(proof.data(), proof.size());
+      write_all(claim.data(), claim.size());
+      read_exact(answer.data(), answer.size());
     } catch (const Failure& failure) {
-      throw Failure(failure.timed_out, "the server answered no proof for identity '" +
-                                           keys->client_identity +
-                                           "' (it refuses a client without this job's token, "
-                                           "or does not hold the token itself): " +
-                                           failure.what());
+      const std::string what = failure.what();
+      if (what.find("alert") == std::string::npos) throw;
+      // TLS 1.3 ends the client's handshake before the server checked its certificate: the
+      // server's verdict on it arrives as an alert here.
+      throw Failure(false, "the server refused this client's certificate (" + what +
+                               "): is it signed by the CA the server trusts?");
     }
-    check_server_proof(ssl, *keys, proof);
+    check_server_answer(ssl, *keys, answer);
     return;
   }
-  try {
-    uint8_t header[2];
-    read_exact(header, sizeof(header));
-    std::string identity(claimed_identity_bytes(header), '\0');
-    read_exact(identity.data(), identity.size());
-    read_exact(proof.data(), proof.size());
-    const Proof answer = accept_identity_claim(ssl, context, identity, proof, keys);
-    write_all(answer.data(), answer.size());
-  } catch (const Failure&) {
-    SSL_shutdown(ssl);  // close_notify, best effort: the client learns at once that it is refused
-    throw;
-  }
+  uint8_t header[2];
+  read_exact(header, sizeof(header));
+  std::string identity(claimed_identity_bytes(header), '\0');
+  read_exact(identity.data(), identity.size());
+  Proof proof{};
+  read_exact(proof.data(), proof.size());
+  std::string why;
+  const Answer answer = answer_identity_claim(ssl, context, identity, proof, keys, &why);
+  write_all(answer.data(), answer.size());
+  if (!why.empty()) throw Failure(false, why);
 }
 
-std::string verification_note(SSL* ssl) {
+std::string handshake_failure(SSL* ssl, const Context& context, const std::string& what) {
   const long result = SSL_get_verify_result(ssl);
-  if (result == X509_V_OK) return "";
-  return std::string(" (the peer's certificate: ") + X509_verify_cert_error_string(result) + ")";
+  if (result == X509_V_OK) return what;
+  if (!context.uses_certificates() && SSL_is_server(ssl) == 0) {
+    return what + " (the server presented a certificate instead of using the job's key: it runs "
+                  "with certificates, --tls-cert/--tls-key/--tls-ca, which this process was not "
+                  "given; or it is not a server of this job)";
+  }
+  return what + " (the peer's certificate: " + X509_verify_cert_error_string(result) + ")";
 }
 
 Stream::Stream(int fd, std::shared_ptr<Context> context, Role role)
@@ -419,8 +468,7 @@ void Stream::handshake(Clock::time_point deadline) {
   try {
     drive("TLS handshake", deadline, [&] { return SSL_do_handshake(ssl_); });
   } catch (const Failure& failure) {
-    if (!context_->uses_certificates()) throw;
-    throw Failure(failure.timed_out, failure.what() + verification_note(ssl_));
+    throw Failure(failure.timed_out, handshake_failure(ssl_, *context_, failure.what()));
   }
   if (!context_->uses_certificates()) return;
   exchange_identity_proofs(

@@ -98,6 +98,15 @@ inline constexpr const char* kAuthorityVariable = "HSGD_TLS_CA";
 // Throws Failure naming the missing ones when only some are set.
 std::optional<CertificateFiles> certificate_files_from_environment();
 
+// Makes files the certificates of this process and of the processes it starts: checks that they
+// can be used (throws Failure naming the file otherwise), then sets the three variables to the
+// files' absolute paths.
+void set_certificate_environment(const CertificateFiles& files);
+
+// What hsgd-run and hsgd-rendezvous say of certificate flags given as (--tls-cert, --tls-key,
+// --tls-ca) values: nullopt when all or none are set, otherwise which are missing.
+std::optional<std::string> certificate_flags_problem(const CertificateFiles& given);
+
 // An OpenSSL SSL_CTX configured as described above; shared by many connections. Without
 // certificates it keys connections by PSK; with them it runs mutual certificate verification
 // plus the identity exchange. Every end of a job must be in the same mode. Throws Failure
@@ -151,17 +160,22 @@ std::string identity_claim(SSL* ssl, const ConnectionKeys& keys);
 // The identity length a claim's first 2 bytes announce; throws Failure when it is 0 or larger
 // than kMaxClaimedIdentityBytes.
 size_t claimed_identity_bytes(const uint8_t header[2]);
-// Server: checks the claimed identity and proof through context's lookup. On success records
-// the identity in keys->authenticated_identity and returns the proof the server answers with;
-// throws Failure (naming the identity) otherwise.
-Proof accept_identity_claim(SSL* ssl, const Context& context, std::string_view identity,
-                            const Proof& proof, ConnectionKeys* keys);
-// Client: throws Failure unless proof is the server's proof for keys' identity.
-void check_server_proof(SSL* ssl, const ConnectionKeys& keys, const Proof& proof);
+// The server's answer on the wire: kAccepted and the server's proof, or kRefused and zeros. A
+// refusal is final for the client (its token or job is wrong), unlike a connection that ends.
+inline constexpr uint8_t kAccepted = 'Y';
+inline constexpr uint8_t kRefused = 'N';
+using Answer = std::array<uint8_t, 1 + sizeof(Proof)>;
+// Server: checks the claimed identity and proof through context's lookup. Accepted: records the
+// identity in keys->authenticated_identity and returns the answer with the server's proof.
+// Refused: returns the refusal and sets *why (naming the identity).
+Answer answer_identity_claim(SSL* ssl, const Context& context, std::string_view identity,
+                             const Proof& proof, ConnectionKeys* keys, std::string* why);
+// Client: throws Failure unless answer accepts keys' identity with the server's proof.
+void check_server_answer(SSL* ssl, const ConnectionKeys& keys, const Answer& answer);
 
-// The reason a failed handshake's peer certificate was refused, as " (...)", or "" when it was
-// not refused.
-std::string verification_note(SSL* ssl);
+// what, the text of a failed handshake on ssl, with the reason when the peer's certificate was
+// refused (a PSK client meeting a server that presents a certificate is told so).
+std::string handshake_failure(SSL* ssl, const Context& context, const std::string& what);
 
 // Runs the whole exchange over blocking I/O (both functions honour the caller's deadline).
 void exchange_identity_proofs(SSL* ssl, const Context& context, Role role, ConnectionKeys* keys,

@@ -128,16 +128,14 @@ void RendezvousServer::Impl::Connection::read_identity_claim() {
                                      length);
           tls::Proof proof{};
           std::copy_n(self->claim_.data() + 2 + length, proof.size(), proof.begin());
-          try {
-            self->answer_ = tls::accept_identity_claim(self->tls_->native_handle(),
-                                                       *self->server_.tls_, identity, proof,
-                                                       &self->keys_);
-          } catch (const tls::Failure& failure) {
-            return self->refuse_identity(failure.what());
-          }
+          std::string why;
+          self->answer_ = tls::answer_identity_claim(self->tls_->native_handle(),
+                                                     *self->server_.tls_, identity, proof,
+                                                     &self->keys_, &why);
           asio::async_write(*self->tls_, asio::buffer(self->answer_),
-                            [self](error_code ec, size_t) {
+                            [self, why](error_code ec, size_t) {
                               if (self->closed_) return;
+                              if (!why.empty()) return self->refuse_identity(why);
                               if (ec) return self->close(ec.message().c_str());
                               self->on_tls_identity();
                             });

@@ -174,7 +174,7 @@ class RendezvousServer::Impl::Connection : public std::enable_shared_from_this<C
   std::unique_ptr<asio::ssl::stream<asio::ip::tcp::socket&>> tls_;
   bool tls_up_ = false;  // the TLS handshake succeeded: every byte goes through tls_
   std::vector<uint8_t> claim_;  // certificate mode: the client's identity claim
-  tls::Proof answer_{};         // certificate mode: the server's proof, while it is written
+  tls::Answer answer_{};        // certificate mode: the server's answer, while it is written
   asio::steady_timer hello_timer_{socket_.get_executor()};
   std::string peer_;
   // Touched only on the strand.

@@ -126,8 +126,8 @@ void TlsSocket::handshake(tls::Clock::time_point deadline) {
     try {
       if (step("TLS handshake", &wants, SSL_do_handshake(ssl_), 1) > 0) break;
     } catch (const tls::Failure& failure) {
-      if (!context_->uses_certificates()) throw;
-      throw tls::Failure(failure.timed_out, failure.what() + tls::verification_note(ssl_));
+      throw tls::Failure(failure.timed_out,
+                         tls::handshake_failure(ssl_, *context_, failure.what()));
     }
     wait(wants, deadline, "TLS handshake");
   }
