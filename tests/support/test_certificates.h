@@ -14,9 +14,13 @@
 #include <stdlib.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "comm/tls/tls.h"
 
@@ -113,21 +117,33 @@ class TestAuthority {
 };
 
 // Sets HSGD_TLS_CERT, HSGD_TLS_KEY and HSGD_TLS_CA for its lifetime (contexts created meanwhile
-// use the certificates).
+// use the certificates), then restores what they were; scopes nest.
 class ScopedCertificateEnvironment {
  public:
   explicit ScopedCertificateEnvironment(const comm::tls::CertificateFiles& files) {
-    ::setenv(comm::tls::kCertificateVariable, files.certificate.c_str(), 1);
-    ::setenv(comm::tls::kPrivateKeyVariable, files.private_key.c_str(), 1);
-    ::setenv(comm::tls::kAuthorityVariable, files.authority.c_str(), 1);
+    set(comm::tls::kCertificateVariable, files.certificate);
+    set(comm::tls::kPrivateKeyVariable, files.private_key);
+    set(comm::tls::kAuthorityVariable, files.authority);
   }
   ~ScopedCertificateEnvironment() {
-    ::unsetenv(comm::tls::kCertificateVariable);
-    ::unsetenv(comm::tls::kPrivateKeyVariable);
-    ::unsetenv(comm::tls::kAuthorityVariable);
+    for (const auto& [name, value] : previous_) {
+      if (value) {
+        ::setenv(name, value->c_str(), 1);
+      } else {
+        ::unsetenv(name);
+      }
+    }
   }
   ScopedCertificateEnvironment(const ScopedCertificateEnvironment&) = delete;
   ScopedCertificateEnvironment& operator=(const ScopedCertificateEnvironment&) = delete;
+
+ private:
+  void set(const char* name, const std::string& value) {
+    const char* old = std::getenv(name);
+    previous_.emplace_back(name, old != nullptr ? std::optional<std::string>(old) : std::nullopt);
+    ::setenv(name, value.c_str(), 1);
+  }
+  std::vector<std::pair<const char*, std::optional<std::string>>> previous_;
 };
 
 }  // namespace hsgd::testing

@@ -18,6 +18,7 @@
 #include "comm/rendezvous/rendezvous_server.h"
 #include "comm/rendezvous/tcp_store.h"
 #include "tests/comm/rendezvous/rendezvous_test_util.h"
+#include "tests/support/test_certificates.h"
 
 namespace hsgd::comm {
 namespace {
@@ -169,6 +170,41 @@ TEST(RendezvousTlsTest, ServerNeedsATokenUnlessInsecure_AndInsecureTakesNone) {
   EXPECT_THROW(RendezvousServer({.port = 0, .token = "t", .insecure = true}), InvalidArgument);
   EXPECT_NO_THROW(RendezvousServer({.port = 0, .insecure = true}));
   EXPECT_NO_THROW(RendezvousServer({.port = 0, .job_tokens = {{"j", "t"}}}));
+}
+
+// Certificates: the job's clients work and the wire shows nothing; a host of the site without
+// the token, and a holder of the token with another CA's certificate, are refused at once.
+TEST(RendezvousTlsTest, WithCertificates_TheJobWorks_StrangersAreRefusedAtOnce) {
+  hsgd::testing::TestAuthority site("site");
+  hsgd::testing::TestAuthority other("other");
+  const tls::CertificateFiles host = site.issue("host");
+  hsgd::testing::ScopedCertificateEnvironment env(host);
+  auto server = start_server({.token = kToken});
+  const std::string wire = traffic_through_relay(*server, kToken);
+  ASSERT_GT(wire.size(), 500u);
+  EXPECT_EQ(wire.find(kToken), std::string::npos) << "the token crossed the wire";
+  EXPECT_EQ(wire.find("secret-key-name"), std::string::npos) << "a key name crossed the wire";
+  EXPECT_EQ(wire.find("boot-id-8e41d2"), std::string::npos) << "a value crossed the wire";
+
+  const auto refusal = [&](const std::string& token) -> std::string {
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      TcpStore store(client_options(*server, "relay-job", token));
+      return "connected";
+    } catch (const CommError& e) {
+      // Final, not retried as an outage until the connect timeout (10 s).
+      EXPECT_LT(std::chrono::steady_clock::now() - start, 8s) << e.what();
+      return e.what();
+    }
+  };
+  EXPECT_NE(refusal("wrong-token").find("refused identity"), std::string::npos);
+  tls::CertificateFiles stranger = other.issue("stranger");
+  stranger.authority = host.authority;
+  {
+    hsgd::testing::ScopedCertificateEnvironment as_stranger(stranger);
+    EXPECT_NE(refusal(kToken).find("refused this client's certificate"), std::string::npos);
+  }
+  EXPECT_EQ(refusal(kToken), "connected");  // the site's certificate again
 }
 
 // A TLS client meeting a plain server (or an older one) is told at once, not after retries.

@@ -33,6 +33,7 @@
 #include "comm/transport/detail/wire.h"
 #include "comm/transport/tls_device.h"
 #include "tests/support/multiprocess.h"
+#include "tests/support/test_certificates.h"
 
 namespace {
 
@@ -288,13 +289,13 @@ bool closed_by_peer(int fd, std::chrono::milliseconds deadline) {
 // A TLS client handshake as `identity` keyed by `token` on a new connection to address; returns
 // whether it succeeded.
 bool handshake_as(const sockaddr_storage& address, const std::string& identity,
-                  const std::string& token) {
+                  const std::string& token, std::shared_ptr<tls::Context> context = nullptr) {
   const int fd = tcp_connect(address);
   if (fd < 0) return false;
   ::fcntl(fd, F_SETFL, O_NONBLOCK);
   bool ok = true;
   try {
-    tls::Stream stream(fd, tls::Context::client(), tls::Role::kClient);
+    tls::Stream stream(fd, context ? context : tls::Context::client(), tls::Role::kClient);
     stream.set_client_psk(identity, tls::derive_psk(token, identity));
     stream.handshake(tls::Clock::now() + 5s);
     // TLS 1.3: the client finishes first; a refusal shows on the first read.
@@ -347,6 +348,32 @@ TEST(TlsTransportTest, OutsidersAreRefusedAndTheRealPeerStillConnects) {
   for (int rank = 0; rank < 3; ++rank) {
     ASSERT_EQ(out[rank].size(), 1000u);
     EXPECT_EQ(out[rank][999], 6.0f * (999 % 13 + 1)) << "rank " << rank;
+  }
+}
+
+TEST(TlsTransportTest, WithCertificates_TheMeshConnectsAndStrangersAreRefused) {
+  hsgd::testing::TestAuthority site("site");
+  hsgd::testing::TestAuthority other("other");
+  const tls::CertificateFiles node = site.issue("node");
+  hsgd::testing::ScopedCertificateEnvironment env(node);  // every device of the mesh uses it
+  Mesh mesh(Kind::kTls, 3);
+  const auto target = mesh.wire(0, 2);
+  const std::string identity = tls::psk_identity(
+      "data", kJob, transport::detail::connection_name(0, 2, target.pair_id));
+  // A host of the site without the token; the token with a certificate of another CA; the token
+  // without a certificate.
+  EXPECT_FALSE(handshake_as(target.listen, identity, "wrong"));
+  tls::CertificateFiles stranger = other.issue("stranger");
+  stranger.authority = node.authority;
+  EXPECT_FALSE(handshake_as(target.listen, identity, kToken, tls::Context::client(stranger)));
+  EXPECT_FALSE(
+      handshake_as(target.listen, identity, kToken, tls::Context::client(std::nullopt)));
+
+  mesh.connect();
+  const auto out = run(mesh, Algorithm::kUnboundRing, (1 << 16) + 5);
+  for (int rank = 0; rank < 3; ++rank) {
+    ASSERT_EQ(out[rank].size(), (1u << 16) + 5);
+    EXPECT_EQ(out[rank][1000], 6.0f * (1000 % 13 + 1)) << "rank " << rank;
   }
 }
 
