@@ -464,12 +464,21 @@ int Stream::drive(const char* what, Clock::time_point deadline, const std::funct
   }
 }
 
+void check_key_used(SSL* ssl, const Context& context) {
+  if (context.uses_certificates() || SSL_is_server(ssl) == 1 || SSL_session_reused(ssl) == 1) {
+    return;
+  }
+  throw Failure(false, "TLS handshake: the server did not use the job's key (a server that "
+                       "authenticates otherwise is not a server of this job)");
+}
+
 void Stream::handshake(Clock::time_point deadline) {
   try {
     drive("TLS handshake", deadline, [&] { return SSL_do_handshake(ssl_); });
   } catch (const Failure& failure) {
     throw Failure(failure.timed_out, handshake_failure(ssl_, *context_, failure.what()));
   }
+  check_key_used(ssl_, *context_);
   if (!context_->uses_certificates()) return;
   exchange_identity_proofs(
       ssl_, *context_, SSL_is_server(ssl_) == 1 ? Role::kServer : Role::kClient, &keys_,

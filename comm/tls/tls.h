@@ -177,6 +177,10 @@ void check_server_answer(SSL* ssl, const ConnectionKeys& keys, const Answer& ans
 // refused (a PSK client meeting a server that presents a certificate is told so).
 std::string handshake_failure(SSL* ssl, const Context& context, const std::string& what);
 
+// A token-keyed client's check after its handshake: throws Failure unless the server accepted
+// the key (with an empty trust store no certificate passes either, this is the second lock).
+void check_key_used(SSL* ssl, const Context& context);
+
 // Runs the whole exchange over blocking I/O (both functions honour the caller's deadline).
 void exchange_identity_proofs(SSL* ssl, const Context& context, Role role, ConnectionKeys* keys,
                               const std::function<void(const void*, size_t)>& write_all,

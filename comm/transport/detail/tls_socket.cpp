@@ -131,6 +131,7 @@ void TlsSocket::handshake(tls::Clock::time_point deadline) {
     }
     wait(wants, deadline, "TLS handshake");
   }
+  tls::check_key_used(ssl_, *context_);
   if (!context_->uses_certificates()) return;
   const auto write_all = [&](const void* data, size_t size) {
     const auto* bytes = static_cast<const uint8_t*>(data);
