@@ -5,8 +5,11 @@ Modes: DDP (gradients allreduced every step, bucketed, overlapping the backward 
 SGD (gradients allreduced within the node every step, models averaged globally every H steps),
 hierarchical averaging (models averaged per level, each with its period) and the top level's
 options: outer (DiLoCo-style outer optimizer; it changes the period, not the bytes), overlap=K
-(the averaging is merged K steps later while training continues) and bf16 (half the bytes
-between the nodes, on a ring of node leaders).
+(the averaging is merged K steps later while training continues), the codecs bf16, int8 and int4
+(2, 33/32 and 17/32 bytes a value between the nodes, on a ring of node leaders; the first
+averaging of a level is float32 unless the averager knows the common start) and fragments=F
+(streaming: F runs of whole tensors with balanced bytes, fragment f averaged at step f H / F of
+each period and merged after `overlap` steps, H / F by default).
 
 Communication follows hsgd (docs/communication.md): within a node an allreduce goes through
 shared memory; a group spanning N nodes with w >= 2 members on each and at most 64 ranks uses
@@ -37,6 +40,9 @@ MiB = 1 << 20
 DIRECT_ALLREDUCE_BYTES = 512 * 1024
 SMALL_ALLREDUCE_BYTES = MiB
 TOLERANCE = 0.15
+# Bytes a value costs between the nodes per codec (docs/averaging.md "What goes on the wire":
+# int8 and int4 carry a float32 step per block of 256 values).
+VALUE_BYTES = {None: 4.0, "bf16": 2.0, "int8": 33 / 32, "int4": 17 / 32}
 # The two-level allreduce: shared memory holds 2 to SHM_MAX_RANKS ranks per node; the number of
 # nodes is not limited (TWO_LEVEL_ANY: no limit on the group's size).
 SHM_MAX_RANKS = 64
@@ -49,6 +55,9 @@ TWO_LEVEL_ANY = 10**9
 MLP_PARAMS = 535_818        # docs/emulated_cluster.md "What was measured" (784-512-256-10)
 RESNET20_PARAMS = 272_186   # docs/emulated_cluster.md "ResNet-20, shortened" (one input channel)
 RESNET18_PARAMS = 11_173_962  # docs/benchmarks.md "Model averaging" (ResNet-18, 10 classes)
+# The MLP's parameter tensors in the averager's order (weights and biases of 784-512-256-10):
+# what fragments split.
+MLP_TENSORS = [784 * 512, 512, 512 * 256, 256, 256 * 10, 10]
 
 # Each experiment: its source, the run's shape, and the rows (mode, link, s/epoch).
 EXPERIMENTS = {
@@ -108,6 +117,22 @@ EXPERIMENTS = {
               ("all_three", "100mbit", 112.67), ("no_top", "100mbit", 103.00),
               ("hierarchical", "none", 100.87), ("overlap", "none", 100.24),
               ("overlap_16", "none", 98.66), ("all_three", "none", 101.79)]),
+    "mlp_streaming_100mbit_1207": dict(
+        source="docs/emulated_cluster.md, 'Streaming' table at 100 Mbit/s "
+               "(streaming_experiment.py), measured 2026-12-07, first averagings float32",
+        model="mlp", topology="nodes", steps=235, epochs=1,
+        rows=[("s_plain", "100mbit", 4.91), ("s_plain", "none", 2.01),
+              ("s_ov8_bf16", "100mbit", 2.67), ("s_ov8_bf16", "none", 2.07),
+              ("s_f4_int8", "100mbit", 2.35), ("s_f4_int8", "none", 2.27),
+              ("s_f4_int4", "100mbit", 2.42), ("s_f4_int4", "none", 2.24)]),
+    "mlp_streaming_25mbit_1207": dict(
+        source="docs/emulated_cluster.md, 'Streaming' table at 25 Mbit/s "
+               "(streaming_experiment.py), measured 2026-12-07, with start_from",
+        model="mlp", topology="nodes", steps=235, epochs=1,
+        rows=[("s_plain", "25mbit", 14.41), ("s_plain", "none", 2.03),
+              ("s_f4_int4_sf", "25mbit", 2.93), ("s_f4_int4_sf", "none", 2.37),
+              ("s_f4_ov12_int4_sf", "25mbit", 2.30), ("s_f4_ov12_int4_sf", "none", 2.06),
+              ("s_f2_ov8_int4_sf", "25mbit", 2.31), ("s_f2_ov8_int4_sf", "none", 2.00)]),
 }
 
 # "MB of averagings" of the level-options tables (same pages, same dates): the link's bytes in
@@ -122,6 +147,9 @@ AVERAGING_MB = {
                                     "overlap_16": 28.6, "bf16": 15.4, "all_three": 4.4},
     "resnet20_racks_options_1203": {"hierarchical": 42.7, "outer": 9.7, "overlap": 42.7,
                                     "overlap_16": 42.8, "bf16": 23.0, "all_three": 6.5},
+    # The streaming table's top level alone (docs/emulated_cluster.md "Streaming": 64.3 MB of
+    # float32 and 8.6 MB of int4 over the epoch's 15 averagings).
+    "mlp_streaming_25mbit_1207": {"s_plain": 64.3, "s_f4_int4_sf": 8.6},
 }
 
 # Which rows calibrate what (never checked), the rest are checked.
@@ -150,6 +178,18 @@ EMULATED_MODES = {
     "bf16": dict(top=16, level1="node", l1_period=1, bf16=True),
     "all_three": dict(top=64, level1="node", l1_period=1, overlap=8, bf16=True),
     "no_top": dict(top=None, level1="node", l1_period=1),
+    # streaming_experiment.py: 1:2,16:4@OPTIONS with --warmup-steps 0; "_sf": the runtime's
+    # start_from makes the first averaging compressed too.
+    "s_plain": dict(top=16, level1="node", l1_period=1, warmup=0),
+    "s_ov8_bf16": dict(top=16, level1="node", l1_period=1, warmup=0, overlap=8, codec="bf16"),
+    "s_f4_int8": dict(top=16, level1="node", l1_period=1, warmup=0, fragments=4, codec="int8"),
+    "s_f4_int4": dict(top=16, level1="node", l1_period=1, warmup=0, fragments=4, codec="int4"),
+    "s_f4_int4_sf": dict(top=16, level1="node", l1_period=1, warmup=0, fragments=4,
+                         codec="int4", start_from=True),
+    "s_f4_ov12_int4_sf": dict(top=16, level1="node", l1_period=1, warmup=0, fragments=4,
+                              overlap=12, codec="int4", start_from=True),
+    "s_f2_ov8_int4_sf": dict(top=16, level1="node", l1_period=1, warmup=0, fragments=2,
+                             overlap=8, codec="int4", start_from=True),
 }
 
 # The emulated link (scripts/emulated_cluster.sh): tbf at RATE on each end of the veth, burst
@@ -159,7 +199,7 @@ EMULATED_MODES = {
 # 66 B frame per 2 segments) shares the direction when both directions carry data, as in an
 # allreduce. Payload per charged byte: 2 * 1448 / (2 * 1514 + 66).
 TBF_PAYLOAD_FRACTION = 2 * 1448 / (2 * 1514 + 66)
-RATES_BIT = {"100mbit": 100e6, "1gbit": 1e9, "none": math.inf}
+RATES_BIT = {"25mbit": 25e6, "100mbit": 100e6, "1gbit": 1e9, "none": math.inf}
 RACK_RATE_BIT = 1e9  # --rack-rate of the racks runs
 # No netem here: the emulated links have no propagation delay; the per-message cost is the
 # TCP path's software (hsgd-tcp at 4 B on 2 ranks: about 100 us per message, benchmarks.md).
@@ -222,16 +262,18 @@ class Net:
             return 2  # the direct scatter: reduce-scatter, allgather
         return 2 * (p - 1)  # ring
 
-    def allreduce(self, nbytes, group, idle=0.0, compressed=False):
+    def allreduce(self, nbytes, group, idle=0.0, codec=None):
         """(shm, tcp_cpu, wire, bytes per direction on a node's link or between the racks) of an
-        allreduce of nbytes over `group`: 'node' (the workers of a node or, racks topology, of a
-        rack) or 'world'. compressed: bf16 between node leaders (ring), float32 within the node."""
+        allreduce of nbytes (float32) over `group`: 'node' (the workers of a node or, racks
+        topology, of a rack) or 'world'. codec: None (float32), or 'bf16', 'int8', 'int4'
+        between node leaders (a ring), float32 within the node."""
         N, w = self.nodes, self.per_node
+        compressed = codec is not None
+        payload = nbytes / 4 * VALUE_BYTES[codec]
         if self.topology == "racks":
             # 2 racks x 2 nodes x 1 worker; every group is flat Gloo over TCP.
             p = 2 if group == "node" else 4
             link_rate = self.rack_rate if group == "node" else self.rate
-            payload = nbytes / 2 if compressed else nbytes
             per_edge = 2 * (p - 1) / p * payload  # a ring edge; the rack pair: 1 x the buffer
             # 'node': each rank's rack link; 'world': ranks 0-1-2-3-0 cross the racks once per
             # direction, each crossing one ring edge.
@@ -246,7 +288,6 @@ class Net:
         if N == 1:
             return self.shm(nbytes), 0.0, 0.0, 0.0
         if compressed:
-            payload = nbytes / 2
             per_node = 2 * (N - 1) / N * payload
             msgs = 2 * (N - 1)
             cpu = N * per_node / self.tcp_cpu_rate
@@ -305,16 +346,68 @@ def ddp_step_comm(net, nbytes, compute, group="world"):
     return wait, net.allreduce(nbytes, group)[3]
 
 
-def run_time(net, mode, nbytes, compute, steps):
+def fragment_values(tensors, fragments):
+    """The values of each fragment: hsgd's split (framework/distributed/model_averaging/
+    fragments.h): the cut before fragment f is the tensor boundary closest to f n / F (the
+    earlier on a tie), at least one tensor in every fragment."""
+    cumulative = [0]
+    for t in tensors:
+        cumulative.append(cumulative[-1] + t)
+    n = cumulative[-1]
+    cut = [0] * (fragments + 1)
+    cut[-1] = len(tensors)
+    for f in range(1, fragments):
+        target = f * n / fragments
+        lowest, highest = cut[f - 1] + 1, len(tensors) - (fragments - f)
+        best = lowest
+        for j in range(lowest + 1, highest + 1):
+            if abs(cumulative[j] - target) < abs(cumulative[best] - target):
+                best = j
+        cut[f] = best
+    return [cumulative[cut[f + 1]] - cumulative[cut[f]] for f in range(fragments)]
+
+
+def top_level_time(net, m, nbytes, compute, step, rest, tensors=None):
+    """(seconds the steps wait for the top level, bytes per direction it sends) over `rest` steps
+    after warm-up. Averaging at steps 0, H, 2H, ... after warm-up (PyTorch's averagers count
+    the first step); a fragment f of F at the steps f H / F later; each overlapped by its delay
+    (overlap=K, else H / F with F > 1), otherwise blocking. The first averaging of each
+    fragment is float32 unless start_from gives the anchor. tensors: the parameter tensors'
+    values (None: F fragments of equal bytes)."""
+    period, fragments = m["top"], m.get("fragments", 1)
+    codec = m.get("codec", "bf16" if m.get("bf16") else None)
+    overlap = m.get("overlap", 0)
+    delay = overlap or (period // fragments if fragments > 1 else 0)
+    if fragments == 1:
+        sizes = [nbytes]
+    elif tensors is not None:
+        sizes = [4 * v for v in fragment_values(tensors, fragments)]
+    else:
+        sizes = [nbytes / fragments] * fragments
+    wait = sent = 0.0
+    for f, size in enumerate(sizes):
+        offset = f * period // fragments
+        count = max(0, math.ceil((rest - offset) / period))
+        for i in range(count):
+            first_plain = i == 0 and not m.get("start_from")
+            parts = net.allreduce(size, "world", idle=compute,
+                                  codec=None if first_plain else codec)
+            wait += net.exposed(parts, delay * step) if delay else net.blocking(parts)
+            sent += parts[3]
+    return wait, sent
+
+
+def run_time(net, mode, nbytes, compute, steps, tensors=None):
     """Seconds for `steps` steps of an emulated run (warm-up included), bytes per direction on
     the slow link, and of those the top level's averagings."""
     ddp_comm, ddp_bytes = ddp_step_comm(net, nbytes, compute)
     if mode == "ddp":
         return steps * (compute + ddp_comm), steps * ddp_bytes, 0.0
     m = EMULATED_MODES[mode]
-    total = WARMUP * (compute + ddp_comm)
-    sent = WARMUP * ddp_bytes
-    rest = steps - WARMUP
+    warmup = m.get("warmup", WARMUP)
+    total = warmup * (compute + ddp_comm)
+    sent = warmup * ddp_bytes
+    rest = steps - warmup
     # level 1 (node or rack)
     if m["level1"] == "node":
         l1_parts = net.allreduce(nbytes, "node", idle=compute)
@@ -329,11 +422,14 @@ def run_time(net, mode, nbytes, compute, steps):
     sent += rest * l1_bytes
     top_sent = 0.0
     if m["top"]:
+        if "fragments" in m or "codec" in m or "warmup" in m:
+            wait, top_sent = top_level_time(net, m, nbytes, compute, step, rest, tensors)
+            return total + wait, sent + top_sent, top_sent
         count = rest // m["top"]
         overlap = m.get("overlap", 0)
         for i in range(count):
-            compressed = m.get("bf16", False) and i > 0  # the first one sets the anchor
-            parts = net.allreduce(nbytes, "world", idle=compute, compressed=compressed)
+            codec = "bf16" if m.get("bf16", False) and i > 0 else None  # the first: the anchor
+            parts = net.allreduce(nbytes, "world", idle=compute, codec=codec)
             total += net.exposed(parts, overlap * step) if overlap else net.blocking(parts)
             sent += parts[3]
             top_sent += parts[3]
@@ -355,6 +451,11 @@ def emulated_net(topology, link, tcp_cpu_rate, shm_time_per_byte):
 
 def model_bytes(model):
     return 4 * {"mlp": MLP_PARAMS, "resnet20": RESNET20_PARAMS}[model]
+
+
+def model_tensors(model):
+    """The parameter tensors' values where the model knows them (for fragments), else None."""
+    return MLP_TENSORS if model == "mlp" else None
 
 
 def calibrate():
@@ -391,7 +492,7 @@ def calibrate():
             # c such that the model gives the measured time: time is c * steps + comm, with the
             # comm independent of c for these modes on an unlimited link (overlap windows aside).
             net = emulated_net(e["topology"], "none", 1.0 / y, x)
-            t0, _, _ = run_time(net, mode, nb, 0.0, e["steps"])
+            t0, _, _ = run_time(net, mode, nb, 0.0, e["steps"], model_tensors(e["model"]))
             cs.append((s * e["epochs"] - t0) / e["steps"])
         comps[name] = sum(cs) / len(cs)
     return comps, x, y
@@ -450,7 +551,7 @@ def check(verbose=True, scale=1.0):
         c = comps[name]
         for mode, link, s in e["rows"]:
             net = emulated_net(e["topology"], link, 1.0 / y, x)
-            t, sent, _ = run_time(net, mode, nb, c, e["steps"])
+            t, sent, _ = run_time(net, mode, nb, c, e["steps"], model_tensors(e["model"]))
             pred = t / e["epochs"]
             err = pred / s - 1
             calib = is_calibration_row(name, mode, link)
@@ -475,7 +576,8 @@ def check(verbose=True, scale=1.0):
         e = EXPERIMENTS[name]
         for mode, mb in rows.items():
             net = emulated_net(e["topology"], "100mbit", 1.0 / y, x)
-            _, _, top = run_time(net, mode, model_bytes(e["model"]), comps[name], e["steps"])
+            _, _, top = run_time(net, mode, model_bytes(e["model"]), comps[name], e["steps"],
+                                 model_tensors(e["model"]))
             pred = 2 * top / MB
             mb *= scale
             err = pred / mb - 1
@@ -519,7 +621,15 @@ TABLE_MODES = [
     ("hier_ov", "hierarchical 2:node,16:world@overlap=8"),
     ("hier_ov_bf16", "hierarchical 2:node,16:world@overlap=8,bf16"),
     ("hier_all", "hierarchical 2:node,64:world@outer,overlap=8,bf16"),
+    ("hier_f4_int8", "hierarchical 2:node,16:world@fragments=4,int8"),
+    ("hier_f4_int4", "hierarchical 2:node,16:world@fragments=4,int4,ef"),
 ]
+# The streaming modes of the table: the top level's options (start_from: every averaging is
+# compressed; fragments of equal bytes, each merged H / F steps after it starts).
+TABLE_STREAMING = {
+    "hier_f4_int8": dict(top=16, fragments=4, codec="int8", start_from=True),
+    "hier_f4_int4": dict(top=16, fragments=4, codec="int4", start_from=True),
+}
 
 
 def scale_step(mode, nodes, params, compute, gbit, shm_rate, two_level_max=TWO_LEVEL_ANY):
@@ -536,11 +646,18 @@ def scale_step(mode, nodes, params, compute, gbit, shm_rate, two_level_max=TWO_L
         top = net.allreduce(n, "world")
         comm = l1 + net.blocking(top) / 16
         return compute + comm, comm, top[3] / 16
+    if mode in TABLE_STREAMING:
+        m = TABLE_STREAMING[mode]
+        l1 = net.blocking(net.allreduce(n, "node")) / 2
+        # One period in steady state: every fragment averages once.
+        wait, sent = top_level_time(net, m, n, compute, compute + l1, m["top"])
+        comm = l1 + wait / m["top"]
+        return compute + comm, comm, sent / m["top"]
     period, level1_period = (64, 2) if mode == "hier_all" else (16, 2)
     overlap = 8 if mode in ("hier_ov", "hier_ov_bf16", "hier_all") else 0
     bf16 = mode in ("hier_ov_bf16", "hier_all")
     l1 = net.blocking(net.allreduce(n, "node")) / level1_period
-    top = net.allreduce(n, "world", compressed=bf16)
+    top = net.allreduce(n, "world", codec="bf16" if bf16 else None)
     step = compute + l1
     wait = net.exposed(top, overlap * step) if overlap else net.blocking(top)
     comm = l1 + wait / period
@@ -601,7 +718,7 @@ def steady_step(net, n, compute, period, node_period, overlap, bf16):
     l1 = net.blocking(net.allreduce(n, "node", idle=compute)) / node_period \
         if net.per_node > 1 else 0.0
     step = compute + l1
-    top = net.allreduce(n, "world", idle=compute, compressed=bf16)
+    top = net.allreduce(n, "world", idle=compute, codec="bf16" if bf16 else None)
     wait = net.exposed(top, overlap * step) if overlap else net.blocking(top)
     comm = l1 + wait / period
     return compute + comm, comm, top[3] / period

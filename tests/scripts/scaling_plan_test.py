@@ -78,6 +78,35 @@ bad = subprocess.run([sys.executable, SCRIPT, "--plan", "--budget", "1.5"], capt
 expect(bad.returncode == 2 and "got 1.5" in bad.stderr,
        f"--budget 1.5: rc {bad.returncode}, {bad.stderr[-300:]}")
 
+# Streaming: the model splits fragments as hsgd does (fragments.h's example; the MLP's first
+# layer is a fragment of its own) and counts each codec's bytes per value.
+expect(sm.fragment_values([100, 100, 50, 50], 2) == [100, 200],
+       f"fragments of [100, 100, 50, 50] in 2: {sm.fragment_values([100, 100, 50, 50], 2)}")
+mlp_parts = sm.fragment_values(sm.MLP_TENSORS, 4)
+expect(mlp_parts[0] == 784 * 512 and sum(mlp_parts) == sm.MLP_PARAMS,
+       f"the MLP's 4 fragments: {mlp_parts}")
+two = sm.Net("nodes", 2, 2, 1e6, 0.0, sm.SHM_RATE, 0.0, float("inf"))
+per_direction = {c: two.allreduce(4_000_000, "world", codec=c)[3]
+                 for c in (None, "bf16", "int8", "int4")}
+expect(abs(per_direction["int4"] / per_direction[None] - 17 / 128) < 1e-9 and
+       abs(per_direction["int8"] / per_direction[None] - 33 / 128) < 1e-9 and
+       abs(per_direction["bf16"] / per_direction[None] - 0.5) < 1e-9,
+       f"bytes per direction by codec: {per_direction}")
+# Four fragments averaged a quarter period apart each wait on a quarter of the model: with a
+# link that needs more than the window for the whole model but less for a quarter, the top
+# level's exposed time falls.
+whole = dict(top=16, codec="int8", start_from=True, warmup=0)
+streamed = dict(whole, fragments=4)
+slow = sm.Net("nodes", 2, 2, 2e6, 0.0, sm.SHM_RATE, 0.0, float("inf"))
+wait_whole, bytes_whole = sm.top_level_time(slow, dict(whole, overlap=4), 4 * sm.MLP_PARAMS,
+                                            0.01, 0.01, 160, None)
+wait_streamed, bytes_streamed = sm.top_level_time(slow, streamed, 4 * sm.MLP_PARAMS, 0.01, 0.01,
+                                                  160, None)
+expect(abs(bytes_whole - bytes_streamed) < 1e-6 * bytes_whole,
+       f"fragments move the same bytes: {bytes_whole} vs {bytes_streamed}")
+expect(wait_streamed < wait_whole,
+       f"fragments of equal bytes, 4 steps each: waited {wait_streamed} vs whole {wait_whole}")
+
 if failures:
     print("scaling_plan_test: FAILED:\n  " + "\n  ".join(failures))
     sys.exit(1)
