@@ -13,11 +13,13 @@ What it does, logging one line per attempt to FILE (flushed at once: it is kille
                                race ADDR:PORT ENDING by the job after S s (got M bytes)
   3. Replays a sniffed capture (--replay): the bytes each client sent on the connections of the
      capture that did not go to the rendezvous port (the data plane; their first 64 KiB), to
-     every new port:           replay-data ADDR:PORT sent N, got M, ENDING
+     every new port:           replay-data ADDR:PORT connected | replay-data ADDR:PORT failed: E
+                               replay-data ADDR:PORT sent N, got M, ENDING
   4. With --rdzv-attacks, at once (so while the agents meet): sends the client bytes of every
      connection to the rendezvous port in the capture again, and 256 random bytes:
                                replay-rdzv HOST:PORT sent N, got M, ENDING
                                garbage-rdzv HOST:PORT sent 256, got M, ENDING
+     (each after a line "... connected", as in 3)
   5. With --store-outsider: runs PROGRAM HOST PORT JOB wrong-token, then no-token (a TcpStore
      writing the failure record hsgd-run/attempt/0/failed):
                                store MODE exit RC: ITS OUTPUT
@@ -102,6 +104,7 @@ def send_and_drain(what, target, payload):
     except OSError as e:
         log(f"{what} {target[0]}:{target[1]} failed: {e}")
         return
+    log(f"{what} {target[0]}:{target[1]} connected")
     with s:
         sent = 0
         try:

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Usage: outsider_attack.sh SOURCE_DIR BUILD_DIR
 # An outsider without the token attacks a running job, and the job ends as if nobody had. The
-# same DDP job of train_mlp (2 emulated nodes x 1 worker, --seed 7, the same token file and job
-# id) runs twice on scripts/emulated_cluster.sh:
+# same DDP job of train_mlp (2 emulated nodes x 1 worker, 3 epochs, --seed 7, the same token file
+# and job id) runs twice on scripts/emulated_cluster.sh:
 #   1. unattacked, with tcpdump recording the link: the outsider's sniffed capture;
 #   2. attacked: before the agents start (emulated_cluster.sh --hook), one outsider.py starts in
 #      each node's namespace. It never reads the token file. On both nodes it races to every port
@@ -12,7 +12,7 @@
 #      rendezvous server and sends it random bytes, and store_outsider tries to write the failure
 #      record hsgd-run/attempt/0/failed with a wrong token (TLS) and without one (plain TCP).
 # Asserted: the attacked job exits 0 and both agents finish "after 0 restart(s)" with no attempt
-# restarted; rank 0's epoch line and final accuracy and loss equal the unattacked run's; and the
+# restarted; rank 0's losses, epoch lines and final accuracy equal the unattacked run's; and the
 # outsider did attack: it connected to a set-up port on each node, its replays reached the data
 # plane and the rendezvous server (every one closed or reset by the job), and both store writes
 # were refused. Exit 77 (skip) without root, network namespaces or tcpdump.
@@ -63,7 +63,8 @@ run_job() {
   shift
   "$src/scripts/emulated_cluster.sh" --rate 1gbit --nproc-per-node 1 --subnet "$subnet" \
     --port "$port" --timeout 60 --build "$build" --token-file "$token_file" --job-id "$job" "$@" \
-    -- "$mlp" --synthetic --epochs 1 --mode ddp --seed 7 --hidden 64,32 >"$out" 2>&1 &
+    -- "$mlp" --synthetic --epochs 3 --lr 0.0005 --log-every 8 --mode ddp --seed 7 --hidden 32 \
+    >"$out" 2>&1 &
   cluster_pid=$!
   wait "$cluster_pid" || rc=$?
   cluster_pid=""
@@ -79,16 +80,20 @@ run_job() {
     fail "the $name job restarted: $(grep -E "restarting all nodes|attempt [1-9]" "$out")"
   fi
 }
-# Rank 0's results: the epoch line without its time and throughput, and the final line.
+# Rank 0's results: the loss every 8 steps, the epoch lines without their time and throughput,
+# and the final line. (A low --lr keeps them off 100% and 0.0000, where any run would agree.)
 results() {
-  { grep -E '^\[rank 0\] +1 +[0-9]+ ' "$1" | awk '{print $2, $3, $4, $5, $6, $7}'
+  { grep -Eo '^\[rank 0\] +step [0-9]+ loss [0-9.]+' "$1"
+    grep -E '^\[rank 0\] +[1-3] +[0-9]+ +[0-9.]+ ' "$1" | awk '{print $3, $4, $5, $6, $7, $8}'
     grep -E '^\[rank 0\] final test accuracy: ' "$1"; } || true
 }
 
 # ---- 1. unattacked, sniffed
 run_job clean --capture "$work/clean.pcap"
 clean=$(results "$work/clean.out")
-[ "$(echo "$clean" | wc -l)" -eq 2 ] || fail "no epoch line or final accuracy in the clean run"
+# 2 ranks of 64 steps an epoch: 24 loss lines, 3 epoch lines, the final line.
+[ "$(echo "$clean" | wc -l)" -eq 28 ] ||
+  fail "not 24 loss lines, 3 epoch lines and the final accuracy in the clean run: $clean"
 
 # ---- 2. attacked
 run_job attacked --hook "bash $work/hook.sh"
@@ -98,7 +103,7 @@ cat "$work/outsider0.log" "$work/outsider1.log"
 [ "$attacked" = "$clean" ] ||
   fail "the attacked run's results differ: attacked '$attacked', unattacked '$clean'"
 echo "---- rank 0's results, the same unattacked and attacked"
-echo "$attacked"
+echo "$attacked" | tail -n 4
 
 # The outsider attacked: counted from its own log, so that the test cannot pass on no attack.
 count() { grep -cE "$2" "$1" || true; }
@@ -106,8 +111,10 @@ for k in 0 1; do
   log=$work/outsider$k.log
   [ "$(count "$log" '^race .* connected, sent 256$')" -ge 1 ] ||
     fail "the outsider on node $k connected to no set-up port: $(cat "$log")"
+  [ "$(count "$log" '^replay-data .* connected$')" -ge 1 ] ||
+    fail "no replay on node $k reached the data plane: $(cat "$log")"
   [ "$(count "$log" '^replay-data .* sent [1-9][0-9]*, got [0-9]+, (closed|reset)$')" -ge 1 ] ||
-    fail "no replay on node $k reached the data plane and was closed: $(cat "$log")"
+    fail "no replay on node $k was closed by the data plane: $(cat "$log")"
   if grep -E '^replay-data .*open after' "$log"; then
     fail "the job kept a replayed data-plane connection open"
   fi

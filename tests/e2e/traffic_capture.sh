@@ -42,26 +42,33 @@ e2e_cleanup() {
 # $1: tls or insecure. Runs the job with a capture into $work/$1.pcap and scans it into
 # $work/$1.needles.
 run_job() {
-  local mode=$1 out="$work/$1.out" rc=0
+  local mode=$1 out="$work/$1.out" rc attempt
   local security=(--token-file "$token_file")
   [ "$mode" = insecure ] && security=(--insecure)
-  "$src/scripts/emulated_cluster.sh" --rate 1gbit --nproc-per-node 1 --subnet 10.79.1 \
-    --port 29501 --timeout 50 --build "$build" "${security[@]}" --capture "$work/$mode.pcap" -- \
-    "$mlp" --synthetic --epochs 1 --mode ddp --seed "$seed" --hidden "$hidden" >"$out" 2>&1 &
-  cluster_pid=$!
-  wait "$cluster_pid" || rc=$?
-  cluster_pid=""
-  if [ "$rc" -eq 77 ]; then
-    cat "$out"
-    echo "traffic_capture: SKIPPED: network namespaces are not available"
-    exit 77
-  fi
-  [ "$rc" -eq 0 ] || fail "the $mode job exited $rc, expected 0: $(tail -n 20 "$out")"
-  grep -Eq '^\[rank 0\] final test accuracy: (9[0-9]|100)\.' "$out" ||
-    fail "the $mode job did not reach 90% test accuracy: $(tail -n 20 "$out")"
-  # A capture with holes could miss a needle: the kernel must have dropped nothing.
+  # A capture with holes could miss a needle: one in which the kernel dropped packets (a busy
+  # machine) is taken again, up to 3 times. 1024 examples (8 steps a rank) keep it small.
+  for attempt in 1 2 3; do
+    rc=0
+    "$src/scripts/emulated_cluster.sh" --rate 1gbit --nproc-per-node 1 --subnet 10.79.1 \
+      --port 29501 --timeout 50 --build "$build" "${security[@]}" --capture "$work/$mode.pcap" \
+      -- "$mlp" --synthetic --train-subset 1024 --epochs 1 --mode ddp --seed "$seed" \
+      --hidden "$hidden" >"$out" 2>&1 &
+    cluster_pid=$!
+    wait "$cluster_pid" || rc=$?
+    cluster_pid=""
+    if [ "$rc" -eq 77 ]; then
+      cat "$out"
+      echo "traffic_capture: SKIPPED: network namespaces are not available"
+      exit 77
+    fi
+    [ "$rc" -eq 0 ] || fail "the $mode job exited $rc, expected 0: $(tail -n 20 "$out")"
+    grep -Eq "capture .*: [1-9][0-9]* packets captured, 0 dropped by the kernel" "$out" && break
+    echo "traffic_capture: $mode run $attempt: $(grep 'capture' "$out"); again"
+  done
   grep -Eq "capture .*: [1-9][0-9]* packets captured, 0 dropped by the kernel" "$out" ||
-    fail "the $mode capture is incomplete: $(grep 'capture' "$out")"
+    fail "the $mode capture is incomplete 3 times: $(grep 'capture' "$out")"
+  grep -Eq '^\[rank 0\] final test accuracy: ' "$out" ||
+    fail "the $mode job printed no final test accuracy: $(tail -n 20 "$out")"
   python3 "$src/tests/e2e/capture_needles.py" "$work/$mode.pcap" --token-file "$token_file" \
     --weights "$work/weights.f32" "${keys[@]}" >"$work/$mode.needles" ||
     fail "capture_needles.py failed on the $mode capture"
@@ -99,10 +106,11 @@ for key in "${key_names[@]}"; do
 done
 [ "$(found "$sealed" weights)" = 0 ] ||
   fail "the TLS capture holds $(found "$sealed" weights) runs of the initial weights"
-# It saw the same job: the store's connections and the data plane's, and megabytes of it (TLS
-# records and plain Gloo frame the same tensors differently: half the plain run's bytes).
+# It saw the job: the store's connections and the data plane's, and at least the bytes of the
+# 8 steps' gradients (each step allreduces all of them across the link).
 [ "$(connections "$sealed")" -ge 2 ] ||
   fail "the TLS capture has $(connections "$sealed") connections, expected at least 2"
-[ $((2 * $(payload "$sealed"))) -ge "$(payload "$plain")" ] ||
-  fail "the TLS capture holds $(payload "$sealed") payload bytes, the plain one $(payload "$plain")"
+gradients=$((8 * $(stat -c %s "$work/weights.f32")))
+[ "$(payload "$sealed")" -ge "$gradients" ] ||
+  fail "the TLS capture holds $(payload "$sealed") payload bytes, less than 8 steps' gradients"
 echo "traffic_capture: passed"
