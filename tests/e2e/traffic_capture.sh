@@ -76,10 +76,10 @@ run_job() {
   cat "$work/$mode.needles"
 }
 
-# Prints the count found of needle $2 in scan $1 ("NAME: FOUND/TOTAL ...").
+# From scan $1: how many needles of kind $2 were found, of how many ("NAME: FOUND/TOTAL ...");
+# the TCP connections seen open, and the bytes they carried.
 found() { sed -nE "s|^$2: ([0-9]+)/[0-9]+.*|\\1|p" "$1"; }
 total() { sed -nE "s|^$2: [0-9]+/([0-9]+).*|\\1|p" "$1"; }
-# Prints the payload bytes of the connections with at least that many bytes, from scan $1.
 payload() { sed -nE 's/^connections: [0-9]+, payload bytes ([0-9]+).*/\1/p' "$1"; }
 connections() { sed -nE 's/^connections: ([0-9]+),.*/\1/p' "$1"; }
 
