@@ -15,7 +15,9 @@
 # restarted; rank 0's losses, epoch lines and final accuracy equal the unattacked run's; and the
 # outsider did attack: it connected to a set-up port on each node, its replays reached the data
 # plane and the rendezvous server (every one closed or reset by the job), and both store writes
-# were refused. Exit 77 (skip) without root, network namespaces or tcpdump.
+# were refused. The control: the same job run --insecure takes store_outsider's plain write, and
+# both agents stop the job naming it, so the record is one the agents act on. Exit 77 (skip)
+# without root, network namespaces or tcpdump.
 set -euo pipefail
 src=$1
 build=$2
@@ -57,22 +59,29 @@ echo "the outsiders did not start within 30 s: \$(cat "$work"/outsider*.out)" >&
 exit 1
 HOOK
 
-# $1: name (clean or attacked), rest: more emulated_cluster.sh flags.
-run_job() {
-  local name=$1 out="$work/$1.out" rc=0
+# $1: name, rest: more emulated_cluster.sh flags. Runs the job into $work/$1.out; sets rc.
+run_cluster() {
+  local name=$1
   shift
+  rc=0
   "$src/scripts/emulated_cluster.sh" --rate 1gbit --nproc-per-node 1 --subnet "$subnet" \
-    --port "$port" --timeout 60 --build "$build" --token-file "$token_file" --job-id "$job" "$@" \
+    --port "$port" --timeout 60 --build "$build" --job-id "$job" "$@" \
     -- "$mlp" --synthetic --epochs 3 --lr 0.0005 --log-every 8 --mode ddp --seed 7 --hidden 32 \
-    >"$out" 2>&1 &
+    >"$work/$name.out" 2>&1 &
   cluster_pid=$!
   wait "$cluster_pid" || rc=$?
   cluster_pid=""
   if [ "$rc" -eq 77 ]; then
-    cat "$out"
+    cat "$work/$name.out"
     echo "outsider_attack: SKIPPED: network namespaces are not available"
     exit 77
   fi
+}
+# $1: name (clean or attacked), rest: more emulated_cluster.sh flags. The job over TLS must end
+# well, without a restart.
+run_job() {
+  local name=$1 out="$work/$1.out"
+  run_cluster "$@" --token-file "$token_file"
   [ "$rc" -eq 0 ] || fail "the $name job exited $rc, expected 0: $(tail -n 30 "$out")"
   [ "$(grep -c "finished: all workers of all nodes exited 0 after 0 restart(s)" "$out")" -eq 2 ] ||
     fail "the $name job's agents did not both finish after 0 restart(s): $(tail -n 30 "$out")"
@@ -131,4 +140,20 @@ for mode in wrong-token no-token; do
   [ "$(count "$log" "^store $mode exit 0: refused \\($mode\\)")" -eq 1 ] ||
     fail "the store write $mode was not refused: $(grep "^store $mode" "$log" || echo none)"
 done
+
+# ---- 3. the control: the job run --insecure takes the outsider's record and stops
+# The same write without a token, before the agents start, goes in, and both agents end the job
+# naming it as the root cause: the record is the one the agents act on.
+cat >"$work/control_hook.sh" <<HOOK
+read -r _ ns1 <<<"\$EMU_NAMESPACES"
+read -r addr0 _ <<<"\$EMU_ADDRS"
+ip netns exec "\$ns1" "$build/tests/e2e/store_outsider" "\$addr0" "\$EMU_PORT" "\$EMU_JOB_ID" \\
+  no-token >"$work/control.store" || true
+HOOK
+run_cluster control --insecure --hook "bash $work/control_hook.sh"
+grep -q "^WROTE hsgd-run/attempt/0/failed" "$work/control.store" ||
+  fail "the plain write did not go into the insecure job's store: $(cat "$work/control.store")"
+[ "$rc" -ne 0 ] || fail "the insecure job exited 0 with an outsider's failure record"
+[ "$(grep -c "Root cause: .*(an outsider's record)" "$work/control.out")" -eq 2 ] ||
+  fail "the insecure job's agents did not both stop on the record: $(tail -n 10 "$work/control.out")"
 echo "outsider_attack: passed"
