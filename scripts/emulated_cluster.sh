@@ -52,15 +52,16 @@ Options:
                        server starts until the job ended; prints the packets captured and those
                        the kernel dropped
   --hook CMD           run CMD (bash -c) once the rendezvous server listens and before the agents
-                       start, and wait for it to exit (a non-zero exit stops the run). Its
-                       environment has EMU_NAMESPACES (the nodes' namespaces, node 0 first,
-                       space-separated), EMU_ADDRS (their addresses, likewise), EMU_PORT and
-                       EMU_JOB_ID. What it leaves running in the nodes' namespaces is killed
-                       when the run ends.
+                       start, and wait for it to exit (at most --timeout seconds; a non-zero exit
+                       stops the run). Its environment has EMU_NAMESPACES (the nodes' namespaces,
+                       node 0 first, space-separated), EMU_ADDRS (their addresses, likewise),
+                       EMU_PORT and EMU_JOB_ID. What it leaves running in the nodes' namespaces
+                       is killed when the run ends.
   --build DIR          hsgd build tree (default: $root/build)
   -h, --help           this help
 
-The job id is unique per call unless --job-id names one. PROGRAM runs with the working directory of this script's caller.
+The job id is unique per call unless --job-id names one. PROGRAM runs with the working directory
+of this script's caller.
 Exit code: the agents' (0 when every worker on every node exited 0), 124 on --timeout,
 77 when network namespaces cannot be created (not root, or no permission), 2 on a usage error.
 
@@ -311,7 +312,7 @@ fi
 if [ -n "$hook" ]; then
   hook_rc=0
   EMU_NAMESPACES="${ns[*]}" EMU_ADDRS="${addr[*]}" EMU_PORT=$port EMU_JOB_ID=$job_id \
-    bash -c "$hook" || hook_rc=$?
+    timeout "$timeout_s" bash -c "$hook" || hook_rc=$?
   [ "$hook_rc" -eq 0 ] || die "--hook exited $hook_rc"
 fi
 bytes0_start=$(link_bytes 0)
