@@ -116,6 +116,8 @@ echo "$attacked" | tail -n 4
 
 # The outsider attacked: counted from its own log, so that the test cannot pass on no attack.
 count() { grep -cE "$2" "$1" || true; }
+grep -qE '^capture: [0-9]+ rendezvous and [1-9][0-9]* data-plane' "$work/outsider0.log" ||
+  fail "the sniffed capture holds no data-plane connection: $(head -1 "$work/outsider0.log")"
 for k in 0 1; do
   log=$work/outsider$k.log
   [ "$(count "$log" '^race .* connected, sent 256$')" -ge 1 ] ||
