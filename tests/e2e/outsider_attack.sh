@@ -2,7 +2,7 @@
 # Usage: outsider_attack.sh SOURCE_DIR BUILD_DIR
 # An outsider without the token attacks a running job, and the job ends as if nobody had. The
 # same DDP job of train_mlp (2 emulated nodes x 1 worker, 3 epochs, --seed 7, the same token file
-# and job id) runs twice on scripts/emulated_cluster.sh:
+# and job id) runs three times on scripts/emulated_cluster.sh:
 #   1. unattacked, with tcpdump recording the link: the outsider's sniffed capture;
 #   2. attacked: before the agents start (emulated_cluster.sh --hook), one outsider.py starts in
 #      each node's namespace. It never reads the token file. On both nodes it races to every port
@@ -14,10 +14,11 @@
 # Asserted: the attacked job exits 0 and both agents finish "after 0 restart(s)" with no attempt
 # restarted; rank 0's losses, epoch lines and final accuracy equal the unattacked run's; and the
 # outsider did attack: it connected to a set-up port on each node, its replays reached the data
-# plane and the rendezvous server (every one closed or reset by the job), and both store writes
-# were refused. The control: the same job run --insecure takes store_outsider's plain write, and
-# both agents stop the job naming it, so the record is one the agents act on. Exit 77 (skip)
-# without root, network namespaces or tcpdump.
+# plane and the rendezvous server (every one closed or reset by the job, and each rank logged
+# refusing at least two connections), and both store writes were refused.
+#   3. The control: the same job run --insecure takes store_outsider's plain write, and both
+#      agents stop the job naming it, so the record is one the agents act on.
+# Exit 77 (skip) without root, network namespaces or tcpdump.
 set -euo pipefail
 src=$1
 build=$2
@@ -45,7 +46,8 @@ cat >"$work/hook.sh" <<HOOK
 set -eu
 read -r ns0 ns1 <<<"\$EMU_NAMESPACES"
 read -r addr0 _ <<<"\$EMU_ADDRS"
-outsider=(python3 "$src/tests/e2e/outsider.py" --rdzv "\$addr0:\$EMU_PORT" --replay "$work/clean.pcap")
+outsider=(python3 "$src/tests/e2e/outsider.py" --rdzv "\$addr0:\$EMU_PORT"
+          --replay "$work/clean.pcap")
 ip netns exec "\$ns0" "\${outsider[@]}" --log "$work/outsider0.log" --ready "$work/ready0" \\
   >"$work/outsider0.out" 2>&1 &
 ip netns exec "\$ns1" "\${outsider[@]}" --log "$work/outsider1.log" --ready "$work/ready1" \\
@@ -130,6 +132,12 @@ for k in 0 1; do
     fail "the job kept a replayed data-plane connection open"
   fi
 done
+# ... and the job saw them: each rank's data plane refused the random bytes and the replay.
+for r in 0 1; do
+  refused="^\[rank $r\] .*TLS transport: refused a connection from"
+  [ "$(count "$work/attacked.out" "$refused")" -ge 2 ] ||
+    fail "rank $r's data plane did not refuse both the race and the replay"
+done
 log=$work/outsider1.log
 replays=$(count "$log" '^replay-rdzv .* sent [1-9][0-9]*, got [0-9]+, (closed|reset)$')
 streams=$(sed -nE 's/^capture: ([0-9]+) rendezvous .*/\1/p' "$log")
@@ -157,5 +165,5 @@ grep -q "^WROTE hsgd-run/attempt/0/failed" "$work/control.store" ||
   fail "the plain write did not go into the insecure job's store: $(cat "$work/control.store")"
 [ "$rc" -ne 0 ] || fail "the insecure job exited 0 with an outsider's failure record"
 [ "$(grep -c "Root cause: .*(an outsider's record)" "$work/control.out")" -eq 2 ] ||
-  fail "the insecure job's agents did not both stop on the record: $(tail -n 10 "$work/control.out")"
+  fail "the insecure job's agents did not both stop on the record: $(tail -n 9 "$work/control.out")"
 echo "outsider_attack: passed"
