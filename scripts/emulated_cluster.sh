@@ -45,10 +45,23 @@ Options:
   --timeout S          stop the job after S seconds, exit code 124 (default: 1800)
   --insecure           plain TCP between the processes of the job (by default TLS 1.3 keyed by
                        a random token made for the run, in a 0600 file; docs/security.md)
+  --token-file FILE    key the job with FILE's token instead of a new one (not with --insecure)
+  --job-id ID          the job id (default: emu-PID-SECONDS, unique per call)
+  --capture FILE       record the link's packets with tcpdump in node 1's namespace (its end of
+                       the link, --racks 1 only) into FILE (pcap) from before the rendezvous
+                       server starts until the job ended; prints the packets captured and those
+                       the kernel dropped
+  --hook CMD           run CMD (bash -c) once the rendezvous server listens and before the agents
+                       start, and wait for it to exit (at most --timeout seconds; a non-zero exit
+                       stops the run). Its environment has EMU_NAMESPACES (the nodes' namespaces,
+                       node 0 first, space-separated), EMU_ADDRS (their addresses, likewise),
+                       EMU_PORT and EMU_JOB_ID. What it leaves running in the nodes' namespaces
+                       is killed when the run ends.
   --build DIR          hsgd build tree (default: $root/build)
   -h, --help           this help
 
-The job id is unique per call. PROGRAM runs with the working directory of this script's caller.
+The job id is unique per call unless --job-id names one. PROGRAM runs with the working directory
+of this script's caller.
 Exit code: the agents' (0 when every worker on every node exited 0), 124 on --timeout,
 77 when network namespaces cannot be created (not root, or no permission), 2 on a usage error.
 
@@ -75,6 +88,10 @@ stats_file=""
 timeout_s=1800
 build="$root/build"
 insecure=0
+token_file=""
+job_id=""
+capture=""
+hook=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --rate) rate=${2:?--rate needs a value}; shift 2 ;;
@@ -89,6 +106,10 @@ while [ $# -gt 0 ]; do
     --timeout) timeout_s=${2:?--timeout needs a value}; shift 2 ;;
     --build) build=${2:?--build needs a value}; shift 2 ;;
     --insecure) insecure=1; shift ;;
+    --token-file) token_file=${2:?--token-file needs a value}; shift 2 ;;
+    --job-id) job_id=${2:?--job-id needs a value}; shift 2 ;;
+    --capture) capture=${2:?--capture needs a value}; shift 2 ;;
+    --hook) hook=${2:?--hook needs a value}; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     --) shift; break ;;
     *) echo "emulated_cluster: unknown option '$1'" >&2; usage >&2; exit 2 ;;
@@ -113,6 +134,19 @@ fi
 [ "$racks" -eq 2 ] || [ "$nodes" -eq 2 ] ||
   die "--nodes $nodes needs --racks 2 (one rack is emulated only as 2 nodes on a veth pair)" 2
 [ $((nodes % racks)) -eq 0 ] || die "--nodes $nodes is not a multiple of --racks $racks" 2
+if [ -n "$token_file" ]; then
+  [ "$insecure" -eq 0 ] || die "--token-file with --insecure: plain TCP uses no token" 2
+  [ -r "$token_file" ] || die "--token-file '$token_file' is not a readable file" 2
+  token_file=$(realpath "$token_file")
+fi
+[[ -z $job_id || $job_id =~ ^[A-Za-z0-9._-]+$ ]] ||
+  die "--job-id '$job_id' must be letters, digits, '.', '_' or '-'" 2
+if [ -n "$capture" ]; then
+  [ "$racks" -eq 1 ] || die "--capture needs --racks 1 (it records node 1's end of the link)" 2
+  command -v tcpdump >/dev/null || die "--capture needs tcpdump (Debian package tcpdump)"
+  : >"$capture" || die "--capture '$capture' cannot be written"
+  capture=$(realpath "$capture")
+fi
 
 run=$build/apps/hsgd-run/hsgd-run
 rendezvous=$build/apps/hsgd-rendezvous/hsgd-rendezvous
@@ -133,10 +167,11 @@ for k in $(seq 0 $((nodes - 1))); do
   addr+=("$subnet.$((k + 1))")
 done
 switch_ns=""  # --racks 2: the namespace with the bridges and the inter-rack link
-job_id="emu-$$-$(date +%s)"
+[ -n "$job_id" ] || job_id="emu-$$-$(date +%s)"
 work=$(mktemp -d "/tmp/${tag}.XXXXXX")
 agent_pids=()
 server_pid=""
+capture_pid=""
 
 # Sends SIGTERM to the pids still alive, waits up to $1 seconds for them, then SIGKILLs the rest.
 stop_pids() {
@@ -161,6 +196,7 @@ cleanup() {
   # 10 s); workers also have PR_SET_PDEATHSIG, so SIGKILL of an agent takes them down too.
   [ ${#agent_pids[@]} -gt 0 ] && stop_pids 15 "${agent_pids[@]}"
   [ -n "$server_pid" ] && stop_pids 5 "$server_pid"
+  [ -n "$capture_pid" ] && stop_pids 5 "$capture_pid"
   for n in "${ns[@]}" $switch_ns; do
     ip netns pids "$n" 2>/dev/null | while read -r pid; do
       kill -KILL "$pid" 2>/dev/null || true
@@ -233,9 +269,26 @@ fi
 # The token goes to every process through a 0600 file, never a command line (docs/security.md).
 if [ "$insecure" -eq 1 ]; then
   security=(--insecure)
+elif [ -n "$token_file" ]; then
+  security=(--token-file "$token_file")
 else
   (umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$work/token")
   security=(--token-file "$work/token")
+fi
+if [ -n "$capture" ]; then
+  # -U: every packet reaches the file as it is captured; -B: a 32 MiB kernel buffer, so that a
+  # busy machine drops fewer packets (the count is printed at the end); -Z root: Debian's tcpdump
+  # would otherwise write as user tcpdump, which cannot write into a caller's private directory.
+  ip netns exec "${ns[1]}" tcpdump -i veth1 -n -U -B 32768 -Z root -w "$capture" \
+    2>"$work/tcpdump.log" &
+  capture_pid=$!
+  for _ in $(seq 100); do
+    grep -q 'listening on' "$work/tcpdump.log" && break
+    kill -0 "$capture_pid" 2>/dev/null || die "tcpdump exited: $(cat "$work/tcpdump.log")"
+    sleep 0.1
+  done
+  grep -q 'listening on' "$work/tcpdump.log" ||
+    die "tcpdump did not start capturing within 10 s: $(cat "$work/tcpdump.log")"
 fi
 ip netns exec "${ns[0]}" "$rendezvous" --host "${addr[0]}" --port "$port" "${security[@]}" \
   >"$work/server.log" 2>&1 &
@@ -255,6 +308,12 @@ else
   echo "emulated_cluster: 2 racks x $((nodes / 2)) nodes x $nproc workers (${addr[0]}..." \
     "${addr[$((nodes - 1))]}), $rack_rate within a rack and $rate between the racks each way," \
     "rendezvous ${addr[0]}:$port, job $job_id" >&2
+fi
+if [ -n "$hook" ]; then
+  hook_rc=0
+  EMU_NAMESPACES="${ns[*]}" EMU_ADDRS="${addr[*]}" EMU_PORT=$port EMU_JOB_ID=$job_id \
+    timeout "$timeout_s" bash -c "$hook" || hook_rc=$?
+  [ "$hook_rc" -eq 0 ] || die "--hook exited $hook_rc"
 fi
 bytes0_start=$(link_bytes 0)
 bytes1_start=$(link_bytes 1)
@@ -292,6 +351,16 @@ while [ ${#exited[@]} -lt "$nodes" ]; do
   [ ${#exited[@]} -lt "$nodes" ] && sleep 0.2
 done
 agent_pids=()
+if [ -n "$capture_pid" ]; then
+  # SIGINT: tcpdump writes what it holds and prints its counts.
+  kill -INT "$capture_pid" 2>/dev/null || true
+  wait "$capture_pid" 2>/dev/null || true
+  capture_pid=""
+  captured=$(sed -nE 's/^([0-9]+) packets? captured.*/\1/p' "$work/tcpdump.log")
+  dropped=$(sed -nE 's/^([0-9]+) packets? dropped by kernel.*/\1/p' "$work/tcpdump.log")
+  echo "emulated_cluster: capture $capture: ${captured:-?} packets captured," \
+    "${dropped:-?} dropped by the kernel" >&2
+fi
 
 job_s=$(awk -v a="$job_start_s" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
 bytes01=$(( $(link_bytes 0) - bytes0_start ))

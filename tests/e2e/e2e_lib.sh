@@ -24,6 +24,8 @@
 #   workers_of PID        the workers (children) of hsgd-run pid PID, sorted, on one line
 #   expect_exit PID CODE FILE  waits for PID (an hsgd-run writing FILE); fails with FILE's last
 #                         lines unless it exited CODE
+#   need_tcpdump          installs Debian's tcpdump when it is missing (as root, bounded); exits
+#                         77 (skip) saying why when it cannot be had
 
 e2e_init() {
   e2e_name=$1
@@ -131,4 +133,19 @@ expect_exit() {
   local rc=0
   wait "$1" || rc=$?
   [ "$rc" -eq "$2" ] || fail "hsgd-run ($3) exited $rc, expected $2: $(tail -n 30 "$3")"
+}
+
+need_tcpdump() {
+  command -v tcpdump >/dev/null && return 0
+  if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then
+    echo "$e2e_name: SKIPPED: no tcpdump, and no apt-get as root to install it"
+    exit 77
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  if ! timeout 90 apt-get install -y -qq --no-install-recommends tcpdump >/dev/null 2>&1; then
+    timeout 45 apt-get update -qq >/dev/null 2>&1 || true
+    timeout 90 apt-get install -y -qq --no-install-recommends tcpdump >/dev/null 2>&1 || true
+  fi
+  command -v tcpdump >/dev/null ||
+    { echo "$e2e_name: SKIPPED: apt-get could not install tcpdump"; exit 77; }
 }
