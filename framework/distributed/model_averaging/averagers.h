@@ -136,10 +136,11 @@ class ModelAverager {
   // differ. Throws the allgather's errors.
   bool start_from(const std::vector<Tensor>& params);
 
-  // Sets what the averager averages (the parameters with a gradient among params, then the
-  // option buffers) to its mean over the whole process group, with the top level's compression
-  // between nodes: each rank contributes its difference from the top level's anchor A (the
-  // level's common value after its last averaging, per fragment), compressed_average.h averages
+  // Sets what the averager averages (the parameters with a gradient among params, or all of them
+  // when none has one, as after a resume; then the option buffers) to its mean over the whole
+  // process group, with the top level's compression between nodes: each rank contributes its
+  // difference from the top level's anchor A (the level's common value after its last
+  // averaging, per fragment), compressed_average.h averages
   // them to D (float32 sums within a node, the level's format between nodes, no error feedback)
   // and every rank sets A - D, the same bits on every rank: the mean up to the rounding of one
   // averaging of the level. For an evaluation of the replicas' average (AveragedReplicas takes
@@ -151,7 +152,9 @@ class ModelAverager {
   // groups it uses. Returns the tensors it set, or an empty vector when it sent and changed
   // nothing: the top level does not compress, its group lies on one node, or some fragment of
   // it has no anchor yet (no averaging and no start_from), or the tensors are not those the
-  // level averages. Throws the collectives' errors.
+  // level averages (their sizes differ from its anchors'). The result depends only on the
+  // values, the anchors (state_dict() holds them) and the node layout, so a resumed run computes
+  // the same bits. Throws the collectives' errors.
   std::vector<Tensor> average_replicas(const std::vector<Tensor>& params);
 
   // Number of average_parameters calls so far (restored from checkpoints by

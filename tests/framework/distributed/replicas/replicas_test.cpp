@@ -301,6 +301,31 @@ TEST(AveragedReplicas, ThroughACompressedTopLevel_SameBitsNearTheMeanFewerBytes)
   EXPECT_RANKS_OK(result);
 }
 
+// A run resumed after its last step evaluates with a new averager loaded from the checkpointed
+// state, on the same values before any backward (no gradients): the same bits as the run that
+// wrote the checkpoint.
+TEST(AveragedReplicas, ThroughAnAveragerLoadedFromItsState_SameBitsWithoutGradients) {
+  auto result = run_world(4, {.local_world_size = 2}, [&](int rank, const auto& world) {
+    const auto levels = parse_hierarchy("1:2,8:world@fragments=2,int8,ef");
+    auto model = make_mlp(64);
+    HierarchicalModelAverager averager(levels, 0, world);
+    train_apart(*model, averager, rank);
+    averager.finish_pending(model->parameters());  // as the runtime does before keeping
+    auto resumed = make_mlp(64);
+    resumed->load_state_dict(model->state_dict());
+    HierarchicalModelAverager loaded(levels, 0, world);
+    loaded.load_state_dict(averager.state_dict());
+    {
+      AveragedReplicas average(world, *model, averager);
+      average.keep();
+    }
+    EXPECT_EQ(loaded.average_replicas(resumed->parameters()).size(), 4u)
+        << "every parameter went through the int8 level";
+    EXPECT_EQ(values_of(*resumed), values_of(*model));
+  });
+  EXPECT_RANKS_OK(result);
+}
+
 // Through a float32 top level the average is the float32 one, bit for bit, and kept on request.
 TEST(AveragedReplicas, ThroughAFloat32TopLevel_IsTheFloat32Average) {
   auto result = run_world(4, {.local_world_size = 2}, [&](int rank, const auto& world) {
