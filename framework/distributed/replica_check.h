@@ -22,7 +22,8 @@
 // Usage:
 //   auto entries = detail::describe_module(*model);       // parameters, then buffers
 //   detail::check_same_tensors(*pg, "DistributedDataParallel", entries);
-//   if (!detail::same_values_on_all_ranks(*pg, state, "DDP start fingerprint")) broadcast(...);
+//   // false: some rank holds other values, and rank 0's must be broadcast
+//   const bool equal = detail::same_values_on_all_ranks(*pg, model->parameters(), "fingerprint");
 
 #include <cstdint>
 #include <string>
