@@ -177,4 +177,10 @@ std::shared_ptr<gloo::transport::Device> create_tls_device(const TlsDeviceOption
   return std::make_shared<detail::TlsDevice>(options);
 }
 
+std::optional<uint64_t> tls_bytes_written(const gloo::transport::Device& device) {
+  const auto* tls = dynamic_cast<const detail::TlsDevice*>(&device);
+  if (tls == nullptr) return std::nullopt;
+  return tls->bytes_written();
+}
+
 }  // namespace hsgd::comm::transport

@@ -30,7 +30,9 @@
 //   context->connectFullMesh(store, device);
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace gloo::transport {
@@ -51,5 +53,10 @@ struct TlsDeviceOptions {
 
 // Throws hsgd::InvalidArgument for an empty token, hsgd::CommError when the port cannot be opened.
 std::shared_ptr<gloo::transport::Device> create_tls_device(const TlsDeviceOptions& options);
+
+// The bytes that every pair of every context of device has written so far (frame headers and
+// payloads, before TLS adds its records), or nullopt when device is not one of
+// create_tls_device's (Gloo's plain TCP device counts nothing). Thread-safe.
+std::optional<uint64_t> tls_bytes_written(const gloo::transport::Device& device);
 
 }  // namespace hsgd::comm::transport

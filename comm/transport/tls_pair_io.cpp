@@ -9,6 +9,7 @@
 
 #include "comm/transport/detail/tls_buffers.h"
 #include "comm/transport/detail/tls_context.h"
+#include "comm/transport/detail/tls_device_impl.h"
 #include "comm/transport/detail/tls_pair.h"
 
 namespace hsgd::comm::transport::detail {
@@ -95,6 +96,7 @@ void TlsPair::write_ready() {
       if (written == 0) return;  // the socket is full: poll for POLLOUT
       current_done_ += written;
       bytes_written_.fetch_add(written, std::memory_order_relaxed);
+      device_.count_written(written);
     }
     std::lock_guard<std::mutex> lock(mu_);
     writing_ = false;

@@ -1,5 +1,6 @@
 #include "framework/distributed/averaged_replicas.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 
@@ -17,6 +18,17 @@ std::vector<Tensor> module_state(const nn::Module& model) {
   for (const auto& [name, p] : model.named_parameters()) out.push_back(p);
   for (const auto& [name, b] : model.named_buffers()) out.push_back(b);
   return out;
+}
+
+// The same, once averager is known to average over pg (before any rank communicates).
+std::vector<Tensor> module_state(const nn::Module& model,
+                                 const std::shared_ptr<comm::ProcessGroup>& pg,
+                                 const ModelAverager& averager) {
+  HSGD_CHECK(pg != nullptr && averager.process_group() == pg,
+             "AveragedReplicas: the averager averages over group '",
+             averager.process_group()->name(), "', not over '",
+             pg != nullptr ? pg->name() : std::string("(null)"), "'");
+  return module_state(model);
 }
 
 const nn::Module& non_null(const std::shared_ptr<nn::Module>& model) {
@@ -53,13 +65,21 @@ AveragedReplicas::AveragedReplicas(const std::shared_ptr<comm::ProcessGroup>& pg
     : AveragedReplicas(pg, non_null(model), where) {}
 
 AveragedReplicas::AveragedReplicas(const std::shared_ptr<comm::ProcessGroup>& pg,
+                                   const nn::Module& model, ModelAverager& averager,
+                                   std::source_location where)
+    : AveragedReplicas(
+          pg, module_state(model, pg, averager), detail::describe_module(model), where,
+          [&averager, &model] { return averager.average_replicas(model.parameters()); }) {}
+
+AveragedReplicas::AveragedReplicas(const std::shared_ptr<comm::ProcessGroup>& pg,
                                    std::vector<Tensor> tensors, std::source_location where)
     : AveragedReplicas(pg, tensors, detail::describe_tensors(tensors, "tensor"), where) {}
 
 AveragedReplicas::AveragedReplicas(const std::shared_ptr<comm::ProcessGroup>& pg,
                                    std::vector<Tensor> tensors,
                                    const std::vector<detail::TensorEntry>& entries,
-                                   std::source_location where)
+                                   std::source_location where,
+                                   const std::function<std::vector<Tensor>()>& through)
     : tensors_(std::move(tensors)) {
   HSGD_CHECK(pg != nullptr, "AveragedReplicas: process group is null");
   if (pg->size() == 1) return;
@@ -67,9 +87,17 @@ AveragedReplicas::AveragedReplicas(const std::shared_ptr<comm::ProcessGroup>& pg
   detail::check_same_tensors(*pg, "AveragedReplicas", entries, "the model");
   saved_.resize(static_cast<size_t>(flat_numel(tensors_)));
   flatten_into(tensors_, saved_);
+  std::vector<Tensor> rest = tensors_;
+  if (through) {
+    const std::vector<Tensor> done = through();
+    std::erase_if(rest, [&](const Tensor& t) {
+      return std::any_of(done.begin(), done.end(),
+                         [&](const Tensor& d) { return d.impl() == t.impl(); });
+    });
+  }
   // kAvg (sum, then divide by the group size): the same arithmetic per element as averaging
   // each tensor on its own.
-  allreduce(*pg, tensors_, comm::ReduceOp::kAvg, "averaged replicas");
+  if (!rest.empty()) allreduce(*pg, rest, comm::ReduceOp::kAvg, "averaged replicas");
 }
 
 AveragedReplicas::~AveragedReplicas() {

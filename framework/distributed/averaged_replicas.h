@@ -19,6 +19,12 @@
 //   built elsewhere. So every rank must construct it at the same line (not on two branches of
 //   an if). The destructor is local (no communication) and never
 //   throws.
+// - Given a ModelAverager over pg, what it averages (its parameters with a gradient and option
+//   buffers) goes through ModelAverager::average_replicas: with a compressed top level, each
+//   rank sends its difference from the level's anchor in the level's format between nodes, and
+//   the average is the mean up to the rounding of one averaging of that level (the same bits on
+//   every rank). The rest of the model, and everything when average_replicas takes nothing (a
+//   float32 top level, no anchor yet), is averaged in float32 as without it.
 // - keep(): the average stays when the guard ends (e.g. after the last epoch, so that every
 //   rank saves the same model).
 // - A group of one changes nothing and communicates nothing.
@@ -32,11 +38,13 @@
 //     if (world->rank() == 0) accuracy = hsgd::nn::accuracy(model->forward(x), y);
 //   }  // every rank has its own replica back
 
+#include <functional>
 #include <memory>
 #include <source_location>
 #include <vector>
 
 #include "comm/process_group/process_group.h"
+#include "framework/distributed/model_averaging/averagers.h"
 #include "framework/distributed/replica_check.h"
 #include "framework/nn/module.h"
 #include "framework/tensor/tensor.h"
@@ -52,6 +60,11 @@ class AveragedReplicas {
   AveragedReplicas(const std::shared_ptr<comm::ProcessGroup>& pg,
                    const std::shared_ptr<nn::Module>& model,
                    std::source_location where = std::source_location::current());
+  // The model's tensors, through averager where it averages them (see the contract above).
+  // averager must average over pg (its process_group()).
+  AveragedReplicas(const std::shared_ptr<comm::ProcessGroup>& pg, const nn::Module& model,
+                   ModelAverager& averager,
+                   std::source_location where = std::source_location::current());
   // Any tensors, e.g. a model's state as a flat list; the same shapes in the same order on every
   // rank.
   AveragedReplicas(const std::shared_ptr<comm::ProcessGroup>& pg, std::vector<Tensor> tensors,
@@ -64,9 +77,11 @@ class AveragedReplicas {
   void keep() { keep_ = true; }
 
  private:
-  // entries describe tensors for the check across ranks.
+  // entries describe tensors for the check across ranks. through (when set) averages some of
+  // the tensors and returns them; the others are averaged in float32.
   AveragedReplicas(const std::shared_ptr<comm::ProcessGroup>& pg, std::vector<Tensor> tensors,
-                   const std::vector<detail::TensorEntry>& entries, std::source_location where);
+                   const std::vector<detail::TensorEntry>& entries, std::source_location where,
+                   const std::function<std::vector<Tensor>()>& through = {});
 
   const std::vector<Tensor> tensors_;
   std::vector<float> saved_;  // (sum of numel,) the local values, packed in order

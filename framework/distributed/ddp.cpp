@@ -42,11 +42,15 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   for (auto& [name, b] : module_->named_buffers()) buffers_.push_back(b);
 
   // Every replica starts from rank 0's state, once every rank is known to hold the same model
-  // (a broadcast of one flat buffer would only compare the total sizes).
+  // (a broadcast of one flat buffer would only compare the total sizes). When every rank holds
+  // rank 0's values already (a model built from one seed), the broadcast would copy them onto
+  // themselves: a fingerprint of 8 bytes per rank replaces the model on the wire.
   detail::check_same_tensors(*pg_, "DistributedDataParallel", detail::describe_module(*module_));
   std::vector<Tensor> state = all_params;
   state.insert(state.end(), buffers_.begin(), buffers_.end());
-  broadcast_from_rank0(state, "DDP parameters and buffers");
+  if (!detail::same_values_on_all_ranks(*pg_, state, "DDP start fingerprint")) {
+    broadcast_from_rank0(state, "DDP parameters and buffers");
+  }
 
   build_buckets();
   comm_hook_ = [pg = pg_](GradBucket& bucket) { return allreduce_hook(*pg, bucket); };

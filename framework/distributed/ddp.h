@@ -5,8 +5,11 @@
 // What it does:
 // - At construction, checks that every rank built the same model (parameter and buffer names,
 //   shapes and order; one small allgather, see replica_check.h; hsgd::InvalidArgument on every
-//   rank naming the first difference), then broadcasts parameters and buffers from rank 0 so
-//   every replica starts equal (construction is therefore collective over pg).
+//   rank naming the first difference), then makes every replica start from rank 0's parameters
+//   and buffers (construction is therefore collective over pg): when every rank holds them
+//   already, bit for bit (a 64-bit fingerprint per rank, one allgather; replica_check.h), nothing
+//   else is sent; otherwise they are broadcast from rank 0. Either way every replica then holds
+//   rank 0's values, bit for bit, as after torch's broadcast.
 // - Groups the gradients into buckets in REVERSE registration order (the order backward
 //   produces them): the first bucket holds up to first_bucket_cap_mb (1 MB), the others up to
 //   bucket_cap_mb (25 MB), as torch does.

@@ -1,6 +1,7 @@
 #include "framework/distributed/replica_check.h"
 
 #include <algorithm>
+#include <span>
 
 #include "comm/error.h"
 #include "comm/format_ranks.h"
@@ -132,6 +133,28 @@ void check_same_tensors(comm::ProcessGroup& pg, const std::string& who,
              "': ", first_difference(descriptions),
              "; every rank must build the same model (same parameters and buffers, with the same ",
              "names, shapes and order). This is rank ", pg.rank());
+}
+
+uint64_t values_fingerprint(const std::vector<Tensor>& tensors) {
+  uint64_t hash = 1469598103934665603ull;
+  for (const Tensor& t : tensors) {
+    const Tensor c = t.contiguous();
+    const auto* bytes = reinterpret_cast<const unsigned char*>(c.data());
+    for (size_t i = 0; i < static_cast<size_t>(c.numel()) * sizeof(float); ++i) {
+      hash = (hash ^ bytes[i]) * 1099511628211ull;
+    }
+  }
+  return hash;
+}
+
+bool same_values_on_all_ranks(comm::ProcessGroup& pg, const std::vector<Tensor>& tensors,
+                              std::string_view label) {
+  if (pg.size() == 1) return true;
+  const auto mine = static_cast<int64_t>(values_fingerprint(tensors));
+  std::vector<int64_t> all(static_cast<size_t>(pg.size()));
+  pg.allgather(std::span<const int64_t>(&mine, 1), std::span<int64_t>(all), label)
+      ->wait(pg.work_timeout());
+  return std::all_of(all.begin(), all.end(), [&](int64_t h) { return h == mine; });
 }
 
 }  // namespace hsgd::distributed::detail

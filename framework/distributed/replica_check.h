@@ -14,11 +14,20 @@
 // when those differ, every rank's description travels, so that the error names the first
 // differing entry and the ranks with each version of it.
 //
+// same_values_on_all_ranks: the collective check that every rank holds the same VALUES, bit for
+// bit, so that a broadcast of them (DDP's start) or a float32 averaging of them would change
+// nothing. Cost: one allgather of a 64-bit fingerprint (FNV-1a over the values' bytes) per rank.
+// Two different values give the same fingerprint with probability about 2^-64 per pair of ranks.
+//
 // Usage:
 //   auto entries = detail::describe_module(*model);       // parameters, then buffers
 //   detail::check_same_tensors(*pg, "DistributedDataParallel", entries);
+//   // false: some rank holds other values, and rank 0's must be broadcast
+//   const bool equal = detail::same_values_on_all_ranks(*pg, model->parameters(), "fingerprint");
 
+#include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "comm/process_group/process_group.h"
@@ -47,5 +56,14 @@ std::vector<TensorEntry> describe_tensors(const std::vector<Tensor>& tensors, co
 // who names the caller. Throws hsgd::Timeout / hsgd::CommError if the allgather fails.
 void check_same_tensors(comm::ProcessGroup& pg, const std::string& who,
                         const std::vector<TensorEntry>& entries, const char* what = "the model");
+
+// FNV-1a over the bytes of every value of tensors, in order (local, no communication).
+uint64_t values_fingerprint(const std::vector<Tensor>& tensors);
+
+// Collective over pg: whether every rank's values_fingerprint(tensors) equals this rank's (the
+// same answer on every rank). A group of one returns true at once. label names the allgather in
+// failure reports; throws hsgd::Timeout / hsgd::CommError when it fails.
+bool same_values_on_all_ranks(comm::ProcessGroup& pg, const std::vector<Tensor>& tensors,
+                              std::string_view label);
 
 }  // namespace hsgd::distributed::detail

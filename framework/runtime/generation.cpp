@@ -124,8 +124,8 @@ void Loop::make_checkpointer() {
 }
 
 void Loop::start_averager_from_model() {
-  // At step 0 every rank holds the model DDP broadcast: compressed levels anchor on it, so their
-  // first averaging is compressed too (ModelAverager::start_from).
+  // At step 0 every rank holds rank 0's model (DDP's start): compressed levels anchor on it, so
+  // their first averaging is compressed too (ModelAverager::start_from).
   if (parallel_.averager && replica_.step == 0) {
     parallel_.averager->start_from(registered_.model->parameters());
   }

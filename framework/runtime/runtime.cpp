@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
+#include <source_location>
 #include <span>
 
 #include "comm/log.h"
@@ -357,8 +359,16 @@ EvalResult Loop::evaluate_average(bool keep, bool epoch_end) {
   }
   EvalResult eval;
   {
-    distributed::AveragedReplicas average(world_, registered_.model);
-    if (keep) average.keep();
+    // Through the averager: a compressed top level sends the replicas' differences from its
+    // anchor in its own format (docs/averaging.md, "The evaluated model").
+    const std::source_location here = std::source_location::current();
+    std::optional<distributed::AveragedReplicas> average;
+    if (parallel_.averager) {
+      average.emplace(world_, *registered_.model, *parallel_.averager, here);
+    } else {
+      average.emplace(world_, *registered_.model, here);
+    }
+    if (keep) average->keep();
     if (options_.evaluate) {
       // Every rank evaluates a shard: no rank waits in a collective while another evaluates.
       NoGradGuard no_grad;

@@ -43,6 +43,9 @@ class TlsDevice : public gloo::transport::Device, public std::enable_shared_from
   const sockaddr_storage& listen_address() const { return listen_address_; }
   const std::shared_ptr<tls::Context>& client_context() const { return client_context_; }
   uint64_t next_pair_id() { return next_pair_id_.fetch_add(1); }
+  // What the pairs of every context of this device wrote (tls_bytes_written).
+  void count_written(uint64_t bytes) { bytes_written_.fetch_add(bytes, std::memory_order_relaxed); }
+  uint64_t bytes_written() const { return bytes_written_.load(std::memory_order_relaxed); }
 
   // pair (of rank `rank`, for peer `peer`) waits for its peer's connection under id, until
   // forget(id) (which the pair calls before it is destroyed).
@@ -76,6 +79,7 @@ class TlsDevice : public gloo::transport::Device, public std::enable_shared_from
   sockaddr_storage listen_address_{};
   std::thread acceptor_;
   std::atomic<uint64_t> next_pair_id_{1};
+  std::atomic<uint64_t> bytes_written_{0};
 
   std::mutex mu_;
   std::map<uint64_t, Expected> expected_;  // guarded by mu_

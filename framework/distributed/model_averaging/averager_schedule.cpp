@@ -121,26 +121,15 @@ bool ModelAverager::start_from(const std::vector<Tensor>& params) {
     return false;
   }
   // Every parameter (which of them get a gradient is known only after the first backward) and
-  // the buffers, with their values now.
-  std::vector<std::pair<Tensor, std::vector<float>>> values;
+  // the buffers: each rank must hold the same values, bit for bit.
+  std::vector<Tensor> tensors;
   for (const Tensor& t : params) {
-    if (t.defined()) values.emplace_back(t, t.to_vector());
+    if (t.defined()) tensors.push_back(t);
   }
-  for (const Tensor& t : options_.average_buffers) values.emplace_back(t, t.to_vector());
-  // FNV-1a over the bytes of every value: each rank must hold the same, bit for bit.
-  uint64_t hash = 1469598103934665603ull;
-  for (const auto& [tensor, v] : values) {
-    const auto* bytes = reinterpret_cast<const unsigned char*>(v.data());
-    for (size_t i = 0; i < v.size() * sizeof(float); ++i) {
-      hash = (hash ^ bytes[i]) * 1099511628211ull;
-    }
-  }
-  const auto mine = static_cast<int64_t>(hash);
-  std::vector<int64_t> all(static_cast<size_t>(pg_->size()));
-  pg_->allgather(std::span<const int64_t>(&mine, 1), std::span<int64_t>(all),
-                 "start_from fingerprint")
-      ->wait(pg_->timeout());
-  if (std::any_of(all.begin(), all.end(), [&](int64_t h) { return h != mine; })) return false;
+  tensors.insert(tensors.end(), options_.average_buffers.begin(), options_.average_buffers.end());
+  if (!detail::same_values_on_all_ranks(*pg_, tensors, "start_from fingerprint")) return false;
+  std::vector<std::pair<Tensor, std::vector<float>>> values;
+  for (const Tensor& t : tensors) values.emplace_back(t, t.to_vector());
   start_values_ = std::move(values);
   return true;
 }

@@ -77,7 +77,8 @@
 namespace hsgd::distributed {
 namespace detail {
 class AveragingLevel;
-}
+class CompressedAverage;
+}  // namespace detail
 
 struct ModelAveragerOptions {
   // Tensors averaged together with the parameters at every averaging (in the same allreduce),
@@ -134,6 +135,27 @@ class ModelAverager {
   // (nothing changed) when no level takes them, an averaging already ran, or the ranks' values
   // differ. Throws the allgather's errors.
   bool start_from(const std::vector<Tensor>& params);
+
+  // Sets what the averager averages (the parameters with a gradient among params, or all of them
+  // when none has one, as after a resume; then the option buffers) to its mean over the whole
+  // process group, with the top level's compression between nodes: each rank contributes its
+  // difference from the top level's anchor A (the level's common value after its last
+  // averaging, per fragment), compressed_average.h averages
+  // them to D (float32 sums within a node, the level's format between nodes, no error feedback)
+  // and every rank sets A - D, the same bits on every rank: the mean up to the rounding of one
+  // averaging of the level. For an evaluation of the replicas' average (AveragedReplicas takes
+  // it): on the link about the level's own bytes instead of float32's. The levels' state
+  // (anchors, residuals, averagings in flight) is unchanged, so training may go on from the
+  // local values afterwards.
+  // Collective over the process group (call it on every rank at the same point, params as
+  // average_parameters gets them); the first call that compresses makes the node and leader
+  // groups it uses. Returns the tensors it set, or an empty vector when it sent and changed
+  // nothing: the top level does not compress, its group lies on one node, or some fragment of
+  // it has no anchor yet (no averaging and no start_from), or the tensors are not those the
+  // level averages (their sizes differ from its anchors'). The result depends only on the
+  // values, the anchors (state_dict() holds them) and the node layout, so a resumed run computes
+  // the same bits. Throws the collectives' errors.
+  std::vector<Tensor> average_replicas(const std::vector<Tensor>& params);
 
   // Number of average_parameters calls so far (restored from checkpoints by
   // PostLocalSGDOptimizer::load_state_dict).
@@ -268,6 +290,10 @@ class ModelAverager {
   // into anchors (take_start_values).
   std::vector<std::pair<Tensor, std::vector<float>>> start_values_;
   std::vector<std::string> level_labels_;  // "averager 2:4" per level, for failure reports
+  // average_replicas' averaging over pg_ with the top level's compression: its own node and
+  // leader groups, so that it never waits behind a fragment's averaging in flight. Made at its
+  // first use.
+  std::unique_ptr<detail::CompressedAverage> replicas_;
 };
 
 // Averages every `period` steps once warmup_steps have passed: at calls where

@@ -79,6 +79,8 @@ class AveragingLevel {
   // Whether the level holds an anchor (an anchored level after its first averaging, or after
   // reset_anchor).
   bool has_anchor() const { return !anchor_.empty(); }
+  // A (n,): the common value of the level's group after its last averaging (empty: none yet).
+  std::span<const float> anchor() const { return anchor_; }
   // The step at which the pending averaging merges (valid when pending()).
   int64_t due_step() const { return pending_->due; }
   // The steps between a start and its merge (merge_delay(options())).

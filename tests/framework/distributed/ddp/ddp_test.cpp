@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -20,6 +21,7 @@
 #include "framework/distributed/comm_hooks/post_local_sgd_hook.h"
 #include "framework/nn/nn.h"
 #include "framework/tensor/ops.h"
+#include "tests/framework/distributed/dist_test_util.h"
 #include "tests/support/world.h"
 
 namespace hsgd::distributed {
@@ -255,6 +257,51 @@ TEST_P(DDPWorldTest, NoSync_AccumulatesLocallyThenAveragesTheSum) {
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, DDPWorldTest, ::testing::Values(3, 4, 5),
                          [](const auto& info) { return "World" + std::to_string(info.param); });
+
+// DDP's start: every replica ends with rank 0's values, bit for bit; the model goes on the wire
+// only when the ranks hold different values. Linear(512, 512) is 262,656 floats (1 MB): a
+// broadcast to 3 peers writes at least 3 MB in all, the fingerprint check a few hundred bytes.
+TEST(DistributedDataParallel, Start_BroadcastsOnlyWhenTheRanksHoldDifferentValues) {
+  const int world = 4;
+  auto result = run_world(world, [&](int rank, const auto& world_pg) {
+    const testing::CountedGroup counted = testing::counted_group(*world_pg, "counted");
+    const auto make = [](uint64_t seed) {
+      Generator gen(seed);
+      return std::make_shared<nn::Linear>(512, 512, true, gen);
+    };
+    const auto values = [](const nn::Module& m) {
+      std::vector<float> out;
+      for (const Tensor& p : m.parameters()) {
+        const std::vector<float> v = p.to_vector();
+        out.insert(out.end(), v.begin(), v.end());
+      }
+      return out;
+    };
+    const std::vector<float> rank0 = values(*make(0));
+    const double model_bytes = static_cast<double>(rank0.size() * sizeof(float));
+    for (const bool same : {true, false}) {
+      const std::string what = same ? "same values on every rank" : "values differ by rank";
+      auto model = make(same ? 0 : static_cast<uint64_t>(rank));
+      const uint64_t before = counted.bytes_sent();
+      DistributedDataParallel ddp(model, counted.pg);
+      std::vector<double> sent{static_cast<double>(counted.bytes_sent() - before)};
+      // Bit for bit: float equality of every value (no NaN here) and the same sign of zeros.
+      const std::vector<float> after = values(*model);
+      ASSERT_EQ(after.size(), rank0.size());
+      for (size_t i = 0; i < after.size(); ++i) {
+        ASSERT_EQ(std::signbit(after[i]), std::signbit(rank0[i])) << what << ", value " << i;
+        ASSERT_EQ(after[i], rank0[i]) << what << ", value " << i;
+      }
+      world_pg->allreduce(std::span<double>(sent), comm::ReduceOp::kSum)->wait();
+      if (same) {
+        EXPECT_LT(sent[0], 16.0 * 1024) << what << ": bytes all ranks sent while DDP started";
+      } else {
+        EXPECT_GE(sent[0], 3 * model_bytes) << what << ": bytes all ranks sent while DDP started";
+      }
+    }
+  });
+  EXPECT_RANKS_OK(result);
+}
 
 // Records, from inside the hook, which buckets launched and whether backward was still running.
 struct OverlapProbe {

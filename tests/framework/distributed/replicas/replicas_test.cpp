@@ -3,11 +3,14 @@
 //   (and at the averagers' first averaging) with hsgd::InvalidArgument on EVERY rank, naming the
 //   first differing tensor and the ranks with each shape, also when the total sizes are equal;
 // - the library's own collectives carry labels, so a broken call order names them;
-// - collectives on Tensors and AveragedReplicas (parameters and buffers, restored afterwards).
+// - collectives on Tensors and AveragedReplicas (parameters and buffers, restored afterwards),
+//   also through an averager whose top level compresses (the same bits on every rank, near the
+//   mean, fewer bytes than float32's) or does not (exactly the float32 average).
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,6 +20,7 @@
 #include "framework/distributed/ddp.h"
 #include "framework/distributed/model_averaging/averagers.h"
 #include "framework/distributed/model_averaging/hierarchical_model_averager.h"
+#include "framework/distributed/model_averaging/hierarchy_text.h"
 #include "framework/distributed/tensor_collectives.h"
 #include "framework/nn/nn.h"
 #include "tests/framework/distributed/dist_test_util.h"
@@ -207,6 +211,141 @@ TEST(AveragedReplicas, SwapsInTheAverageOfParametersAndBuffersThenRestores) {
     });
     EXPECT_RANKS_OK(result);
   }
+}
+
+// The values of the model's parameters, flat, in order.
+std::vector<float> values_of(const nn::Module& model) {
+  std::vector<float> out;
+  for (const Tensor& p : model.parameters()) {
+    const std::vector<float> v = p.to_vector();
+    out.insert(out.end(), v.begin(), v.end());
+  }
+  return out;
+}
+
+// Every rank's values, rank after rank (a collective of the test).
+std::vector<std::vector<float>> gather_values(comm::ProcessGroup& pg,
+                                              const std::vector<float>& mine) {
+  std::vector<float> all(mine.size() * static_cast<size_t>(pg.size()));
+  pg.allgather(std::span<const float>(mine), std::span<float>(all), "test values")->wait();
+  std::vector<std::vector<float>> out;
+  for (int r = 0; r < pg.size(); ++r) {
+    out.emplace_back(all.begin() + static_cast<std::ptrdiff_t>(r * mine.size()),
+                     all.begin() + static_cast<std::ptrdiff_t>((r + 1) * mine.size()));
+  }
+  return out;
+}
+
+// Ten steps of a hierarchy on 2 nodes x 2 ranks from a common start, each rank moving its
+// replica its own way: the replicas differ, and the top level holds anchors.
+void train_apart(nn::Module& model, ModelAverager& averager, int rank) {
+  for (Tensor& p : model.parameters()) p.set_grad(zeros(p.shape()));
+  ASSERT_TRUE(averager.start_from(model.parameters()));
+  for (int t = 0; t < 10; ++t) {
+    for (Tensor& p : model.parameters()) {
+      std::vector<float> v = p.to_vector();
+      for (size_t i = 0; i < v.size(); ++i) {
+        v[i] += 0.001f * static_cast<float>((rank + 1) * (t + 1)) *
+                std::sin(0.1f * static_cast<float>(i) + static_cast<float>(rank));
+      }
+      p.detach().copy_(from_vector(v, p.shape()));
+    }
+    averager.average_parameters(model.parameters());
+  }
+}
+
+// Through a top level of 4 int4 fragments with error feedback (a fragment in flight at the
+// evaluation), on 2 emulated nodes: every rank holds the same bits, within int4's rounding of
+// the exact mean; the local values come back; the top level's anchors are unchanged; and only
+// the node leaders write to the connections, under a byte a value (int4 is 17/32 of a byte and
+// a float32 step per block of 256; float32 would be 4 bytes a value of the rank's shard).
+TEST(AveragedReplicas, ThroughACompressedTopLevel_SameBitsNearTheMeanFewerBytes) {
+  auto result = run_world(4, {.local_world_size = 2}, [&](int rank, const auto& world) {
+    const testing::CountedGroup counted = testing::counted_group(*world, "counted");
+    auto model = make_mlp(2048);  // 16,387 values
+    HierarchicalModelAverager averager(parse_hierarchy("1:2,8:world@fragments=4,int4,ef"), 0,
+                                       counted.pg);
+    train_apart(*model, averager, rank);
+    const std::vector<float> local = values_of(*model);
+    const std::vector<std::vector<float>> all = gather_values(*world, local);
+    const StateDict anchors = averager.settled_level_state(1);
+    // The first averaging through the averager makes its node and leader groups.
+    { AveragedReplicas warm_up(counted.pg, *model, averager); }
+    std::vector<float> averaged;
+    const uint64_t before = counted.bytes_sent();
+    {
+      AveragedReplicas average(counted.pg, *model, averager);
+      averaged = values_of(*model);
+    }
+    const uint64_t sent = counted.bytes_sent() - before;
+    EXPECT_EQ(values_of(*model), local) << "the local values are back";
+    const bool leader = rank % 2 == 0;
+    EXPECT_LT(sent, leader ? local.size() : 1024) << "bytes written by rank " << rank;
+    if (leader) EXPECT_GT(sent, local.size() / 2) << "a leader sends about 17/32 of a byte a value";
+    const std::vector<std::vector<float>> every = gather_values(*world, averaged);
+    for (int r = 1; r < 4; ++r) EXPECT_EQ(every[static_cast<size_t>(r)], every[0]) << "rank " << r;
+    for (size_t i = 0; i < averaged.size(); ++i) {
+      double mean = 0;
+      for (const std::vector<float>& v : all) mean += v[i];
+      mean /= 4;
+      ASSERT_NEAR(averaged[i], mean, 0.02) << "value " << i;
+    }
+    const StateDict after = averager.settled_level_state(1);
+    ASSERT_EQ(after.size(), anchors.size());
+    for (size_t e = 0; e < anchors.size(); ++e) {
+      const auto& [key, value] = anchors.entries()[e];
+      EXPECT_EQ(after.get_tensor(key).to_vector(), std::get<Tensor>(value).to_vector()) << key;
+    }
+    EXPECT_TRUE(averager.has_pending()) << "the test meant to evaluate with a fragment in flight";
+  });
+  EXPECT_RANKS_OK(result);
+}
+
+// A run resumed after its last step evaluates with a new averager loaded from the checkpointed
+// state, on the same values before any backward (no gradients): the same bits as the run that
+// wrote the checkpoint.
+TEST(AveragedReplicas, ThroughAnAveragerLoadedFromItsState_SameBitsWithoutGradients) {
+  auto result = run_world(4, {.local_world_size = 2}, [&](int rank, const auto& world) {
+    const auto levels = parse_hierarchy("1:2,8:world@fragments=2,int8,ef");
+    auto model = make_mlp(64);
+    HierarchicalModelAverager averager(levels, 0, world);
+    train_apart(*model, averager, rank);
+    averager.finish_pending(model->parameters());  // as the runtime does before keeping
+    auto resumed = make_mlp(64);
+    resumed->load_state_dict(model->state_dict());
+    HierarchicalModelAverager loaded(levels, 0, world);
+    loaded.load_state_dict(averager.state_dict());
+    {
+      AveragedReplicas average(world, *model, averager);
+      average.keep();
+    }
+    EXPECT_EQ(loaded.average_replicas(resumed->parameters()).size(), 4u)
+        << "every parameter went through the int8 level";
+    EXPECT_EQ(values_of(*resumed), values_of(*model));
+  });
+  EXPECT_RANKS_OK(result);
+}
+
+// Through a float32 top level the average is the float32 one, bit for bit, and kept on request.
+TEST(AveragedReplicas, ThroughAFloat32TopLevel_IsTheFloat32Average) {
+  auto result = run_world(4, {.local_world_size = 2}, [&](int rank, const auto& world) {
+    auto model = make_mlp(64);
+    HierarchicalModelAverager averager(parse_hierarchy("1:2,8:world"), 0, world);
+    for (Tensor& p : model->parameters()) p.set_grad(zeros(p.shape()));
+    for (Tensor& p : model->parameters()) p.detach().add_(full(p.shape(), 0.125f * rank));
+    EXPECT_TRUE(averager.average_replicas(model->parameters()).empty());
+    std::vector<float> float32;
+    {
+      AveragedReplicas average(world, *model);
+      float32 = values_of(*model);
+    }
+    {
+      AveragedReplicas average(world, *model, averager);
+      average.keep();
+    }
+    EXPECT_EQ(values_of(*model), float32);
+  });
+  EXPECT_RANKS_OK(result);
 }
 
 }  // namespace
