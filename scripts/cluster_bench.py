@@ -14,18 +14,26 @@ each job one run of scripts/emulated_cluster.sh (network namespaces, tbf-limited
 Modes (scripts/hierarchy_experiment.py's MODES): ddp; hierarchical = --hierarchy 1:2,16:4
 (pairs of ranks average every step, all 4 every 16: on 2 nodes a pair is a node, on the racks a
 pair is a rack), --subgroup-size 1 (no gradient averaging after warm-up), 20 warm-up steps of
-DDP. The MLP trains on all of Fashion-MNIST; ResNet-20 (batch 32 per worker, crop + flip) is
-shortened to the first --resnet-train-subset images and --resnet-max-eval test images.
+DDP; hierarchical@OPTIONS = the same with level options on the top level, --hierarchy
+1:2,16:4@OPTIONS (e.g. 'hierarchical@fragments=4,int8'; docs/averaging.md), hsgd only: PyTorch's
+HierarchicalModelAverager has no level options, so no torch job runs for such a mode. The MLP
+trains on all of Fashion-MNIST; ResNet-20 (batch 32 per worker, crop + flip) is shortened to the
+first --resnet-train-subset images and --resnet-max-eval test images.
 
 Per job: training seconds per epoch on rank 0 (evaluations excluded; with --epochs 1 the first
 epoch, which holds the 20 DDP warm-up steps), final test accuracy of the averaged model, MB
 across the measured link (both ways, the whole job: start-up and evaluations included), and the
 link limit: the seconds the busier direction's bytes need at the link's rate, the least time
-the job could have taken on that link. Ratios are hsgd / PyTorch. Needs root (namespaces); runs
-the jobs one after another, about 20 minutes for the default matrix on an idle 2-core machine.
+the job could have taken on that link. Ratios are hsgd / PyTorch. With --rounds N every job runs
+N times, the whole list once per round in the same order (so that each job meets about the same
+machine load), and the table gives the medians over the rounds, with min-max of s / epoch and
+the range of the load average before the jobs. Needs root (namespaces); runs the jobs one after
+another, about 20 minutes for the default matrix on an idle 2-core machine.
 
   sudo scripts/cluster_bench.py                                   # the whole matrix
   sudo scripts/cluster_bench.py --models mlp --topologies nodes   # MLP on 2 nodes, both rates
+  sudo scripts/cluster_bench.py --models mlp --topologies nodes --rates 100mbit --rounds 3 \
+      --modes ddp,hierarchical,hierarchical@fragments=4,int8      # streaming beside PyTorch
   scripts/cluster_bench.py --dry-run                              # print the jobs, run nothing
   scripts/cluster_bench.py --table-only /tmp/hsgd-cluster-bench/cluster_bench.csv
 """
@@ -35,6 +43,7 @@ import csv
 import os
 import re
 import signal
+import statistics
 import sys
 import time
 import types
@@ -47,9 +56,20 @@ FRAMEWORKS = ("hsgd", "torch")
 MODES = ("ddp", "hierarchical")
 TOPOLOGIES = ("nodes", "racks")
 TORCH_PROGRAM = ["/usr/bin/python3", os.path.join(ROOT, "apps/bench/train_torch.py")]
-FIELDS = ["topology", "rate", "model", "mode", "framework", "epochs", "seconds_per_epoch",
+FIELDS = ["round", "topology", "rate", "model", "mode", "framework", "epochs", "seconds_per_epoch",
           "final_test_accuracy", "bytes_a_to_b", "bytes_b_to_a", "mb_across_link",
           "link_limit_s", "job_wall_s", "load_before", "load_after"]
+
+
+def parse_mode(text):
+    """'ddp', 'hierarchical' or 'hierarchical@OPTIONS' -> (mode of MODES, OPTIONS or ''). Raises
+    ValueError naming the text otherwise."""
+    mode, _, options = text.partition("@")
+    if mode not in MODES or ("@" in text and (mode != "hierarchical" or not options)):
+        raise ValueError(f"mode '{text}': expected one of {','.join(MODES)}, or "
+                         f"hierarchical@OPTIONS (top-level options, e.g. "
+                         f"hierarchical@fragments=4,int8)")
+    return mode, options
 
 
 def rate_bits(rate):
@@ -90,7 +110,11 @@ def program(args, framework, model, mode):
         # The examples' model flags (resnet20: --model resnet20 --batch-size 32) are the twin's.
         flags = hx.MODELS[model]["flags"]
         command += (["--model", model] if "--model" not in flags else []) + flags
-    return command + hx.MODES[mode][1]
+    base, options = parse_mode(mode)
+    flags = list(hx.MODES[base][1])
+    if options:  # the top level's options after '@' (hsgd only: see jobs())
+        flags[flags.index("--hierarchy") + 1] += "@" + options
+    return command + flags
 
 
 def cluster_flags(args, topology, rate):
@@ -99,14 +123,19 @@ def cluster_flags(args, topology, rate):
 
 def jobs(args):
     """(topology, rate, model, mode, framework) in the order run: the two frameworks of a row
-    back to back, so they meet the same machine load."""
+    back to back, so they meet the same machine load. Modes with level options run with hsgd
+    only (PyTorch's averager has none)."""
     return [(t, r, m, mode, f) for t in args.topologies for r in args.rates for m in args.models
-            for mode in args.modes for f in args.frameworks]
+            for mode in args.modes for f in args.frameworks
+            if f == "hsgd" or not parse_mode(mode)[1]]
 
 
-def run_job(args, job):
+def run_job(args, job, round_index=1):
     topology, rate, model, mode, framework = job
-    name = "_".join(job)
+    # '@', ',' and '=' of level options kept out of file names
+    name = re.sub(r"[^A-Za-z0-9_.-]", "-", "_".join(job))
+    if args.rounds > 1:
+        name += f"_round{round_index}"
     log_path = os.path.join(args.log_dir, name + ".log")
     load_before = os.getloadavg()[0]
     link = hx.run_on_cluster(cluster_flags(args, topology, rate),
@@ -116,7 +145,8 @@ def run_job(args, job):
         raise RuntimeError(f"{name}: no 'eval:' lines in {log_path}")
     a_to_b, b_to_a = (int(link[k]) for k in hx.TOPOLOGIES[topology].byte_keys)
     limit = link_limit_s(a_to_b, b_to_a, rate)
-    return {"topology": topology, "rate": rate, "model": model, "mode": mode,
+    return {"round": round_index, "topology": topology, "rate": rate, "model": model,
+            "mode": mode,
             "framework": framework, "epochs": args.epochs,
             "seconds_per_epoch": round(rows[-1]["train_s"] / rows[-1]["epoch"], 2),
             "final_test_accuracy": rows[-1]["test_accuracy"],
@@ -137,8 +167,29 @@ def ratio(a, b):
     return f"{float(a) / float(b):.2f}x"
 
 
+def median_job(rows):
+    """One job's row from its rounds: the medians of the numeric columns, s / epoch also as
+    'median (min-max)' under seconds_text, the load before as 'min-max' under load_text."""
+    if not rows:
+        return {}
+    merged = dict(rows[0])
+    for key in ("seconds_per_epoch", "final_test_accuracy", "mb_across_link", "link_limit_s",
+                "job_wall_s", "load_before"):
+        values = [float(r[key]) for r in rows if r.get(key) not in (None, "")]
+        merged[key] = statistics.median(values) if values else None
+    seconds = [float(r["seconds_per_epoch"]) for r in rows]
+    merged["seconds_text"] = f"{merged['seconds_per_epoch']:.1f}" + (
+        f" ({min(seconds):.1f}-{max(seconds):.1f})" if len(rows) > 1 else "")
+    loads = [float(r["load_before"]) for r in rows]
+    merged["load_text"] = (f"{min(loads):.1f}" if min(loads) == max(loads)
+                           else f"{min(loads):.1f}-{max(loads):.1f}")
+    merged["rounds"] = len(rows)
+    return merged
+
+
 def table(results):
-    """Markdown: one row per (topology, rate, model, mode), hsgd and PyTorch side by side."""
+    """Markdown: one row per (topology, rate, model, mode), hsgd and PyTorch side by side; with
+    several rounds of a job, their medians."""
     where = {"nodes": "2 nodes x 2", "racks": "2 racks x 2 nodes x 1"}
     lines = [
         "| topology | link | model | mode | s / epoch hsgd | torch | hsgd / torch "
@@ -148,15 +199,14 @@ def table(results):
     keys = list(dict.fromkeys((r["topology"], r["rate"], r["model"], r["mode"])
                               for r in results))
     for key in keys:
-        row = {r["framework"]: r for r in results
-               if (r["topology"], r["rate"], r["model"], r["mode"]) == key}
-        h, t = row.get("hsgd", {}), row.get("torch", {})
+        h, t = (median_job([r for r in results if r["framework"] == framework and
+                            (r["topology"], r["rate"], r["model"], r["mode"]) == key])
+                for framework in ("hsgd", "torch"))
         get = lambda r, k: r.get(k)  # noqa: E731
-        loads = "/".join(str(r["load_before"]) for r in (h, t) if r)
+        loads = "/".join(r["load_text"] for r in (h, t) if r)
         lines.append(
             f"| {where[key[0]]} | {key[1]} | {key[2]} | {key[3]} "
-            f"| {fmt(get(h, 'seconds_per_epoch'), '.1f')} "
-            f"| {fmt(get(t, 'seconds_per_epoch'), '.1f')} "
+            f"| {h.get('seconds_text', '—')} | {t.get('seconds_text', '—')} "
             f"| {ratio(get(h, 'seconds_per_epoch'), get(t, 'seconds_per_epoch'))} "
             f"| {fmt(get(h, 'mb_across_link'), ',.0f')} | {fmt(get(t, 'mb_across_link'), ',.0f')} "
             f"| {ratio(get(h, 'mb_across_link'), get(t, 'mb_across_link'))} "
@@ -194,6 +244,20 @@ def self_check():
             for f, s, mb in (("hsgd", 3.0, 100.0), ("torch", 6.0, 200.0))]
     text = table(rows)
     checks.append((text.count("0.50x") == 2 and text.count("\n") == 2, "table of one row"))
+    rounds = [dict(rows[0], seconds_per_epoch=s, load_before=load)
+              for s, load in ((3.0, 1.0), (5.0, 2.0), (4.0, 3.0))] + rows[1:]
+    text = table(rounds)
+    checks.append(("| 4.0 (3.0-5.0) | 6.0 |" in text and "| 1.0-3.0/1.0 |" in text
+                   and text.count("\n") == 2, "medians of three rounds"))
+    checks.append((parse_mode("hierarchical@fragments=4,int8") ==
+                   ("hierarchical", "fragments=4,int8") and parse_mode("ddp") == ("ddp", ""),
+                   "parse_mode"))
+    for bad in ("ddp@int8", "hierarchical@", "streaming"):
+        try:
+            parse_mode(bad)
+            checks.append((False, f"parse_mode accepts '{bad}'"))
+        except ValueError:
+            pass
     for ok, what in checks:
         if not ok:
             sys.exit(f"cluster_bench: self-check failed: {what}")
@@ -224,7 +288,20 @@ def main():
         return text.split(",")
 
     parser.add_argument("--frameworks", type=subset_of(FRAMEWORKS), default=list(FRAMEWORKS))
-    parser.add_argument("--modes", type=subset_of(MODES), default=list(MODES))
+    def modes(text):
+        # Options hold commas: split before each known mode name, not at every comma.
+        values = re.split(r",(?=(?:%s)(?:@|,|$))" % "|".join(MODES), text)
+        for v in values:
+            try:
+                parse_mode(v)
+            except ValueError as e:
+                raise argparse.ArgumentTypeError(str(e))
+        return values
+
+    parser.add_argument("--modes", type=modes, default=list(MODES),
+                        help="comma-separated: ddp, hierarchical, hierarchical@OPTIONS (hsgd "
+                        "only; the options hold commas too, e.g. "
+                        "ddp,hierarchical@fragments=4,int8); default ddp,hierarchical")
     parser.add_argument("--models", type=subset_of(sorted(hx.MODELS)),
                         default=["mlp", "resnet20"])
     parser.add_argument("--rates", type=rates, default=["100mbit", "1gbit"],
@@ -242,6 +319,9 @@ def main():
     parser.add_argument("--resnet-max-eval", type=int, default=1000,
                         help="ResNet-20: test images per evaluation (0: all 10,000)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="runs of every job, alternated: the whole list once per round "
+                        "(default 1); the table gives medians")
     parser.add_argument("--port", type=int, default=29400,
                         help="hsgd-rendezvous on node 0; PyTorch's store takes the next port")
     parser.add_argument("--run-timeout", type=int, default=900, help="seconds per job")
@@ -257,7 +337,7 @@ def main():
                         help="print the table of the jobs in these cluster_bench.csv files, run "
                         "nothing")
     args = parser.parse_args()
-    for name in ("epochs",):
+    for name in ("epochs", "rounds"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} {getattr(args, name)}: expected at least 1")
     for name in ("mlp_train_subset", "resnet_train_subset", "resnet_max_eval"):
@@ -285,10 +365,12 @@ def main():
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     start = time.time()
     results = []
-    for i, job in enumerate(todo):
-        print(f"[{time.time() - start:6.0f} s] {i + 1}/{len(todo)} {' '.join(job)}", flush=True)
+    todo = [(round_index, job) for round_index in range(1, args.rounds + 1) for job in todo]
+    for i, (round_index, job) in enumerate(todo):
+        print(f"[{time.time() - start:6.0f} s] {i + 1}/{len(todo)} round {round_index} "
+              f"{' '.join(job)}", flush=True)
         try:
-            results.append(run_job(args, job))
+            results.append(run_job(args, job, round_index))
         except RuntimeError as e:  # one failed job does not lose the others
             print(f"    FAILED: {e}", flush=True)
             continue
