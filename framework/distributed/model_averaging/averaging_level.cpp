@@ -94,13 +94,25 @@ int64_t AveragingLevel::start(int64_t step, std::span<const float> x, int64_t n_
     p.work = group_->allreduce(std::span<float>(mean_), comm::ReduceOp::kSum);
     bytes = static_cast<int64_t>(n * sizeof(float));
   } else {
+    const auto params = static_cast<size_t>(n_params);
     for (size_t i = 0; i < n; ++i) mean_[i] = anchor_[i] - x[i];
-    if (options_.error_feedback) {
-      if (residual_.empty()) residual_.assign(n, 0.0f);
-      check_size("the error-feedback residual", residual_.size(), n);
+    if (params < n) {
+      // The buffers (running statistics) are averaged exactly, in float32: their rounding is no
+      // pseudo-gradient error that feedback repays later, and it can push a variance below zero.
+      for (size_t i = params; i < n; ++i) mean_[i] /= g;
+      p.work = group_->allreduce(std::span<float>(mean_).subspan(params), comm::ReduceOp::kSum);
+      bytes += static_cast<int64_t>((n - params) * sizeof(float));
     }
-    bytes = compressed_->start(
-        mean_, options_.error_feedback ? std::span<float>(residual_) : std::span<float>());
+    if (options_.error_feedback) {
+      // A residual saved when the buffers were compressed too holds them last: dropped.
+      if (residual_.size() == n && params < n) residual_.resize(params);
+      if (residual_.empty()) residual_.assign(params, 0.0f);
+      check_size("the error-feedback residual", residual_.size(), params);
+    }
+    p.compressed = true;
+    bytes += compressed_->start(
+        std::span<float>(mean_).first(params),
+        options_.error_feedback ? std::span<float>(residual_) : std::span<float>());
     issued = std::chrono::steady_clock::now();  // the ring between nodes starts now
   }
   if (delay_ > 0) p.snapshot.assign(x.begin(), x.end());
@@ -118,11 +130,13 @@ double AveragingLevel::receive() {
     p.work->wait(group_->timeout());
     p.transfer.end = seconds_of(p.work->finished_at());
     p.work.reset();
-  } else {
+  }
+  if (p.compressed) {
     compressed_->wait();  // leaves D in mean_ (compressed_average.h)
-    p.transfer.end = compressed_->leader() && compressed_->nodes() >= 2
-                         ? seconds_of(compressed_->ring_finished_at())
-                         : seconds_of(std::chrono::steady_clock::now());
+    p.transfer.end = std::max(p.transfer.end,
+                              compressed_->leader() && compressed_->nodes() >= 2
+                                  ? seconds_of(compressed_->ring_finished_at())
+                                  : seconds_of(std::chrono::steady_clock::now()));
   }
   p.received = true;
   received_ = p.transfer;

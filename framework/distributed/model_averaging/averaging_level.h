@@ -17,9 +17,11 @@
 //   - plain level (only overlap): payload x / g, float32 allreduce (sum).
 //   - anchored level, kNone (or compressed with a group of one rank, where nothing crosses a node):
 //     payload (A - x) / g, float32 allreduce (sum).
-//   - anchored level, compressed: payload p = A - x; D = its group mean with float32 sums within
-//     each node and compressed values between nodes, rounded at the points and with the error
-//     feedback (residual e, kept by each node's leader) that compressed_average.h states.
+//   - anchored level, compressed: payload p = A - x; for the parameters D = its group mean with
+//     float32 sums within each node and compressed values between nodes, rounded at the points
+//     and with the error feedback (residual e (n_params,), kept by each node's leader) that
+//     compressed_average.h states; for the buffers D = their exact group mean, a float32
+//     allreduce beside it (rounded running statistics could leave a variance below zero).
 //   D := the group mean of the payload. S := x (the snapshot) when k > 0.
 // COMPLETE (at once when k == 0, else at step s + k, or earlier when the averager needs the level
 // settled, see averagers.h):
@@ -129,7 +131,9 @@ class AveragingLevel {
     bool first = false;                // the first averaging of an anchored level
     bool received = false;             // mean_ holds D
     std::vector<float> snapshot;       // (n,) x at the start; empty without overlap
-    std::shared_ptr<comm::Work> work;  // the float32 allreduce; null for compressed_'s
+    bool compressed = false;           // compressed_ averages the parameters' part
+    std::shared_ptr<comm::Work> work;  // the float32 allreduce (of the buffers alone when
+                                       // compressed); null when there is none
     Transfer transfer;                 // start and bytes at start(); end at receive()
   };
 

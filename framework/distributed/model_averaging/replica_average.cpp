@@ -61,11 +61,21 @@ std::vector<Tensor> ModelAverager::average_replicas(const std::vector<Tensor>& p
     const std::span<const float> a = units[f]->anchor();
     std::copy(a.begin(), a.end(), anchor.begin() + parts[f].offset);
   }
-  // payload A - x in, D = mean(A - x) out; then A - D, the same bits on every rank.
+  // payload A - x in, D = mean(A - x) out; then A - D, the same bits on every rank. The buffers
+  // (running statistics) are averaged exactly in float32 beside it, as the level averages them.
+  const auto n_param_values = static_cast<size_t>(n_params);
   std::vector<float> payload(static_cast<size_t>(n));
   for (size_t i = 0; i < payload.size(); ++i) payload[i] = anchor[i] - x[i];
-  replicas_->start(payload, {});
+  const float g = static_cast<float>(pg_->size());
+  std::shared_ptr<comm::Work> buffers;
+  if (n_param_values < payload.size()) {
+    for (size_t i = n_param_values; i < payload.size(); ++i) payload[i] /= g;
+    buffers = pg_->allreduce(std::span<float>(payload).subspan(n_param_values), comm::ReduceOp::kSum,
+                             "average of the replicas' buffers");
+  }
+  replicas_->start(std::span<float>(payload).first(n_param_values), {});
   replicas_->wait();
+  if (buffers) buffers->wait(pg_->timeout());
   for (size_t i = 0; i < x.size(); ++i) x[i] = anchor[i] - payload[i];
   unflatten_from(x, tensors);
   return tensors;

@@ -301,6 +301,54 @@ TEST(AveragedReplicas, ThroughACompressedTopLevel_SameBitsNearTheMeanFewerBytes)
   EXPECT_RANKS_OK(result);
 }
 
+// A compressed top level averages the buffers (running statistics) exactly, in float32, beside
+// its compressed parameters: small positive variances next to large parameter changes stay the
+// float32 mean (int4 would round them to multiples of the block's step, and below zero), in the
+// level's averagings and in the evaluated average of the replicas.
+TEST(AveragedReplicas, CompressedTopLevel_AveragesBuffersExactly) {
+  auto result = run_world(4, {.local_world_size = 2}, [&](int rank, const auto& world) {
+    const auto r = static_cast<float>(rank);
+    Tensor param = zeros({100});
+    param.set_grad(zeros({100}));
+    Tensor running_var = zeros({20});
+    HierarchicalModelAverager averager(parse_hierarchy("1:2,4:world@int4,ef"), 0, world,
+                                       ModelAveragerOptions{.average_buffers = {running_var}});
+    const auto set_values = [&](int64_t step) {
+      std::vector<float> p(100), v(20);
+      for (size_t i = 0; i < p.size(); ++i) {
+        p[i] = 50.0f * std::sin(0.1f * static_cast<float>(i) + r + static_cast<float>(step));
+      }
+      for (size_t i = 0; i < v.size(); ++i) {
+        v[i] = 1e-3f * (r + 1.0f) + 1e-4f * static_cast<float>(i) / static_cast<float>(step + 1);
+      }
+      param.detach().copy_(from_vector(p, {100}));
+      running_var.copy_(from_vector(v, {20}));
+      return v;
+    };
+    const auto expect_mean = [&](const std::vector<float>& mine, const std::string& what) {
+      const std::vector<std::vector<float>> all = gather_values(*world, mine);
+      const std::vector<float> got = running_var.to_vector();
+      for (size_t i = 0; i < got.size(); ++i) {
+        double mean = 0;
+        for (const std::vector<float>& v : all) mean += v[i];
+        mean /= 4;
+        ASSERT_GT(got[i], 0.0f) << what << ", value " << i;
+        ASSERT_NEAR(got[i], mean, 1e-6 * mean) << what << ", value " << i;
+      }
+    };
+    for (int64_t step = 0; step < 13; ++step) {
+      const std::vector<float> mine = set_values(step);
+      averager.average_parameters(std::vector<Tensor>{param});
+      if (step % 4 == 0) expect_mean(mine, "the top level at step " + std::to_string(step));
+    }
+    const std::vector<float> mine = set_values(13);
+    EXPECT_EQ(averager.average_replicas(std::vector<Tensor>{param}).size(), 2u)
+        << "the evaluated average went through the int4 level";
+    expect_mean(mine, "the evaluated average");
+  });
+  EXPECT_RANKS_OK(result);
+}
+
 // A run resumed after its last step evaluates with a new averager loaded from the checkpointed
 // state, on the same values before any backward (no gradients): the same bits as the run that
 // wrote the checkpoint.
