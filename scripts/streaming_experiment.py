@@ -125,6 +125,55 @@ def table(args, results):
     return "\n".join(lines)
 
 
+def plot(args, results, path):
+    """Per config (one group of bars each): seconds per epoch at each rate (medians, the rounds'
+    spread as error bars), labelled with the ratio to the unlimited link; beside it the job's MB
+    across the link. From `results` (the rows that ran), so --from-json can redraw a run."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (times, sizes) = plt.subplots(1, 2, figsize=(12, 4.5),
+                                       gridspec_kw={"width_ratios": [2, 1]})
+    width = 0.8 / max(1, len(args.rates))
+    names = [f"16:4@{c}" if c else "16:4 (float32)" for c in args.configs]
+    for j, rate in enumerate(args.rates):
+        for i, config in enumerate(args.configs):
+            rows = [r for r in results if r["config"] == config and r["rate"] == rate]
+            if not rows:
+                continue
+            s = ea.median(rows, "s_per_epoch")
+            low = s - min(r["s_per_epoch"] for r in rows)
+            high = max(r["s_per_epoch"] for r in rows) - s
+            x = i + (j - (len(args.rates) - 1) / 2) * width
+            times.bar(x, s, width, yerr=[[low], [high]], color=f"C{j}",
+                      label=(rate if rate != "none" else "no limit") if i == 0 else None,
+                      capsize=3)
+            base = [r for r in results if r["config"] == config and r["rate"] == "none"]
+            if base and rate != "none":
+                times.annotate(f"{s / ea.median(base, 's_per_epoch'):.2f}x", (x, s + high),
+                               ha="center", va="bottom", fontsize=8)
+    times.set_xticks(range(len(names)))
+    times.set_xticklabels(names, rotation=15, ha="right", fontsize=8)
+    times.set_ylabel("s per epoch (training, median)")
+    times.legend(title="link")
+    times.set_title("Epoch time; labels: ratio to the unlimited link")
+    mb = [ea.median([r for r in results if r["config"] == c], "mb_across_link")
+          if any(r["config"] == c for r in results) else 0 for c in args.configs]
+    sizes.bar(range(len(names)), mb, color="C7")
+    for i, value in enumerate(mb):
+        sizes.annotate(f"{value:.1f}", (i, value), ha="center", va="bottom", fontsize=8)
+    sizes.set_xticks(range(len(names)))
+    sizes.set_xticklabels(names, rotation=15, ha="right", fontsize=8)
+    sizes.set_ylabel("MB across the link, both ways, whole job")
+    sizes.set_title("Bytes")
+    fig.suptitle(f"{hx.MODELS[args.model]['label']}, 2 emulated nodes x 2 workers, "
+                 f"--hierarchy 1:2,16:4@..., no warm-up, {args.epochs} epoch(s), "
+                 f"{args.rounds} round(s)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"plot: {path}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -142,6 +191,11 @@ def main():
     parser.add_argument("--max-eval", type=int, default=0,
                         help="test images per evaluation (default 0: all 10,000)")
     ea.add_job_arguments(parser, rates="100mbit,none", port=29480, run_timeout=900)
+    parser.add_argument("--plot", default=None, metavar="PNG",
+                        help="also draw the epoch times and bytes per config to this file")
+    parser.add_argument("--from-json", default=None, metavar="FILE",
+                        help="run nothing: print the table (and --plot) of the rows an earlier "
+                             "--out wrote, with this run's --configs, --rates, --rounds")
     args = parser.parse_args()
     args.configs = args.configs.split(";")
     if args.epochs < 1:
@@ -149,6 +203,15 @@ def main():
     for name in ("train_subset", "max_eval"):
         if getattr(args, name) < 0:
             parser.error(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
+    if args.from_json:
+        if isinstance(args.rates, str):
+            args.rates = args.rates.split(",")
+        with open(args.from_json) as f:
+            results = json.load(f)
+        print(table(args, results))
+        if args.plot:
+            plot(args, results, args.plot)
+        return
     ea.check_job_arguments(parser, args, "hsgd-streaming-")
 
     results, failed = [], []
@@ -175,6 +238,8 @@ def main():
           f"1:2,16:4@... --warmup-steps 0, {hx.shortened(args)}; {args.rounds} round(s); "
           f"logs in {args.log_dir}")
     print(table(args, results))
+    if args.plot:
+        plot(args, results, args.plot)
     if failed:
         print(f"\n{len(failed)} job(s) failed (not in the table):\n" + "\n".join(failed))
         sys.exit(1)

@@ -395,7 +395,8 @@ TEST(TlsCertificateTest, ProofSeenOnOneConnectionDoesNotOpenAnother) {
     SSL* ssl = raw_handshake(sockets.client, client_context, tls::Role::kClient);
     ASSERT_NE(ssl, nullptr);
     tls::ConnectionKeys keys{.client_identity = kNodeA,
-                             .client_psk = tls::derive_psk("secret-42", kNodeA)};
+                             .client_psk = tls::derive_psk("secret-42", kNodeA),
+                             .authenticated_identity = {}};
     claim = tls::identity_claim(ssl, keys);
     raw_write(ssl, sockets.client, claim.data(), claim.size());
     server_thread.join();
