@@ -32,6 +32,16 @@ key_names=(hsgd-run/attempt/0/ /rdzv/node/ /pg/gloo/ /pg/arrived/)
 keys=()
 for key in "${key_names[@]}"; do keys+=(--key "$key"); done
 
+# Rank r starts from seed + r. DDP broadcasts rank 0's initial weights only when the ranks hold
+# different values (docs/averaging.md), and that broadcast across the link is what the plain
+# capture must show.
+per_rank_seed=$work/per_rank_seed.sh
+cat >"$per_rank_seed" <<WRAPPER
+#!/usr/bin/env bash
+exec "$mlp" "\$@" --seed \$(( $seed + \${RANK:?hsgd-run sets RANK} ))
+WRAPPER
+chmod +x "$per_rank_seed"
+
 cluster_pid=""
 e2e_cleanup() {
   # SIGTERM: emulated_cluster.sh removes its namespaces and stops the job.
@@ -51,7 +61,7 @@ run_job() {
     rc=0
     "$src/scripts/emulated_cluster.sh" --rate 1gbit --nproc-per-node 1 --subnet 10.79.1 \
       --port 29501 --timeout 50 --build "$build" "${security[@]}" --capture "$work/$mode.pcap" \
-      -- "$mlp" --synthetic --train-subset 1024 --epochs 1 --mode ddp --seed "$seed" \
+      -- "$per_rank_seed" --synthetic --train-subset 1024 --epochs 1 --mode ddp \
       --hidden "$hidden" >"$out" 2>&1 &
     cluster_pid=$!
     wait "$cluster_pid" || rc=$?
