@@ -139,22 +139,22 @@ void TlsContext::post_recv(TlsUnboundBuffer* buffer, const std::vector<int>& ran
 }
 
 void TlsContext::fail_rank(int failed, const std::string& why) {
+  // The buffers are failed under match_mu_: a buffer being destroyed waits in forget() (which
+  // takes match_mu_) until this is done with it, so none is failed after its owner freed it.
+  std::lock_guard<std::mutex> lock(match_mu_);
   std::vector<TlsUnboundBuffer*> to_fail;
-  {
-    std::lock_guard<std::mutex> lock(match_mu_);
-    for (auto it = posted_.begin(); it != posted_.end();) {
-      if (accepts(it->ranks, failed)) {
-        to_fail.push_back(it->buffer);
-        it = posted_.erase(it);
-      } else {
-        ++it;
-      }
+  for (auto it = posted_.begin(); it != posted_.end();) {
+    if (accepts(it->ranks, failed)) {
+      to_fail.push_back(it->buffer);
+      it = posted_.erase(it);
+    } else {
+      ++it;
     }
-    for (Kept& kept : kept_) {
-      if (kept.src == failed && !kept.complete && kept.claimed_by != nullptr) {
-        to_fail.push_back(kept.claimed_by);
-        kept.claimed_by = nullptr;
-      }
+  }
+  for (Kept& kept : kept_) {
+    if (kept.src == failed && !kept.complete && kept.claimed_by != nullptr) {
+      to_fail.push_back(kept.claimed_by);
+      kept.claimed_by = nullptr;
     }
   }
   for (TlsUnboundBuffer* buffer : to_fail) buffer->fail(why);

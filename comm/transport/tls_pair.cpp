@@ -217,19 +217,21 @@ void TlsPair::wake() {
 }
 
 void TlsPair::fail(const std::string& why) {
-  std::deque<Outgoing> dropped;
   {
+    // The buffers are failed under mu_: a buffer being destroyed waits in forget() (which takes
+    // mu_) until this is done with it, so none is failed after its owner freed it.
     std::lock_guard<std::mutex> lock(mu_);
     if (!error_.empty()) return;
     error_ = why;
+    std::deque<Outgoing> dropped;
     dropped.swap(outgoing_);
     for (const auto& [tag, buffer] : unacknowledged_)
       dropped.push_back(Outgoing{.unbound = buffer});
     unacknowledged_.clear();
     cv_.notify_all();  // bound buffers' waiters see error_
-  }
-  for (const Outgoing& out : dropped) {
-    if (out.unbound != nullptr) out.unbound->fail(why);
+    for (const Outgoing& out : dropped) {
+      if (out.unbound != nullptr) out.unbound->fail(why);
+    }
   }
   context_.fail_rank(peer_, why);
 }
